@@ -1,0 +1,74 @@
+# rekon — build, test and demo entry points. See README.md.
+SHELL := /bin/bash
+CARGO ?= cargo
+WASM_TARGET := wasm32-wasip2
+WASM_PROFILE := wasm
+WASM_OUT := target/$(WASM_TARGET)/$(WASM_PROFILE)
+# Seed plugins shipped in dist/plugins (crate name -> file name).
+SEED_PLUGINS := test-fanout nodepool
+# Plugins that only exist for tests (misbehaving on purpose, fixtures).
+TEST_PLUGINS := rekon-test-chaos
+
+.PHONY: all build plugins test-plugins test fmt-check clippy unit demo clean-dist wasm-target help
+
+all: build plugins
+
+help:
+	@echo "make demo     build everything and run the demo on embedded kube-sim clusters"
+	@echo "make test     fmt check, clippy -D warnings, plugin build and every test"
+	@echo "make plugins  build the plugins for $(WASM_TARGET) into dist/plugins/"
+
+wasm-target:
+	@rustup target list --installed 2>/dev/null | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
+
+build:
+	$(CARGO) build --workspace
+
+# Seed plugins -> dist/plugins/<crate_name>.wasm
+plugins: wasm-target
+	@mkdir -p dist/plugins
+	@pkgs=""; for p in $(SEED_PLUGINS); do [ -d plugins/$$p ] && pkgs="$$pkgs -p $$p"; done; \
+	if [ -n "$$pkgs" ]; then \
+	  $(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) $$pkgs && \
+	  for p in $(SEED_PLUGINS); do f=$${p//-/_}; [ -f $(WASM_OUT)/$$f.wasm ] && cp $(WASM_OUT)/$$f.wasm dist/plugins/$$f.wasm; done; \
+	fi; true
+	@ls -l dist/plugins/ 2>/dev/null || true
+
+# Test fixtures -> dist/test-plugins/
+test-plugins: wasm-target
+	@mkdir -p dist/test-plugins
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos
+	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features v2
+	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v2.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
+	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Every test: nextest runs tests in parallel processes and prints a summary;
+# doctests are run separately since nextest does not run them.
+unit: plugins test-plugins
+	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
+	  $(CARGO) nextest run --workspace --no-fail-fast; \
+	else \
+	  $(CARGO) test --workspace --no-fail-fast; \
+	fi
+	$(CARGO) test --workspace --doc
+
+test: fmt-check clippy unit
+
+# Two embedded kube-sim clusters, `rekon run --install-crds` with dist/plugins,
+# deploy/samples applied, every change narrated. DEMO_EXIT_AFTER_CONVERGE=1
+# (or DEMO_ARGS=--exit-after-converge) exits 0 once both scenarios converged;
+# DEMO_KEEP=1 keeps the work directory (kubeconfig, rekon.log).
+demo: plugins
+	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
+	./target/debug/rekon-demo $(DEMO_ARGS)
+
+clean-dist:
+	rm -rf dist

@@ -1,0 +1,151 @@
+//! # rekon-sdk — write rekon plugins in Rust
+//!
+//! A rekon plugin is a WebAssembly component that answers one question:
+//! *given what the caches show, what should change?* The host owns every
+//! connection, watch, cache, queue and write; the plugin reads through a
+//! [`Context`] and returns [`Action`]s in an [`Outcome`]. This crate is all a
+//! plugin author touches: the WIT bindings stay private.
+//!
+//! # Layout
+//!
+//! | module | what |
+//! |---|---|
+//! | [`plugin`](Plugin) | the [`Plugin`] trait and [`export_plugin!`] |
+//! | [`registration`] | [`Registration`] builder: primary, watches ([`Mapping`], [`ClusterSet`]), finalizer, permissions, CRDs |
+//! | [`context`] | [`Context`]: typed `get`/`list` from the host caches, clusters, log macros ([`info!`] …), request time; [`Request`] |
+//! | [`action`] | [`Action`] builders (apply, merge/JSON patch, delete, create-if-absent, event) and [`Outcome`] |
+//! | [`resource`] | [`ResourceType`] derived from any `kube::Resource` ([`Kind`]) |
+//! | [`error`](mod@error) | [`Error`] (retryable/terminal) and [`ReadError`] |
+//! | [`testkit`] | native test kit (non-wasm targets): a fake world of clusters and objects, convergence loops |
+//! | [`prelude`] | the usual imports |
+//!
+//! Re-exports: [`k8s_openapi`], [`kube`] (derive only), [`serde`],
+//! [`serde_json`], [`schemars`], so a plugin's versions always match the SDK's.
+//!
+//! # A plugin
+//!
+//! ```no_run
+//! use rekon_sdk::prelude::*;
+//! use k8s_openapi::api::core::v1::ConfigMap;
+//! use serde_json::json;
+//!
+//! /// Stamps `example.com/seen: "true"` on every ConfigMap.
+//! pub struct Stamper;
+//!
+//! impl Plugin for Stamper {
+//!     fn register() -> Result<Registration, Error> {
+//!         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
+//!             .permission::<ConfigMap>(&["get", "list", "watch", "patch"], ClusterSet::Primary))
+//!     }
+//!
+//!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+//!         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
+//!             return Ok(Outcome::done()); // gone meanwhile
+//!         };
+//!         if cm.labels().get("example.com/seen").is_some_and(|v| v == "true") {
+//!             return Ok(Outcome::done());
+//!         }
+//!         rekon_sdk::info!(ctx, "stamping {}", req; cluster = req.cluster);
+//!         let patch = json!({"metadata": {"labels": {"example.com/seen": "true"}}});
+//!         Ok(Outcome::done().with(Action::merge_patch(ObjectRef::for_request::<ConfigMap>(req), patch)))
+//!     }
+//! }
+//!
+//! rekon_sdk::export_plugin!(Stamper);
+//! ```
+//!
+//! Its test, natively, with the [`testkit`]:
+//!
+//! ```
+//! # use rekon_sdk::prelude::*;
+//! # use k8s_openapi::api::core::v1::ConfigMap;
+//! # use serde_json::json;
+//! # pub struct Stamper;
+//! # impl Plugin for Stamper {
+//! #     fn register() -> Result<Registration, Error> {
+//! #         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
+//! #             .permission::<ConfigMap>(&["get", "list", "watch", "patch"], ClusterSet::Primary))
+//! #     }
+//! #     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+//! #         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
+//! #         if cm.labels().get("example.com/seen").is_some_and(|v| v == "true") { return Ok(Outcome::done()); }
+//! #         let patch = json!({"metadata": {"labels": {"example.com/seen": "true"}}});
+//! #         Ok(Outcome::done().with(Action::merge_patch(ObjectRef::for_request::<ConfigMap>(req), patch)))
+//! #     }
+//! # }
+//! use rekon_sdk::testkit::World;
+//!
+//! let mut world = World::new().primary("main");
+//! world.insert_json("main", json!({
+//!     "apiVersion": "v1", "kind": "ConfigMap",
+//!     "metadata": {"name": "app", "namespace": "default"}
+//! }));
+//! let req = Request::namespaced("main", "default", "app");
+//! let outcome = world.reconcile::<Stamper>(&req).unwrap();
+//! assert_eq!(outcome.patches().count(), 1);
+//!
+//! // Run reconcile → apply until nothing changes, then check it is quiet.
+//! world.converge::<Stamper>(&req, 5).unwrap();
+//! let cm: ConfigMap = world.get("main", Some("default"), "app").unwrap();
+//! assert_eq!(cm.metadata.labels.unwrap()["example.com/seen"], "true");
+//! world.assert_no_writes::<Stamper>(&req);
+//! ```
+//!
+//! # Building
+//!
+//! A plugin crate is a `cdylib` (plus `rlib` so its tests can call it) that
+//! depends on `rekon-sdk`. Build it for the component target:
+//!
+//! ```text
+//! cargo build -p my-plugin --target wasm32-wasip2 --profile wasm   # small: opt-level s, LTO, stripped
+//! cargo build -p my-plugin --target wasm32-wasip2 --release        # faster build, larger file
+//! ```
+//!
+//! and drop `target/wasm32-wasip2/wasm/my_plugin.wasm` (already a component)
+//! into the host's plugin directory. Test it natively with
+//! `cargo nextest run -p my-plugin` (the test kit replaces the host).
+//!
+//! Plugins have no clock, randomness, filesystem or network: the host grants
+//! an empty WASI context. Use [`Context::now`] for time.
+//!
+//! # Custom resources
+//!
+//! Derive them with kube's `CustomResource` as usual (the plugin crate
+//! depends on `kube` with the `derive` feature, `serde`, `schemars` and
+//! `k8s-openapi` from the workspace) and register the CRD with
+//! `.crd(MyKind::crd())`. Reads and actions are typed the same way as for
+//! k8s-openapi types.
+
+extern crate self as rekon_sdk;
+
+pub mod action;
+// Public only so that `export_plugin!` can name it from the plugin crate;
+// hidden, not API. Reached as `rekon_sdk::__private::bindings`.
+#[doc(hidden)]
+pub mod bindings;
+pub mod context;
+pub mod error;
+mod plugin;
+pub mod prelude;
+pub mod registration;
+pub mod resource;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod testkit;
+
+pub use action::{
+    Action, ApplyAction, CreateAction, DeleteAction, EventAction, EventType, ObjectRef, Outcome,
+    PatchAction, PatchType, Propagation,
+};
+pub use context::{ClusterHealth, ClusterInfo, Context, LogLevel, Request, selector_from_labels};
+pub use error::{Error, ReadError};
+#[doc(hidden)]
+pub use plugin::__private;
+pub use plugin::Plugin;
+pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Watch};
+pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
+
+pub use k8s_openapi;
+pub use kube;
+pub use schemars;
+pub use serde;
+pub use serde_json;

@@ -1,0 +1,9 @@
+//! `use rekon_sdk::prelude::*;` brings what almost every plugin uses.
+
+pub use crate::action::{Action, EventType, ObjectRef, Outcome, Propagation};
+pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Request};
+pub use crate::error::{Error, ReadError};
+pub use crate::plugin::Plugin;
+pub use crate::registration::{ClusterSet, Mapping, OwnerLabels, Registration};
+pub use crate::resource::{Kind, ResourceType, Scope};
+pub use kube::{CustomResourceExt as _, Resource as _, ResourceExt as _};

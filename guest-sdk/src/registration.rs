@@ -1,0 +1,535 @@
+//! What a plugin declares about itself: [`Registration`] and its parts.
+//!
+//! The host derives watches, finalizer handling, capability checks, RBAC and
+//! CRDs from it. Build one with the typed helpers:
+//!
+//! ```
+//! use rekon_sdk::{ClusterSet, Mapping, Registration};
+//! use k8s_openapi::api::core::v1::{ConfigMap, Node};
+//!
+//! let reg = Registration::new::<ConfigMap>("labeler", "0.1.0")
+//!     .watch::<Node>(ClusterSet::Primary, Mapping::AllPrimaries)
+//!     .finalizer("labeler.example.com/cleanup")
+//!     .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
+//!     .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary);
+//! assert_eq!(reg.watches.len(), 1);
+//! assert!(reg.validate().is_ok());
+//! ```
+
+use std::collections::BTreeMap;
+
+use crate::Request;
+use crate::error::Error;
+use crate::resource::{Kind, ResourceType};
+
+/// A set of clusters, resolved by the host against the clusters engaged at
+/// any moment (clusters can be added and removed at runtime).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ClusterSet {
+    /// Only the primary cluster.
+    Primary,
+    /// Every engaged cluster, primary included, now and in the future.
+    All,
+    /// The clusters with these names, when engaged.
+    Named(Vec<String>),
+}
+
+impl ClusterSet {
+    /// Whether `cluster` belongs to the set, given which cluster is primary.
+    #[must_use]
+    pub fn contains(&self, cluster: &str, primary: Option<&str>) -> bool {
+        match self {
+            ClusterSet::Primary => primary == Some(cluster),
+            ClusterSet::All => true,
+            ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
+        }
+    }
+}
+
+/// Label keys whose values name a primary object in (possibly) another
+/// cluster. Owner references cannot cross clusters; labels can.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct OwnerLabels {
+    /// Label whose value is the primary's cluster name.
+    pub cluster: String,
+    /// Label whose value is the primary's namespace (absent or empty for
+    /// cluster-scoped primaries).
+    pub namespace: String,
+    /// Label whose value is the primary's name.
+    pub name: String,
+}
+
+impl OwnerLabels {
+    /// Owner label keys.
+    #[must_use]
+    pub fn new(cluster: &str, namespace: &str, name: &str) -> Self {
+        Self {
+            cluster: cluster.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The labels a child of the primary `owner` carries, to be merged into
+    /// the child's `metadata.labels`.
+    ///
+    /// ```
+    /// use rekon_sdk::{OwnerLabels, Request};
+    /// let keys = OwnerLabels::new("owner.cluster", "owner.namespace", "owner.name");
+    /// let labels = keys.labels_for(&Request::namespaced("main", "default", "t1"));
+    /// assert_eq!(labels["owner.cluster"], "main");
+    /// assert_eq!(labels["owner.name"], "t1");
+    /// ```
+    #[must_use]
+    pub fn labels_for(&self, owner: &Request) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::new();
+        labels.insert(self.cluster.clone(), owner.cluster.clone());
+        if let Some(ns) = &owner.namespace {
+            labels.insert(self.namespace.clone(), ns.clone());
+        }
+        labels.insert(self.name.clone(), owner.name.clone());
+        labels
+    }
+
+    /// The primary named by `labels`, if they carry the cluster and name keys.
+    #[must_use]
+    pub fn owner_of(&self, labels: &BTreeMap<String, String>) -> Option<Request> {
+        let cluster = labels.get(&self.cluster)?;
+        let name = labels.get(&self.name)?;
+        let namespace = labels
+            .get(&self.namespace)
+            .filter(|ns| !ns.is_empty())
+            .cloned();
+        Some(Request {
+            cluster: cluster.clone(),
+            namespace,
+            name: name.clone(),
+        })
+    }
+
+    /// A label selector matching every child that carries these labels for `owner`.
+    #[must_use]
+    pub fn selector_for(&self, owner: &Request) -> String {
+        crate::context::selector_from_labels(&self.labels_for(owner))
+    }
+}
+
+/// How an event on a watched object becomes requests for primaries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Mapping {
+    /// The watched object is a primary: request its own key.
+    Itself,
+    /// The controller owner reference of the object, in the same cluster,
+    /// when it points at the primary kind.
+    OwnerReference,
+    /// Owner labels naming a primary, possibly in another cluster.
+    OwnerLabels(OwnerLabels),
+    /// Every primary of the plugin (e.g. any Node change wakes every NodePool).
+    AllPrimaries,
+    /// Ask the plugin: the host calls [`Plugin::map`](crate::Plugin::map).
+    Custom,
+}
+
+/// A resource the plugin needs to see, and how its events map to primaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    /// The resource to watch.
+    pub resource: ResourceType,
+    /// Which clusters to watch it in.
+    pub clusters: ClusterSet,
+    /// How its events become requests.
+    pub mapping: Mapping,
+    /// Optional label selector narrowing the watch.
+    pub label_selector: Option<String>,
+}
+
+/// Something the plugin may do. Every action it returns is checked against
+/// these before anything is written; they also generate RBAC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    /// The resource the verbs apply to.
+    pub resource: ResourceType,
+    /// RBAC verbs: get, list, watch, create, update, patch, delete.
+    pub verbs: Vec<String>,
+    /// Whether the verbs also apply to the `status` subresource.
+    pub status: bool,
+    /// Clusters in which the permission holds.
+    pub clusters: ClusterSet,
+}
+
+impl Permission {
+    /// Whether this permission grants `verb` on `resource` in `cluster`
+    /// (`status`: on the status subresource).
+    #[must_use]
+    pub fn allows(
+        &self,
+        resource: &ResourceType,
+        verb: &str,
+        status: bool,
+        cluster: &str,
+        primary: Option<&str>,
+    ) -> bool {
+        self.resource.same_kind(resource)
+            && (!status || self.status)
+            && self.verbs.iter().any(|v| v == verb || v == "*")
+            && self.clusters.contains(cluster, primary)
+    }
+}
+
+/// The RBAC verbs a permission may name.
+pub const VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "*",
+];
+
+/// What a plugin declares about itself, returned by [`Plugin::register`](crate::Plugin::register).
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct Registration {
+    /// Unique plugin name (DNS label); field manager is `rekon.<name>`.
+    pub name: String,
+    /// The plugin's own version (semver).
+    pub version: String,
+    /// The primary resource: the objects the plugin reconciles.
+    pub primary: ResourceType,
+    /// Clusters whose primaries are reconciled (default: the primary cluster).
+    pub primary_clusters: ClusterSet,
+    /// Clusters the plugin reads and writes in (default: the primary cluster).
+    pub clusters: ClusterSet,
+    /// Other resources to watch.
+    pub watches: Vec<Watch>,
+    /// Finalizer the host adds to every primary.
+    pub finalizer: Option<String>,
+    /// Everything the plugin may write and read.
+    pub permissions: Vec<Permission>,
+    /// CustomResourceDefinition manifests the plugin owns.
+    pub crds: Vec<serde_json::Value>,
+    /// Upper bound of concurrent reconciles; `None` = host default.
+    pub max_concurrent_reconciles: Option<u32>,
+    /// Problems found while building (reported by [`Registration::validate`]).
+    problems: Vec<String>,
+}
+
+impl Registration {
+    /// A registration whose primary resource is `K`, reconciled in (and
+    /// covering only) the primary cluster.
+    pub fn new<K: Kind>(name: &str, version: &str) -> Self {
+        Self::for_resource(name, version, K::resource_type())
+    }
+
+    /// Like [`Registration::new`] with a resource type spelled out by hand.
+    pub fn for_resource(name: &str, version: &str, primary: ResourceType) -> Self {
+        Self {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            primary,
+            primary_clusters: ClusterSet::Primary,
+            clusters: ClusterSet::Primary,
+            watches: Vec::new(),
+            finalizer: None,
+            permissions: Vec::new(),
+            crds: Vec::new(),
+            max_concurrent_reconciles: None,
+            problems: Vec::new(),
+        }
+    }
+
+    /// Clusters whose primaries are reconciled.
+    pub fn primary_clusters(mut self, clusters: ClusterSet) -> Self {
+        self.primary_clusters = clusters;
+        self
+    }
+
+    /// Clusters the plugin covers (reads and writes in).
+    pub fn clusters(mut self, clusters: ClusterSet) -> Self {
+        self.clusters = clusters;
+        self
+    }
+
+    /// Watch `K` in `clusters`, mapping its events with `mapping`.
+    pub fn watch<K: Kind>(self, clusters: ClusterSet, mapping: Mapping) -> Self {
+        self.watch_resource(K::resource_type(), clusters, mapping, None)
+    }
+
+    /// Watch only the objects of `K` matching `label_selector`.
+    pub fn watch_selected<K: Kind>(
+        self,
+        clusters: ClusterSet,
+        mapping: Mapping,
+        label_selector: &str,
+    ) -> Self {
+        self.watch_resource(
+            K::resource_type(),
+            clusters,
+            mapping,
+            Some(label_selector.to_owned()),
+        )
+    }
+
+    /// Watch a resource type spelled out by hand.
+    pub fn watch_resource(
+        mut self,
+        resource: ResourceType,
+        clusters: ClusterSet,
+        mapping: Mapping,
+        label_selector: Option<String>,
+    ) -> Self {
+        self.watches.push(Watch {
+            resource,
+            clusters,
+            mapping,
+            label_selector,
+        });
+        self
+    }
+
+    /// The finalizer the host adds to every primary and removes once the
+    /// plugin reports cleanup done ([`Outcome::finalized`](crate::Outcome::finalized)).
+    pub fn finalizer(mut self, name: &str) -> Self {
+        self.finalizer = Some(name.to_owned());
+        self
+    }
+
+    /// Allow `verbs` on `K` in `clusters`.
+    pub fn permission<K: Kind>(self, verbs: &[&str], clusters: ClusterSet) -> Self {
+        self.permission_resource(K::resource_type(), verbs, false, clusters)
+    }
+
+    /// Allow `verbs` on `K` and on its `status` subresource in `clusters`.
+    pub fn status_permission<K: Kind>(self, verbs: &[&str], clusters: ClusterSet) -> Self {
+        self.permission_resource(K::resource_type(), verbs, true, clusters)
+    }
+
+    /// Allow `verbs` on a resource type spelled out by hand.
+    pub fn permission_resource(
+        mut self,
+        resource: ResourceType,
+        verbs: &[&str],
+        status: bool,
+        clusters: ClusterSet,
+    ) -> Self {
+        self.permissions.push(Permission {
+            resource,
+            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            status,
+            clusters,
+        });
+        self
+    }
+
+    /// Own a CRD: `.crd(NodePool::crd())` with `kube::CustomResourceExt`.
+    pub fn crd<T: serde::Serialize>(mut self, crd: T) -> Self {
+        match serde_json::to_value(crd) {
+            Ok(v) => self.crds.push(v),
+            Err(e) => self
+                .problems
+                .push(format!("failed to serialize a CRD: {e}")),
+        }
+        self
+    }
+
+    /// Own a CRD given as YAML text (e.g. `include_str!("crd.yaml")`).
+    pub fn crd_yaml(mut self, yaml: &str) -> Self {
+        match serde_yaml::from_str::<serde_json::Value>(yaml) {
+            Ok(v) => self.crds.push(v),
+            Err(e) => self
+                .problems
+                .push(format!("failed to parse a CRD from YAML: {e}")),
+        }
+        self
+    }
+
+    /// Limit concurrent reconciles of this plugin.
+    pub fn max_concurrent_reconciles(mut self, n: u32) -> Self {
+        self.max_concurrent_reconciles = Some(n);
+        self
+    }
+
+    /// Checks what the host would refuse: the name is a DNS label, the
+    /// version is set, verbs are RBAC verbs, CRDs serialized. Called by the
+    /// export glue before the registration leaves the plugin, and by the
+    /// test kit.
+    pub fn validate(&self) -> Result<(), Error> {
+        let mut problems = self.problems.clone();
+        if !is_dns_label(&self.name) {
+            problems.push(format!("plugin name {:?} is not a DNS label", self.name));
+        }
+        if self.version.trim().is_empty() {
+            problems.push(format!("plugin {} has an empty version", self.name));
+        }
+        for p in &self.permissions {
+            for v in &p.verbs {
+                if !VERBS.contains(&v.as_str()) {
+                    problems.push(format!(
+                        "permission on {} names unknown verb {v:?}",
+                        p.resource
+                    ));
+                }
+            }
+        }
+        if let Some(f) = &self.finalizer
+            && (f.is_empty() || !f.contains('/'))
+        {
+            problems.push(format!("finalizer {f:?} must be qualified (`domain/name`)"));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::terminal(format!(
+                "invalid registration of plugin {}: {}",
+                self.name,
+                problems.join("; ")
+            )))
+        }
+    }
+
+    /// Whether the declared permissions allow `verb` on `resource` in `cluster`.
+    #[must_use]
+    pub fn allows(
+        &self,
+        resource: &ResourceType,
+        verb: &str,
+        status: bool,
+        cluster: &str,
+        primary: Option<&str>,
+    ) -> bool {
+        self.permissions
+            .iter()
+            .any(|p| p.allows(resource, verb, status, cluster, primary))
+    }
+
+    /// Whether the plugin may read `resource` in `cluster`: it is the
+    /// primary (in the primary clusters) or watched there.
+    #[must_use]
+    pub fn reads(&self, resource: &ResourceType, cluster: &str, primary: Option<&str>) -> bool {
+        (self.primary.same_kind(resource) && self.primary_clusters.contains(cluster, primary))
+            || self
+                .watches
+                .iter()
+                .any(|w| w.resource.same_kind(resource) && w.clusters.contains(cluster, primary))
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Scope;
+    use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+
+    #[test]
+    fn builder_collects_watches_permissions_and_finalizer() {
+        let reg = Registration::new::<ConfigMap>("demo", "1.0.0")
+            .clusters(ClusterSet::All)
+            .watch::<Node>(ClusterSet::All, Mapping::AllPrimaries)
+            .watch_selected::<Secret>(ClusterSet::Primary, Mapping::OwnerReference, "app=demo")
+            .finalizer("demo.rekon.dev/cleanup")
+            .permission::<Node>(&["get", "patch"], ClusterSet::All)
+            .status_permission::<ConfigMap>(&["patch"], ClusterSet::Primary)
+            .max_concurrent_reconciles(4);
+        reg.validate().unwrap();
+        assert_eq!(reg.primary.kind, "ConfigMap");
+        assert_eq!(reg.primary.scope, Scope::Namespaced);
+        assert_eq!(reg.watches[0].resource.scope, Scope::Cluster);
+        assert_eq!(reg.watches[1].label_selector.as_deref(), Some("app=demo"));
+        assert!(reg.allows(
+            &ResourceType::of::<Node>(),
+            "patch",
+            false,
+            "sub",
+            Some("main")
+        ));
+        assert!(!reg.allows(
+            &ResourceType::of::<Node>(),
+            "delete",
+            false,
+            "sub",
+            Some("main")
+        ));
+        assert!(reg.allows(
+            &ResourceType::of::<ConfigMap>(),
+            "patch",
+            true,
+            "main",
+            Some("main")
+        ));
+        assert!(!reg.allows(
+            &ResourceType::of::<ConfigMap>(),
+            "patch",
+            true,
+            "sub",
+            Some("main")
+        ));
+        assert!(reg.reads(&ResourceType::of::<Secret>(), "main", Some("main")));
+        assert!(!reg.reads(&ResourceType::of::<Secret>(), "sub", Some("main")));
+        assert!(reg.reads(&ResourceType::of::<ConfigMap>(), "main", Some("main")));
+    }
+
+    #[test]
+    fn validate_reports_every_problem() {
+        let err = Registration::new::<ConfigMap>("Bad_Name", " ")
+            .permission::<Node>(&["get", "frobnicate"], ClusterSet::Primary)
+            .finalizer("nodomain")
+            .crd_yaml("{ not yaml")
+            .validate()
+            .unwrap_err();
+        let msg = err.message();
+        assert!(!err.is_retryable());
+        for needle in [
+            "not a DNS label",
+            "empty version",
+            "frobnicate",
+            "nodomain",
+            "YAML",
+        ] {
+            assert!(msg.contains(needle), "{needle:?} missing from {msg}");
+        }
+    }
+
+    #[test]
+    fn crd_is_serialized_to_json() {
+        let yaml = "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: widgets.example.com\n";
+        let reg = Registration::new::<ConfigMap>("demo", "1.0.0").crd_yaml(yaml);
+        assert_eq!(reg.crds[0]["metadata"]["name"], "widgets.example.com");
+    }
+
+    #[test]
+    fn owner_labels_round_trip() {
+        let keys = OwnerLabels::new("owner.cluster", "owner.namespace", "owner.name");
+        let owner = Request::namespaced("main", "ns1", "t1");
+        let labels = keys.labels_for(&owner);
+        assert_eq!(keys.owner_of(&labels), Some(owner.clone()));
+        assert_eq!(
+            keys.selector_for(&owner),
+            "owner.cluster=main,owner.name=t1,owner.namespace=ns1"
+        );
+        let cluster_scoped = Request::cluster_scoped("main", "p1");
+        assert_eq!(
+            keys.owner_of(&keys.labels_for(&cluster_scoped)),
+            Some(cluster_scoped)
+        );
+    }
+
+    #[test]
+    fn cluster_set_membership() {
+        assert!(ClusterSet::Primary.contains("main", Some("main")));
+        assert!(!ClusterSet::Primary.contains("sub", Some("main")));
+        assert!(ClusterSet::All.contains("sub", Some("main")));
+        assert!(ClusterSet::Named(vec!["sub".into()]).contains("sub", None));
+    }
+}

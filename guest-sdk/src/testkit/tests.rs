@@ -1,0 +1,688 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use serde_json::json;
+
+use super::*;
+use crate::prelude::*;
+
+const FINALIZER: &str = "labeler.rekon.dev/cleanup";
+const POOL_LABEL: &str = "example.com/pool";
+
+fn node(name: &str, labels: &[(&str, &str)]) -> Node {
+    let mut n = Node::default();
+    n.metadata.name = Some(name.into());
+    n.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    n
+}
+
+fn config_map(ns: &str, name: &str, data: &[(&str, &str)]) -> ConfigMap {
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some(name.into());
+    cm.metadata.namespace = Some(ns.into());
+    cm.data = Some(
+        data.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    );
+    cm
+}
+
+/// A realistic plugin: a ConfigMap names a node selector in `data.selector`;
+/// every selected node gets label `example.com/pool=<configmap name>` by
+/// server-side apply. On deletion the labels are withdrawn.
+struct Labeler;
+
+impl Plugin for Labeler {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("labeler", "0.1.0")
+            .watch::<Node>(ClusterSet::Primary, Mapping::AllPrimaries)
+            .finalizer(FINALIZER)
+            .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
+            .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary))
+    }
+
+    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
+            return Ok(Outcome::done());
+        };
+        let deleting = cm.metadata.deletion_timestamp.is_some();
+        let selector = cm
+            .data
+            .unwrap_or_default()
+            .get("selector")
+            .cloned()
+            .unwrap_or_default();
+        let mut outcome = Outcome::done();
+        for n in ctx.list::<Node>(&req.cluster, None, Some(&selector))? {
+            let mut applied = Node::default();
+            applied.metadata.name = n.metadata.name.clone();
+            if !deleting {
+                applied.metadata.labels =
+                    Some(BTreeMap::from([(POOL_LABEL.to_owned(), req.name.clone())]));
+            }
+            outcome.push(Action::apply(&req.cluster, &applied)?);
+        }
+        crate::info!(ctx, "labelled nodes"; selector = selector, deleting = deleting);
+        Ok(if deleting {
+            outcome.finalized()
+        } else {
+            outcome
+        })
+    }
+}
+
+fn labeler_world() -> World {
+    let mut world = World::new().primary("main").cluster("sub");
+    world.insert(
+        "main",
+        &node("n1", &[("role", "gpu"), ("kubernetes.io/hostname", "n1")]),
+    );
+    world.insert("main", &node("n2", &[("role", "gpu")]));
+    world.insert("main", &node("n3", &[("role", "cpu")]));
+    world.insert(
+        "main",
+        &config_map("default", "pool-a", &[("selector", "role=gpu")]),
+    );
+    world
+}
+
+fn labels(world: &World, name: &str) -> BTreeMap<String, String> {
+    world
+        .get::<Node>("main", None, name)
+        .and_then(|n| n.metadata.labels)
+        .unwrap_or_default()
+}
+
+#[test]
+fn reconcile_reads_typed_objects_and_returns_applies() {
+    let mut world = labeler_world();
+    let req = Request::namespaced("main", "default", "pool-a");
+    let outcome = world.reconcile::<Labeler>(&req).unwrap();
+    let nodes: Vec<Node> = outcome.applied().unwrap();
+    let names: Vec<_> = nodes
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(names, ["n1", "n2"]);
+    let n1 = outcome.find_apply::<Node>("main", "n1").unwrap();
+    assert_eq!(n1.object["apiVersion"], "v1");
+    assert_eq!(n1.object["kind"], "Node");
+    assert!(outcome.find_apply::<Node>("main", "n3").is_none());
+    // The host-side finalizer was added before the reconcile.
+    let cm: ConfigMap = world.get("main", Some("default"), "pool-a").unwrap();
+    assert_eq!(cm.metadata.finalizers.unwrap(), [FINALIZER]);
+    // Logs are captured with their fields.
+    let log = world.logs().pop().unwrap();
+    assert_eq!(log.level, LogLevel::Info);
+    assert!(log.fields.contains(&("selector".into(), "role=gpu".into())));
+}
+
+#[test]
+fn converge_then_delete_withdraws_labels_and_releases_the_finalizer() {
+    let mut world = labeler_world();
+    let req = Request::namespaced("main", "default", "pool-a");
+    let rounds = world.converge::<Labeler>(&req, 5).unwrap();
+    assert_eq!(
+        rounds.len(),
+        2,
+        "one round writes, the second changes nothing"
+    );
+    assert_eq!(labels(&world, "n1")[POOL_LABEL], "pool-a");
+    assert_eq!(
+        labels(&world, "n1")["kubernetes.io/hostname"],
+        "n1",
+        "foreign labels are kept"
+    );
+    assert!(!labels(&world, "n3").contains_key(POOL_LABEL));
+    world.assert_stable::<Labeler>(&req);
+
+    // Deleting the ConfigMap: the finalizer holds it.
+    let cm_ref = ObjectRef::for_request::<ConfigMap>(&req);
+    assert!(world.delete(&cm_ref));
+    let cm: ConfigMap = world.get("main", Some("default"), "pool-a").unwrap();
+    assert!(cm.metadata.deletion_timestamp.is_some());
+
+    // The cleanup apply omits the label: server-side apply removes it, and
+    // the finalized outcome lets the ConfigMap go.
+    let outcome = world.reconcile::<Labeler>(&req).unwrap();
+    assert!(outcome.finalized);
+    assert!(world.apply::<Labeler>(&req, &outcome).unwrap());
+    assert!(!labels(&world, "n1").contains_key(POOL_LABEL));
+    assert_eq!(labels(&world, "n1")["role"], "gpu");
+    assert!(!world.contains(&cm_ref));
+}
+
+#[test]
+fn selector_change_moves_labels() {
+    let mut world = labeler_world();
+    let req = Request::namespaced("main", "default", "pool-a");
+    world.converge::<Labeler>(&req, 5).unwrap();
+    let cm_ref = ObjectRef::for_request::<ConfigMap>(&req);
+    assert!(world.modify(&cm_ref, |cm| cm["data"]["selector"] =
+        json!("role in (cpu)")));
+    world.converge::<Labeler>(&req, 5).unwrap();
+    assert!(labels(&world, "n3").contains_key(POOL_LABEL));
+    // n1 is no longer applied at all; its label stays (no apply of n1 was
+    // made that omits it), exactly like the API server.
+    assert!(labels(&world, "n1").contains_key(POOL_LABEL));
+}
+
+/// Reads a Secret it never declared.
+struct Snoop;
+impl Plugin for Snoop {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("snoop", "0.1.0"))
+    }
+    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        ctx.get::<Secret>(&req.cluster, req.namespace.as_deref(), "token")?;
+        Ok(Outcome::done())
+    }
+}
+
+#[test]
+fn undeclared_reads_fail_like_on_the_host() {
+    let mut world = World::new().primary("main");
+    let err = world
+        .reconcile::<Snoop>(&Request::namespaced("main", "default", "x"))
+        .unwrap_err();
+    let TestkitError::Reconcile { error, .. } = err else {
+        panic!("unexpected {err}")
+    };
+    assert!(error.is_retryable());
+    assert!(error.message().contains("not watched"), "{error}");
+    // The unrestricted context is for helper tests.
+    assert_eq!(
+        world
+            .context()
+            .get::<Secret>("main", Some("default"), "token"),
+        Ok(None)
+    );
+}
+
+#[test]
+fn reads_know_clusters_namespaces_and_selectors() {
+    let mut world = World::new().primary("main").cluster("sub");
+    world.insert("main", &config_map("a", "one", &[]));
+    world.insert("main", &config_map("b", "two", &[]));
+    world.insert("sub", &config_map("a", "three", &[]));
+    world.insert_json("main", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "x", "gpu": "true"}}}));
+    world.insert_json("main", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n2", "labels": {"zone": "y"}}}));
+    let ctx = world.context();
+    let all: Vec<ConfigMap> = ctx.list("main", None, None).unwrap();
+    assert_eq!(all.len(), 2);
+    let in_a: Vec<ConfigMap> = ctx.list("main", Some("a"), None).unwrap();
+    assert_eq!(in_a[0].metadata.name.as_deref(), Some("one"));
+    assert!(
+        ctx.get::<ConfigMap>("sub", Some("a"), "three")
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        ctx.get::<ConfigMap>("sub", Some("b"), "three")
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        ctx.get::<ConfigMap>("gone", Some("a"), "x"),
+        Err(ReadError::UnknownCluster("gone".into()))
+    );
+    let names = |sel: &str| -> Vec<String> {
+        ctx.list::<Node>("main", None, Some(sel))
+            .unwrap()
+            .into_iter()
+            .map(|n| n.metadata.name.unwrap())
+            .collect()
+    };
+    assert_eq!(names("zone=x"), ["n1"]);
+    assert_eq!(names("zone==y"), ["n2"]);
+    assert_eq!(names("zone!=x"), ["n2"]);
+    assert_eq!(names("gpu"), ["n1"]);
+    assert_eq!(names("!gpu"), ["n2"]);
+    assert_eq!(names("zone in (x, y),!gpu"), ["n2"]);
+    assert_eq!(names("zone notin (x)"), ["n2"]);
+    assert_eq!(names(""), ["n1", "n2"]);
+    assert!(matches!(
+        ctx.list::<Node>("main", None, Some("zone in (x")),
+        Err(ReadError::InvalidSelector(_))
+    ));
+    assert!(matches!(
+        ctx.list::<Node>("main", None, Some("a=b c")),
+        Err(ReadError::InvalidSelector(_))
+    ));
+    // Untyped reads see the same objects.
+    let raw = ctx
+        .get_json("main", &ResourceType::of::<Node>(), None, "n1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(raw["metadata"]["labels"]["zone"], "x");
+    let dynamic = ctx
+        .list_dynamic("main", &ResourceType::of::<Node>(), None, Some("zone=y"))
+        .unwrap();
+    assert_eq!(dynamic[0].metadata.name.as_deref(), Some("n2"));
+}
+
+#[test]
+fn clusters_health_and_time_are_visible() {
+    let mut world = World::new().primary("main").cluster("sub");
+    world.set_health("sub", ClusterHealth::Unreachable);
+    world.advance(Duration::from_secs(90));
+    let ctx = world.context();
+    assert_eq!(ctx.primary_cluster().as_deref(), Some("main"));
+    assert_eq!(
+        ctx.cluster("sub").unwrap().health,
+        ClusterHealth::Unreachable
+    );
+    assert_eq!(ctx.now().0.as_second(), DEFAULT_TIME_SECONDS + 90);
+    world.remove_cluster("sub");
+    assert!(world.context().cluster("sub").is_none());
+}
+
+/// Writes whatever `data.action` says, to exercise the world's semantics.
+struct Writer;
+impl Plugin for Writer {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("writer", "0.1.0")
+            .finalizer("writer.rekon.dev/f")
+            .status_permission::<ConfigMap>(
+                &["get", "create", "patch", "delete"],
+                ClusterSet::Primary,
+            ))
+    }
+    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
+            return Ok(Outcome::done());
+        };
+        let data = cm.data.clone().unwrap_or_default();
+        let me = ObjectRef::for_request::<ConfigMap>(req);
+        let rv = cm.metadata.resource_version.clone().unwrap_or_default();
+        let action: Action = match data.get("action").map(String::as_str) {
+            Some("merge") => Action::merge_patch(
+                me,
+                json!({"data": {"merged": "yes"}, "status": {"ignored": true}}),
+            )
+            .resource_version(rv)
+            .into(),
+            Some("stale") => Action::merge_patch(me, json!({"data": {"x": "y"}}))
+                .resource_version("1")
+                .into(),
+            Some("json") => Action::json_patch(
+                me,
+                json!([{"op": "add", "path": "/data/jsoned", "value": "yes"}]),
+            )
+            .into(),
+            Some("bad-json") => {
+                Action::json_patch(me, json!([{"op": "remove", "path": "/data/absent"}])).into()
+            }
+            Some("status") => Action::merge_patch(
+                me,
+                json!({"status": {"seen": true}, "data": {"ignored": "yes"}}),
+            )
+            .status()
+            .into(),
+            Some("create") => {
+                Action::create("main", &config_map("default", "child", &[("v", "1")]))?.into()
+            }
+            Some("delete") => Action::delete(me).into(),
+            Some("wrong-uid") => Action::delete(me).uid("nope").into(),
+            Some("secret") => {
+                Action::delete(ObjectRef::new::<Secret>("main", Some("default"), "s")).into()
+            }
+            Some("sub") => Action::merge_patch(
+                ObjectRef::new::<ConfigMap>("sub", Some("default"), "x"),
+                json!({}),
+            )
+            .into(),
+            _ => return Ok(Outcome::done().finalized()),
+        };
+        Ok(Outcome::done().with(action))
+    }
+}
+
+fn run_writer(action: &str) -> (World, Result<bool, TestkitError>) {
+    let mut world = World::new().primary("main").cluster("sub");
+    world.insert("main", &config_map("default", "w", &[("action", action)]));
+    world.insert("main", &config_map("default", "child", &[("v", "0")]));
+    let req = Request::namespaced("main", "default", "w");
+    let outcome = world.reconcile::<Writer>(&req).unwrap();
+    let result = world.apply::<Writer>(&req, &outcome);
+    (world, result)
+}
+
+fn writer_cm(world: &World) -> Option<serde_json::Value> {
+    world.get_ref(&ObjectRef::new::<ConfigMap>("main", Some("default"), "w"))
+}
+
+#[test]
+fn patches_follow_api_semantics() {
+    let (world, r) = run_writer("merge");
+    assert_eq!(r, Ok(true));
+    let cm = writer_cm(&world).unwrap();
+    assert_eq!(cm["data"]["merged"], "yes");
+    assert!(
+        cm.get("status").is_none(),
+        "a main-resource patch ignores status"
+    );
+
+    let (world, r) = run_writer("json");
+    assert_eq!(r, Ok(true));
+    assert_eq!(writer_cm(&world).unwrap()["data"]["jsoned"], "yes");
+
+    let (_, r) = run_writer("bad-json");
+    assert!(matches!(r, Err(TestkitError::Invalid { .. })), "{r:?}");
+
+    let (_, r) = run_writer("stale");
+    assert!(matches!(r, Err(TestkitError::Conflict { .. })), "{r:?}");
+
+    let (world, r) = run_writer("status");
+    assert_eq!(r, Ok(true));
+    let cm = writer_cm(&world).unwrap();
+    assert_eq!(cm["status"]["seen"], true);
+    assert!(
+        cm["data"].get("ignored").is_none(),
+        "a status patch ignores the rest"
+    );
+}
+
+#[test]
+fn create_if_absent_and_deletes() {
+    let (world, r) = run_writer("create");
+    assert_eq!(r, Ok(false), "the child exists: create leaves it alone");
+    let child: ConfigMap = world.get("main", Some("default"), "child").unwrap();
+    assert_eq!(child.data.unwrap()["v"], "0");
+
+    let (world, r) = run_writer("delete");
+    assert_eq!(r, Ok(true));
+    let cm = writer_cm(&world).unwrap();
+    assert!(
+        cm["metadata"]["deletionTimestamp"].is_string(),
+        "the finalizer holds it"
+    );
+
+    let (_, r) = run_writer("wrong-uid");
+    assert!(matches!(r, Err(TestkitError::Conflict { .. })), "{r:?}");
+}
+
+#[test]
+fn writes_outside_permissions_are_refused() {
+    let (world, r) = run_writer("secret");
+    assert!(
+        matches!(&r, Err(TestkitError::Forbidden { verb, .. }) if verb == "delete"),
+        "{r:?}"
+    );
+    assert!(r.unwrap_err().to_string().contains("Secret main/default/s"));
+    assert!(writer_cm(&world).is_some());
+    let (_, r) = run_writer("sub");
+    assert!(matches!(r, Err(TestkitError::Forbidden { .. })), "{r:?}");
+}
+
+#[test]
+fn deletion_cascades_to_owned_objects_unless_orphaned() {
+    for orphan in [false, true] {
+        let mut world = World::new().primary("main");
+        let owner_ref = world.insert("main", &config_map("default", "owner", &[]));
+        let owner: ConfigMap = world.get("main", Some("default"), "owner").unwrap();
+        let mut child = config_map("default", "child", &[]);
+        child.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: "owner".into(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        let child_ref = world.insert("main", &child);
+        let delete = Action::delete(owner_ref.clone());
+        let delete = if orphan {
+            delete.propagation(Propagation::Orphan)
+        } else {
+            delete
+        };
+        world
+            .state
+            .borrow_mut()
+            .perform("test", &delete.into())
+            .unwrap();
+        assert!(!world.contains(&owner_ref));
+        assert_eq!(world.contains(&child_ref), orphan);
+        if orphan {
+            let child: ConfigMap = world.get("main", Some("default"), "child").unwrap();
+            assert_eq!(child.metadata.owner_references, Some(vec![]));
+        }
+    }
+}
+
+fn rv_of(cm: &ConfigMap) -> u64 {
+    cm.metadata
+        .resource_version
+        .clone()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn resource_versions_and_identity_are_stamped() {
+    let mut world = World::new().primary("main");
+    let r = world.insert("main", &config_map("default", "a", &[]));
+    let before: ConfigMap = world.get("main", Some("default"), "a").unwrap();
+    assert!(before.metadata.uid.is_some());
+    assert!(before.metadata.creation_timestamp.is_some());
+    world.modify(&r, |v| v["data"] = json!({"k": "v"}));
+    let middle: ConfigMap = world.get("main", Some("default"), "a").unwrap();
+    assert!(
+        world.update::<ConfigMap>("main", Some("default"), "a", |cm| {
+            cm.data
+                .get_or_insert_default()
+                .insert("typed".into(), "yes".into());
+        })
+    );
+    assert!(!world.update::<ConfigMap>("main", Some("default"), "absent", |_| {}));
+    let after: ConfigMap = world.get("main", Some("default"), "a").unwrap();
+    assert_eq!(after.data.clone().unwrap()["k"], "v");
+    assert_eq!(after.data.clone().unwrap()["typed"], "yes");
+    assert!(rv_of(&after) > rv_of(&middle));
+    let rv = |cm: &ConfigMap| {
+        cm.metadata
+            .resource_version
+            .clone()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(rv(&after) > rv(&before));
+    assert_eq!(after.metadata.uid, before.metadata.uid);
+}
+
+/// Never settles: bumps a counter annotation on every reconcile.
+struct Restless;
+impl Plugin for Restless {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("restless", "0.1.0")
+            .permission::<ConfigMap>(&["patch"], ClusterSet::Primary))
+    }
+    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        let cm = ctx
+            .get_requested::<ConfigMap>(req)?
+            .ok_or_else(|| Error::retry("no configmap"))?;
+        let n: u64 = cm
+            .annotations()
+            .get("n")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let patch = json!({"metadata": {"annotations": {"n": (n + 1).to_string()}}});
+        Ok(Outcome::done().with(Action::merge_patch(
+            ObjectRef::for_request::<ConfigMap>(req),
+            patch,
+        )))
+    }
+}
+
+#[test]
+fn converge_reports_plugins_that_never_settle() {
+    let mut world = World::new().primary("main");
+    world.insert("main", &config_map("default", "a", &[]));
+    let req = Request::namespaced("main", "default", "a");
+    let err = world.converge::<Restless>(&req, 4).unwrap_err();
+    assert!(
+        matches!(err, TestkitError::NotConverged { rounds: 4, .. }),
+        "{err}"
+    );
+    let cm: ConfigMap = world.get("main", Some("default"), "a").unwrap();
+    assert_eq!(cm.annotations()["n"], "4");
+    // And a reconcile error surfaces as such.
+    let missing = Request::namespaced("main", "default", "missing");
+    assert!(matches!(
+        world.converge::<Restless>(&missing, 4),
+        Err(TestkitError::Reconcile { .. })
+    ));
+}
+
+#[test]
+#[should_panic(expected = "expected no writes")]
+fn assert_no_writes_fails_on_writes() {
+    let mut world = World::new().primary("main");
+    world.insert("main", &config_map("default", "a", &[]));
+    world.assert_no_writes::<Restless>(&Request::namespaced("main", "default", "a"));
+}
+
+#[test]
+#[should_panic(expected = "to be stable")]
+fn assert_stable_fails_on_changes() {
+    let mut world = World::new().primary("main");
+    world.insert("main", &config_map("default", "a", &[]));
+    world.assert_stable::<Restless>(&Request::namespaced("main", "default", "a"));
+}
+
+#[test]
+fn converge_all_reconciles_every_primary() {
+    let mut world = labeler_world();
+    world.insert(
+        "main",
+        &config_map("default", "pool-b", &[("selector", "role=cpu")]),
+    );
+    world.insert(
+        "sub",
+        &config_map("default", "elsewhere", &[("selector", "role=cpu")]),
+    );
+    let rounds = world.converge_all::<Labeler>(5).unwrap();
+    assert_eq!(rounds, 2);
+    assert_eq!(labels(&world, "n3")[POOL_LABEL], "pool-b");
+    assert_eq!(labels(&world, "n2")[POOL_LABEL], "pool-a");
+    // Primaries in clusters outside `primary_clusters` are not reconciled.
+    let elsewhere: ConfigMap = world.get("sub", Some("default"), "elsewhere").unwrap();
+    assert!(elsewhere.metadata.finalizers.is_none());
+}
+
+/// Maps a Secret to the ConfigMap named in its `owner` label.
+struct Mapper;
+impl Plugin for Mapper {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("mapper", "0.1.0")
+            .watch::<Secret>(ClusterSet::All, Mapping::Custom))
+    }
+    fn reconcile(_: &Context, _: &Request) -> Result<Outcome, Error> {
+        Ok(Outcome::done())
+    }
+    fn map(
+        ctx: &Context,
+        _cluster: &str,
+        _resource: &ResourceType,
+        object: &DynamicObject,
+    ) -> Vec<Request> {
+        let primary = ctx.primary_cluster().unwrap_or_default();
+        object
+            .labels()
+            .get("owner")
+            .map(|o| vec![Request::namespaced(&primary, "default", o)])
+            .unwrap_or_default()
+    }
+}
+
+#[test]
+fn map_runs_natively() {
+    let mut world = World::new().primary("main").cluster("sub");
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "x", "labels": {"owner": "cm1"}}});
+    let reqs = world
+        .map::<Mapper>("sub", &ResourceType::of::<Secret>(), &secret)
+        .unwrap();
+    assert_eq!(reqs, [Request::namespaced("main", "default", "cm1")]);
+    let unlabelled =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t", "namespace": "x"}});
+    assert!(
+        world
+            .map::<Mapper>("sub", &ResourceType::of::<Secret>(), &unlabelled)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+struct BadRegistration;
+impl Plugin for BadRegistration {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("Not A Label", "1"))
+    }
+    fn reconcile(_: &Context, _: &Request) -> Result<Outcome, Error> {
+        Ok(Outcome::done())
+    }
+}
+
+#[test]
+fn invalid_registrations_are_refused() {
+    let mut world = World::new().primary("main");
+    let err = world
+        .reconcile::<BadRegistration>(&Request::namespaced("main", "d", "n"))
+        .unwrap_err();
+    assert!(matches!(err, TestkitError::Register(_)));
+    assert!(err.to_string().contains("not a DNS label"), "{err}");
+}
+
+#[test]
+fn server_side_apply_of_status_touches_only_status() {
+    let mut world = World::new().primary("main");
+    let r = world.insert("main", &config_map("default", "a", &[("k", "v")]));
+    let mut state = world.state.borrow_mut();
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "changed"}, "status": {"ok": true}});
+    let status = Action::apply_json("main", applied.clone()).status().into();
+    assert_eq!(state.perform("p", &status), Ok(true));
+    drop(state);
+    let v = world.get_ref(&r).unwrap();
+    assert_eq!(v["status"]["ok"], true);
+    assert_eq!(v["data"]["k"], "v");
+    // Status apply of an absent object fails like the API server's 404.
+    let missing = Action::apply_json("main", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "zz", "namespace": "default"}, "status": {}}))
+        .status()
+        .into();
+    assert!(matches!(
+        world.state.borrow_mut().perform("p", &missing),
+        Err(TestkitError::NotFound { .. })
+    ));
+}
+
+#[test]
+fn selector_parser() {
+    assert_eq!(
+        parse_selector("a=b, c!=d,e,!f,g in (h,i),j notin (k)").unwrap(),
+        [
+            Requirement::Equals("a".into(), "b".into()),
+            Requirement::NotEquals("c".into(), "d".into()),
+            Requirement::Exists("e".into()),
+            Requirement::NotExists("f".into()),
+            Requirement::In("g".into(), vec!["h".into(), "i".into()]),
+            Requirement::NotIn("j".into(), vec!["k".into()]),
+        ]
+    );
+    assert_eq!(
+        parse_selector("node-role.kubernetes.io/gpu").unwrap(),
+        [Requirement::Exists("node-role.kubernetes.io/gpu".into())]
+    );
+    assert!(parse_selector("a in b").is_err());
+    assert!(parse_selector("a=(").is_err());
+    assert!(parse_selector("a)").is_err());
+}

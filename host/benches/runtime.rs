@@ -1,0 +1,239 @@
+//! Plugin runtime benchmark: compile time, cached load time, and the cost of
+//! one realistic reconcile (read a ~5 KB Node, relabel it, return an apply)
+//! with a fresh instance per call and with a reused instance, against the
+//! same logic compiled natively.
+//!
+//! ```text
+//! make plugins   # builds dist/test-plugins/bench-node.wasm
+//! cargo bench -p rekon-host --bench runtime
+//! ```
+//!
+//! Prints a table; asserts nothing about time.
+
+#[path = "../../tests/plugins/bench-node/src/relabel.rs"]
+mod relabel;
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::{Context as _, bail};
+use rekon::plugin::{
+    Action, ClusterHealth, ClusterInfo, HostReads, LoadedPlugin, PluginRuntime, ReadError,
+    Request, Resource, RuntimeConfig,
+};
+
+const NODE_JSON: &str = include_str!("../../tests/plugins/bench-node/node.json");
+const NODE_NAME: &str = "worker-eu-west-1a-7f3c2";
+
+/// Serves the one Node.
+struct NodeCache;
+
+impl HostReads for NodeCache {
+    fn get(
+        &self,
+        _cluster: &str,
+        resource: &Resource,
+        _namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, ReadError> {
+        if resource.kind != "Node" {
+            return Err(ReadError::NotWatched(resource.kind.clone()));
+        }
+        Ok((name == NODE_NAME).then(|| NODE_JSON.to_string()))
+    }
+
+    fn list(
+        &self,
+        _cluster: &str,
+        resource: &Resource,
+        _namespace: Option<&str>,
+        _label_selector: Option<&str>,
+    ) -> Result<Vec<String>, ReadError> {
+        Err(ReadError::NotWatched(resource.kind.clone()))
+    }
+
+    fn clusters(&self) -> Vec<ClusterInfo> {
+        vec![ClusterInfo {
+            name: "main".into(),
+            primary: true,
+            health: ClusterHealth::Ready,
+        }]
+    }
+}
+
+fn plugin_file() -> anyhow::Result<PathBuf> {
+    let dir = std::env::var_os("REKON_TEST_PLUGINS").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/test-plugins"),
+        PathBuf::from,
+    );
+    let path = dir.join("bench-node.wasm");
+    if !path.is_file() {
+        bail!(
+            "{} is missing: run `make plugins` first (cargo build -p rekon-bench-node \
+             --target wasm32-wasip2 --profile wasm, copied to dist/test-plugins/bench-node.wasm)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Median and p90 of `samples`.
+fn stats(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    let p90 = samples[samples.len() * 9 / 10];
+    (median, p90)
+}
+
+/// Times `iterations` calls of `f` in batches; per-call median/p90 over batches.
+fn per_call(iterations: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    const BATCH: usize = 50;
+    for _ in 0..BATCH {
+        f(); // warm-up
+    }
+    let samples = (0..iterations / BATCH)
+        .map(|_| {
+            let started = Instant::now();
+            for _ in 0..BATCH {
+                f();
+            }
+            started.elapsed() / BATCH as u32
+        })
+        .collect();
+    stats(samples)
+}
+
+fn check_outcome(outcome: &rekon::plugin::Outcome) {
+    let [Action::Apply(apply)] = outcome.actions.as_slice() else {
+        panic!("bench-node returned {outcome:?}");
+    };
+    assert!(apply.object.contains("nodes.lailin.xyz/pool"));
+}
+
+fn fmt(d: Duration) -> String {
+    if d >= Duration::from_millis(1) {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    } else {
+        format!("{:.1} µs", d.as_secs_f64() * 1e6)
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let file = plugin_file()?;
+    let bytes = std::fs::read(&file).context("reading bench-node.wasm")?;
+    let cache = tempfile::tempdir()?;
+    let config = RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    };
+    let runtime = PluginRuntime::new(config.clone())?;
+    let mut rows: Vec<(&str, String, String, &str)> = Vec::new();
+
+    // 1. Compile (no cache): 5 loads of the same bytes without a cache dir.
+    let uncached = PluginRuntime::new(RuntimeConfig {
+        cache_dir: None,
+        ..config.clone()
+    })?;
+    let mut compile = Vec::new();
+    for _ in 0..5 {
+        let plugin = uncached.load_bytes(&bytes, "bench-node.wasm")?;
+        compile.push(plugin.load_timings().code);
+    }
+    let (median, p90) = stats(compile);
+    rows.push(("compile (cranelift, no cache)", fmt(median), fmt(p90), "~300 ms"));
+
+    // 2. Cached load: prime the cache, then load from it in fresh runtimes
+    //    (a restart), timing the mmap deserialize and the whole load.
+    runtime.load_file(&file)?;
+    let mut mapped = Vec::new();
+    let mut whole = Vec::new();
+    for _ in 0..20 {
+        let restarted = PluginRuntime::new(config.clone())?;
+        let started = Instant::now();
+        let plugin = restarted.load_file(&file)?;
+        whole.push(started.elapsed());
+        let timings = plugin.load_timings();
+        assert!(timings.from_cache, "expected a cache hit");
+        mapped.push(timings.code);
+    }
+    let (median, p90) = stats(mapped);
+    rows.push(("cached load (mmap deserialize)", fmt(median), fmt(p90), "0.1–0.2 ms"));
+    let (median, p90) = stats(whole);
+    rows.push((
+        "cached load, whole (sha256+map+link+register)",
+        fmt(median),
+        fmt(p90),
+        "",
+    ));
+
+    // 3. Calls.
+    let plugin: LoadedPlugin = runtime.load_file(&file)?;
+    let reads: Arc<dyn HostReads> = Arc::new(NodeCache);
+    let req = Request {
+        cluster: "main".into(),
+        namespace: None,
+        name: NODE_NAME.into(),
+    };
+    let now = SystemTime::now();
+    check_outcome(&plugin.reconcile_blocking(&req, reads.clone(), now)?);
+
+    let (median, p90) = per_call(2000, || {
+        let outcome = plugin
+            .reconcile_blocking(&req, reads.clone(), now)
+            .expect("reconcile");
+        black_box(outcome);
+    });
+    rows.push(("reconcile, fresh instance per call", fmt(median), fmt(p90), "~60 µs"));
+
+    let mut session = plugin.session(reads.clone(), now)?;
+    check_outcome(&session.reconcile(&req)?);
+    let (median, p90) = per_call(2000, || {
+        black_box(session.reconcile(&req).expect("reconcile"));
+    });
+    rows.push(("reconcile, reused instance", fmt(median), fmt(p90), "~20 µs"));
+
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let (median, p90) = per_call(2000, || {
+        let outcome = tokio
+            .block_on(plugin.reconcile(req.clone(), reads.clone(), now))
+            .expect("reconcile");
+        black_box(outcome);
+    });
+    rows.push((
+        "reconcile, fresh instance, async (spawn_blocking)",
+        fmt(median),
+        fmt(p90),
+        "",
+    ));
+
+    assert!(relabel::relabel_json(NODE_JSON)?.contains("nodes.lailin.xyz/pool"));
+    let (median, p90) = per_call(20_000, || {
+        let node = NODE_JSON.to_string(); // the plugin also gets a copy
+        black_box(relabel::relabel_json(black_box(&node)).expect("relabel"));
+    });
+    rows.push(("same logic, native", fmt(median), fmt(p90), "~14 µs"));
+
+    println!();
+    println!(
+        "plugin runtime — bench-node ({} KB component, {} B Node), pooling allocator: {}",
+        bytes.len() / 1024,
+        NODE_JSON.len(),
+        runtime.stats().pooling
+    );
+    println!();
+    println!(
+        "| {:<50} | {:>10} | {:>10} | {:>12} |",
+        "measurement", "median", "p90", "baseline"
+    );
+    println!("|{:-<52}|{:->12}|{:->12}|{:->14}|", "", "", "", "");
+    for (name, median, p90, baseline) in rows {
+        println!("| {name:<50} | {median:>10} | {p90:>10} | {baseline:>12} |");
+    }
+    println!();
+    Ok(())
+}

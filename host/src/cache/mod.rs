@@ -1,0 +1,566 @@
+//! Shared caches: one watch and one store per (cluster, resource), however
+//! many plugins need it.
+//!
+//! [`CacheManager::acquire`] returns an `Arc<SharedCache>`; the watch starts
+//! with the first handle and stops when the last one is dropped (the manager
+//! keeps only weak references). Resources are dynamic
+//! ([`kube::api::DynamicObject`] + [`kube::discovery::ApiResource`]); an empty
+//! plural is resolved through discovery, retried with backoff until the kind
+//! appears, so a CRD installed after start is picked up.
+//!
+//! The watch is kube-runtime's [`watcher`] with its default backoff; it
+//! re-lists on a dropped watch or a 410 Gone. A re-list is diffed against the
+//! store so subscribers see every change they missed (new, changed, deleted
+//! objects) and nothing else. A watch is also restarted when its cluster
+//! recovers from an outage during which it saw nothing, so a stalled
+//! connection cannot linger.
+//!
+//! Subscribers ([`SharedCache::subscribe`]) get a replay of the current
+//! contents followed by every change, as [`CacheEvent`]s on a channel.
+
+pub mod selector;
+pub mod store;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject};
+use kube::core::{GroupVersionKind, TypeMeta};
+use kube::discovery::{ApiResource, Scope};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, watcher};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::cluster::{Cluster, ClusterRegistry, is_connectivity_error};
+pub use store::{CachedObject, ObjectKey, Store};
+
+/// Errors of the cache layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cluster is not engaged.
+    #[error("failed to start a cache: cluster {0} is not engaged")]
+    UnknownCluster(String),
+    /// Discovery could not resolve a kind.
+    #[error("failed to resolve {api_version}/{kind} in cluster {cluster}")]
+    Discovery {
+        /// Cluster.
+        cluster: String,
+        /// Group/version.
+        api_version: String,
+        /// Kind.
+        kind: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
+    },
+}
+
+/// Result with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A resource type, independent of the WIT bindings.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ResourceId {
+    /// API group ("" for core).
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural; empty = resolve through discovery.
+    pub plural: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+}
+
+impl ResourceId {
+    /// `group/version`, or `version` for the core group.
+    #[must_use]
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Same group, version and kind (plural and scope may be unknown on one side).
+    #[must_use]
+    pub fn same_type(&self, other: &Self) -> bool {
+        self.group == other.group && self.version == other.version && self.kind == other.kind
+    }
+
+    fn type_key(&self) -> TypeKey {
+        (self.group.clone(), self.version.clone(), self.kind.clone())
+    }
+}
+
+impl std::fmt::Display for ResourceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.api_version(), self.kind)
+    }
+}
+
+type TypeKey = (String, String, String);
+
+/// A kind resolved against one cluster.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    /// The API resource (plural, apiVersion).
+    pub api: ApiResource,
+    /// Whether it is namespaced.
+    pub namespaced: bool,
+}
+
+/// Resolves kinds to API resources per cluster (discovery), with a cache.
+#[derive(Clone, Default)]
+pub struct Resolver {
+    known: Arc<RwLock<HashMap<(String, TypeKey), Resolved>>>,
+}
+
+impl std::fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolver").finish_non_exhaustive()
+    }
+}
+
+impl Resolver {
+    /// Resolve `group/version/kind` in `cluster`. A known plural (from a
+    /// registration) is trusted as is; otherwise discovery answers.
+    ///
+    /// # Errors
+    /// When discovery fails or does not know the kind (yet).
+    pub async fn resolve(&self, cluster: &Cluster, id: &ResourceId) -> Result<Resolved> {
+        let key = (cluster.name().to_owned(), id.type_key());
+        if let Some(r) = self.known.read().get(&key) {
+            return Ok(r.clone());
+        }
+        let gvk = GroupVersionKind::gvk(&id.group, &id.version, &id.kind);
+        let resolved = if id.plural.is_empty() {
+            let (api, caps) = kube::discovery::oneshot::pinned_kind(&cluster.client(), &gvk)
+                .await
+                .map_err(|source| Error::Discovery {
+                    cluster: cluster.name().to_owned(),
+                    api_version: id.api_version(),
+                    kind: id.kind.clone(),
+                    source: Box::new(source),
+                })?;
+            Resolved {
+                api,
+                namespaced: caps.scope == Scope::Namespaced,
+            }
+        } else {
+            Resolved {
+                api: ApiResource::from_gvk_with_plural(&gvk, &id.plural),
+                namespaced: id.namespaced,
+            }
+        };
+        self.known.write().insert(key, resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Forget what was resolved for `cluster` (it was removed).
+    pub fn forget_cluster(&self, cluster: &str) {
+        self.known.write().retain(|(c, _), _| c != cluster);
+    }
+}
+
+/// What happened to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Created or modified (or present at subscription time).
+    Applied,
+    /// Deleted; the object is its last known state.
+    Deleted,
+}
+
+/// One change of one cache, as delivered to subscribers.
+#[derive(Debug)]
+pub struct CacheEvent {
+    /// The cluster.
+    pub cluster: Arc<str>,
+    /// The resource.
+    pub resource: Arc<ResourceId>,
+    /// What happened.
+    pub change: Change,
+    /// The object (last state for deletions).
+    pub object: Arc<CachedObject>,
+}
+
+/// A subscriber's channel: events carry the subscriber's tag.
+pub type EventSender = mpsc::UnboundedSender<(u64, Arc<CacheEvent>)>;
+
+struct Subscriber {
+    id: u64,
+    tag: u64,
+    tx: EventSender,
+}
+
+struct State {
+    cluster: Arc<Cluster>,
+    resource: Arc<ResourceId>,
+    store: RwLock<Store>,
+    subscribers: Mutex<Vec<Subscriber>>,
+    synced: tokio::sync::watch::Sender<bool>,
+    next_sub: AtomicU64,
+}
+
+impl State {
+    fn emit(&self, change: Change, object: Arc<CachedObject>) {
+        let event = Arc::new(CacheEvent {
+            cluster: Arc::from(self.cluster.name()),
+            resource: Arc::clone(&self.resource),
+            change,
+            object,
+        });
+        for s in self.subscribers.lock().iter() {
+            let _ = s.tx.send((s.tag, Arc::clone(&event)));
+        }
+    }
+}
+
+/// One (cluster, resource) watch and store. Dropping the last handle stops the watch.
+pub struct SharedCache {
+    state: Arc<State>,
+    task: tokio::task::AbortHandle,
+}
+
+impl std::fmt::Debug for SharedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedCache")
+            .field("cluster", &self.state.cluster.name())
+            .field("resource", &self.state.resource)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SharedCache {
+    fn drop(&mut self) {
+        self.task.abort();
+        if !*self.state.synced.borrow() {
+            self.state.cluster.cache_synced();
+        }
+        debug!(cluster = %self.state.cluster.name(), resource = %self.state.resource, "cache stopped");
+    }
+}
+
+impl SharedCache {
+    /// The cluster.
+    #[must_use]
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.state.cluster
+    }
+
+    /// The resource.
+    #[must_use]
+    pub fn resource(&self) -> &ResourceId {
+        &self.state.resource
+    }
+
+    /// Whether the initial list completed.
+    #[must_use]
+    pub fn is_synced(&self) -> bool {
+        *self.state.synced.borrow()
+    }
+
+    /// Wait until the initial list completed.
+    pub async fn wait_synced(&self) {
+        let mut rx = self.state.synced.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
+    }
+
+    /// Read access to the store.
+    pub fn read<T>(&self, f: impl FnOnce(&Store) -> T) -> T {
+        f(&self.state.store.read())
+    }
+
+    /// The object `name` in `namespace`.
+    #[must_use]
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        self.state
+            .store
+            .read()
+            .get(&ObjectKey::new(namespace, name))
+    }
+
+    /// Subscribe: `tx` receives `(tag, event)` for every current object
+    /// (as [`Change::Applied`]) and then every change, until the returned
+    /// guard is dropped.
+    #[must_use]
+    pub fn subscribe(self: &Arc<Self>, tag: u64, tx: EventSender) -> Subscription {
+        let id = self.state.next_sub.fetch_add(1, Ordering::Relaxed);
+        {
+            let store = self.state.store.read();
+            let mut subs = self.state.subscribers.lock();
+            for obj in store.objects() {
+                let event = Arc::new(CacheEvent {
+                    cluster: Arc::from(self.state.cluster.name()),
+                    resource: Arc::clone(&self.state.resource),
+                    change: Change::Applied,
+                    object: Arc::clone(obj),
+                });
+                let _ = tx.send((tag, event));
+            }
+            subs.push(Subscriber { id, tag, tx });
+        }
+        Subscription {
+            cache: Arc::clone(self),
+            id,
+        }
+    }
+}
+
+/// A live subscription; also keeps the cache alive. Drop to unsubscribe.
+#[derive(Debug)]
+pub struct Subscription {
+    cache: Arc<SharedCache>,
+    id: u64,
+}
+
+impl Subscription {
+    /// The cache subscribed to.
+    #[must_use]
+    pub fn cache(&self) -> &Arc<SharedCache> {
+        &self.cache
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.cache
+            .state
+            .subscribers
+            .lock()
+            .retain(|s| s.id != self.id);
+    }
+}
+
+type CacheKey = (String, TypeKey);
+
+/// Starts and shares caches. Cheap to clone.
+#[derive(Clone)]
+pub struct CacheManager {
+    inner: Arc<ManagerInner>,
+}
+
+struct ManagerInner {
+    clusters: ClusterRegistry,
+    resolver: Resolver,
+    caches: Mutex<HashMap<CacheKey, std::sync::Weak<SharedCache>>>,
+}
+
+impl std::fmt::Debug for CacheManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CacheManager")
+            .field("active", &self.active())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CacheManager {
+    /// A manager for the clusters of `clusters`, resolving kinds with `resolver`.
+    #[must_use]
+    pub fn new(clusters: ClusterRegistry, resolver: Resolver) -> Self {
+        Self {
+            inner: Arc::new(ManagerInner {
+                clusters,
+                resolver,
+                caches: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The resolver shared with the writer.
+    #[must_use]
+    pub fn resolver(&self) -> &Resolver {
+        &self.inner.resolver
+    }
+
+    /// The cluster registry.
+    #[must_use]
+    pub fn clusters(&self) -> &ClusterRegistry {
+        &self.inner.clusters
+    }
+
+    /// `(cluster, resource)` of every running cache (for tests and metrics).
+    #[must_use]
+    pub fn active(&self) -> Vec<(String, String)> {
+        let mut v: Vec<_> = self
+            .inner
+            .caches
+            .lock()
+            .iter()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .map(|((c, (g, v, k)), _)| (c.clone(), format!("{g}/{v}/{k}")))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The cache of `resource` in `cluster`, started if nobody holds it yet.
+    ///
+    /// # Errors
+    /// When the cluster is not engaged.
+    pub fn acquire(&self, cluster: &str, resource: &ResourceId) -> Result<Arc<SharedCache>> {
+        let key = (cluster.to_owned(), resource.type_key());
+        let mut caches = self.inner.caches.lock();
+        if let Some(existing) = caches.get(&key).and_then(std::sync::Weak::upgrade) {
+            return Ok(existing);
+        }
+        caches.retain(|_, w| w.strong_count() > 0);
+        let cluster = self
+            .inner
+            .clusters
+            .get(cluster)
+            .ok_or_else(|| Error::UnknownCluster(cluster.to_owned()))?;
+        cluster.cache_unsynced();
+        let state = Arc::new(State {
+            cluster: Arc::clone(&cluster),
+            resource: Arc::new(resource.clone()),
+            store: RwLock::new(Store::default()),
+            subscribers: Mutex::new(Vec::new()),
+            synced: tokio::sync::watch::channel(false).0,
+            next_sub: AtomicU64::new(0),
+        });
+        let task = tokio::spawn(run_cache(Arc::clone(&state), self.inner.resolver.clone()));
+        let cache = Arc::new(SharedCache {
+            state,
+            task: task.abort_handle(),
+        });
+        caches.insert(key, Arc::downgrade(&cache));
+        debug!(cluster = %cluster.name(), %resource, "cache started");
+        Ok(cache)
+    }
+}
+
+/// Delay between discovery attempts for a kind that is not served (yet).
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
+
+async fn run_cache(state: Arc<State>, resolver: Resolver) {
+    let cluster = Arc::clone(&state.cluster);
+    let resolved = loop {
+        match resolver.resolve(&cluster, &state.resource).await {
+            Ok(r) => break r,
+            Err(e) => {
+                if let Error::Discovery { source, .. } = &e
+                    && is_connectivity_error(source)
+                {
+                    cluster.mark_unreachable(source);
+                }
+                debug!(cluster = %cluster.name(), resource = %state.resource, error = %e, "discovery failed; retrying");
+                tokio::time::sleep(DISCOVERY_RETRY).await;
+            }
+        }
+    };
+    let types = TypeMeta {
+        api_version: resolved.api.api_version.clone(),
+        kind: resolved.api.kind.clone(),
+    };
+    let mut recoveries = cluster.recoveries();
+    loop {
+        recoveries.mark_unchanged();
+        let api: Api<DynamicObject> = Api::all_with(cluster.client(), &resolved.api);
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut relist: Option<Vec<ObjectKey>> = None;
+        // Outage count at the last event this stream delivered.
+        let mut seen_outages = cluster.outages();
+        loop {
+            tokio::select! {
+                ev = stream.next() => {
+                    let Some(ev) = ev else { break };
+                    match ev {
+                        Ok(ev) => {
+                            cluster.mark_reachable();
+                            seen_outages = cluster.outages();
+                            handle_event(&state, &types, ev, &mut relist);
+                        }
+                        Err(e) => {
+                            let connectivity = match &e {
+                                watcher::Error::InitialListFailed(c)
+                                | watcher::Error::WatchStartFailed(c)
+                                | watcher::Error::WatchFailed(c) => is_connectivity_error(c),
+                                _ => false,
+                            };
+                            if connectivity {
+                                cluster.mark_unreachable(&e);
+                            }
+                            debug!(cluster = %cluster.name(), resource = %state.resource, error = %e, "watch error; the watcher retries with backoff");
+                        }
+                    }
+                }
+                changed = recoveries.changed() => {
+                    if changed.is_err() { return; }
+                    if cluster.outages() > seen_outages {
+                        info!(cluster = %cluster.name(), resource = %state.resource, "restarting watch after the cluster recovered");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn handle_event(
+    state: &State,
+    types: &TypeMeta,
+    ev: watcher::Event<DynamicObject>,
+    relist: &mut Option<Vec<ObjectKey>>,
+) {
+    let convert = |obj: DynamicObject| match CachedObject::from_dynamic(obj, types) {
+        Ok(o) => Some(Arc::new(o)),
+        Err(e) => {
+            warn!(cluster = %state.cluster.name(), resource = %state.resource, error = %e, "failed to serialize a watched object; skipped");
+            None
+        }
+    };
+    match ev {
+        watcher::Event::Init => *relist = Some(Vec::new()),
+        watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
+            let Some(obj) = convert(obj) else { return };
+            if let Some(seen) = relist.as_mut() {
+                seen.push(obj.key.clone());
+            }
+            let mut store = state.store.write();
+            if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
+                state.emit(Change::Applied, obj);
+            }
+        }
+        watcher::Event::Delete(obj) => {
+            let Some(obj) = convert(obj) else { return };
+            let mut store = state.store.write();
+            store.remove(&obj.key);
+            state.emit(Change::Deleted, obj);
+        }
+        watcher::Event::InitDone => {
+            let seen: std::collections::HashSet<ObjectKey> =
+                relist.take().unwrap_or_default().into_iter().collect();
+            {
+                let mut store = state.store.write();
+                let gone: Vec<ObjectKey> = store
+                    .keys()
+                    .filter(|k| !seen.contains(*k))
+                    .cloned()
+                    .collect();
+                for key in gone {
+                    if let Some(old) = store.remove(&key) {
+                        state.emit(Change::Deleted, old);
+                    }
+                }
+            }
+            let first = state
+                .synced
+                .send_if_modified(|s| !std::mem::replace(s, true));
+            if first {
+                state.cluster.cache_synced();
+                debug!(cluster = %state.cluster.name(), resource = %state.resource, "cache synced");
+            }
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The in-memory store of one (cluster, resource) cache, with indexes.
+//!
+//! Our own map rather than kube-runtime's `reflector::Store` because we need
+//! (a) the serialized JSON of each object kept once, so a plugin read is a
+//! string clone and not a re-serialization, (b) a label index so the
+//! `owner.*=…` lists plugins do for their children are not scans, (c) a
+//! controller-owner-UID index, (d) namespace range queries, and (e) a diff of
+//! a re-list against the previous contents so subscribers see exactly the
+//! changes a dropped watch or a 410 made them miss.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::DynamicObject;
+use kube::core::{Selector, SelectorExt};
+
+use super::selector::required_pairs;
+
+/// Identity of an object inside one cache: namespace ("" at cluster scope) and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    /// Namespace; empty for cluster-scoped objects.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl ObjectKey {
+    /// Key of `name` in `namespace` (`None` = cluster scope).
+    #[must_use]
+    pub fn new(namespace: Option<&str>, name: &str) -> Self {
+        Self {
+            namespace: namespace.unwrap_or_default().to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The namespace as an option.
+    #[must_use]
+    pub fn namespace(&self) -> Option<&str> {
+        (!self.namespace.is_empty()).then_some(self.namespace.as_str())
+    }
+}
+
+/// One cached object: the metadata the engine needs, and the JSON plugins read.
+#[derive(Debug, Clone)]
+pub struct CachedObject {
+    /// Namespace and name.
+    pub key: ObjectKey,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// `metadata.labels`.
+    pub labels: BTreeMap<String, String>,
+    /// The owner reference with `controller: true`, if any.
+    pub controller: Option<OwnerReference>,
+    /// `metadata.finalizers`.
+    pub finalizers: Vec<String>,
+    /// Whether `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The whole object as JSON (managedFields stripped).
+    pub json: Arc<str>,
+}
+
+impl CachedObject {
+    /// Build from a watched object. `types` fills in apiVersion/kind, which
+    /// list responses omit on items.
+    ///
+    /// # Errors
+    /// When the object has no name or cannot be serialized.
+    pub fn from_dynamic(
+        mut obj: DynamicObject,
+        types: &kube::core::TypeMeta,
+    ) -> Result<Self, serde_json::Error> {
+        obj.types = Some(types.clone());
+        obj.metadata.managed_fields = None;
+        let json: Arc<str> = serde_json::to_string(&obj)?.into();
+        let meta = obj.metadata;
+        Ok(Self {
+            key: ObjectKey {
+                namespace: meta.namespace.unwrap_or_default(),
+                name: meta.name.unwrap_or_default(),
+            },
+            uid: meta.uid,
+            resource_version: meta.resource_version,
+            labels: meta.labels.unwrap_or_default(),
+            controller: meta
+                .owner_references
+                .unwrap_or_default()
+                .into_iter()
+                .find(|r| r.controller == Some(true)),
+            finalizers: meta.finalizers.unwrap_or_default(),
+            deleting: meta.deletion_timestamp.is_some(),
+            json,
+        })
+    }
+}
+
+/// Objects keyed by namespace and name, with label and owner indexes.
+#[derive(Debug, Default)]
+pub struct Store {
+    objects: BTreeMap<ObjectKey, Arc<CachedObject>>,
+    by_label: HashMap<(String, String), BTreeSet<ObjectKey>>,
+    by_owner_uid: HashMap<String, BTreeSet<ObjectKey>>,
+}
+
+/// What an upsert did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Upsert {
+    /// New object, or a new resourceVersion.
+    Changed,
+    /// Same resourceVersion as cached (a re-list of an unchanged object).
+    Unchanged,
+}
+
+impl Store {
+    /// Number of objects.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.objects.len()
+    }
+
+    /// Whether the store is empty.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty()
+    }
+
+    /// Insert or replace an object.
+    pub fn upsert(&mut self, obj: Arc<CachedObject>) -> Upsert {
+        let key = obj.key.clone();
+        if let Some(old) = self.objects.get(&key) {
+            if old.resource_version.is_some() && old.resource_version == obj.resource_version {
+                return Upsert::Unchanged;
+            }
+            let old = Arc::clone(old);
+            self.unindex(&old);
+        }
+        self.index(&obj);
+        self.objects.insert(key, obj);
+        Upsert::Changed
+    }
+
+    /// Remove an object, returning what was cached.
+    pub fn remove(&mut self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
+        let old = self.objects.remove(key)?;
+        self.unindex(&old);
+        Some(old)
+    }
+
+    /// The object at `key`.
+    #[must_use]
+    pub fn get(&self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
+        self.objects.get(key).cloned()
+    }
+
+    /// Every key (for re-list diffs and all-primaries mapping).
+    pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.objects.keys()
+    }
+
+    /// Every object.
+    pub fn objects(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
+        self.objects.values()
+    }
+
+    /// Objects in `namespace` (all when `None`) matching `selector`. Uses the
+    /// label index when the selector requires a `key=value`.
+    #[must_use]
+    pub fn list(
+        &self,
+        namespace: Option<&str>,
+        selector: Option<&Selector>,
+    ) -> Vec<Arc<CachedObject>> {
+        let in_ns = |k: &ObjectKey| namespace.is_none_or(|ns| k.namespace == ns);
+        let matches = |o: &CachedObject| selector.is_none_or(|s| s.matches(&o.labels));
+        // Narrowest index entry among the required pairs.
+        let candidates = selector.and_then(|s| {
+            required_pairs(s)
+                .into_iter()
+                .min_by_key(|pair| self.by_label.get(pair).map_or(0, BTreeSet::len))
+        });
+        match candidates {
+            Some(pair) => self
+                .by_label
+                .get(&pair)
+                .into_iter()
+                .flatten()
+                .filter(|k| in_ns(k))
+                .filter_map(|k| self.objects.get(k))
+                .filter(|o| matches(o))
+                .cloned()
+                .collect(),
+            None => {
+                let iter: Box<dyn Iterator<Item = &Arc<CachedObject>>> = match namespace {
+                    Some(ns) => Box::new(
+                        self.objects
+                            .range(ObjectKey::new(Some(ns), "")..)
+                            .take_while(move |(k, _)| k.namespace == ns)
+                            .map(|(_, v)| v),
+                    ),
+                    None => Box::new(self.objects.values()),
+                };
+                iter.filter(|o| matches(o)).cloned().collect()
+            }
+        }
+    }
+
+    /// Objects whose controller owner reference has `uid`.
+    #[must_use]
+    pub fn controlled_by(&self, uid: &str) -> Vec<Arc<CachedObject>> {
+        self.by_owner_uid
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.objects.get(k).cloned())
+            .collect()
+    }
+
+    fn index(&mut self, obj: &CachedObject) {
+        for (k, v) in &obj.labels {
+            self.by_label
+                .entry((k.clone(), v.clone()))
+                .or_default()
+                .insert(obj.key.clone());
+        }
+        if let Some(owner) = &obj.controller {
+            self.by_owner_uid
+                .entry(owner.uid.clone())
+                .or_default()
+                .insert(obj.key.clone());
+        }
+    }
+
+    fn unindex(&mut self, obj: &CachedObject) {
+        for (k, v) in &obj.labels {
+            let pair = (k.clone(), v.clone());
+            if let Some(set) = self.by_label.get_mut(&pair) {
+                set.remove(&obj.key);
+                if set.is_empty() {
+                    self.by_label.remove(&pair);
+                }
+            }
+        }
+        if let Some(owner) = &obj.controller
+            && let Some(set) = self.by_owner_uid.get_mut(&owner.uid)
+        {
+            set.remove(&obj.key);
+            if set.is_empty() {
+                self.by_owner_uid.remove(&owner.uid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::cache::selector::parse;
+
+    pub(crate) fn obj(
+        ns: &str,
+        name: &str,
+        rv: &str,
+        labels: &[(&str, &str)],
+    ) -> Arc<CachedObject> {
+        Arc::new(CachedObject {
+            key: ObjectKey::new((!ns.is_empty()).then_some(ns), name),
+            uid: Some(format!("uid-{ns}-{name}")),
+            resource_version: Some(rv.to_owned()),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            controller: None,
+            finalizers: vec![],
+            deleting: false,
+            json: Arc::from(format!(r#"{{"metadata":{{"name":"{name}"}}}}"#)),
+        })
+    }
+
+    #[test]
+    fn upsert_detects_unchanged_resource_versions() {
+        let mut s = Store::default();
+        assert_eq!(s.upsert(obj("a", "x", "1", &[])), Upsert::Changed);
+        assert_eq!(s.upsert(obj("a", "x", "1", &[])), Upsert::Unchanged);
+        assert_eq!(s.upsert(obj("a", "x", "2", &[])), Upsert::Changed);
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn list_by_namespace_and_selector_uses_fresh_index() {
+        let mut s = Store::default();
+        s.upsert(obj("a", "x", "1", &[("owner.name", "t1")]));
+        s.upsert(obj("a", "y", "1", &[("owner.name", "t2")]));
+        s.upsert(obj("b", "x", "1", &[("owner.name", "t1")]));
+        s.upsert(obj("ab", "z", "1", &[]));
+        let names = |v: Vec<Arc<CachedObject>>| {
+            v.iter()
+                .map(|o| format!("{}/{}", o.key.namespace, o.key.name))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(s.list(Some("a"), None)), vec!["a/x", "a/y"]);
+        let sel = parse("owner.name=t1").unwrap();
+        assert_eq!(names(s.list(None, Some(&sel))), vec!["a/x", "b/x"]);
+        assert_eq!(names(s.list(Some("b"), Some(&sel))), vec!["b/x"]);
+        // relabel: the index must follow
+        s.upsert(obj("a", "x", "2", &[("owner.name", "t2")]));
+        assert_eq!(names(s.list(None, Some(&sel))), vec!["b/x"]);
+        s.remove(&ObjectKey::new(Some("b"), "x"));
+        assert!(s.list(None, Some(&sel)).is_empty());
+        let not = parse("owner.name!=t2").unwrap();
+        assert_eq!(names(s.list(None, Some(&not))), vec!["ab/z"]);
+    }
+
+    #[test]
+    fn controller_index_follows_owner_changes() {
+        let mut s = Store::default();
+        let mut child = (*obj("a", "c", "1", &[])).clone();
+        child.controller = Some(OwnerReference {
+            uid: "p1".into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        });
+        s.upsert(Arc::new(child.clone()));
+        assert_eq!(s.controlled_by("p1").len(), 1);
+        child.controller = None;
+        child.resource_version = Some("2".into());
+        s.upsert(Arc::new(child));
+        assert!(s.controlled_by("p1").is_empty());
+    }
+}

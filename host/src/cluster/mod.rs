@@ -1,0 +1,477 @@
+//! The cluster registry: the clusters the host is engaged with.
+//!
+//! A cluster is a name, a [`kube::Client`] and a health state. Clusters come
+//! from kubeconfig contexts (`--context main --cluster sub=CTX`) or from the
+//! in-cluster service account, and can be added and removed at runtime through
+//! [`ClusterRegistry::add`] / [`ClusterRegistry::remove`]; subscribers
+//! ([`ClusterRegistry::subscribe`]) start and stop watches and requeue work in
+//! response (controller-runtime's multi-cluster Engage/Disengage).
+//!
+//! Health is derived from what the host observes: request and watch failures
+//! mark a cluster unreachable, a success marks it reachable again, and a
+//! reachable cluster is `Syncing` until every cache the host keeps for it has
+//! listed. A probe task ([`ClusterRegistry::run_probes`]) asks each cluster for
+//! its version every few seconds so that a silent stall (a connection that
+//! hangs rather than fails) is noticed too.
+
+pub mod provider;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use parking_lot::RwLock;
+use tokio::sync::broadcast;
+use tracing::{debug, info, warn};
+
+/// Errors of the cluster registry.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kubeconfig file could not be read or parsed.
+    #[error("failed to read kubeconfig {path}")]
+    ReadKubeconfig {
+        /// The file.
+        path: String,
+        /// Cause.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// A context could not be turned into a client configuration.
+    #[error("failed to load context {context} for cluster {cluster}")]
+    LoadContext {
+        /// Cluster name.
+        cluster: String,
+        /// Context name.
+        context: String,
+        /// Cause.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// The default configuration (KUBECONFIG, ~/.kube/config, in-cluster) failed.
+    #[error("failed to infer a client configuration for cluster {cluster}")]
+    Infer {
+        /// Cluster name.
+        cluster: String,
+        /// Cause.
+        #[source]
+        source: kube::config::InferConfigError,
+    },
+    /// The in-cluster configuration failed.
+    #[error("failed to load the in-cluster configuration for cluster {cluster}")]
+    InCluster {
+        /// Cluster name.
+        cluster: String,
+        /// Cause.
+        #[source]
+        source: kube::config::InClusterError,
+    },
+    /// The client could not be built from its configuration.
+    #[error("failed to build a client for cluster {cluster}")]
+    Client {
+        /// Cluster name.
+        cluster: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Two clusters with one name.
+    #[error("cluster {0} is already engaged")]
+    Duplicate(String),
+    /// Removing the primary cluster is refused.
+    #[error("cluster {0} is the primary cluster and cannot be removed")]
+    RemovePrimary(String),
+    /// `--cluster` must be `NAME=CONTEXT`.
+    #[error("invalid cluster spec {0:?}: expected NAME=CONTEXT")]
+    InvalidSpec(String),
+}
+
+/// Result with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Health of a cluster as the host sees it (mirrors the WIT `cluster-health`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Reachable and every cache synced.
+    Ready,
+    /// Reachable, caches still listing.
+    Syncing,
+    /// Requests are failing.
+    Unreachable,
+}
+
+/// One engaged cluster.
+pub struct Cluster {
+    name: String,
+    client: kube::Client,
+    primary: bool,
+    unreachable: AtomicBool,
+    /// Number of times the cluster went unreachable.
+    outages: AtomicU64,
+    /// Caches of this cluster that have not listed yet (maintained by `cache`).
+    unsynced: AtomicU64,
+    /// Bumped each time the cluster becomes reachable again; caches restart
+    /// their watches on a change so a stalled connection cannot linger.
+    recoveries: tokio::sync::watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("name", &self.name)
+            .field("primary", &self.primary)
+            .field("health", &self.health())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// A cluster named `name` reached through `client`.
+    #[must_use]
+    pub fn new(name: impl Into<String>, client: kube::Client, primary: bool) -> Self {
+        Self {
+            name: name.into(),
+            client,
+            primary,
+            unreachable: AtomicBool::new(false),
+            outages: AtomicU64::new(0),
+            unsynced: AtomicU64::new(0),
+            recoveries: tokio::sync::watch::channel(0).0,
+        }
+    }
+
+    /// The cluster's name, as used in requests and actions.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A client for the cluster (cheap to clone).
+    #[must_use]
+    pub fn client(&self) -> kube::Client {
+        self.client.clone()
+    }
+
+    /// Whether this is the primary cluster.
+    #[must_use]
+    pub fn is_primary(&self) -> bool {
+        self.primary
+    }
+
+    /// Current health.
+    #[must_use]
+    pub fn health(&self) -> Health {
+        if self.unreachable.load(Ordering::Relaxed) {
+            Health::Unreachable
+        } else if self.unsynced.load(Ordering::Relaxed) > 0 {
+            Health::Syncing
+        } else {
+            Health::Ready
+        }
+    }
+
+    /// Record a failed request or watch that indicates the cluster cannot be reached.
+    pub fn mark_unreachable(&self, why: &dyn std::fmt::Display) {
+        if !self.unreachable.swap(true, Ordering::Relaxed) {
+            self.outages.fetch_add(1, Ordering::Relaxed);
+            warn!(cluster = %self.name, error = %why, "cluster unreachable");
+        }
+    }
+
+    /// Record a successful request.
+    pub fn mark_reachable(&self) {
+        if self.unreachable.swap(false, Ordering::Relaxed) {
+            info!(cluster = %self.name, "cluster reachable again");
+            self.recoveries.send_modify(|n| *n += 1);
+        }
+    }
+
+    /// How many times the cluster became unreachable so far.
+    #[must_use]
+    pub fn outages(&self) -> u64 {
+        self.outages.load(Ordering::Relaxed)
+    }
+
+    /// A receiver that changes each time the cluster recovers from unreachable.
+    #[must_use]
+    pub fn recoveries(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.recoveries.subscribe()
+    }
+
+    pub(crate) fn cache_unsynced(&self) {
+        self.unsynced.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn cache_synced(&self) {
+        // Saturating: a cache that stops before syncing and one that synced
+        // both call this exactly once per `cache_unsynced`.
+        let _ = self
+            .unsynced
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
+/// A change of the set of engaged clusters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterEvent {
+    /// A cluster was engaged.
+    Added(String),
+    /// A cluster was disengaged.
+    Removed(String),
+}
+
+/// Where a cluster's client configuration comes from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// A context of a kubeconfig file (`None` = the default kubeconfig).
+    Context {
+        /// Kubeconfig file; `None` uses `KUBECONFIG` / `~/.kube/config`.
+        kubeconfig: Option<std::path::PathBuf>,
+        /// Context name; `None` = the file's current context.
+        context: Option<String>,
+    },
+    /// The Pod's service account.
+    InCluster,
+    /// `Config::infer()`: kubeconfig if present, else in-cluster.
+    Infer,
+}
+
+/// Build a client for `cluster` from `source`.
+///
+/// # Errors
+/// When the configuration cannot be loaded or the client cannot be built.
+pub async fn connect(cluster: &str, source: &Source) -> Result<kube::Client> {
+    let config = match source {
+        Source::Context {
+            kubeconfig,
+            context,
+        } => {
+            let options = KubeConfigOptions {
+                context: context.clone(),
+                ..KubeConfigOptions::default()
+            };
+            let load = |source| Error::LoadContext {
+                cluster: cluster.to_owned(),
+                context: context.clone().unwrap_or_default(),
+                source,
+            };
+            match kubeconfig {
+                Some(path) => {
+                    let file = read_kubeconfig(path)?;
+                    kube::Config::from_custom_kubeconfig(file, &options)
+                        .await
+                        .map_err(load)?
+                }
+                None => kube::Config::from_kubeconfig(&options)
+                    .await
+                    .map_err(load)?,
+            }
+        }
+        Source::InCluster => kube::Config::incluster().map_err(|source| Error::InCluster {
+            cluster: cluster.to_owned(),
+            source,
+        })?,
+        Source::Infer => kube::Config::infer().await.map_err(|source| Error::Infer {
+            cluster: cluster.to_owned(),
+            source,
+        })?,
+    };
+    kube::Client::try_from(config).map_err(|source| Error::Client {
+        cluster: cluster.to_owned(),
+        source,
+    })
+}
+
+fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
+    Kubeconfig::read_from(path).map_err(|source| Error::ReadKubeconfig {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Parse `NAME=CONTEXT`.
+///
+/// # Errors
+/// When there is no `=` or either side is empty.
+pub fn parse_cluster_spec(spec: &str) -> Result<(String, String)> {
+    match spec.split_once('=') {
+        Some((name, ctx)) if !name.is_empty() && !ctx.is_empty() => {
+            Ok((name.to_owned(), ctx.to_owned()))
+        }
+        _ => Err(Error::InvalidSpec(spec.to_owned())),
+    }
+}
+
+/// The engaged clusters. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct ClusterRegistry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    primary: String,
+    clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
+    events: broadcast::Sender<ClusterEvent>,
+}
+
+impl std::fmt::Debug for ClusterRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterRegistry")
+            .field("primary", &self.inner.primary)
+            .field("clusters", &self.names())
+            .finish()
+    }
+}
+
+impl ClusterRegistry {
+    /// A registry whose primary cluster is `name`, reached through `client`.
+    #[must_use]
+    pub fn new(primary: impl Into<String>, client: kube::Client) -> Self {
+        let primary = primary.into();
+        let mut clusters = BTreeMap::new();
+        clusters.insert(
+            primary.clone(),
+            Arc::new(Cluster::new(primary.clone(), client, true)),
+        );
+        Self {
+            inner: Arc::new(Inner {
+                primary,
+                clusters: RwLock::new(clusters),
+                events: broadcast::channel(256).0,
+            }),
+        }
+    }
+
+    /// Name of the primary cluster.
+    #[must_use]
+    pub fn primary(&self) -> &str {
+        &self.inner.primary
+    }
+
+    /// The cluster named `name`, if engaged.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<Arc<Cluster>> {
+        self.inner.clusters.read().get(name).cloned()
+    }
+
+    /// Names of the engaged clusters, sorted.
+    #[must_use]
+    pub fn names(&self) -> Vec<String> {
+        self.inner.clusters.read().keys().cloned().collect()
+    }
+
+    /// All engaged clusters, sorted by name.
+    #[must_use]
+    pub fn all(&self) -> Vec<Arc<Cluster>> {
+        self.inner.clusters.read().values().cloned().collect()
+    }
+
+    /// Engage a cluster. Subscribers start its watches and requeue the
+    /// primaries of plugins that cover it.
+    ///
+    /// # Errors
+    /// When a cluster with that name is already engaged.
+    pub fn add(&self, name: impl Into<String>, client: kube::Client) -> Result<()> {
+        let name = name.into();
+        {
+            let mut clusters = self.inner.clusters.write();
+            if clusters.contains_key(&name) {
+                return Err(Error::Duplicate(name));
+            }
+            clusters.insert(
+                name.clone(),
+                Arc::new(Cluster::new(name.clone(), client, false)),
+            );
+        }
+        info!(cluster = %name, "cluster engaged");
+        let _ = self.inner.events.send(ClusterEvent::Added(name));
+        Ok(())
+    }
+
+    /// Disengage a cluster: its watches stop and its pending requests are
+    /// dropped. Returns whether it was engaged.
+    ///
+    /// # Errors
+    /// When `name` is the primary cluster.
+    pub fn remove(&self, name: &str) -> Result<bool> {
+        if name == self.inner.primary {
+            return Err(Error::RemovePrimary(name.to_owned()));
+        }
+        let removed = self.inner.clusters.write().remove(name).is_some();
+        if removed {
+            info!(cluster = %name, "cluster disengaged");
+            let _ = self
+                .inner
+                .events
+                .send(ClusterEvent::Removed(name.to_owned()));
+        }
+        Ok(removed)
+    }
+
+    /// Changes of the engaged set from now on.
+    #[must_use]
+    pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Probe every engaged cluster every `interval` (a version request bounded
+    /// by `timeout`) and update its health, until `shutdown` resolves.
+    pub async fn run_probes(
+        self,
+        interval: Duration,
+        timeout: Duration,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        let probe_all = async {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let probes = self.all().into_iter().map(|cluster| async move {
+                    match tokio::time::timeout(timeout, cluster.client.apiserver_version()).await {
+                        Ok(Ok(_)) => cluster.mark_reachable(),
+                        Ok(Err(e)) => {
+                            debug!(cluster = %cluster.name, error = %e, "probe failed");
+                            cluster.mark_unreachable(&e);
+                        }
+                        Err(_) => cluster.mark_unreachable(&"probe timed out"),
+                    }
+                });
+                futures::future::join_all(probes).await;
+            }
+        };
+        tokio::select! {
+            () = probe_all => {}
+            () = shutdown => {}
+        }
+    }
+}
+
+/// Whether a client error says the cluster could not be reached (as opposed
+/// to an answer from the API server).
+#[must_use]
+pub fn is_connectivity_error(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(status) => status.code >= 500,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_spec_parses() {
+        assert_eq!(
+            parse_cluster_spec("edge=kind-edge").unwrap(),
+            ("edge".to_owned(), "kind-edge".to_owned())
+        );
+        assert!(parse_cluster_spec("edge").is_err());
+        assert!(parse_cluster_spec("=ctx").is_err());
+        assert!(parse_cluster_spec("edge=").is_err());
+    }
+}

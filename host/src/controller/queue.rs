@@ -1,0 +1,459 @@
+//! The work queue of one plugin: a pure data structure, driven by the
+//! controller's runner (`controller::runner`).
+//!
+//! Semantics (client-go's workqueue + rate limiter, plus per-cluster lanes):
+//! - identical keys are deduplicated while queued;
+//! - a key is never handed out twice at once: a key that is added while it
+//!   runs is marked dirty and queued again when it finishes;
+//! - ready keys wait in one FIFO lane per cluster, and lanes are served
+//!   round-robin, so one cluster's initial list (or a flood of events) cannot
+//!   starve another cluster's requests;
+//! - delayed adds (requeue-after, error backoff) are timers; an immediate add
+//!   supersedes a pending timer (level-based: the reconcile that runs sets the
+//!   next one);
+//! - per-key exponential backoff on error: 5 ms doubling, capped at 1000 s,
+//!   reset on success (client-go's `ItemExponentialFailureRateLimiter`).
+//!
+//! Hand-written rather than kube-runtime's `Controller`/`scheduler`: that
+//! runner is bound to one `Api<K>` and one store, keys are `ObjectRef<K>`
+//! without a cluster, it has no per-cluster fairness, and its trigger
+//! streams are fixed at construction, while rekon adds and removes watches and
+//! clusters at runtime and must drop a removed cluster's pending work.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The key of one request: the WIT `request`, hashable.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReqKey {
+    /// Cluster of the primary object.
+    pub cluster: String,
+    /// Namespace, for namespaced primaries.
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ReqKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{}:{}/{}", self.cluster, ns, self.name),
+            None => write!(f, "{}:{}", self.cluster, self.name),
+        }
+    }
+}
+
+/// First delay of the per-key error backoff.
+pub const BACKOFF_BASE: Duration = Duration::from_millis(5);
+/// Cap of the per-key error backoff.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(1000);
+
+/// The delay after the `failures`-th consecutive failure (1-based).
+#[must_use]
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1);
+    if exp >= 31 {
+        return BACKOFF_MAX;
+    }
+    BACKOFF_BASE
+        .checked_mul(1_u32 << exp)
+        .map_or(BACKOFF_MAX, |d| d.min(BACKOFF_MAX))
+}
+
+/// How a reconcile ended, as far as the queue cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// Success; optionally come back after a delay.
+    Success(Option<Duration>),
+    /// Retryable failure: back off.
+    Retry,
+    /// Terminal failure: not retried until the key is added again.
+    Terminal,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    queued: bool,
+    running: bool,
+    dirty: bool,
+    reason: String,
+    timer: Option<(Instant, u64)>,
+}
+
+impl KeyState {
+    fn idle(&self) -> bool {
+        !self.queued && !self.running && self.timer.is_none()
+    }
+}
+
+/// A plugin's work queue.
+#[derive(Debug, Default)]
+pub struct WorkQueue {
+    lanes: HashMap<String, VecDeque<ReqKey>>,
+    round_robin: VecDeque<String>,
+    keys: HashMap<ReqKey, KeyState>,
+    timers: BTreeSet<(Instant, u64, ReqKey)>,
+    failures: HashMap<ReqKey, u32>,
+    seq: u64,
+    queued: usize,
+    running: usize,
+}
+
+impl WorkQueue {
+    /// An empty queue.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keys ready to run.
+    #[must_use]
+    pub fn ready(&self) -> usize {
+        self.queued
+    }
+
+    /// Keys handed out and not done yet.
+    #[must_use]
+    pub fn running(&self) -> usize {
+        self.running
+    }
+
+    /// Keys waiting on a timer.
+    #[must_use]
+    pub fn delayed(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// Consecutive failures of `key`.
+    #[must_use]
+    pub fn failures(&self, key: &ReqKey) -> u32 {
+        self.failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Queue `key` now. Returns whether it became ready (false: deduplicated
+    /// or marked to re-run after the running reconcile).
+    pub fn add(&mut self, key: ReqKey, reason: &str) -> bool {
+        let state = self.keys.entry(key.clone()).or_default();
+        if let Some(t) = state.timer.take() {
+            self.timers.remove(&(t.0, t.1, key.clone()));
+        }
+        if state.running {
+            if !state.dirty {
+                state.dirty = true;
+                reason.clone_into(&mut state.reason);
+            }
+            return false;
+        }
+        if state.queued {
+            return false;
+        }
+        state.queued = true;
+        reason.clone_into(&mut state.reason);
+        self.queued += 1;
+        let lane = self.lanes.entry(key.cluster.clone()).or_default();
+        if lane.is_empty() {
+            self.round_robin.push_back(key.cluster.clone());
+        }
+        lane.push_back(key);
+        true
+    }
+
+    /// Queue `key` after `delay` (unless it is ready already or an earlier
+    /// timer is pending).
+    pub fn add_after(&mut self, key: ReqKey, delay: Duration, reason: &str, now: Instant) {
+        if delay.is_zero() {
+            self.add(key, reason);
+            return;
+        }
+        let at = now + delay;
+        let state = self.keys.entry(key.clone()).or_default();
+        if state.queued || state.dirty {
+            return;
+        }
+        if let Some((t, seq)) = state.timer {
+            if t <= at {
+                return;
+            }
+            self.timers.remove(&(t, seq, key.clone()));
+        }
+        self.seq += 1;
+        state.timer = Some((at, self.seq));
+        reason.clone_into(&mut state.reason);
+        self.timers.insert((at, self.seq, key));
+    }
+
+    /// The next ready key, fairly across clusters, with the reason it was
+    /// queued. The key counts as running until [`WorkQueue::done`].
+    pub fn pop(&mut self) -> Option<(ReqKey, String)> {
+        let lane_name = self.round_robin.pop_front()?;
+        let lane = self.lanes.get_mut(&lane_name)?;
+        let key = lane.pop_front()?;
+        if lane.is_empty() {
+            self.lanes.remove(&lane_name);
+        } else {
+            self.round_robin.push_back(lane_name);
+        }
+        let state = self.keys.entry(key.clone()).or_default();
+        state.queued = false;
+        state.running = true;
+        self.queued -= 1;
+        self.running += 1;
+        Some((key, std::mem::take(&mut state.reason)))
+    }
+
+    /// Report the end of a reconcile handed out by [`WorkQueue::pop`].
+    pub fn done(&mut self, key: &ReqKey, result: Done, now: Instant) {
+        let Some(state) = self.keys.get_mut(key) else {
+            // The key's cluster was dropped while it ran.
+            return;
+        };
+        if !state.running {
+            return;
+        }
+        state.running = false;
+        self.running -= 1;
+        let dirty = std::mem::take(&mut state.dirty);
+        let reason = std::mem::take(&mut state.reason);
+        match result {
+            Done::Success(after) => {
+                self.failures.remove(key);
+                if let Some(after) = after.filter(|_| !dirty) {
+                    self.add_after(key.clone(), after, "requeue-after", now);
+                }
+            }
+            Done::Retry if !dirty => {
+                let n = self.failures.entry(key.clone()).or_insert(0);
+                *n = n.saturating_add(1);
+                let delay = backoff(*n);
+                self.add_after(key.clone(), delay, "retry after error", now);
+            }
+            Done::Retry => {
+                let n = self.failures.entry(key.clone()).or_insert(0);
+                *n = n.saturating_add(1);
+            }
+            Done::Terminal => {
+                self.failures.remove(key);
+            }
+        }
+        if dirty {
+            self.add(key.clone(), &reason);
+        }
+        self.gc(key);
+    }
+
+    /// Move keys whose timer expired by `now` to their lanes.
+    pub fn fire_due(&mut self, now: Instant) {
+        while let Some(first) = self.timers.first() {
+            if first.0 > now {
+                break;
+            }
+            let Some((_, _, key)) = self.timers.pop_first() else {
+                break;
+            };
+            let reason = self
+                .keys
+                .get_mut(&key)
+                .map(|s| {
+                    s.timer = None;
+                    std::mem::take(&mut s.reason)
+                })
+                .unwrap_or_default();
+            self.add(key, &reason);
+        }
+    }
+
+    /// When the next timer fires.
+    #[must_use]
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.timers.first().map(|t| t.0)
+    }
+
+    /// Drop every pending request of `cluster` (it was disengaged). Running
+    /// reconciles finish but are not requeued.
+    pub fn forget_cluster(&mut self, cluster: &str) {
+        if let Some(lane) = self.lanes.remove(cluster) {
+            self.queued -= lane.len();
+        }
+        self.round_robin.retain(|c| c != cluster);
+        self.timers.retain(|(_, _, k)| k.cluster != cluster);
+        self.failures.retain(|k, _| k.cluster != cluster);
+        let running = &mut self.running;
+        self.keys.retain(|k, s| {
+            if k.cluster == cluster {
+                if s.running {
+                    *running -= 1;
+                }
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Keys of `cluster` known to the queue (for tests).
+    #[must_use]
+    pub fn pending_in(&self, cluster: &str) -> usize {
+        self.keys.keys().filter(|k| k.cluster == cluster).count()
+    }
+
+    fn gc(&mut self, key: &ReqKey) {
+        if self.keys.get(key).is_some_and(KeyState::idle) {
+            self.keys.remove(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(cluster: &str, name: &str) -> ReqKey {
+        ReqKey {
+            cluster: cluster.into(),
+            namespace: Some("default".into()),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_from_5ms_and_caps() {
+        assert_eq!(backoff(1), Duration::from_millis(5));
+        assert_eq!(backoff(2), Duration::from_millis(10));
+        assert_eq!(backoff(3), Duration::from_millis(20));
+        assert_eq!(backoff(11), Duration::from_millis(5 * 1024));
+        assert_eq!(backoff(18), Duration::from_millis(5 << 17));
+        assert_eq!(backoff(19), BACKOFF_MAX);
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    #[test]
+    fn dedupes_queued_keys() {
+        let mut q = WorkQueue::new();
+        assert!(q.add(k("a", "x"), "first"));
+        assert!(!q.add(k("a", "x"), "second"));
+        assert_eq!(q.ready(), 1);
+        let (key, reason) = q.pop().unwrap();
+        assert_eq!(key, k("a", "x"));
+        assert_eq!(reason, "first");
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn never_hands_out_a_running_key_and_reruns_dirty_keys() {
+        let now = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add(k("a", "x"), "event 1");
+        let (key, _) = q.pop().unwrap();
+        assert!(!q.add(k("a", "x"), "event 2"));
+        assert!(!q.add(k("a", "x"), "event 3"));
+        assert!(
+            q.pop().is_none(),
+            "a running key must not be handed out again"
+        );
+        q.done(&key, Done::Success(None), now);
+        let (again, reason) = q.pop().unwrap();
+        assert_eq!(again, key);
+        assert_eq!(reason, "event 2");
+        q.done(&again, Done::Success(None), now);
+        assert!(q.pop().is_none());
+        assert_eq!(q.running(), 0);
+        assert!(q.keys.is_empty(), "idle keys are forgotten");
+    }
+
+    #[test]
+    fn round_robin_across_clusters() {
+        let mut q = WorkQueue::new();
+        for i in 0..100 {
+            q.add(k("big", &format!("o{i}")), "initial list");
+        }
+        q.add(k("small", "s0"), "initial list");
+        q.add(k("small", "s1"), "initial list");
+        let order: Vec<String> = (0..4).map(|_| q.pop().unwrap().0.cluster).collect();
+        assert_eq!(order, vec!["big", "small", "big", "small"]);
+    }
+
+    #[test]
+    fn error_backoff_grows_and_resets_on_success() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        let key = k("a", "x");
+        q.add(key.clone(), "e");
+        let mut now = t0;
+        for n in 1..=4_u32 {
+            let (popped, _) = q.pop().unwrap();
+            q.done(&popped, Done::Retry, now);
+            assert_eq!(q.failures(&key), n);
+            assert_eq!(q.next_deadline(), Some(now + backoff(n)));
+            q.fire_due(now + backoff(n) - Duration::from_micros(1));
+            assert!(q.pop().is_none(), "must not run before the backoff elapsed");
+            now += backoff(n);
+            q.fire_due(now);
+        }
+        let (popped, reason) = q.pop().unwrap();
+        assert_eq!(reason, "retry after error");
+        q.done(&popped, Done::Success(None), now);
+        assert_eq!(q.failures(&key), 0);
+        assert_eq!(q.next_deadline(), None);
+    }
+
+    #[test]
+    fn requeue_after_and_event_supersedes_timer() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add(k("a", "x"), "e");
+        let (key, _) = q.pop().unwrap();
+        q.done(&key, Done::Success(Some(Duration::from_secs(30))), t0);
+        assert_eq!(q.delayed(), 1);
+        q.add(key.clone(), "changed");
+        assert_eq!(q.delayed(), 0, "the immediate add cancels the timer");
+        let (_, reason) = q.pop().unwrap();
+        assert_eq!(reason, "changed");
+        q.done(&key, Done::Success(Some(Duration::from_secs(30))), t0);
+        q.fire_due(t0 + Duration::from_secs(30));
+        assert_eq!(q.pop().unwrap().1, "requeue-after");
+    }
+
+    #[test]
+    fn earlier_timer_wins() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add_after(k("a", "x"), Duration::from_secs(10), "late", t0);
+        q.add_after(k("a", "x"), Duration::from_secs(1), "early", t0);
+        q.add_after(k("a", "x"), Duration::from_secs(5), "middle", t0);
+        assert_eq!(q.delayed(), 1);
+        assert_eq!(q.next_deadline(), Some(t0 + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn terminal_errors_are_not_retried() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add(k("a", "x"), "e");
+        let (key, _) = q.pop().unwrap();
+        q.done(&key, Done::Terminal, t0);
+        assert_eq!(q.delayed(), 0);
+        assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn forgetting_a_cluster_drops_its_work_only() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add(k("gone", "a"), "e");
+        q.add(k("gone", "b"), "e");
+        q.add_after(k("gone", "c"), Duration::from_secs(1), "t", t0);
+        q.add(k("stay", "a"), "e");
+        let (running, _) = q.pop().unwrap();
+        assert_eq!(running.cluster, "gone");
+        q.forget_cluster("gone");
+        assert_eq!(q.pending_in("gone"), 0);
+        assert_eq!(q.delayed(), 0);
+        assert_eq!(q.running(), 0);
+        q.done(&running, Done::Retry, t0);
+        assert_eq!(q.delayed(), 0, "a dropped key is not requeued");
+        assert_eq!(q.pop().unwrap().0, k("stay", "a"));
+        assert!(q.pop().is_none());
+    }
+}

@@ -1,0 +1,10 @@
+//! rekon host library.
+
+pub mod app;
+pub mod cache;
+pub mod cluster;
+pub mod controller;
+pub mod ops;
+pub mod plugin;
+pub mod plugin_crds;
+pub mod writer;

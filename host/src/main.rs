@@ -1,0 +1,273 @@
+//! The `rekon` command line: parses arguments and calls the library.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use rekon::plugin::OutputFormat;
+
+/// rekon: a Kubernetes reconciliation engine whose decisions live in
+/// WebAssembly plugins.
+#[derive(Debug, Parser)]
+#[command(name = "rekon", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the engine: connect the clusters, load and watch the plugin
+    /// directory, reconcile until SIGINT/SIGTERM.
+    Run(RunArgs),
+    /// Work with plugin files.
+    #[command(subcommand)]
+    Plugin(PluginCommand),
+    /// Print the least-privilege RBAC (ClusterRole, Role, bindings) the
+    /// plugins in DIR and the host need in one cluster.
+    Rbac(RbacArgs),
+    /// Print the CRDs every plugin in DIR declares (or write one file per
+    /// CRD plus a kustomization.yaml with --out-dir).
+    Crds {
+        /// Directory of plugin components (`*.wasm`).
+        dir: PathBuf,
+        /// Write `<crd>.yaml` files and `kustomization.yaml` here instead of printing.
+        #[arg(long)]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct RunArgs {
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
+    #[arg(long, env = "REKON_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the primary cluster (default: the current context).
+    #[arg(long, env = "REKON_CONTEXT")]
+    context: Option<String>,
+    /// Name of the primary cluster in requests (default: the context name, or `main`).
+    #[arg(long, env = "REKON_PRIMARY_NAME")]
+    primary_name: Option<String>,
+    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
+    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
+    clusters: Vec<(String, String)>,
+    /// Directory of plugin components (`*.wasm`), watched for changes.
+    #[arg(long, env = "REKON_PLUGINS")]
+    plugins: PathBuf,
+    /// Log format.
+    #[arg(long, env = "REKON_LOG_FORMAT", value_enum, default_value_t = rekon::app::LogFormat::Text)]
+    log_format: rekon::app::LogFormat,
+    /// Concurrent reconciles per plugin unless its registration says otherwise.
+    #[arg(long, env = "REKON_MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
+    max_concurrent_reconciles: usize,
+    /// Directory for compiled plugins (cached by digest).
+    #[arg(long, env = "REKON_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Server-side apply each plugin's CRDs to the clusters its primaries
+    /// live in whenever it loads (off by default; for demos and tests).
+    #[arg(long, env = "REKON_INSTALL_CRDS")]
+    install_crds: bool,
+    #[command(flatten)]
+    ops: OpsArgs,
+}
+
+/// Operations: metrics, probes, leader election, dynamic clusters.
+#[derive(Debug, clap::Args)]
+struct OpsArgs {
+    /// Address of `/metrics` (`off` to disable).
+    #[arg(long, env = "REKON_METRICS_ADDR", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
+    metrics_addr: Addr,
+    /// Address of `/healthz` and `/readyz` (`off` to disable); may equal --metrics-addr.
+    #[arg(long, env = "REKON_PROBE_ADDR", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
+    probe_addr: Addr,
+    /// Elect a leader on a coordination.k8s.io Lease in the primary cluster;
+    /// only the leader reconciles and writes.
+    #[arg(long, env = "REKON_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, env = "REKON_LEASE_NAME", default_value = "rekon")]
+    lease_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else `rekon-system`).
+    #[arg(long, env = "REKON_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// How long followers wait after the last renewal before taking over.
+    #[arg(long, env = "REKON_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    lease_duration: std::time::Duration,
+    /// How long the leader keeps trying to renew before it stops writing.
+    #[arg(long, env = "REKON_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    renew_deadline: std::time::Duration,
+    /// Interval between acquire/renew attempts.
+    #[arg(long, env = "REKON_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    retry_period: std::time::Duration,
+    /// Directory of kubeconfig files, one cluster per file, engaged and
+    /// disengaged as files appear, change and disappear.
+    #[arg(long, env = "REKON_CLUSTER_DIR")]
+    cluster_dir: Option<PathBuf>,
+    /// Namespace (in the primary cluster) of kubeconfig Secrets, one cluster each.
+    #[arg(long, env = "REKON_CLUSTER_SECRETS_NAMESPACE")]
+    cluster_secrets_namespace: Option<String>,
+    /// Label selector of the kubeconfig Secrets.
+    #[arg(long, env = "REKON_CLUSTER_SECRETS_SELECTOR", default_value = rekon::cluster::provider::SecretProvider::DEFAULT_SELECTOR)]
+    cluster_secrets_selector: String,
+}
+
+/// A listen address, or `off`.
+#[derive(Clone, Copy, Debug)]
+struct Addr(Option<std::net::SocketAddr>);
+
+fn parse_addr(s: &str) -> Result<Addr, String> {
+    if s == "off" || s.is_empty() {
+        return Ok(Addr(None));
+    }
+    s.parse().map(|a| Addr(Some(a))).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// `15s`, `500ms`, `2m` or plain seconds.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let n: f64 = num.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(format!("{s:?}: unit must be ms, s or m")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+impl OpsArgs {
+    fn into_config(self) -> rekon::ops::OpsConfig {
+        let leader_election = self.leader_elect.then(|| {
+            let namespace = self
+                .lease_namespace
+                .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
+                .unwrap_or_else(|| "rekon-system".to_owned());
+            rekon::ops::leader::LeaderElectionConfig {
+                lease_duration: self.lease_duration,
+                renew_deadline: self.renew_deadline,
+                retry_period: self.retry_period,
+                ..rekon::ops::leader::LeaderElectionConfig::new(self.lease_name, namespace)
+            }
+        });
+        rekon::ops::OpsConfig {
+            metrics_addr: self.metrics_addr.0,
+            probe_addr: self.probe_addr.0,
+            leader_election,
+            cluster_dir: self.cluster_dir,
+            cluster_secrets: self.cluster_secrets_namespace.map(|namespace| rekon::ops::SecretSource {
+                namespace,
+                selector: self.cluster_secrets_selector,
+            }),
+        }
+    }
+}
+
+fn parse_cluster(s: &str) -> Result<(String, String), String> {
+    rekon::cluster::parse_cluster_spec(s).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, clap::Args)]
+struct RbacArgs {
+    /// Directory of plugin components (`*.wasm`).
+    dir: PathBuf,
+    /// Name of the ClusterRole, Role and bindings.
+    #[arg(long, default_value = "rekon")]
+    name: String,
+    /// Namespace of the host (Role, RoleBinding, ServiceAccount).
+    #[arg(long, default_value = "rekon-system")]
+    namespace: String,
+    /// The host's ServiceAccount.
+    #[arg(long, default_value = "rekon")]
+    service_account: String,
+    /// Name of the cluster the RBAC is for (matched against plugins' named cluster sets).
+    #[arg(long, default_value = "main")]
+    cluster: String,
+    /// The cluster is not the primary one: no host Role, no `primary` permissions.
+    #[arg(long)]
+    remote: bool,
+    /// Leave out read access to kubeconfig Secrets (no Secret cluster provider).
+    #[arg(long)]
+    no_secret_provider: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum PluginCommand {
+    /// Load a plugin file and print its registration: name, version,
+    /// primary resource, watches, permissions and CRDs.
+    Inspect {
+        /// The plugin component (`*.wasm`).
+        file: PathBuf,
+        /// Output format.
+        #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
+        output: OutputFormat,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    if let Command::Run(args) = cli.command {
+        return run(args);
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match cli.command {
+        Command::Run(_) => unreachable!("handled above"),
+        Command::Plugin(PluginCommand::Inspect { file, output }) => {
+            print!("{}", rekon::plugin::inspect_file(&file, output)?);
+        }
+        Command::Rbac(args) => {
+            let registrations = rekon::ops::manifests::load_registrations(&args.dir)?;
+            let opts = rekon::ops::manifests::RbacOptions {
+                name: args.name,
+                namespace: args.namespace,
+                service_account: args.service_account,
+                cluster: args.cluster,
+                primary: !args.remote,
+                secret_provider: !args.no_secret_provider,
+            };
+            print!("{}", rekon::ops::manifests::rbac_yaml(&registrations, &opts)?);
+        }
+        Command::Crds { dir, out_dir } => {
+            let registrations = rekon::ops::manifests::load_registrations(&dir)?;
+            match out_dir {
+                None => print!("{}", rekon::ops::manifests::crds_yaml(&registrations)?),
+                Some(out) => rekon::ops::manifests::write_crds(&registrations, &out)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `rekon run`: logging from `RUST_LOG` (default `info`) in the chosen format.
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let filter = std::env::var("RUST_LOG").ok();
+    rekon::app::init_tracing(args.log_format, filter.as_deref())?;
+    let install_crds = args.install_crds;
+    let config = rekon::app::Config {
+        kubeconfig: args.kubeconfig,
+        context: args.context,
+        primary_name: args.primary_name,
+        clusters: args.clusters,
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        cache_dir: args.cache_dir,
+        ops: args.ops.into_config(),
+        ..rekon::app::Config::new(args.plugins)
+    };
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let app = rekon::app::App::build(config).await?;
+        if install_crds {
+            // Ends with the runtime when `run` returns.
+            let (clusters, plugins) = (app.clusters().clone(), app.registry().clone());
+            let forever = std::future::pending();
+            tokio::spawn(rekon::plugin_crds::run(clusters, plugins, forever));
+        }
+        app.run(rekon::app::shutdown_signal()).await?;
+        anyhow::Ok(())
+    })
+}

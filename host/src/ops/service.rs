@@ -1,0 +1,306 @@
+//! [`Ops`]: everything of `ops` that runs beside the engine in `rekon run`,
+//! built from one [`OpsConfig`].
+//!
+//! [`Ops::build`] binds the HTTP server, prepares leader election on the
+//! primary cluster and finds the host's own Pod; [`Ops::gate`] is handed to
+//! the writer before the engine starts; [`Ops::run`] then serves and
+//! campaigns, runs the dynamic-cluster providers, and reports plugin status
+//! and cluster membership (logs, metrics, Events) until its shutdown future
+//! resolves. The App resolves that future only after the controllers have
+//! finished their in-flight reconciles, so the lease is released only when
+//! this replica has stopped writing.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{debug, error, warn};
+
+use super::events::{HostEvents, report_leadership, report_plugin_status};
+use super::leader::{self, LeaderElectionConfig, LeaderElector, LeaderGate};
+use super::metrics::Metrics;
+use super::server::{self, OpsServer, Readiness};
+use crate::cluster::provider::{DirProvider, SecretProvider};
+use crate::cluster::{ClusterEvent, ClusterRegistry, Health};
+use crate::controller::Manager;
+use crate::plugin::PluginRegistry;
+
+/// Errors of setting up the operations side.
+#[derive(Debug, thiserror::Error)]
+pub enum OpsError {
+    /// The metrics/probe server could not bind.
+    #[error("failed to start the ops server")]
+    Server(#[from] server::Error),
+    /// Leader election is misconfigured.
+    #[error("failed to set up leader election")]
+    Leader(#[from] leader::Error),
+    /// The cluster directory is not readable.
+    #[error("failed to read cluster directory {path}")]
+    ClusterDir {
+        /// The directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The primary cluster is not in the registry.
+    #[error("primary cluster {0} is not engaged")]
+    NoPrimary(String),
+}
+
+/// Kubeconfig Secrets to engage clusters from.
+#[derive(Clone, Debug)]
+pub struct SecretSource {
+    /// Namespace of the Secrets (in the primary cluster).
+    pub namespace: String,
+    /// Label selector (default `rekon.dev/kubeconfig=true`).
+    pub selector: String,
+}
+
+/// Configuration of the operations side. The default enables nothing
+/// (no server, no leader election, no providers), so an embedded or test
+/// host behaves as a single, always-leading process.
+#[derive(Clone, Debug, Default)]
+pub struct OpsConfig {
+    /// Address of `/metrics`.
+    pub metrics_addr: Option<SocketAddr>,
+    /// Address of `/healthz` and `/readyz` (same listener when equal to `metrics_addr`).
+    pub probe_addr: Option<SocketAddr>,
+    /// Leader election; `None`: this process always leads.
+    pub leader_election: Option<LeaderElectionConfig>,
+    /// A directory of kubeconfig files, one cluster each.
+    pub cluster_dir: Option<PathBuf>,
+    /// Labelled kubeconfig Secrets, one cluster each.
+    pub cluster_secrets: Option<SecretSource>,
+}
+
+/// The operations side of a running host; see the [module docs](self).
+pub struct Ops {
+    config: OpsConfig,
+    metrics: Metrics,
+    gate: LeaderGate,
+    elector: Option<LeaderElector>,
+    server: Option<OpsServer>,
+    host_events: HostEvents,
+}
+
+impl std::fmt::Debug for Ops {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ops")
+            .field("config", &self.config)
+            .field("host_events", &self.host_events)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The engine parts [`Ops::run`] observes.
+#[derive(Clone, Debug)]
+pub struct EngineParts {
+    /// The cluster registry (providers add and remove clusters here).
+    pub clusters: ClusterRegistry,
+    /// The plugin registry (status reporting).
+    pub plugins: PluginRegistry,
+    /// The controller manager (readiness: a controller per loaded plugin).
+    pub manager: Manager,
+}
+
+impl Ops {
+    /// Bind the server, prepare leader election on the primary cluster of
+    /// `clusters`, and find the host's own Pod (`POD_NAME`, `POD_NAMESPACE`).
+    ///
+    /// # Errors
+    /// When an address cannot be bound, the leader election timing is
+    /// invalid, or the cluster directory cannot be read.
+    pub async fn build(config: OpsConfig, clusters: &ClusterRegistry) -> Result<Self, OpsError> {
+        let metrics = Metrics::global().clone();
+        let primary = clusters
+            .get(clusters.primary())
+            .ok_or_else(|| OpsError::NoPrimary(clusters.primary().to_owned()))?;
+        if let Some(dir) = &config.cluster_dir {
+            std::fs::read_dir(dir).map_err(|source| OpsError::ClusterDir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let elector = match &config.leader_election {
+            Some(le) => Some(LeaderElector::new(primary.client(), le.clone())?.with_metrics(metrics.clone())),
+            None => None,
+        };
+        let gate = elector
+            .as_ref()
+            .map_or_else(LeaderGate::always_leader, LeaderElector::gate);
+        let host_events = HostEvents::from_env(primary.client()).await;
+        Ok(Self {
+            config,
+            metrics,
+            gate,
+            elector,
+            server: None,
+            host_events,
+        })
+    }
+
+    /// The write gate for the writer and the controllers.
+    #[must_use]
+    pub fn gate(&self) -> LeaderGate {
+        self.gate.clone()
+    }
+
+    /// The metrics served on `/metrics`.
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Bind the HTTP server now (so callers learn the bound addresses, e.g.
+    /// with port 0), with readiness checks over `engine`.
+    ///
+    /// # Errors
+    /// When an address cannot be bound.
+    pub async fn bind(&mut self, engine: &EngineParts) -> Result<Vec<SocketAddr>, OpsError> {
+        if self.server.is_none() && (self.config.metrics_addr.is_some() || self.config.probe_addr.is_some()) {
+            let server = OpsServer::bind(
+                self.config.metrics_addr,
+                self.config.probe_addr,
+                self.metrics.clone(),
+                readiness(engine),
+            )
+            .await?;
+            self.server = Some(server);
+        }
+        Ok(self.server.as_ref().map(OpsServer::local_addrs).unwrap_or_default())
+    }
+
+    /// Serve, campaign, provide clusters and report until `shutdown`
+    /// resolves; then release the lease (if held) and stop.
+    ///
+    /// # Errors
+    /// When the server cannot be bound.
+    pub async fn run(mut self, engine: EngineParts, shutdown: impl Future<Output = ()> + Send) -> Result<(), OpsError> {
+        self.bind(&engine).await?;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let mut tasks = JoinSet::new();
+        if let Some(server) = self.server.take() {
+            let stop = stopped();
+            tasks.spawn(async move {
+                if let Err(e) = server.run(stop).await {
+                    error!(error = %e, source = ?std::error::Error::source(&e).map(ToString::to_string), "ops server failed");
+                }
+            });
+        }
+        if let Some(elector) = self.elector.take() {
+            tasks.spawn(report_leadership(self.gate.clone(), self.host_events.clone(), stopped()));
+            tasks.spawn(elector.run(stopped()));
+        }
+        super::events::report_initial_plugins(&engine.plugins, &self.metrics, &self.host_events).await;
+        tasks.spawn(report_plugin_status(
+            engine.plugins.subscribe(),
+            self.metrics.clone(),
+            self.host_events.clone(),
+            stopped(),
+        ));
+        tasks.spawn(track_clusters(engine.clusters.clone(), self.metrics.clone(), stopped()));
+        if let Some(dir) = self.config.cluster_dir.clone() {
+            let clusters = engine.clusters.clone();
+            let stop = stopped();
+            tasks.spawn(async move {
+                if let Err(e) = DirProvider::new(&dir).run(clusters, stop).await {
+                    error!(dir = %dir.display(), error = %e, "cluster directory provider stopped");
+                }
+            });
+        }
+        if let Some(source) = self.config.cluster_secrets.clone() {
+            if let Some(primary) = engine.clusters.get(engine.clusters.primary()) {
+                let provider = SecretProvider::new(primary.client(), &source.namespace).selector(&source.selector);
+                let clusters = engine.clusters.clone();
+                let stop = stopped();
+                tasks.spawn(async move {
+                    if let Err(e) = provider.run(clusters, stop).await {
+                        error!(namespace = %source.namespace, error = %e, "kubeconfig secret provider stopped");
+                    }
+                });
+            }
+        }
+        shutdown.await;
+        debug!("ops stopping");
+        let _ = stop_tx.send(true);
+        while let Some(done) = tasks.join_next().await {
+            if let Err(e) = done {
+                warn!(error = %e, "ops task ended abnormally");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `/readyz`: the primary cluster's caches have listed, and every loaded
+/// plugin has a running controller (whose caches count toward the first).
+fn readiness(engine: &EngineParts) -> Readiness {
+    let clusters = engine.clusters.clone();
+    let plugins = engine.plugins.clone();
+    let manager = engine.manager.clone();
+    Readiness::new()
+        .check("primary-caches", move || {
+            let primary = clusters.primary().to_owned();
+            match clusters.get(&primary).map(|c| c.health()) {
+                Some(Health::Ready) => Ok(()),
+                Some(Health::Syncing) => Err(format!("caches of primary cluster {primary} not synced")),
+                Some(Health::Unreachable) => Err(format!("primary cluster {primary} unreachable")),
+                None => Err(format!("primary cluster {primary} not engaged")),
+            }
+        })
+        .check("plugins", move || {
+            let running = manager.plugins();
+            let missing: Vec<String> = plugins
+                .plugins()
+                .iter()
+                .map(|p| p.name().to_owned())
+                .filter(|n| !running.contains(n))
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("controllers not started for plugins {}", missing.join(", ")))
+            }
+        })
+}
+
+/// Keep `rekon_cluster_engaged` / `rekon_cluster_reachable` current.
+async fn track_clusters(clusters: ClusterRegistry, metrics: Metrics, shutdown: impl Future<Output = ()>) {
+    for name in clusters.names() {
+        metrics.set_cluster_engaged(&name, true);
+    }
+    let mut events = clusters.subscribe();
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            event = events.recv() => match event {
+                Ok(ClusterEvent::Added(name)) => metrics.set_cluster_engaged(&name, true),
+                Ok(ClusterEvent::Removed(name)) => metrics.set_cluster_engaged(&name, false),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    for name in clusters.names() {
+                        metrics.set_cluster_engaged(&name, true);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            },
+            _ = tick.tick() => {
+                for cluster in clusters.all() {
+                    metrics.set_cluster_reachable(cluster.name(), cluster.health() != Health::Unreachable);
+                }
+            }
+        }
+    }
+}

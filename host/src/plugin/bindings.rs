@@ -1,0 +1,20 @@
+//! The one place where `bindgen!` runs over the WIT contract (`wit/`).
+//!
+//! Everything generated stays private to `plugin`; `plugin/mod.rs` re-exports
+//! the curated type surface the rest of the host uses.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "plugin",
+    // Records and variants cross into the engine (queues, status, `plugin
+    // inspect` output): make them serializable and comparable. `Clone` is
+    // derived by bindgen already, `Debug` is implemented by it.
+    additional_derives: [
+        PartialEq,
+        serde::Serialize,
+        serde::Deserialize,
+    ],
+});
+
+pub(crate) use rekon::plugin::host;
+pub(crate) use rekon::plugin::types;

@@ -1,0 +1,199 @@
+//! Which components this host accepts: the world `rekon:plugin/plugin` at a
+//! semver-compatible version of the contract.
+//!
+//! Checked on the component's declared imports and exports before linking,
+//! so that a plugin built for another contract version is refused with the
+//! version it was built for rather than with a type-mismatch message.
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+
+/// The WIT package plugins are built against.
+pub const CONTRACT_PACKAGE: &str = "rekon:plugin";
+
+/// The version of the WIT package this host speaks (`wit/*.wit`).
+pub const CONTRACT_VERSION: &str = "0.1.0";
+
+/// Why a component does not fit the contract.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Mismatch {
+    /// Built for another (incompatible) version of the package.
+    Version { found: String, host: String },
+    /// Not our world at all.
+    World(String),
+}
+
+/// The host's contract version.
+fn host_version() -> semver::Version {
+    semver::Version::parse(CONTRACT_VERSION).expect("CONTRACT_VERSION is a valid semver")
+}
+
+/// How compatible versions are described to a user: `0.1.x` or `1.x`.
+pub(crate) fn host_range() -> String {
+    let v = host_version();
+    if v.major == 0 {
+        format!("{CONTRACT_PACKAGE}@{}.{}.x", v.major, v.minor)
+    } else {
+        format!("{CONTRACT_PACKAGE}@{}.x", v.major)
+    }
+}
+
+/// Semver compatibility with the 0.x rule: below 1.0 the minor version acts
+/// as the major one.
+pub(crate) fn compatible(found: &semver::Version) -> bool {
+    let host = host_version();
+    if host.major == 0 {
+        found.major == 0 && found.minor == host.minor
+    } else {
+        found.major == host.major
+    }
+}
+
+/// Splits `rekon:plugin/guest@0.1.0` into interface `guest` and version text
+/// when the name belongs to our package.
+fn our_interface(name: &str) -> Option<(&str, Option<&str>)> {
+    let rest = name.strip_prefix(CONTRACT_PACKAGE)?.strip_prefix('/')?;
+    Some(match rest.split_once('@') {
+        Some((iface, version)) => (iface, Some(version)),
+        None => (rest, None),
+    })
+}
+
+/// Checks one name of our package; `Ok(true)` when it is the interface we look for.
+fn check_version(name: &str, version: Option<&str>) -> Result<(), Mismatch> {
+    let Some(text) = version else {
+        return Err(Mismatch::World(format!(
+            "`{name}` carries no package version; rebuild the plugin with the rekon SDK"
+        )));
+    };
+    let found = semver::Version::parse(text)
+        .map_err(|e| Mismatch::World(format!("`{name}` has an invalid package version: {e}")))?;
+    if compatible(&found) {
+        Ok(())
+    } else {
+        Err(Mismatch::Version {
+            found: found.to_string(),
+            host: host_range(),
+        })
+    }
+}
+
+/// Checks the component's exports (it must export `rekon:plugin/guest` at a
+/// compatible version) and its imports of our package (`rekon:plugin/host`
+/// at a compatible version; nothing else of ours).
+pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), Mismatch> {
+    let ty = component.component_type();
+    let mut guest_found = false;
+    let mut exports = Vec::new();
+    for (name, _) in ty.exports(engine) {
+        exports.push(name.to_string());
+        if let Some((iface, version)) = our_interface(name) {
+            check_version(name, version)?;
+            if iface == "guest" {
+                guest_found = true;
+            }
+        }
+    }
+    for (name, _) in ty.imports(engine) {
+        if let Some((iface, version)) = our_interface(name) {
+            check_version(name, version)?;
+            if iface != "host" && iface != "types" {
+                return Err(Mismatch::World(format!(
+                    "imports `{name}`, which {} does not define",
+                    host_range()
+                )));
+            }
+        }
+    }
+    if !guest_found {
+        let found = if exports.is_empty() {
+            "it exports nothing".to_string()
+        } else {
+            format!("it exports {}", exports.join(", "))
+        };
+        return Err(Mismatch::World(format!(
+            "component does not export `{CONTRACT_PACKAGE}/guest@{CONTRACT_VERSION}` \
+             (world `{CONTRACT_PACKAGE}/plugin`); {found}"
+        )));
+    }
+    Ok(())
+}
+
+/// Classifies raw bytes before compiling, for clearer messages than the
+/// parser's: not WebAssembly at all, a core module, a precompiled artifact.
+pub(crate) fn precheck(bytes: &[u8]) -> Result<(), String> {
+    const MAGIC: &[u8; 4] = b"\0asm";
+    if bytes.len() < 8 || &bytes[..4] != MAGIC {
+        return Err(format!(
+            "not a WebAssembly file ({} bytes, no `\\0asm` header)",
+            bytes.len()
+        ));
+    }
+    if Engine::detect_precompiled(bytes).is_some() {
+        return Err("a precompiled wasmtime artifact; give the .wasm component".to_string());
+    }
+    // Version/layer field: core modules are `01 00 00 00`, components
+    // `0d 00 01 00`.
+    match bytes[4..8] {
+        [0x01, 0x00, 0x00, 0x00] => Err(
+            "a core WebAssembly module, not a component; build the plugin for wasm32-wasip2 \
+             with the rekon SDK"
+                .to_string(),
+        ),
+        [_, _, 0x01, 0x00] => Ok(()),
+        _ => Err("unknown WebAssembly binary version/layer".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> semver::Version {
+        semver::Version::parse(s).unwrap()
+    }
+
+    #[test]
+    fn zero_minor_acts_as_major() {
+        assert!(compatible(&v("0.1.0")));
+        assert!(compatible(&v("0.1.7")));
+        assert!(!compatible(&v("0.2.0")));
+        assert!(!compatible(&v("0.0.9")));
+        assert!(!compatible(&v("1.1.0")));
+        assert!(!compatible(&v("2.0.0")));
+        assert_eq!(host_range(), "rekon:plugin@0.1.x");
+    }
+
+    #[test]
+    fn precheck_names_the_problem() {
+        assert!(
+            precheck(b"hello world")
+                .unwrap_err()
+                .contains("not a WebAssembly")
+        );
+        let core = wat::parse_str("(module)").unwrap();
+        assert!(
+            precheck(&core)
+                .unwrap_err()
+                .contains("core WebAssembly module")
+        );
+        let component = wat::parse_str("(component)").unwrap();
+        assert_eq!(precheck(&component), Ok(()));
+    }
+
+    #[test]
+    fn version_check_of_names() {
+        assert_eq!(
+            our_interface("rekon:plugin/guest@0.1.0"),
+            Some(("guest", Some("0.1.0")))
+        );
+        assert_eq!(our_interface("wasi:cli/stderr@0.2.0"), None);
+        assert_eq!(
+            check_version("rekon:plugin/guest@2.0.0", Some("2.0.0")),
+            Err(Mismatch::Version {
+                found: "2.0.0".into(),
+                host: "rekon:plugin@0.1.x".into()
+            })
+        );
+    }
+}

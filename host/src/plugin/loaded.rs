@@ -1,0 +1,561 @@
+//! A loaded plugin and its calls: each call gets a fresh store (memory cap,
+//! epoch deadline, capability-free WASI) instantiated from the `InstancePre`
+//! built at load time; failures are classified into [`CallError`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use wasmtime::Store;
+
+use super::bindings::{Plugin, PluginPre};
+use super::capability;
+use super::error::{CallError, LoadError};
+use super::runtime::{self, LoadTimings, PluginRuntime, RuntimeInner};
+use super::sandbox::CallState;
+use super::{ClusterInfo, HostReads, NoReads, Outcome, Registration, Request, Resource};
+
+/// A plugin that compiled, linked and registered. Cheap to clone; a call
+/// holds a clone, so a reload never disturbs in-flight calls.
+#[derive(Clone)]
+pub struct LoadedPlugin {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: Arc<str>,
+    registration: Registration,
+    digest: String,
+    origin: String,
+    path: Option<PathBuf>,
+    loaded_at: SystemTime,
+    timings: LoadTimings,
+    pre: PluginPre<CallState>,
+    runtime: Arc<RuntimeInner>,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin")
+            .field("name", &self.name())
+            .field("version", &self.version())
+            .field("digest", &self.digest())
+            .field("origin", &self.inner.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedPlugin {
+    /// Calls `register` and validates the result (load time).
+    pub(crate) fn register(
+        runtime: Arc<RuntimeInner>,
+        pre: PluginPre<CallState>,
+        digest: String,
+        origin: String,
+        path: Option<PathBuf>,
+        mut timings: LoadTimings,
+    ) -> Result<Self, LoadError> {
+        let started = Instant::now();
+        // Until `register` returns, the plugin is named after its file.
+        let provisional: Arc<str> = Arc::from(origin.as_str());
+        let timeout = runtime.config.register_timeout;
+        let registration = call(
+            &runtime,
+            &pre,
+            &provisional,
+            "register",
+            timeout,
+            Arc::new(NoReads),
+            super::timestamp(SystemTime::UNIX_EPOCH),
+            |store, plugin| plugin.rekon_plugin_guest().call_register(store),
+        )
+        .map_err(|source| LoadError::Register {
+            origin: origin.clone(),
+            source: Box::new(source),
+        })?
+        .map_err(|message| LoadError::Refused {
+            origin: origin.clone(),
+            message,
+        })?;
+        timings.register = started.elapsed();
+        validate(&registration).map_err(|reason| LoadError::InvalidRegistration {
+            origin: origin.clone(),
+            reason,
+        })?;
+        tracing::debug!(
+            plugin = %registration.name,
+            plugin.version = %registration.version,
+            plugin.origin = %origin,
+            ?timings,
+            "registered plugin"
+        );
+        Ok(Self {
+            inner: Arc::new(Inner {
+                name: Arc::from(registration.name.as_str()),
+                registration,
+                digest,
+                origin,
+                path,
+                loaded_at: runtime::now(),
+                timings,
+                pre,
+                runtime,
+            }),
+        })
+    }
+
+    /// The plugin's name (from its registration).
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The plugin's own version (from its registration).
+    #[must_use]
+    pub fn version(&self) -> &str {
+        &self.inner.registration.version
+    }
+
+    /// What the plugin declared when it was loaded.
+    #[must_use]
+    pub fn registration(&self) -> &Registration {
+        &self.inner.registration
+    }
+
+    /// Hex sha256 of the component file.
+    #[must_use]
+    pub fn digest(&self) -> &str {
+        &self.inner.digest
+    }
+
+    /// The file it was loaded from (`None` for [`PluginRuntime::load_bytes`]).
+    #[must_use]
+    pub fn path(&self) -> Option<&Path> {
+        self.inner.path.as_deref()
+    }
+
+    /// When it was loaded.
+    #[must_use]
+    pub fn loaded_at(&self) -> SystemTime {
+        self.inner.loaded_at
+    }
+
+    /// Where the time of this load went.
+    #[must_use]
+    pub fn load_timings(&self) -> LoadTimings {
+        self.inner.timings
+    }
+
+    /// Whether `other` is the very same load (not just the same name).
+    #[must_use]
+    pub fn same_load(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Reconciles one request in a fresh sandbox on a blocking thread, then
+    /// checks every returned action against the registered permissions: an
+    /// action outside them fails the whole reconcile with
+    /// [`CallError::Forbidden`] (nothing of that outcome is to be written).
+    pub async fn reconcile(
+        &self,
+        req: Request,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+    ) -> Result<Outcome, CallError> {
+        let this = self.clone();
+        self.blocking("reconcile", move || {
+            this.reconcile_blocking(&req, reads, request_time)
+        })
+        .await
+    }
+
+    /// [`Self::reconcile`] on the current thread (blocks it for the call).
+    pub fn reconcile_blocking(
+        &self,
+        req: &Request,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+    ) -> Result<Outcome, CallError> {
+        let clusters = reads.clusters();
+        let result = self.call_fresh("reconcile", reads, request_time, |store, plugin| {
+            plugin.rekon_plugin_guest().call_reconcile(store, req)
+        })?;
+        self.finish_reconcile(result, &clusters)
+    }
+
+    fn finish_reconcile(
+        &self,
+        result: Result<Outcome, super::ReconcileError>,
+        clusters: &[ClusterInfo],
+    ) -> Result<Outcome, CallError> {
+        let outcome = result.map_err(|e| CallError::Plugin {
+            plugin: self.name().to_string(),
+            message: e.message,
+            retryable: e.retryable,
+        })?;
+        capability::check_outcome(self.name(), &self.inner.registration, &outcome, clusters)?;
+        Ok(outcome)
+    }
+
+    /// Asks the plugin which primaries an event on `object_json` (of
+    /// `resource` in `cluster`) concerns; for watches with the `custom`
+    /// mapping. Runs in a fresh sandbox on a blocking thread.
+    pub async fn map(
+        &self,
+        cluster: &str,
+        resource: &Resource,
+        object_json: String,
+        reads: Arc<dyn HostReads>,
+    ) -> Result<Vec<Request>, CallError> {
+        let this = self.clone();
+        let cluster = cluster.to_string();
+        let resource = resource.clone();
+        self.blocking("map", move || {
+            this.map_blocking(&cluster, &resource, &object_json, reads)
+        })
+        .await
+    }
+
+    /// [`Self::map`] on the current thread.
+    pub fn map_blocking(
+        &self,
+        cluster: &str,
+        resource: &Resource,
+        object_json: &str,
+        reads: Arc<dyn HostReads>,
+    ) -> Result<Vec<Request>, CallError> {
+        self.call_fresh("map", reads, SystemTime::now(), |store, plugin| {
+            plugin
+                .rekon_plugin_guest()
+                .call_map(store, cluster, resource, object_json)
+        })
+    }
+
+    /// Instantiates the plugin once for several calls. The controller does
+    /// not use this (plugins are specified to keep no state between calls
+    /// and each reconcile gets a fresh instance); it exists for dry runs of
+    /// many requests and for measuring instantiation cost. After a failed
+    /// call the session is unusable (the instance may be poisoned).
+    pub fn session(
+        &self,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+    ) -> Result<PluginSession, CallError> {
+        let clusters = reads.clusters();
+        let mut store = new_store(
+            &self.inner.runtime,
+            &self.inner.name,
+            reads,
+            super::timestamp(request_time),
+        );
+        let timeout = self.inner.runtime.config.call_timeout;
+        store.set_epoch_deadline(runtime::deadline_ticks(&self.inner.runtime, timeout));
+        let instance =
+            self.inner.pre.instantiate(&mut store).map_err(|e| {
+                classify(&self.inner.name, "instantiate", &store, &e, timeout, true)
+            })?;
+        Ok(PluginSession {
+            plugin: self.clone(),
+            store,
+            instance,
+            clusters,
+            poisoned: false,
+        })
+    }
+
+    fn call_fresh<R>(
+        &self,
+        function: &'static str,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+        f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        let span = tracing::debug_span!("plugin call", plugin = %self.inner.name, function);
+        let _entered = span.enter();
+        call(
+            &self.inner.runtime,
+            &self.inner.pre,
+            &self.inner.name,
+            function,
+            self.inner.runtime.config.call_timeout,
+            reads,
+            super::timestamp(request_time),
+            f,
+        )
+    }
+
+    async fn blocking<R: Send + 'static>(
+        &self,
+        function: &'static str,
+        f: impl FnOnce() -> Result<R, CallError> + Send + 'static,
+    ) -> Result<R, CallError> {
+        match tokio::task::spawn_blocking(f).await {
+            Ok(result) => result,
+            Err(e) => Err(CallError::Host {
+                plugin: self.name().to_string(),
+                function,
+                message: if e.is_panic() {
+                    format!(
+                        "host code panicked during the call: {}",
+                        panic_text(e.into_panic())
+                    )
+                } else {
+                    "the call was cancelled".to_string()
+                },
+            }),
+        }
+    }
+}
+
+/// An instance reused across calls; see [`LoadedPlugin::session`].
+pub struct PluginSession {
+    plugin: LoadedPlugin,
+    store: Store<CallState>,
+    instance: Plugin,
+    clusters: Vec<ClusterInfo>,
+    poisoned: bool,
+}
+
+impl PluginSession {
+    /// Reconciles `req` on the session's instance (same checks as
+    /// [`LoadedPlugin::reconcile`]).
+    pub fn reconcile(&mut self, req: &Request) -> Result<Outcome, CallError> {
+        let inner = &self.plugin.inner;
+        if self.poisoned {
+            return Err(CallError::Instantiate {
+                plugin: self.plugin.name().to_string(),
+                message: "session instance is unusable after a failed call".to_string(),
+            });
+        }
+        let timeout = inner.runtime.config.call_timeout;
+        self.store
+            .set_epoch_deadline(runtime::deadline_ticks(&inner.runtime, timeout));
+        let result = self
+            .instance
+            .rekon_plugin_guest()
+            .call_reconcile(&mut self.store, req)
+            .map_err(|e| {
+                self.poisoned = true;
+                classify(&inner.name, "reconcile", &self.store, &e, timeout, false)
+            })?;
+        self.plugin.finish_reconcile(result, &self.clusters)
+    }
+}
+
+fn new_store(
+    runtime: &RuntimeInner,
+    name: &Arc<str>,
+    reads: Arc<dyn HostReads>,
+    request_time: super::Timestamp,
+) -> Store<CallState> {
+    let state = CallState::new(
+        name.clone(),
+        reads,
+        request_time,
+        PluginRuntime::limits(runtime),
+    );
+    let mut store = Store::new(&runtime.engine, state);
+    store.limiter(|state| &mut state.limiter);
+    store.epoch_deadline_trap();
+    store
+}
+
+/// One call in a fresh store.
+#[allow(clippy::too_many_arguments)]
+fn call<R>(
+    runtime: &RuntimeInner,
+    pre: &PluginPre<CallState>,
+    name: &Arc<str>,
+    function: &'static str,
+    timeout: Duration,
+    reads: Arc<dyn HostReads>,
+    request_time: super::Timestamp,
+    f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
+) -> Result<R, CallError> {
+    let mut store = new_store(runtime, name, reads, request_time);
+    store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
+    let instance = pre
+        .instantiate(&mut store)
+        .map_err(|e| classify(name, function, &store, &e, timeout, true))?;
+    let result =
+        f(&mut store, &instance).map_err(|e| classify(name, function, &store, &e, timeout, false));
+    let output = store.data().output_text();
+    if !output.is_empty() {
+        tracing::debug!(plugin = %name, function, output = %output.trim_end(), "plugin output");
+    }
+    result
+}
+
+/// Turns a wasmtime error into the most specific [`CallError`].
+fn classify(
+    name: &str,
+    function: &'static str,
+    store: &Store<CallState>,
+    error: &wasmtime::Error,
+    timeout: Duration,
+    instantiating: bool,
+) -> CallError {
+    let plugin = name.to_string();
+    let state = store.data();
+    if state.limiter.hit() {
+        return CallError::OutOfMemory {
+            plugin,
+            function,
+            limit_bytes: state.limiter.memory_bytes,
+        };
+    }
+    if matches!(
+        error.downcast_ref::<wasmtime::Trap>(),
+        Some(wasmtime::Trap::Interrupt)
+    ) {
+        return CallError::Timeout {
+            plugin,
+            function,
+            timeout,
+        };
+    }
+    let output = state.output_text();
+    if let Some(message) = panic_message(&output) {
+        return CallError::Panic {
+            plugin,
+            function,
+            message,
+        };
+    }
+    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return CallError::Trap {
+            plugin,
+            function,
+            message: format!("plugin exited with status {}", exit.0),
+            backtrace: None,
+        };
+    }
+    if instantiating && error.downcast_ref::<wasmtime::Trap>().is_none() {
+        return CallError::Instantiate {
+            plugin,
+            message: format!("{error:#}"),
+        };
+    }
+    let message = match error.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => trap.to_string(),
+        None => format!("{error:#}"),
+    };
+    CallError::Trap {
+        plugin,
+        function,
+        message,
+        backtrace: error
+            .downcast_ref::<wasmtime::WasmBacktrace>()
+            .map(backtrace_summary),
+    }
+}
+
+/// The panic message from what a Rust guest wrote before aborting
+/// (`thread '<unnamed>' panicked at src/lib.rs:1:2:\nmessage`).
+fn panic_message(output: &str) -> Option<String> {
+    let start = output.find("panicked at")?;
+    let text = &output[start + "panicked at".len()..];
+    let text = text.trim_start();
+    // "src/lib.rs:10:5:\nthe message\nnote: run with RUST_BACKTRACE..."
+    let (location, rest) = text.split_once('\n').unwrap_or((text, ""));
+    let message: Vec<&str> = rest
+        .lines()
+        .take_while(|l| !l.starts_with("note: "))
+        .collect();
+    let message = message.join("\n");
+    let location = location.trim_end_matches(':');
+    Some(if message.trim().is_empty() {
+        format!("at {location}")
+    } else {
+        format!("{} (at {location})", message.trim())
+    })
+}
+
+/// The first few guest frames.
+fn backtrace_summary(bt: &wasmtime::WasmBacktrace) -> String {
+    bt.frames()
+        .iter()
+        .take(5)
+        .map(|frame| {
+            let func = frame
+                .func_name()
+                .map(String::from)
+                .unwrap_or_else(|| format!("func[{}]", frame.func_index()));
+            match frame
+                .symbols()
+                .first()
+                .and_then(|s| Some((s.file()?, s.line()?)))
+            {
+                Some((file, line)) => format!("{func} ({file}:{line})"),
+                None => func,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" <- ")
+}
+
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
+/// Checks what `register` returned.
+fn validate(reg: &Registration) -> Result<(), String> {
+    let name = &reg.name;
+    let dns_label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !dns_label {
+        return Err(format!(
+            "name {name:?} is not a DNS label (lowercase letters, digits, '-', at most 63)"
+        ));
+    }
+    semver::Version::parse(&reg.version)
+        .map_err(|e| format!("version {:?} is not semver: {e}", reg.version))?;
+    if reg.primary.kind.is_empty() || reg.primary.version.is_empty() {
+        return Err("primary resource needs a version and a kind".to_string());
+    }
+    for (i, crd) in reg.crds.iter().enumerate() {
+        let value: serde_json::Value =
+            serde_json::from_str(crd).map_err(|e| format!("crd #{i} is not JSON: {e}"))?;
+        if value.get("kind").and_then(|k| k.as_str()) != Some("CustomResourceDefinition") {
+            return Err(format!("crd #{i} is not a CustomResourceDefinition"));
+        }
+    }
+    for permission in &reg.permissions {
+        for verb in &permission.verbs {
+            if capability::Verb::parse(verb).is_none() {
+                return Err(format!(
+                    "permission on {} names unknown verb {verb:?}",
+                    capability::describe_resource(&permission.resource)
+                ));
+            }
+        }
+    }
+    if reg.max_concurrent_reconciles == Some(0) {
+        return Err("max-concurrent-reconciles must be at least 1".to_string());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn panic_message_from_rust_abort_output() {
+        let out = "thread '<unnamed>' panicked at src/lib.rs:42:9:\nchaos: asked to panic\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
+        assert_eq!(
+            panic_message(out).as_deref(),
+            Some("chaos: asked to panic (at src/lib.rs:42:9)")
+        );
+        assert_eq!(panic_message("just some log line\n"), None);
+    }
+}

@@ -1,0 +1,549 @@
+//! The set of loaded plugins, keyed by name, fed by a directory of `*.wasm`
+//! files: an initial scan ([`PluginRegistry::load_dir`]) and a notify watcher
+//! ([`PluginRegistry::watch_dir`]) for hot reload.
+//!
+//! # Reload state machine (per file)
+//!
+//! 1. An event on `x.wasm` (create, write, rename to, remove) marks the file
+//!    pending; each further event restarts its quiet period (debounce).
+//! 2. After the quiet period the file is read; if its size or mtime changed
+//!    while reading it stays pending (still being written).
+//! 3. Same digest as last attempt: nothing to do. Otherwise it is compiled,
+//!    checked, linked and registered ([`PluginRuntime::load_file`]).
+//! 4. Failure: recorded in [`PluginStatus`], logged, [`RegistryEvent::Failed`];
+//!    whatever the file served before keeps serving.
+//! 5. Success: if another file already serves that plugin name, refused
+//!    (name conflict). Otherwise the new version atomically replaces the old
+//!    one in the name map ([`RegistryEvent::Loaded`] or
+//!    [`RegistryEvent::Replaced`]); calls in flight keep their clone of the
+//!    old [`LoadedPlugin`] and finish on it.
+//! 6. A removed file unregisters its plugin ([`RegistryEvent::Removed`]); a
+//!    file refused for a name conflict with it is then retried.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use notify::Watcher as _;
+use parking_lot::Mutex;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::broadcast;
+
+use super::error::RegistryError;
+use super::loaded::LoadedPlugin;
+use super::runtime::PluginRuntime;
+
+/// A change of the registry, broadcast to subscribers (the controller
+/// manager starts, restarts and stops controllers from these).
+#[derive(Debug, Clone)]
+pub enum RegistryEvent {
+    /// A plugin name appeared.
+    Loaded(LoadedPlugin),
+    /// A new version of a plugin replaced the old one.
+    Replaced {
+        /// The version that served until now.
+        old: LoadedPlugin,
+        /// The version serving from now on.
+        new: LoadedPlugin,
+    },
+    /// A plugin is gone (its file was removed or now names another plugin).
+    Removed {
+        /// The plugin name.
+        name: String,
+    },
+    /// A file was refused; whatever it served before keeps serving.
+    Failed {
+        /// The file.
+        path: PathBuf,
+        /// Why, for humans.
+        error: String,
+    },
+}
+
+/// The state of one plugin file, for `status` endpoints and tests.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginStatus {
+    /// The file.
+    pub path: PathBuf,
+    /// Name of the plugin the file serves, if any.
+    pub plugin: Option<String>,
+    /// Its version.
+    pub version: Option<String>,
+    /// sha256 of the serving version.
+    pub digest: Option<String>,
+    /// When the serving version was loaded.
+    pub loaded_at: Option<SystemTime>,
+    /// Why the latest content of the file was refused (the serving version,
+    /// if any, is older).
+    pub error: Option<String>,
+    /// When it was refused.
+    pub failed_at: Option<SystemTime>,
+}
+
+/// Loaded plugins by name. Cheap to clone (shared state).
+#[derive(Clone)]
+pub struct PluginRegistry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    runtime: PluginRuntime,
+    state: Mutex<State>,
+    events: broadcast::Sender<RegistryEvent>,
+    debounce: Duration,
+}
+
+#[derive(Default)]
+struct State {
+    by_name: BTreeMap<String, LoadedPlugin>,
+    files: BTreeMap<PathBuf, FileEntry>,
+}
+
+#[derive(Default)]
+struct FileEntry {
+    /// What the file serves now.
+    serving: Option<LoadedPlugin>,
+    /// Digest of the last content attempted (loaded or refused).
+    attempted: Option<String>,
+    error: Option<(String, SystemTime)>,
+    /// Refused because this plugin name is served by another file.
+    conflict: Option<String>,
+}
+
+/// Outcome of looking at a file once.
+enum Applied {
+    /// Loaded, refused, unchanged or removed: nothing more to do.
+    Done,
+    /// Still being written: look again after another quiet period.
+    Unstable,
+}
+
+impl std::fmt::Debug for PluginRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRegistry")
+            .field(
+                "plugins",
+                &self.inner.state.lock().by_name.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginRegistry {
+    /// Default quiet period before a changed file is loaded.
+    pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(300);
+
+    /// An empty registry loading through `runtime`.
+    #[must_use]
+    pub fn new(runtime: PluginRuntime) -> Self {
+        Self::with_debounce(runtime, Self::DEFAULT_DEBOUNCE)
+    }
+
+    /// Like [`Self::new`] with another quiet period for hot reload.
+    #[must_use]
+    pub fn with_debounce(runtime: PluginRuntime, debounce: Duration) -> Self {
+        let (events, _) = broadcast::channel(256);
+        Self {
+            inner: Arc::new(Inner {
+                runtime,
+                state: Mutex::new(State::default()),
+                events,
+                debounce,
+            }),
+        }
+    }
+
+    /// The runtime plugins are loaded with.
+    #[must_use]
+    pub fn runtime(&self) -> &PluginRuntime {
+        &self.inner.runtime
+    }
+
+    /// The current version of plugin `name`.
+    #[must_use]
+    pub fn get(&self, name: &str) -> Option<LoadedPlugin> {
+        self.inner.state.lock().by_name.get(name).cloned()
+    }
+
+    /// Every loaded plugin, by name.
+    #[must_use]
+    pub fn plugins(&self) -> Vec<LoadedPlugin> {
+        self.inner.state.lock().by_name.values().cloned().collect()
+    }
+
+    /// One entry per known plugin file.
+    #[must_use]
+    pub fn status(&self) -> Vec<PluginStatus> {
+        let state = self.inner.state.lock();
+        state
+            .files
+            .iter()
+            .map(|(path, entry)| PluginStatus {
+                path: path.clone(),
+                plugin: entry.serving.as_ref().map(|p| p.name().to_string()),
+                version: entry.serving.as_ref().map(|p| p.version().to_string()),
+                digest: entry.serving.as_ref().map(|p| p.digest().to_string()),
+                loaded_at: entry.serving.as_ref().map(LoadedPlugin::loaded_at),
+                error: entry.error.as_ref().map(|(e, _)| e.clone()),
+                failed_at: entry.error.as_ref().map(|(_, t)| *t),
+            })
+            .collect()
+    }
+
+    /// Registry changes from now on.
+    #[must_use]
+    pub fn subscribe(&self) -> broadcast::Receiver<RegistryEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Scans `dir` once, synchronously: loads every new or changed `*.wasm`
+    /// and unregisters plugins whose files are gone. A file that fails is
+    /// recorded in [`Self::status`]; only an unreadable directory is an error.
+    /// Compiles on the calling thread (use `spawn_blocking` from async code).
+    pub fn load_dir(&self, dir: &Path) -> Result<(), RegistryError> {
+        let entries = std::fs::read_dir(dir).map_err(|source| RegistryError::ReadDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        let mut present: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| is_plugin_file(p) && p.is_file())
+            .collect();
+        present.sort();
+        let gone: Vec<PathBuf> = {
+            let state = self.inner.state.lock();
+            state
+                .files
+                .keys()
+                .filter(|p| p.parent() == Some(dir) && !present.contains(p))
+                .cloned()
+                .collect()
+        };
+        for path in gone {
+            self.remove_file(&path);
+        }
+        for path in present {
+            // A file still being written is picked up by the watcher.
+            let _ = self.apply_file(&path, false);
+        }
+        Ok(())
+    }
+
+    /// Watches `dir` until `shutdown` resolves: new, changed, renamed and
+    /// removed `*.wasm` files are (re)loaded or unregistered after a quiet
+    /// period. Rescans the directory once the watch is established, so
+    /// changes since [`Self::load_dir`] are not missed (they wait for the same
+    /// quiet period).
+    pub async fn watch_dir(
+        &self,
+        dir: PathBuf,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), RegistryError> {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut watcher = notify::recommended_watcher(move |event| {
+            let _ = tx.send(event);
+        })
+        .map_err(|source| RegistryError::Watch {
+            dir: dir.clone(),
+            source,
+        })?;
+        watcher
+            .watch(&dir, notify::RecursiveMode::NonRecursive)
+            .map_err(|source| RegistryError::Watch {
+                dir: dir.clone(),
+                source,
+            })?;
+        tracing::info!(dir = %dir.display(), "watching plugin directory");
+        let debounce = self.inner.debounce;
+        let mut pending: HashMap<PathBuf, Instant> = HashMap::new();
+        // Changes since `load_dir` (or before it) go through the same quiet
+        // period as watched ones: a file may be mid-write right now.
+        self.mark_all(&dir, &mut pending)?;
+        tokio::pin!(shutdown);
+        loop {
+            let next_due = pending.values().min().map(|t| *t + debounce);
+            tokio::select! {
+                () = &mut shutdown => break,
+                event = rx.recv() => match event {
+                    None => break,
+                    Some(Ok(event)) => {
+                        if event.need_rescan() {
+                            tracing::debug!(dir = %dir.display(), "plugin directory events overflowed; rescanning");
+                            self.mark_all(&dir, &mut pending)?;
+                        }
+                        for path in event.paths {
+                            if is_plugin_file(&path) {
+                                tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin file event");
+                                pending.insert(path, Instant::now());
+                            }
+                        }
+                    }
+                    Some(Err(e)) => tracing::warn!(dir = %dir.display(), error = %e, "plugin directory watch error"),
+                },
+                () = sleep_until(next_due), if next_due.is_some() => {
+                    let now = Instant::now();
+                    let due: Vec<PathBuf> = pending
+                        .iter()
+                        .filter(|(_, t)| **t + debounce <= now)
+                        .map(|(p, _)| p.clone())
+                        .collect();
+                    for path in &due {
+                        pending.remove(path);
+                    }
+                    let this = self.clone();
+                    let unstable = tokio::task::spawn_blocking(move || {
+                        due.into_iter()
+                            .filter(|p| matches!(this.apply_file(p, false), Applied::Unstable))
+                            .collect::<Vec<_>>()
+                    })
+                    .await
+                    .unwrap_or_default();
+                    for path in unstable {
+                        pending.insert(path, Instant::now());
+                    }
+                }
+            }
+        }
+        tracing::debug!(dir = %dir.display(), "stopped watching plugin directory");
+        Ok(())
+    }
+
+    /// Marks every plugin file present in `dir`, and every known file of
+    /// `dir`, as pending (level-based rescan: unchanged files are skipped by
+    /// digest, vanished ones unregistered).
+    fn mark_all(
+        &self,
+        dir: &Path,
+        pending: &mut HashMap<PathBuf, Instant>,
+    ) -> Result<(), RegistryError> {
+        let now = Instant::now();
+        let entries = std::fs::read_dir(dir).map_err(|source| RegistryError::ReadDir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+        for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+            if is_plugin_file(&path) {
+                pending.insert(path, now);
+            }
+        }
+        let state = self.inner.state.lock();
+        for path in state.files.keys().filter(|p| p.parent() == Some(dir)) {
+            pending.insert(path.clone(), now);
+        }
+        Ok(())
+    }
+
+    /// Looks at one file: removed → unregister; changed → load and swap.
+    fn apply_file(&self, path: &Path, force: bool) -> Applied {
+        let read = (|| {
+            let before = std::fs::metadata(path)?;
+            let bytes = std::fs::read(path)?;
+            let after = std::fs::metadata(path)?;
+            let stable = before.len() == after.len()
+                && after.len() == bytes.len() as u64
+                && before.modified().ok() == after.modified().ok();
+            Ok::<_, std::io::Error>((bytes, stable))
+        })();
+        let bytes = match read {
+            Ok((_, false)) => return Applied::Unstable,
+            Ok((bytes, true)) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.remove_file(path);
+                return Applied::Done;
+            }
+            Err(e) => {
+                self.record_failure(path, None, format!("failed to read plugin file: {e}"), None);
+                return Applied::Done;
+            }
+        };
+        let digest = hex::encode(Sha256::digest(&bytes));
+        {
+            let state = self.inner.state.lock();
+            if !force
+                && state.files.get(path).and_then(|e| e.attempted.as_deref())
+                    == Some(digest.as_str())
+            {
+                return Applied::Done;
+            }
+        }
+        match self.inner.runtime.load_at(&bytes, path) {
+            Err(e) => {
+                self.record_failure(path, Some(digest), error_chain(&e), None);
+            }
+            Ok(plugin) => self.install(path, digest, plugin),
+        }
+        Applied::Done
+    }
+
+    fn install(&self, path: &Path, digest: String, plugin: LoadedPlugin) {
+        let name = plugin.name().to_string();
+        let mut state = self.inner.state.lock();
+        let other = state
+            .files
+            .iter()
+            .find(|(p, e)| {
+                p.as_path() != path && e.serving.as_ref().is_some_and(|s| s.name() == name)
+            })
+            .map(|(p, _)| p.clone());
+        if let Some(other) = other {
+            drop(state);
+            let error = format!(
+                "plugin name {name:?} is already served by {}; refusing {}",
+                other.display(),
+                path.display()
+            );
+            self.record_failure(path, Some(digest), error, Some(name));
+            return;
+        }
+        let entry = state.files.entry(path.to_path_buf()).or_default();
+        let previous = entry.serving.replace(plugin.clone());
+        entry.attempted = Some(digest);
+        entry.error = None;
+        entry.conflict = None;
+        if let Some(previous) = previous.as_ref().filter(|p| p.name() != name) {
+            // The file now declares another plugin: the old name is gone.
+            let old_name = previous.name().to_string();
+            state.by_name.remove(&old_name);
+            tracing::info!(plugin = %old_name, path = %path.display(), "removed plugin (its file now declares another name)");
+            let _ = self
+                .inner
+                .events
+                .send(RegistryEvent::Removed { name: old_name });
+        }
+        match state.by_name.insert(name.clone(), plugin.clone()) {
+            Some(old) => {
+                tracing::info!(
+                    plugin = %name,
+                    plugin.version = %plugin.version(),
+                    plugin.digest = %plugin.digest(),
+                    old.version = %old.version(),
+                    path = %path.display(),
+                    "replaced plugin"
+                );
+                let _ = self
+                    .inner
+                    .events
+                    .send(RegistryEvent::Replaced { old, new: plugin });
+            }
+            None => {
+                tracing::info!(
+                    plugin = %name,
+                    plugin.version = %plugin.version(),
+                    plugin.digest = %plugin.digest(),
+                    path = %path.display(),
+                    "loaded plugin"
+                );
+                let _ = self.inner.events.send(RegistryEvent::Loaded(plugin));
+            }
+        }
+    }
+
+    fn record_failure(
+        &self,
+        path: &Path,
+        digest: Option<String>,
+        error: String,
+        conflict: Option<String>,
+    ) {
+        let mut state = self.inner.state.lock();
+        let entry = state.files.entry(path.to_path_buf()).or_default();
+        entry.attempted = digest;
+        entry.error = Some((error.clone(), SystemTime::now()));
+        entry.conflict = conflict;
+        let serving = entry
+            .serving
+            .as_ref()
+            .map(|p| format!("{} {}", p.name(), p.version()));
+        tracing::warn!(
+            path = %path.display(),
+            error = %error,
+            still_serving = serving.as_deref().unwrap_or("nothing"),
+            "refused plugin file"
+        );
+        let _ = self.inner.events.send(RegistryEvent::Failed {
+            path: path.to_path_buf(),
+            error,
+        });
+    }
+
+    /// Forgets a file and unregisters what it served; retries files refused
+    /// for a name conflict with it.
+    fn remove_file(&self, path: &Path) {
+        let retry: Vec<PathBuf> = {
+            let mut state = self.inner.state.lock();
+            let Some(entry) = state.files.remove(path) else {
+                return;
+            };
+            let Some(plugin) = entry.serving else {
+                tracing::debug!(path = %path.display(), "forgot refused plugin file");
+                return;
+            };
+            let name = plugin.name().to_string();
+            if state
+                .by_name
+                .get(&name)
+                .is_some_and(|p| p.same_load(&plugin))
+            {
+                state.by_name.remove(&name);
+            }
+            tracing::info!(plugin = %name, path = %path.display(), "removed plugin (file deleted)");
+            let _ = self
+                .inner
+                .events
+                .send(RegistryEvent::Removed { name: name.clone() });
+            state
+                .files
+                .iter()
+                .filter(|(_, e)| e.conflict.as_deref() == Some(name.as_str()))
+                .map(|(p, _)| p.clone())
+                .collect()
+        };
+        for path in retry {
+            let _ = self.apply_file(&path, true);
+        }
+    }
+}
+
+impl PluginRuntime {
+    /// Loads bytes read from `path` (the registry reads files itself to
+    /// check they are not being written).
+    pub(crate) fn load_at(
+        &self,
+        bytes: &[u8],
+        path: &Path,
+    ) -> Result<LoadedPlugin, super::LoadError> {
+        self.load_from(bytes, path.display().to_string(), Some(path.to_path_buf()))
+    }
+}
+
+/// `x.wasm`, not hidden (editors and `cp --backup` leave dot files).
+fn is_plugin_file(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "wasm")
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| !n.starts_with('.'))
+}
+
+/// `error: source: source` in one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t.into()).await,
+        None => std::future::pending().await,
+    }
+}

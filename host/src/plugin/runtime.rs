@@ -1,0 +1,476 @@
+//! The wasmtime engine (pooling allocator, epoch ticker), the on-disk cache
+//! of compiled components, and loading: compile → check the contract → link
+//! (`InstancePre`) → `register` → validate the registration.
+
+use std::hash::{Hash, Hasher};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+use sha2::{Digest as _, Sha256};
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+use super::bindings::{Plugin, PluginPre};
+use super::contract::{self, Mismatch};
+use super::error::LoadError;
+use super::loaded::LoadedPlugin;
+use super::sandbox::{CallState, Limits};
+
+/// The wasmtime version compiled artifacts are keyed by (also covered by
+/// the engine's compatibility hash; kept explicit in the file name).
+const WASMTIME_VERSION: &str = "48.0.8";
+
+/// Configuration of a [`PluginRuntime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Where compiled components are cached (`None`: no cache; every load
+    /// compiles). Created if missing.
+    pub cache_dir: Option<PathBuf>,
+    /// Linear-memory cap of one call (all memories of the instance).
+    pub memory_limit_bytes: usize,
+    /// Deadline of one `reconcile` or `map` call.
+    pub call_timeout: Duration,
+    /// Deadline of `register` (runs once per load).
+    pub register_timeout: Duration,
+    /// Granularity of deadlines: the epoch ticker's period.
+    pub epoch_tick: Duration,
+    /// Component instances that can be alive at once (concurrent calls
+    /// across all plugins); sizes the pooling allocator.
+    pub max_concurrent_instances: u32,
+    /// Use the pooling allocator (falls back to on-demand allocation when
+    /// the pool cannot be reserved).
+    pub pooling: bool,
+    /// How much of a call's stdout/stderr is kept (for panic messages).
+    pub output_capture_bytes: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            memory_limit_bytes: 64 << 20,
+            call_timeout: Duration::from_secs(2),
+            register_timeout: Duration::from_secs(10),
+            epoch_tick: Duration::from_millis(10),
+            max_concurrent_instances: 64,
+            pooling: true,
+            output_capture_bytes: 16 << 10,
+        }
+    }
+}
+
+/// Where the time of one load went (for metrics, logs and the benchmark).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadTimings {
+    /// sha256 of the file.
+    pub digest: Duration,
+    /// Compiling, or mapping the cached artifact.
+    pub code: Duration,
+    /// Whether the code came from the on-disk cache.
+    pub from_cache: bool,
+    /// Contract check, linking, `InstancePre`.
+    pub link: Duration,
+    /// The `register` call.
+    pub register: Duration,
+}
+
+/// Counters of a runtime, for metrics and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeStats {
+    /// Components compiled by cranelift.
+    pub compiles: u64,
+    /// Components loaded from the on-disk cache.
+    pub cache_hits: u64,
+    /// Whether the pooling allocator is in use.
+    pub pooling: bool,
+}
+
+/// Owns the wasmtime [`Engine`] (with its epoch ticker thread and instance
+/// pool), the linker and the compile cache. Cheap to clone.
+#[derive(Clone)]
+pub struct PluginRuntime {
+    pub(crate) inner: Arc<RuntimeInner>,
+}
+
+pub(crate) struct RuntimeInner {
+    pub(crate) engine: Engine,
+    linker: Linker<CallState>,
+    pub(crate) config: RuntimeConfig,
+    /// Hex digest of engine compatibility hash + wasmtime version.
+    engine_key: String,
+    pooling: bool,
+    compiles: AtomicU64,
+    cache_hits: AtomicU64,
+    _ticker: EpochTicker,
+}
+
+impl std::fmt::Debug for PluginRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginRuntime")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a runtime could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The wasmtime engine could not be created.
+    #[error("failed to create the wasmtime engine: {0}")]
+    Engine(String),
+    /// WASI or host functions could not be linked.
+    #[error("failed to link host functions: {0}")]
+    Link(String),
+    /// The cache directory could not be created.
+    #[error("failed to create plugin cache directory {dir}")]
+    CacheDir {
+        /// The directory.
+        dir: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl PluginRuntime {
+    /// Builds the engine (pooling allocator when possible), starts the epoch
+    /// ticker and links the WASI and host imports.
+    pub fn new(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        if let Some(dir) = &config.cache_dir {
+            std::fs::create_dir_all(dir).map_err(|source| RuntimeError::CacheDir {
+                dir: dir.clone(),
+                source,
+            })?;
+        }
+        let (engine, pooling) = build_engine(&config)?;
+
+        let mut linker = Linker::<CallState>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
+            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+
+        let engine_key = {
+            let mut hasher = Sha256Hasher(Sha256::new());
+            engine.precompile_compatibility_hash().hash(&mut hasher);
+            WASMTIME_VERSION.hash(&mut hasher);
+            hex::encode(&hasher.0.finalize()[..12])
+        };
+        let ticker = EpochTicker::start(&engine, config.epoch_tick);
+        Ok(Self {
+            inner: Arc::new(RuntimeInner {
+                engine,
+                linker,
+                config,
+                engine_key,
+                pooling,
+                compiles: AtomicU64::new(0),
+                cache_hits: AtomicU64::new(0),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The runtime's configuration.
+    #[must_use]
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.inner.config
+    }
+
+    /// Compile and cache counters.
+    #[must_use]
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            compiles: self.inner.compiles.load(Ordering::Relaxed),
+            cache_hits: self.inner.cache_hits.load(Ordering::Relaxed),
+            pooling: self.inner.pooling,
+        }
+    }
+
+    /// Loads a plugin file: compile (or load the cached artifact), check the
+    /// contract, link, call `register`, validate the registration.
+    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<LoadedPlugin, LoadError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.load_from(&bytes, path.display().to_string(), Some(path.to_path_buf()))
+    }
+
+    /// Like [`Self::load_file`] for bytes; `origin` names them in messages.
+    pub fn load_bytes(&self, bytes: &[u8], origin: &str) -> Result<LoadedPlugin, LoadError> {
+        self.load_from(bytes, origin.to_string(), None)
+    }
+
+    pub(crate) fn load_from(
+        &self,
+        bytes: &[u8],
+        origin: String,
+        path: Option<PathBuf>,
+    ) -> Result<LoadedPlugin, LoadError> {
+        let started = Instant::now();
+        let digest = hex::encode(Sha256::digest(bytes));
+        let mut timings = LoadTimings {
+            digest: started.elapsed(),
+            ..LoadTimings::default()
+        };
+        contract::precheck(bytes).map_err(|reason| LoadError::WrongWorld {
+            origin: origin.clone(),
+            reason,
+        })?;
+        let started = Instant::now();
+        let hits = self.inner.cache_hits.load(Ordering::Relaxed);
+        let component = self.compile_cached(bytes, &digest, &origin)?;
+        timings.code = started.elapsed();
+        timings.from_cache = self.inner.cache_hits.load(Ordering::Relaxed) != hits;
+        let started = Instant::now();
+        contract::check(&self.inner.engine, &component).map_err(|m| match m {
+            Mismatch::Version { found, host } => LoadError::IncompatibleContract {
+                origin: origin.clone(),
+                package: contract::CONTRACT_PACKAGE.to_string(),
+                found,
+                host,
+            },
+            Mismatch::World(reason) => LoadError::WrongWorld {
+                origin: origin.clone(),
+                reason,
+            },
+        })?;
+        let instance_pre =
+            self.inner
+                .linker
+                .instantiate_pre(&component)
+                .map_err(|e| LoadError::Link {
+                    origin: origin.clone(),
+                    message: format!("{e:#}"),
+                })?;
+        let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
+            origin: origin.clone(),
+            reason: format!("exports do not match {}: {e:#}", contract::host_range()),
+        })?;
+        timings.link = started.elapsed();
+        LoadedPlugin::register(self.inner.clone(), pre, digest, origin, path, timings)
+    }
+
+    /// Compiled component for `bytes`, from the cache when present.
+    fn compile_cached(
+        &self,
+        bytes: &[u8],
+        digest: &str,
+        origin: &str,
+    ) -> Result<Component, LoadError> {
+        let engine = &self.inner.engine;
+        let cached = self.inner.config.cache_dir.as_ref().map(|dir| {
+            dir.join(format!(
+                "{digest}-{}-{WASMTIME_VERSION}.cwasm",
+                self.inner.engine_key
+            ))
+        });
+        if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
+            let started = Instant::now();
+            // SAFETY: `deserialize_file` maps the file and trusts it to be a
+            // wasmtime artifact for this engine. We wrote it ourselves (below:
+            // temp file + atomic rename, so it is never seen half-written),
+            // in our own cache directory, keyed by the sha256 of the source
+            // bytes and by the engine's compatibility hash and version; wasmtime
+            // additionally checks its header and engine compatibility and fails
+            // (handled: we recompile) rather than running a mismatched artifact.
+            #[allow(unsafe_code)]
+            let loaded = unsafe { Component::deserialize_file(engine, file) };
+            match loaded {
+                Ok(component) => {
+                    self.inner.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        plugin.origin = origin,
+                        cache.file = %file.display(),
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "loaded compiled plugin from cache"
+                    );
+                    return Ok(component);
+                }
+                Err(e) => tracing::warn!(
+                    plugin.origin = origin,
+                    cache.file = %file.display(),
+                    error = %format!("{e:#}"),
+                    "failed to load cached compiled plugin; recompiling"
+                ),
+            }
+        }
+
+        let started = Instant::now();
+        let component = Component::new(engine, bytes).map_err(|e| {
+            let message = format!("{e:#}");
+            if message.contains("expected a WebAssembly component") {
+                LoadError::WrongWorld {
+                    origin: origin.to_string(),
+                    reason: message,
+                }
+            } else {
+                LoadError::Compile {
+                    origin: origin.to_string(),
+                    message,
+                }
+            }
+        })?;
+        self.inner.compiles.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            plugin.origin = origin,
+            plugin.digest = digest,
+            elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+            "compiled plugin"
+        );
+        if let Some(file) = cached
+            && let Err(e) = write_cache(&component, &file)
+        {
+            tracing::warn!(
+                plugin.origin = origin,
+                cache.file = %file.display(),
+                error = %e,
+                "failed to write compiled plugin cache"
+            );
+        }
+        Ok(component)
+    }
+
+    /// A fresh store limit set for one call.
+    pub(crate) fn limits(inner: &RuntimeInner) -> Limits {
+        Limits {
+            memory_bytes: inner.config.memory_limit_bytes,
+            output_bytes: inner.config.output_capture_bytes,
+        }
+    }
+}
+
+/// Serializes `component` to `file` via a temporary file in the same
+/// directory and an atomic rename.
+fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
+    let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
+    let dir = file.parent().ok_or("cache file has no directory")?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        file.file_name().and_then(|n| n.to_str()).unwrap_or("cache"),
+        std::process::id()
+    ));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, file)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|e| e.to_string())
+}
+
+/// Builds the engine; with `pooling`, tries the pooling allocator first and
+/// degrades to on-demand allocation if the pool cannot be reserved.
+fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> {
+    let mut base = Config::new();
+    base.epoch_interruption(true)
+        .wasm_component_model(true)
+        .parallel_compilation(true);
+    if config.pooling {
+        let mut pool = PoolingAllocationConfig::default();
+        let instances = config.max_concurrent_instances.max(1);
+        // A Rust wasm32-wasip2 component is one main module plus a few
+        // adapter/shim modules: a handful of core instances, one or two
+        // memories and tables each.
+        pool.total_component_instances(instances)
+            .total_core_instances(instances * 8)
+            .max_core_instances_per_component(16)
+            .total_memories(instances * 2)
+            .max_memories_per_component(4)
+            .total_tables(instances * 4)
+            .max_tables_per_component(8)
+            .max_memory_size(config.memory_limit_bytes)
+            .max_unused_warm_slots(instances.min(16));
+        let mut pooled = base.clone();
+        pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        match Engine::new(&pooled) {
+            Ok(engine) => return Ok((engine, true)),
+            Err(e) => tracing::warn!(
+                error = %format!("{e:#}"),
+                "failed to reserve the plugin instance pool; using on-demand allocation"
+            ),
+        }
+    }
+    Engine::new(&base)
+        .map(|e| (e, false))
+        .map_err(|e| RuntimeError::Engine(format!("{e:#}")))
+}
+
+/// Feeds `Hash` output into sha256 (stable across processes, unlike
+/// `DefaultHasher`'s unspecified algorithm).
+struct Sha256Hasher(Sha256);
+
+impl Hasher for Sha256Hasher {
+    fn finish(&self) -> u64 {
+        0 // unused: the digest is taken from the inner state
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// Increments the engine epoch every `tick` on a dedicated thread; stopped
+/// and joined on drop.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: &Engine, tick: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let weak = engine.weak();
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("rekon-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::park_timeout(tick);
+                    match weak.upgrade() {
+                        Some(engine) => engine.increment_epoch(),
+                        None => break,
+                    }
+                }
+            })
+            .ok();
+        if thread.is_none() {
+            tracing::error!(
+                "failed to start the epoch ticker thread; plugin calls cannot time out"
+            );
+        }
+        Self { stop, thread }
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Deadline in epoch ticks for a call of `timeout`.
+pub(crate) fn deadline_ticks(inner: &RuntimeInner, timeout: Duration) -> u64 {
+    let tick = inner.config.epoch_tick.as_nanos().max(1);
+    u64::try_from(timeout.as_nanos().div_ceil(tick))
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// When a load happened, for status.
+pub(crate) fn now() -> SystemTime {
+    SystemTime::now()
+}

@@ -1,0 +1,270 @@
+//! Per-call store state: the capability-free WASI context, the memory
+//! limiter and the host imports (`rekon:plugin/host`).
+//!
+//! # Why link wasmtime-wasi at all
+//!
+//! A plugin built for `wasm32-wasip2` with Rust std imports a fixed set of
+//! WASI interfaces (cli environment/exit/stdio, clocks, random, filesystem
+//! preopens, io streams) whether or not it uses them, so the component
+//! cannot be instantiated without them. Two options: hand-written deny-stubs
+//! for each of std's imports, or wasmtime-wasi's maintained implementation
+//! with an empty context. We link wasmtime-wasi p2 and grant nothing:
+//!
+//! - no preopened directories (the filesystem is empty), no environment
+//!   variables, no arguments;
+//! - TCP, UDP and name lookup disabled and every socket address denied;
+//! - wall clock fixed at the request time and monotonic clock fixed at zero
+//!   (a plugin has no clock: reconciles are replayable);
+//! - random (secure and insecure) replaced by a deterministic sequence;
+//! - stdin empty; stdout and stderr captured into one bounded in-memory pipe
+//!   so that a guest panic message can be reported.
+//!
+//! Stubs would be ours to keep in sync with std's import set; the empty
+//! context denies the same things with the upstream implementation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::HostReads;
+use super::bindings::{host, types};
+
+/// Everything one call's store holds.
+pub(crate) struct CallState {
+    pub(crate) plugin: Arc<str>,
+    pub(crate) reads: Arc<dyn HostReads>,
+    pub(crate) request_time: types::Timestamp,
+    pub(crate) limiter: Limiter,
+    pub(crate) output: MemoryOutputPipe,
+    wasi: WasiCtx,
+    table: ResourceTable,
+}
+
+/// Limits of one store.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) memory_bytes: usize,
+    pub(crate) output_bytes: usize,
+}
+
+impl CallState {
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        reads: Arc<dyn HostReads>,
+        request_time: types::Timestamp,
+        limits: Limits,
+    ) -> Self {
+        let output = MemoryOutputPipe::new(limits.output_bytes);
+        let since_epoch = Duration::new(
+            u64::try_from(request_time.seconds).unwrap_or(0),
+            request_time.nanoseconds,
+        );
+        let mut builder = WasiCtxBuilder::new();
+        builder
+            .stdout(output.clone())
+            .stderr(output.clone())
+            .wall_clock(FixedWallClock(since_epoch))
+            .monotonic_clock(FixedMonotonicClock)
+            .secure_random(deterministic_random())
+            .insecure_random(deterministic_random())
+            .insecure_random_seed(0)
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }));
+        Self {
+            plugin,
+            reads,
+            request_time,
+            limiter: Limiter::new(limits.memory_bytes),
+            output,
+            wasi: builder.build(),
+            table: ResourceTable::new(),
+        }
+    }
+
+    /// What the guest wrote to stdout/stderr (bounded), lossily decoded.
+    pub(crate) fn output_text(&self) -> String {
+        String::from_utf8_lossy(&self.output.contents()).into_owned()
+    }
+}
+
+/// A fixed, deterministic byte sequence: plugins get no entropy (HashMap
+/// seeds and the like still work, and runs are reproducible).
+fn deterministic_random() -> wasmtime_wasi::Deterministic {
+    wasmtime_wasi::Deterministic::new((0u8..=255).map(|b| b.wrapping_mul(151) ^ 0x5a).collect())
+}
+
+/// Wall clock frozen at the request time.
+struct FixedWallClock(Duration);
+
+impl wasmtime_wasi::HostWallClock for FixedWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
+/// Monotonic clock frozen at zero.
+struct FixedMonotonicClock;
+
+impl wasmtime_wasi::HostMonotonicClock for FixedMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// wasmtime's [`StoreLimits`] (memory cap, trap on grow failure) plus a
+/// record of whether the cap was hit, so a trap can be reported as out of
+/// memory rather than as whatever the guest did next.
+pub(crate) struct Limiter {
+    inner: StoreLimits,
+    hit: AtomicBool,
+    pub(crate) memory_bytes: usize,
+}
+
+impl Limiter {
+    fn new(memory_bytes: usize) -> Self {
+        Self {
+            inner: StoreLimitsBuilder::new()
+                .memory_size(memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+            hit: AtomicBool::new(false),
+            memory_bytes,
+        }
+    }
+
+    /// Whether the guest tried to grow beyond the cap.
+    pub(crate) fn hit(&self) -> bool {
+        self.hit.load(Ordering::Relaxed)
+    }
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let result = self.inner.memory_growing(current, desired, maximum);
+        if !matches!(result, Ok(true)) {
+            self.hit.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.hit.store(true, Ordering::Relaxed);
+        self.inner.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.inner.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.inner.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.inner.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.inner.memories()
+    }
+}
+
+impl types::Host for CallState {}
+
+impl host::Host for CallState {
+    fn get(
+        &mut self,
+        cluster: String,
+        resource: types::Resource,
+        namespace: Option<String>,
+        name: String,
+    ) -> Result<Option<String>, types::ReadError> {
+        self.reads
+            .get(&cluster, &resource, namespace.as_deref(), &name)
+    }
+
+    fn list(
+        &mut self,
+        cluster: String,
+        resource: types::Resource,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+    ) -> Result<Vec<String>, types::ReadError> {
+        self.reads.list(
+            &cluster,
+            &resource,
+            namespace.as_deref(),
+            label_selector.as_deref(),
+        )
+    }
+
+    fn clusters(&mut self) -> Vec<types::ClusterInfo> {
+        self.reads.clusters()
+    }
+
+    fn log(&mut self, level: types::LogLevel, message: String, fields: Vec<(String, String)>) {
+        // Field names are plugin-chosen, so they cannot become tracing field
+        // names (those are static); they are rendered as one `fields` value.
+        let fields = DisplayFields(&fields);
+        let plugin = &*self.plugin;
+        match level {
+            types::LogLevel::Debug => {
+                tracing::debug!(plugin, %fields, "{message}");
+            }
+            types::LogLevel::Info => tracing::info!(plugin, %fields, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(plugin, %fields, "{message}"),
+            types::LogLevel::Error => tracing::error!(plugin, %fields, "{message}"),
+        }
+    }
+
+    fn request_time(&mut self) -> types::Timestamp {
+        self.request_time
+    }
+}
+
+/// `k=v k2=v2`.
+struct DisplayFields<'a>(&'a [(String, String)]);
+
+impl std::fmt::Display for DisplayFields<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (k, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{k}={v:?}")?;
+        }
+        Ok(())
+    }
+}

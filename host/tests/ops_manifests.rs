@@ -1,0 +1,242 @@
+//! The checked-in deploy/ manifests match what `rekon rbac` and `rekon crds`
+//! generate from the seed plugins, the kustomize base renders, and kube-sim
+//! accepts the rendered manifests in a server-side dry run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("host/ has a parent")
+        .to_owned()
+}
+
+/// dist/plugins, which `make plugins` fills with the seed plugins.
+fn seed_plugins() -> PathBuf {
+    let dir = repo().join("dist/plugins");
+    let has_wasm = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .any(|e| e.path().extension().is_some_and(|x| x == "wasm"))
+        })
+        .unwrap_or(false);
+    assert!(
+        has_wasm,
+        "{} has no *.wasm: run `make plugins` (the CRDs and RBAC are generated from the seed plugins)",
+        dir.display()
+    );
+    dir
+}
+
+fn rekon(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_rekon"))
+        .args(args)
+        .output()
+        .expect("run rekon");
+    assert!(
+        out.status.success(),
+        "rekon {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+const REGENERATE: &str = "regenerate with `make plugins && rekon rbac dist/plugins > deploy/rbac.yaml && rekon crds dist/plugins --out-dir deploy/crds`";
+
+#[test]
+fn checked_in_rbac_matches_rekon_rbac() {
+    let plugins = seed_plugins();
+    let generated = rekon(&["rbac", plugins.to_str().expect("utf-8 path")]);
+    let checked_in = std::fs::read_to_string(repo().join("deploy/rbac.yaml")).expect("deploy/rbac.yaml");
+    assert!(
+        generated == checked_in,
+        "deploy/rbac.yaml differs from `rekon rbac dist/plugins`; {REGENERATE}\n--- generated ---\n{generated}"
+    );
+}
+
+#[test]
+fn checked_in_crds_match_rekon_crds() {
+    let plugins = seed_plugins();
+    let out = tempfile::tempdir().expect("tempdir");
+    rekon(&[
+        "crds",
+        plugins.to_str().expect("utf-8 path"),
+        "--out-dir",
+        out.path().to_str().expect("utf-8 path"),
+    ]);
+    let listing = |dir: &Path| {
+        let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
+            .expect("read dir")
+            .flatten()
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    std::fs::read_to_string(e.path()).expect("read file"),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    };
+    let generated = listing(out.path());
+    let checked_in = listing(&repo().join("deploy/crds"));
+    assert!(generated.len() > 1, "the seed plugins declare CRDs");
+    let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&checked_in), names(&generated), "deploy/crds/ files; {REGENERATE}");
+    for ((name, want), (_, have)) in generated.iter().zip(&checked_in) {
+        assert!(want == have, "deploy/crds/{name} differs; {REGENERATE}");
+    }
+    // The stdout form holds the same documents.
+    let printed = rekon(&["crds", plugins.to_str().expect("utf-8 path")]);
+    for (name, doc) in &generated {
+        if name != "kustomization.yaml" {
+            assert!(printed.contains(doc.as_str()), "`rekon crds` does not print {name}");
+        }
+    }
+}
+
+fn kubectl_available() -> bool {
+    Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn render() -> String {
+    let out = Command::new("kubectl")
+        .args(["kustomize", repo().join("deploy").to_str().expect("utf-8 path")])
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize deploy/ failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn kustomize_base_renders_a_hardened_deployment() {
+    assert!(kubectl_available(), "kubectl is needed to render deploy/ (it is installed on the dev machines and CI)");
+    let rendered = render();
+    let docs: Vec<serde_yaml::Value> = rendered
+        .split("\n---\n")
+        .map(|d| serde_yaml::from_str(d).expect("rendered YAML parses"))
+        .collect();
+    let kind = |k: &'static str| docs.iter().filter(move |d| d["kind"] == k);
+    assert_eq!(kind("Namespace").next().expect("namespace")["metadata"]["name"], "rekon-system");
+    for k in ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"] {
+        let d = kind(k).next().unwrap_or_else(|| panic!("{k} rendered"));
+        assert_eq!(d["metadata"]["namespace"], "rekon-system", "{k} namespace");
+    }
+    kind("ClusterRole").next().expect("ClusterRole");
+    kind("ClusterRoleBinding").next().expect("ClusterRoleBinding");
+
+    let deploy = kind("Deployment").next().expect("deployment");
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    let pod = &deploy["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let host = &pod["containers"][0];
+    assert_eq!(host["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(host["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(host["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(host["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(host["resources"]["requests"]["memory"].is_string());
+    let args: Vec<&str> = host["args"]
+        .as_sequence()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--leader-elect"), "{args:?}");
+    // The plugin directory and the writable compiled-component cache.
+    let mounts: Vec<&str> = host["volumeMounts"]
+        .as_sequence()
+        .expect("mounts")
+        .iter()
+        .filter_map(|m| m["mountPath"].as_str())
+        .collect();
+    assert!(mounts.contains(&"/var/lib/rekon/plugins") && mounts.contains(&"/var/cache/rekon"), "{mounts:?}");
+    let env: Vec<&str> = host["env"]
+        .as_sequence()
+        .expect("env")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"), "{env:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_sim_accepts_the_rendered_base_in_a_server_side_dry_run() -> anyhow::Result<()> {
+    assert!(kubectl_available(), "kubectl is needed for the dry run");
+    let rendered = render();
+    let sim = kube_sim::SimCluster::start("main").await?;
+    let dir = tempfile::tempdir()?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig_yaml())?;
+    let manifest = dir.path().join("rendered.yaml");
+    std::fs::write(&manifest, &rendered)?;
+    // As with a real API server, a dry run cannot create the namespace that
+    // the namespaced objects then go into: create it for real first.
+    let client = kube::Client::try_from(
+        kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml())?,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await?,
+    )?;
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "rekon-system"}}))?;
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+        .create(&kube::api::PostParams::default(), &ns)
+        .await?;
+    let before = sim.current_rv();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["apply", "--dry-run=server", "-f"])
+        .arg(&manifest)
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "dry run refused: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("deployment.apps/rekon created (server dry run)"), "{stdout}");
+    assert_eq!(sim.current_rv(), before, "a dry run persisted something");
+
+    // The samples, once the base (with its CRDs) is applied for real.
+    let kubectl = |args: &[&str]| {
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(args);
+        cmd
+    };
+    let applied = kubectl(&["apply", "-f", manifest.to_str().expect("utf-8 path")]).output().await?;
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let samples = repo().join("deploy/samples");
+    let out = kubectl(&["apply", "--dry-run=server", "-k", samples.to_str().expect("utf-8 path")])
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "samples refused: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    for created in [
+        "test.job.lailin.xyz/hello created (server dry run)",
+        "node/node-c created (server dry run)",
+        "nodepool.nodes.lailin.xyz/gpu created (server dry run)",
+        "nodepool.nodes.lailin.xyz/batch created (server dry run)",
+    ] {
+        assert!(stdout.contains(created), "{created:?} missing in {stdout}");
+    }
+    sim.shutdown().await;
+    Ok(())
+}

@@ -1,0 +1,539 @@
+//! # test-fanout — a `Test` fans a Job out to every cluster
+//!
+//! A rekon seed plugin (see `docs/design.md`, "The seed plugins"). A
+//! [`Test`] (`tests.job.lailin.xyz/v1`, namespaced) in the primary cluster
+//! gets a Job named after it, in its namespace, in **every engaged cluster**
+//! (primary included). The Test is `finished` as soon as any of those Jobs
+//! has completed, and stays finished.
+//!
+//! # Layout
+//!
+//! | item | what |
+//! |---|---|
+//! | [`Test`], [`TestSpec`], [`TestStatus`] | the custom resource (CRD generated from the types) |
+//! | [`TestFanout`] | the [`Plugin`]: registration and reconcile |
+//! | [`job_for`] | the Job a Test wants in one cluster |
+//! | [`job_state`] | how a Job's status reads |
+//!
+//! # Behaviour
+//!
+//! - **Fan-out.** Per engaged cluster: a Job `<test>` in namespace `<ns>`,
+//!   one container `<test>` running `spec.image`, `restartPolicy: Never`,
+//!   owner labels `owner.cluster`, `owner.namespace`, `owner.name` naming the
+//!   Test. In the Test's own cluster the Job also carries a controller owner
+//!   reference. In other clusters the namespace is created first. Both are
+//!   *create-if-absent*: an existing Job (its `spec.template` is immutable)
+//!   is never rewritten, so reconciling again is harmless.
+//! - **Status.** `phase` is `running` until a Job of the Test has completed
+//!   (condition `Complete=True` or a `completionTime`) in any cluster, then
+//!   `finished` for good (with `finishedCluster` and `finishedAt`).
+//!   `clusters` lists each engaged cluster with its Job's [`JobState`],
+//!   including `Unreachable` clusters (health from `ctx.clusters()`). The
+//!   status is written (merge patch of `/status`) only when it changed; it
+//!   has no field that changes on every reconcile. Health changes cause no
+//!   watch event, so a running Test asks to be looked at again every
+//!   [`RESYNC`] (every [`UNREACHABLE_RETRY`] while a cluster is down).
+//! - **Late clusters.** A cluster engaged later gets its Job unless the Test
+//!   has finished (it is then listed as `Skipped`).
+//! - **Events** on the Test: `CreatingJobs` when Jobs are created,
+//!   `Finished` when it finishes, `ClusterUnreachable` when a cluster's entry
+//!   turns unreachable.
+//! - **Deletion** (finalizer [`FINALIZER`]): the Job is deleted in every
+//!   engaged cluster (propagation Background so its Pods go too). Cleanup is
+//!   reported done only when every engaged cluster is `Ready`: for a
+//!   cluster that is unreachable or still syncing the cache cannot be
+//!   trusted, so the plugin deletes what it last saw there and asks to be
+//!   requeued until the cluster is back. Clusters *removed* from the engaged
+//!   set are out of reach; their Jobs stay (the owner labels say whose they are).
+//! - A Job with the Test's name that does not carry the Test's owner labels
+//!   is someone else's: it is reported as `Conflict`, never counted, never
+//!   deleted.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::CustomResource;
+use rekon_sdk::prelude::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The plugin's name (field manager `rekon.test-fanout`).
+pub const PLUGIN_NAME: &str = "test-fanout";
+/// The finalizer the host puts on every Test.
+pub const FINALIZER: &str = "job.lailin.xyz/fanout-cleanup";
+/// Label on a Job naming the cluster of its Test.
+pub const OWNER_CLUSTER: &str = "owner.cluster";
+/// Label on a Job naming the namespace of its Test.
+pub const OWNER_NAMESPACE: &str = "owner.namespace";
+/// Label on a Job naming its Test.
+pub const OWNER_NAME: &str = "owner.name";
+/// How often a Test is looked at again while a cluster is out of reach.
+pub const UNREACHABLE_RETRY: Duration = Duration::from_secs(5);
+/// How often a running Test is looked at again anyway, so cluster health
+/// changes (which trigger no event) reach its status.
+pub const RESYNC: Duration = Duration::from_secs(15);
+
+/// The owner label keys every fanned-out Job carries.
+#[must_use]
+pub fn owner_labels() -> OwnerLabels {
+    OwnerLabels::new(OWNER_CLUSTER, OWNER_NAMESPACE, OWNER_NAME)
+}
+
+/// A test run: one Job per cluster, finished when any of them completes.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "job.lailin.xyz",
+    version = "v1",
+    kind = "Test",
+    namespaced,
+    status = "TestStatus",
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct TestSpec {
+    /// The container image every Job runs.
+    pub image: String,
+}
+
+/// Where a Test stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// No Job has completed yet.
+    #[default]
+    Running,
+    /// A Job completed in some cluster. Final.
+    Finished,
+}
+
+/// The state of a Test's Job in one cluster.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum JobState {
+    /// The Job is being created (not in the cache yet).
+    Creating,
+    /// The Job exists; no Pod is active yet.
+    Pending,
+    /// The Job has active Pods.
+    Running,
+    /// The Job completed.
+    Complete,
+    /// The Job failed.
+    Failed,
+    /// Not created: the Test had already finished when the cluster appeared.
+    Skipped,
+    /// A Job with the Test's name exists but belongs to someone else.
+    Conflict,
+    /// The cluster's caches are still listing.
+    Syncing,
+    /// The cluster cannot be reached.
+    Unreachable,
+}
+
+/// One cluster's line in [`TestStatus::clusters`].
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterJob {
+    /// Cluster name.
+    pub cluster: String,
+    /// The Job's state there.
+    pub state: JobState,
+    /// Detail, e.g. the last state seen before a cluster became unreachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Observed state of a [`Test`].
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TestStatus {
+    /// `running` or `finished`.
+    #[serde(default)]
+    pub phase: Phase,
+    /// The cluster whose Job finished the Test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_cluster: Option<String>,
+    /// When the plugin saw the Test finish.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<Time>,
+    /// Every engaged cluster and its Job, by cluster name.
+    #[serde(default)]
+    pub clusters: Vec<ClusterJob>,
+}
+
+/// The Job `test` wants in `cluster`. `owner` is the Test's request (its
+/// cluster, namespace and name); the Job gets a controller owner reference
+/// only in the Test's own cluster (owner references cannot cross clusters).
+#[must_use]
+pub fn job_for(test: &Test, owner: &Request, cluster: &str) -> Job {
+    let name = owner.name.clone();
+    let owner_references = if cluster == owner.cluster {
+        test.controller_owner_ref(&()).map(|mut r| {
+            // Setting blockOwnerDeletion needs `update` on tests/finalizers
+            // in real clusters; the finalizer already orders deletion.
+            r.block_owner_deletion = None;
+            vec![r]
+        })
+    } else {
+        None
+    };
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: owner.namespace.clone(),
+            labels: Some(owner_labels().labels_for(owner)),
+            owner_references,
+            ..ObjectMeta::default()
+        },
+        spec: Some(JobSpec {
+            template: PodTemplateSpec {
+                metadata: None,
+                spec: Some(PodSpec {
+                    containers: vec![Container {
+                        name,
+                        image: Some(test.spec.image.clone()),
+                        ..Container::default()
+                    }],
+                    restart_policy: Some("Never".to_owned()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..JobSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// How a Job's status reads: complete (condition `Complete=True` or a
+/// `completionTime`), failed, running (active Pods) or pending.
+#[must_use]
+pub fn job_state(job: &Job) -> JobState {
+    let status = job.status.as_ref();
+    let condition = |type_: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == type_ && c.status == "True"))
+    };
+    if condition("Complete") || status.is_some_and(|s| s.completion_time.is_some()) {
+        JobState::Complete
+    } else if condition("Failed") {
+        JobState::Failed
+    } else if status.and_then(|s| s.active).unwrap_or(0) > 0 {
+        JobState::Running
+    } else {
+        JobState::Pending
+    }
+}
+
+/// The plugin.
+pub struct TestFanout;
+
+/// What the cache shows of a Test's Job in one cluster.
+enum Seen {
+    /// No Job with the Test's name.
+    Absent,
+    /// The Test's Job.
+    Mine(Box<Job>),
+    /// A Job with the Test's name but not the Test's owner labels.
+    Foreign,
+    /// The cache could not be read (the cluster is not ready).
+    Unknown(String),
+}
+
+/// One engaged cluster as this reconcile sees it.
+struct View {
+    info: ClusterInfo,
+    seen: Seen,
+}
+
+impl View {
+    fn job_state(&self) -> Option<JobState> {
+        match &self.seen {
+            Seen::Mine(job) => Some(job_state(job)),
+            _ => None,
+        }
+    }
+}
+
+impl Plugin for TestFanout {
+    fn register() -> Result<Registration, Error> {
+        Ok(
+            Registration::new::<Test>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
+                .clusters(ClusterSet::All)
+                .watch::<Job>(ClusterSet::All, Mapping::OwnerLabels(owner_labels()))
+                .finalizer(FINALIZER)
+                .permission::<Test>(
+                    &["get", "list", "watch", "patch", "update"],
+                    ClusterSet::Primary,
+                )
+                .status_permission::<Test>(&["get", "patch", "update"], ClusterSet::Primary)
+                .permission::<Job>(
+                    &["get", "list", "watch", "create", "delete"],
+                    ClusterSet::All,
+                )
+                .permission::<Namespace>(&["get", "create"], ClusterSet::All)
+                .crd(Test::crd()),
+        )
+    }
+
+    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        let Some(test) = ctx.get_requested::<Test>(req)? else {
+            return Ok(Outcome::done()); // deleted meanwhile
+        };
+        let Some(namespace) = req.namespace.as_deref() else {
+            return Err(Error::terminal(format!("test {req} has no namespace")));
+        };
+        let views = observe(ctx, req, namespace)?;
+        if test.metadata.deletion_timestamp.is_some() {
+            return Ok(cleanup(ctx, req, namespace, &views));
+        }
+        Ok(converge(ctx, req, &test, &views))
+    }
+}
+
+/// Reads the Test's Job in every engaged cluster, sorted by cluster name.
+fn observe(ctx: &Context, req: &Request, namespace: &str) -> Result<Vec<View>, Error> {
+    let mut clusters = ctx.clusters();
+    clusters.sort_by(|a, b| a.name.cmp(&b.name));
+    let keys = owner_labels();
+    let mut views = Vec::with_capacity(clusters.len());
+    for info in clusters {
+        let seen = match ctx.get::<Job>(&info.name, Some(namespace), &req.name) {
+            Ok(None) => Seen::Absent,
+            Ok(Some(job)) => {
+                let labels = job.metadata.labels.clone().unwrap_or_default();
+                if keys.owner_of(&labels).as_ref() == Some(req) {
+                    Seen::Mine(Box::new(job))
+                } else {
+                    Seen::Foreign
+                }
+            }
+            // A cluster that is not ready may not have its watch yet; a
+            // ready cluster that cannot be read is a real problem.
+            Err(e) if info.is_ready() && !matches!(e, ReadError::UnknownCluster(_)) => {
+                return Err(Error::from(e).context(format!(
+                    "failed to read the job of test {req} in cluster {}",
+                    info.name
+                )));
+            }
+            Err(e) => Seen::Unknown(e.to_string()),
+        };
+        views.push(View { info, seen });
+    }
+    Ok(views)
+}
+
+/// The normal path: create missing Jobs, compute and write the status.
+fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcome {
+    let test_ref = ObjectRef::for_request::<Test>(req);
+    let old = test.status.clone().unwrap_or_default();
+    let mut outcome = Outcome::done();
+
+    // Finished: already, or a Job of ours completed somewhere (a Job that
+    // completed stays complete, so a stale cache of an unreachable cluster
+    // counts too).
+    let completed_in = views
+        .iter()
+        .find(|v| v.job_state() == Some(JobState::Complete))
+        .map(|v| v.info.name.clone());
+    let finished = old.phase == Phase::Finished || completed_in.is_some();
+
+    // Jobs to create: every reachable cluster without one, unless finished.
+    let mut created = Vec::new();
+    if !finished {
+        for v in views {
+            if matches!(v.seen, Seen::Absent) && v.info.health != ClusterHealth::Unreachable {
+                if v.info.name != req.cluster
+                    && let Some(ns) = &req.namespace
+                {
+                    let namespace = Namespace {
+                        metadata: ObjectMeta {
+                            name: Some(ns.clone()),
+                            ..ObjectMeta::default()
+                        },
+                        ..Namespace::default()
+                    };
+                    push_create(&mut outcome, &v.info.name, &namespace);
+                }
+                push_create(
+                    &mut outcome,
+                    &v.info.name,
+                    &job_for(test, req, &v.info.name),
+                );
+                created.push(v.info.name.clone());
+            }
+        }
+    }
+
+    let clusters: Vec<ClusterJob> = views
+        .iter()
+        .map(|v| cluster_line(v, finished, &old))
+        .collect();
+    let status = if finished {
+        TestStatus {
+            phase: Phase::Finished,
+            finished_cluster: old.finished_cluster.clone().or(completed_in.clone()),
+            finished_at: old.finished_at.clone().or_else(|| Some(ctx.now())),
+            clusters,
+        }
+    } else {
+        TestStatus {
+            phase: Phase::Running,
+            finished_cluster: None,
+            finished_at: None,
+            clusters,
+        }
+    };
+
+    if !created.is_empty() {
+        rekon_sdk::info!(ctx, "creating jobs"; test = req, clusters = created.join(","));
+        outcome.push(Action::normal_event(
+            test_ref.clone(),
+            "CreatingJobs",
+            "Create",
+            &format!(
+                "creating Job {} in cluster(s) {}",
+                req.name,
+                created.join(", ")
+            ),
+        ));
+    }
+    if finished && old.phase != Phase::Finished {
+        let place = status.finished_cluster.as_deref().unwrap_or("a cluster");
+        rekon_sdk::info!(ctx, "test finished"; test = req, cluster = place);
+        outcome.push(Action::normal_event(
+            test_ref.clone(),
+            "Finished",
+            "Complete",
+            &format!("Job {} completed in cluster {place}", req.name),
+        ));
+    }
+    for line in &status.clusters {
+        let was_unreachable = old
+            .clusters
+            .iter()
+            .any(|l| l.cluster == line.cluster && l.state == JobState::Unreachable);
+        if line.state == JobState::Unreachable && !was_unreachable {
+            outcome.push(Action::warning_event(
+                test_ref.clone(),
+                "ClusterUnreachable",
+                "Observe",
+                &format!("cluster {} cannot be reached", line.cluster),
+            ));
+        }
+    }
+
+    if test.status.as_ref() != Some(&status) {
+        match serde_json::to_value(&status) {
+            Ok(value) => outcome.push(
+                Action::merge_patch(test_ref, serde_json::json!({ "status": value })).status(),
+            ),
+            Err(e) => ctx.error(&format!(
+                "failed to serialize the status of test {req}: {e}"
+            )),
+        }
+    }
+    // The host does not requeue on health changes: look again while the
+    // Test runs, sooner while a cluster is out of reach.
+    if !finished {
+        let unreachable = views
+            .iter()
+            .any(|v| v.info.health == ClusterHealth::Unreachable);
+        outcome = outcome.requeue_after(if unreachable {
+            UNREACHABLE_RETRY
+        } else {
+            RESYNC
+        });
+    }
+    outcome
+}
+
+fn push_create<K: Kind + Serialize>(outcome: &mut Outcome, cluster: &str, obj: &K) {
+    // Serializing a k8s-openapi value cannot fail; an error would be a bug
+    // in the types, reported by the action builder as a terminal error.
+    if let Ok(create) = Action::create(cluster, obj) {
+        outcome.push(create);
+    }
+}
+
+/// One cluster's status line.
+fn cluster_line(v: &View, finished: bool, old: &TestStatus) -> ClusterJob {
+    let line = |state, message: Option<String>| ClusterJob {
+        cluster: v.info.name.clone(),
+        state,
+        message,
+    };
+    match (&v.seen, v.info.health) {
+        (seen, ClusterHealth::Unreachable) => {
+            let last = match seen {
+                Seen::Mine(job) => Some(job_state(job)),
+                _ => old
+                    .clusters
+                    .iter()
+                    .find(|l| l.cluster == v.info.name)
+                    .filter(|l| l.state != JobState::Unreachable)
+                    .map(|l| l.state),
+            };
+            line(
+                JobState::Unreachable,
+                last.map(|s| format!("last seen: {s:?}")),
+            )
+        }
+        (Seen::Mine(job), _) => line(job_state(job), None),
+        (Seen::Foreign, _) => line(
+            JobState::Conflict,
+            Some("a Job with this name exists without this Test's owner labels".to_owned()),
+        ),
+        (Seen::Unknown(why), _) => line(JobState::Syncing, Some(why.clone())),
+        (Seen::Absent, ClusterHealth::Syncing) => line(JobState::Syncing, None),
+        (Seen::Absent, _) if finished => line(JobState::Skipped, None),
+        (Seen::Absent, _) => line(JobState::Creating, None),
+    }
+}
+
+/// The deletion path: delete the Job everywhere; done only when every
+/// engaged cluster is ready (its cache can be trusted).
+fn cleanup(ctx: &Context, req: &Request, namespace: &str, views: &[View]) -> Outcome {
+    let mut ready = Vec::new();
+    let mut later = Vec::new();
+    let mut waiting = Vec::new();
+    for v in views {
+        let target = ObjectRef::new::<Job>(&v.info.name, Some(namespace), &req.name);
+        let delete = match &v.seen {
+            Seen::Mine(job) => {
+                let delete = Action::delete(target).propagation(Propagation::Background);
+                Some(match job.metadata.uid.as_deref() {
+                    Some(uid) => delete.uid(uid),
+                    None => delete,
+                })
+            }
+            // A ready cache may lag behind a create that just succeeded:
+            // delete by name anyway (absent is success).
+            Seen::Absent if v.info.is_ready() => {
+                Some(Action::delete(target).propagation(Propagation::Background))
+            }
+            Seen::Absent | Seen::Foreign | Seen::Unknown(_) => None,
+        };
+        if v.info.is_ready() {
+            ready.extend(delete);
+        } else {
+            later.extend(delete);
+            waiting.push(v.info.name.clone());
+        }
+    }
+    let outcome = Outcome::with_actions(ready.into_iter().chain(later));
+    if waiting.is_empty() {
+        rekon_sdk::info!(ctx, "deleting jobs in every cluster"; test = req);
+        outcome.finalized()
+    } else {
+        rekon_sdk::info!(ctx, "waiting for clusters before finishing cleanup"; test = req, clusters = waiting.join(","));
+        outcome.requeue_after(UNREACHABLE_RETRY)
+    }
+}
+
+// Natively the crate is a library for tests: the component exports exist
+// only in the wasm build (a native cdylib cannot export WIT names).
+#[cfg(target_arch = "wasm32")]
+rekon_sdk::export_plugin!(TestFanout);

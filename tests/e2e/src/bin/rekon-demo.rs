@@ -1,0 +1,285 @@
+//! `rekon-demo` (`make demo`): the seed plugins on two embedded kube-sim
+//! clusters, narrated.
+//!
+//! Starts clusters `main` and `sub`, writes their kubeconfig, runs
+//! `rekon run --install-crds` on them with `dist/plugins`, applies
+//! `deploy/samples` (a Test, three Nodes, two NodePools, one node in both
+//! pools), prints every change as it happens until both scenarios
+//! converged, marks the Job in `sub` complete to show the Test finishing,
+//! then keeps running (printing changes) with the kubectl commands to play
+//! with. `--exit-after-converge` (or `DEMO_EXIT_AFTER_CONVERGE=1`) exits 0
+//! instead, for tests; `--keep` (or `DEMO_KEEP=1`) leaves the work directory
+//! (kubeconfig, plugins, `rekon.log`) behind. It builds nothing: `make demo` does.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use kube_sim::Sim;
+use rekon_e2e::{Env, EnvOptions, Paths, apply_manifests, complete_job, mark_nodes_ready, view};
+use serde_json::Value;
+
+const CONVERGE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What was printed last, by object key.
+struct Narrator {
+    start: Instant,
+    shown: BTreeMap<String, String>,
+}
+
+impl Narrator {
+    /// The key of a snapshot line: its words up to the first `k=v` one.
+    fn key(line: &str) -> String {
+        line.split_whitespace()
+            .take_while(|w| !w.contains('='))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn say(&self, text: &str) {
+        println!("[{:>5.1}s] {text}", self.start.elapsed().as_secs_f64());
+    }
+
+    /// Prints what changed since the last call.
+    fn update(&mut self, env: &Env) {
+        let now: BTreeMap<String, String> = view::snapshot(env.main(), env.sub())
+            .into_iter()
+            .map(|l| (Self::key(&l), l))
+            .collect();
+        for (k, line) in &now {
+            match self.shown.get(k) {
+                None => self.say(&format!("+ {line}")),
+                Some(old) if old != line => self.say(&format!("~ {line}")),
+                Some(_) => {}
+            }
+        }
+        for (k, line) in &self.shown {
+            if !now.contains_key(k) {
+                self.say(&format!("- {line}"));
+            }
+        }
+        self.shown = now;
+    }
+
+    /// Narrates until `done` holds.
+    async fn until(
+        &mut self,
+        env: &mut Env,
+        what: &str,
+        done: impl Fn(&Env) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + CONVERGE_TIMEOUT;
+        loop {
+            self.update(env);
+            if done(env) {
+                self.say(&format!("✓ {what}"));
+                return Ok(());
+            }
+            if !env.rekon.is_running() {
+                anyhow::bail!("rekon exited; its log:\n{}", env.rekon.log_tail(40));
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "timed out waiting for: {what}; rekon log:\n{}",
+                    env.rekon.log_tail(40)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+fn jobs_everywhere(env: &Env) -> bool {
+    [env.main(), env.sub()]
+        .iter()
+        .all(|c| c.get("batch/v1", "jobs", Some("default"), "hello").is_ok())
+}
+
+fn test_phase(env: &Env) -> Option<String> {
+    let t = env
+        .main()
+        .get("job.lailin.xyz/v1", "tests", Some("default"), "hello")
+        .ok()?;
+    t.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+fn pools_converged(env: &Env) -> bool {
+    let main = env.main();
+    let ready = |pool: &str| {
+        main.get("nodes.lailin.xyz/v1", "nodepools", None, pool)
+            .ok()
+            .and_then(|p| {
+                p.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .cloned()
+            })
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+    };
+    let label = |node: &str, key: &str| {
+        main.get("v1", "nodes", None, node)
+            .ok()
+            .and_then(|n| {
+                n.pointer("/metadata/labels")
+                    .and_then(|l| l.get(key))
+                    .cloned()
+            })
+            .is_some()
+    };
+    ready("gpu")
+        && ready("batch")
+        && label("node-c", "node-pool.lailin.xyz/gpu")
+        && label("node-c", "node-pool.lailin.xyz/batch")
+        && main
+            .get("node.k8s.io/v1", "runtimeclasses", None, "node-pool-gpu")
+            .is_ok()
+        && main
+            .get("node.k8s.io/v1", "runtimeclasses", None, "node-pool-batch")
+            .is_ok()
+}
+
+fn apply_samples(env: &Env, narrator: &Narrator) -> anyhow::Result<()> {
+    for file in ["nodes.yaml", "nodepools.yaml", "test.yaml"] {
+        let path = env.paths.samples.join(file);
+        let path_text = path.display().to_string();
+        // The way a person would: kubectl. kube-sim is faithful enough for
+        // it; should kubectl be missing, apply in process instead.
+        match env.kubectl("main", &["apply", "-f", &path_text]) {
+            Ok(out) => narrator.say(&format!(
+                "kubectl apply -f deploy/samples/{file}: {}",
+                out.trim().replace('\n', "; ")
+            )),
+            Err(e) => {
+                narrator.say(&format!("({e}; applying in process instead)"));
+                let yaml = std::fs::read_to_string(&path)
+                    .with_context(|| format!("failed to read {path_text}"))?;
+                let applied = apply_manifests(env.main(), &yaml)?;
+                narrator.say(&format!("applied {}", applied.join(", ")));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let exit_after_converge = std::env::args().any(|a| a == "--exit-after-converge")
+        || std::env::var("DEMO_EXIT_AFTER_CONVERGE").is_ok_and(|v| !v.is_empty() && v != "0");
+    let paths = Paths::discover()?;
+    let sim = Sim::start(&["main", "sub"])
+        .await
+        .context("failed to start the kube-sim clusters")?;
+    let work = tempfile::Builder::new().prefix("rekon-demo-").tempdir()?;
+    let opts = EnvOptions {
+        log_filter: "info".into(),
+        ..EnvOptions::default()
+    };
+    let mut env = Env::start_in(paths, sim, work, opts)?;
+    let keep = std::env::args().any(|a| a == "--keep")
+        || std::env::var("DEMO_KEEP").is_ok_and(|v| !v.is_empty() && v != "0");
+    if keep {
+        env.keep_work_dir();
+    }
+    let mut narrator = Narrator {
+        start: Instant::now(),
+        shown: BTreeMap::new(),
+    };
+    let kubeconfig = env.kubeconfig.display().to_string();
+    println!("rekon demo — two embedded kube-sim clusters, the seed plugins, narrated");
+    println!(
+        "  cluster main: {}   cluster sub: {}",
+        env.main().url(),
+        env.sub().url()
+    );
+    println!("  kubeconfig:   {kubeconfig}  (contexts main, sub)");
+    println!(
+        "  plugins:      {}  (drop a new build here: hot reload)",
+        env.plugin_dir.display()
+    );
+    println!("  rekon log:    {}", env.rekon.log_path().display());
+    println!(
+        "  running:      rekon run --kubeconfig {kubeconfig} --context main --cluster sub=sub --plugins {} --install-crds",
+        env.plugin_dir.display()
+    );
+    println!();
+
+    env.wait_for_crds(CONVERGE_TIMEOUT).await?;
+    narrator.say(
+        "rekon installed the CRDs tests.job.lailin.xyz and nodepools.nodes.lailin.xyz in main",
+    );
+    apply_samples(&env, &narrator)?;
+    mark_nodes_ready(env.main())?;
+    narrator.say("nodes marked Ready (kube-sim runs no kubelet)");
+
+    narrator
+        .until(
+            &mut env,
+            "test-fanout: Job default/hello runs in main and sub",
+            jobs_everywhere,
+        )
+        .await?;
+    narrator
+        .until(
+            &mut env,
+            "nodepool: both pools Ready, node-c in both, RuntimeClasses in place",
+            pools_converged,
+        )
+        .await?;
+
+    narrator.say("marking Job default/hello Complete in sub (kube-sim runs no job controller)");
+    complete_job(env.sub(), "default", "hello")?;
+    narrator
+        .until(
+            &mut env,
+            "Test default/hello finished (its Job completed in sub)",
+            |env| test_phase(env).as_deref() == Some("finished"),
+        )
+        .await?;
+
+    println!();
+    println!("Both scenarios converged. Try (while the demo runs):");
+    let k = format!("kubectl --kubeconfig {kubeconfig}");
+    println!("  {k} --context main get nodepools,tests -A");
+    println!("  {k} --context main get nodes --show-labels");
+    println!("  {k} --context sub get jobs -A");
+    println!(
+        "  {k} --context main patch nodepool gpu --type merge -p '{{\"spec\":{{\"labels\":{{\"accelerator\":\"h100\"}}}}}}'"
+    );
+    println!(
+        "  {k} --context main label node node-a node-role.kubernetes.io/gpu-   # node-a leaves pool gpu"
+    );
+    println!("  {k} --context main delete nodepool batch");
+    println!(
+        "  {k} --context main apply -f - <<< '{{\"apiVersion\":\"job.lailin.xyz/v1\",\"kind\":\"Test\",\"metadata\":{{\"name\":\"again\",\"namespace\":\"default\"}},\"spec\":{{\"image\":\"busybox\"}}}}'"
+    );
+    println!(
+        "  cp target/wasm32-wasip2/wasm/nodepool.wasm {}/   # hot reload a new build",
+        env.plugin_dir.display()
+    );
+    println!();
+
+    if exit_after_converge {
+        println!("exiting after convergence (--exit-after-converge)");
+        return Ok(());
+    }
+    println!("Watching for changes; Ctrl-C to stop.");
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            _ = &mut ctrl_c => break,
+            () = tokio::time::sleep(Duration::from_millis(500)) => {
+                narrator.update(&env);
+                if !env.rekon.is_running() {
+                    anyhow::bail!("rekon exited; its log:\n{}", env.rekon.log_tail(40));
+                }
+            }
+        }
+    }
+    println!("stopping");
+    Ok(())
+}

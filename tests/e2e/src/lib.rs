@@ -1,0 +1,465 @@
+//! # rekon-e2e — the seed plugins end to end
+//!
+//! Runs the real `rekon` binary with the built seed plugins
+//! (`dist/plugins/*.wasm`) against in-process [`kube_sim`] clusters `main`
+//! and `sub`. Used by the end-to-end tests (`tests/*.rs`) and by the demo
+//! binary `rekon-demo` (`make demo`). Nothing here builds anything: the
+//! Makefile builds the workspace and the plugins first, and [`Paths`] says
+//! clearly what is missing.
+//!
+//! # Layout
+//!
+//! | item | what |
+//! |---|---|
+//! | [`Paths`] | where the `rekon` binary, the plugins and the samples are |
+//! | [`Env`] | two kube-sim clusters, a plugin directory and a running `rekon run` |
+//! | [`RekonProcess`] | the child process, killed on drop, its log in a file |
+//! | [`Env::wait_for`] | polling with a deadline that reports what it waited for |
+//! | [`apply_manifests`] | create-or-merge YAML documents into a cluster (in process) |
+//! | [`view`] | one-line renderings of Jobs, Tests, Nodes, NodePools for people |
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use kube_sim::{Sim, SimCluster};
+use serde_json::{Value, json};
+
+pub mod view;
+
+/// The seed plugin files `make plugins` produces.
+pub const SEED_PLUGINS: &[&str] = &["test_fanout.wasm", "nodepool.wasm"];
+
+/// Where the pieces of a built workspace are.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// The workspace root.
+    pub root: PathBuf,
+    /// The `rekon` binary (`target/debug/rekon`, or `$REKON_BIN`).
+    pub rekon: PathBuf,
+    /// The built plugins (`dist/plugins`, or `$REKON_PLUGINS`).
+    pub plugins: PathBuf,
+    /// `deploy/samples`.
+    pub samples: PathBuf,
+}
+
+impl Paths {
+    /// Locates the workspace from this crate's manifest directory and checks
+    /// that the binary and the seed plugins exist.
+    ///
+    /// # Errors
+    /// Names what is missing and the make target that builds it.
+    pub fn discover() -> anyhow::Result<Self> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .nth(2)
+            .context("failed to find the workspace root above tests/e2e")?
+            .to_path_buf();
+        let rekon = std::env::var_os("REKON_BIN")
+            .map_or_else(|| root.join("target/debug/rekon"), PathBuf::from);
+        let plugins = std::env::var_os("REKON_PLUGINS")
+            .map_or_else(|| root.join("dist/plugins"), PathBuf::from);
+        if !rekon.is_file() {
+            bail!(
+                "the rekon binary {} is missing: build it first (`cargo build -p rekon-host`, or `make build`)",
+                rekon.display()
+            );
+        }
+        for plugin in SEED_PLUGINS {
+            if !plugins.join(plugin).is_file() {
+                bail!(
+                    "plugin {} is missing: run `make plugins` first",
+                    plugins.join(plugin).display()
+                );
+            }
+        }
+        Ok(Self {
+            samples: root.join("deploy/samples"),
+            root,
+            rekon,
+            plugins,
+        })
+    }
+}
+
+/// A running `rekon run`, killed when dropped. Its stderr (logs) goes to a file.
+#[derive(Debug)]
+pub struct RekonProcess {
+    child: Child,
+    log: PathBuf,
+}
+
+impl RekonProcess {
+    /// The log file.
+    #[must_use]
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// The last `lines` lines of the log.
+    #[must_use]
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops the process (SIGKILL) and waits for it.
+    pub fn stop(&mut self) {
+        if self.is_running() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RekonProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// How to start an [`Env`].
+#[derive(Debug, Clone)]
+pub struct EnvOptions {
+    /// Plugin files (from [`Paths::plugins`]) copied into the plugin directory.
+    pub plugins: Vec<String>,
+    /// Pass `--install-crds`.
+    pub install_crds: bool,
+    /// `RUST_LOG` for the host.
+    pub log_filter: String,
+}
+
+impl Default for EnvOptions {
+    fn default() -> Self {
+        Self {
+            plugins: SEED_PLUGINS.iter().map(|p| (*p).to_owned()).collect(),
+            install_crds: true,
+            log_filter: "info,rekon=debug".to_owned(),
+        }
+    }
+}
+
+/// Two kube-sim clusters (`main` primary, `sub`), a plugin directory with the
+/// seed plugins and `rekon run` on them.
+#[derive(Debug)]
+pub struct Env {
+    /// Where things are.
+    pub paths: Paths,
+    /// The clusters.
+    pub sim: Sim,
+    /// The host process.
+    pub rekon: RekonProcess,
+    /// The plugin directory `rekon` watches.
+    pub plugin_dir: PathBuf,
+    /// A kubeconfig kept for the life of the env (the sim's own is in a temp dir too).
+    pub kubeconfig: PathBuf,
+    work: tempfile::TempDir,
+}
+
+impl Env {
+    /// Starts the clusters and `rekon run`.
+    ///
+    /// # Errors
+    /// When the workspace is not built or a process cannot start.
+    pub async fn start(opts: EnvOptions) -> anyhow::Result<Self> {
+        let paths = Paths::discover()?;
+        let sim = Sim::start(&["main", "sub"])
+            .await
+            .context("failed to start kube-sim clusters")?;
+        let work = tempfile::Builder::new().prefix("rekon-e2e-").tempdir()?;
+        Self::start_in(paths, sim, work, opts)
+    }
+
+    /// Like [`Env::start`] with a given work directory (the demo keeps it).
+    ///
+    /// # Errors
+    /// When a file cannot be written or `rekon` cannot be spawned.
+    pub fn start_in(
+        paths: Paths,
+        sim: Sim,
+        work: tempfile::TempDir,
+        opts: EnvOptions,
+    ) -> anyhow::Result<Self> {
+        let plugin_dir = work.path().join("plugins");
+        fs::create_dir_all(&plugin_dir)?;
+        for plugin in &opts.plugins {
+            fs::copy(paths.plugins.join(plugin), plugin_dir.join(plugin))
+                .with_context(|| format!("failed to copy plugin {plugin}"))?;
+        }
+        let kubeconfig = work.path().join("kubeconfig");
+        fs::write(&kubeconfig, sim.kubeconfig_yaml())?;
+        let rekon = spawn_rekon(&paths, &kubeconfig, &plugin_dir, work.path(), &opts)?;
+        Ok(Self {
+            paths,
+            sim,
+            rekon,
+            plugin_dir,
+            kubeconfig,
+            work,
+        })
+    }
+
+    /// The work directory (kubeconfig, plugins, logs, kubectl cache).
+    #[must_use]
+    pub fn work_dir(&self) -> &Path {
+        self.work.path()
+    }
+
+    /// Leaves the work directory (kubeconfig, plugins, `rekon.log`) on disk
+    /// when the env is dropped.
+    pub fn keep_work_dir(&mut self) {
+        self.work.disable_cleanup(true);
+    }
+
+    /// The primary cluster.
+    #[must_use]
+    pub fn main(&self) -> &SimCluster {
+        self.sim.cluster("main")
+    }
+
+    /// The second cluster.
+    #[must_use]
+    pub fn sub(&self) -> &SimCluster {
+        self.sim.cluster("sub")
+    }
+
+    /// Runs `kubectl --kubeconfig K --context CONTEXT ARGS..` and returns stdout.
+    ///
+    /// # Errors
+    /// When kubectl fails (its stderr is in the message).
+    pub fn kubectl(&self, context: &str, args: &[&str]) -> anyhow::Result<String> {
+        let out = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--context")
+            .arg(context)
+            .arg("--cache-dir")
+            .arg(self.work.path().join("kubectl-cache"))
+            .args(args)
+            .output()
+            .context("failed to run kubectl")?;
+        if !out.status.success() {
+            bail!(
+                "kubectl --context {context} {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Polls `probe` every 100 ms until it returns `Some`, or fails after
+    /// `timeout` naming `what` and showing the end of rekon's log.
+    ///
+    /// # Errors
+    /// On timeout, or when `rekon` exited.
+    pub async fn wait_for<T>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        mut probe: impl FnMut(&Self) -> Option<T>,
+    ) -> anyhow::Result<T> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = probe(self) {
+                return Ok(v);
+            }
+            if !self.rekon.is_running() {
+                bail!(
+                    "rekon exited while waiting for {what}; log:\n{}",
+                    self.rekon.log_tail(60)
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for {what}; rekon log:\n{}",
+                    self.rekon.log_tail(60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until both seed CRDs are served by `main` (installed by
+    /// `rekon run --install-crds`).
+    ///
+    /// # Errors
+    /// On timeout.
+    pub async fn wait_for_crds(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        self.wait_for("the seed CRDs to be installed in main", timeout, |env| {
+            let served = |api: &str, plural: &str| env.main().list(api, plural, None, "").is_ok();
+            (served("job.lailin.xyz/v1", "tests") && served("nodes.lailin.xyz/v1", "nodepools"))
+                .then_some(())
+        })
+        .await
+    }
+}
+
+fn spawn_rekon(
+    paths: &Paths,
+    kubeconfig: &Path,
+    plugin_dir: &Path,
+    work: &Path,
+    opts: &EnvOptions,
+) -> anyhow::Result<RekonProcess> {
+    let log = work.join("rekon.log");
+    let log_file = fs::File::create(&log)?;
+    let mut cmd = Command::new(&paths.rekon);
+    cmd.arg("run")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--context", "main", "--cluster", "sub=sub", "--plugins"])
+        .arg(plugin_dir);
+    if opts.install_crds {
+        cmd.arg("--install-crds");
+    }
+    if let Some(extra) = std::env::var_os("REKON_E2E_ARGS") {
+        cmd.args(extra.to_string_lossy().split_whitespace());
+    }
+    cmd.env("RUST_LOG", &opts.log_filter)
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("failed to start {}", paths.rekon.display()))?;
+    Ok(RekonProcess { child, log })
+}
+
+/// The plural of the kinds the samples and tests use.
+///
+/// # Errors
+/// For a kind this harness does not know.
+pub fn plural(kind: &str) -> anyhow::Result<&'static str> {
+    Ok(match kind {
+        "Test" => "tests",
+        "NodePool" => "nodepools",
+        "Node" => "nodes",
+        "Job" => "jobs",
+        "Namespace" => "namespaces",
+        "RuntimeClass" => "runtimeclasses",
+        "Event" => "events",
+        other => bail!("no plural known for kind {other}"),
+    })
+}
+
+/// Creates each YAML document in `cluster`, or merge-patches it when it
+/// exists (in process, through kube-sim's store; `rekon` sees it through its
+/// watches like any other change).
+///
+/// # Errors
+/// On YAML or API errors.
+pub fn apply_manifests(cluster: &SimCluster, yaml: &str) -> anyhow::Result<Vec<String>> {
+    let mut applied = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let value: Value =
+            serde::Deserialize::deserialize(doc).context("failed to parse a YAML document")?;
+        if value.is_null() {
+            continue;
+        }
+        applied.push(apply_object(cluster, value)?);
+    }
+    Ok(applied)
+}
+
+/// Creates or merge-patches one object; returns `kind/name`.
+///
+/// # Errors
+/// On API errors.
+pub fn apply_object(cluster: &SimCluster, obj: Value) -> anyhow::Result<String> {
+    let api_version = obj["apiVersion"]
+        .as_str()
+        .context("object without apiVersion")?
+        .to_owned();
+    let kind = obj["kind"]
+        .as_str()
+        .context("object without kind")?
+        .to_owned();
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .context("object without name")?
+        .to_owned();
+    let ns = obj["metadata"]["namespace"].as_str().map(str::to_owned);
+    let plural = plural(&kind)?;
+    if cluster
+        .get(&api_version, plural, ns.as_deref(), &name)
+        .is_ok()
+    {
+        cluster
+            .merge_patch(&api_version, plural, ns.as_deref(), &name, &obj, false)
+            .map_err(|e| anyhow::anyhow!("failed to patch {kind} {name}: {e:?}"))?;
+    } else {
+        cluster
+            .create(&api_version, plural, ns.as_deref(), obj)
+            .map_err(|e| anyhow::anyhow!("failed to create {kind} {name}: {e:?}"))?;
+    }
+    Ok(format!("{kind}/{name}"))
+}
+
+/// Marks a Job complete through its status subresource (kube-sim runs no
+/// job controller).
+///
+/// # Errors
+/// When the Job does not exist.
+pub fn complete_job(cluster: &SimCluster, namespace: &str, name: &str) -> anyhow::Result<()> {
+    let patch = json!({"status": {
+        "succeeded": 1,
+        "startTime": "2025-01-01T00:00:00Z",
+        "completionTime": "2025-01-01T00:00:10Z",
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True"},
+            {"type": "Complete", "status": "True"}
+        ]
+    }});
+    cluster
+        .merge_patch("batch/v1", "jobs", Some(namespace), name, &patch, true)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "failed to complete job {namespace}/{name} in {}: {e:?}",
+                cluster.name()
+            )
+        })?;
+    Ok(())
+}
+
+/// Marks every Node of `cluster` Ready (kube-sim runs no kubelet).
+///
+/// # Errors
+/// On API errors.
+pub fn mark_nodes_ready(cluster: &SimCluster) -> anyhow::Result<()> {
+    for node in cluster
+        .list("v1", "nodes", None, "")
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?
+    {
+        let name = node["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}});
+        cluster
+            .merge_patch("v1", "nodes", None, &name, &patch, true)
+            .map_err(|e| anyhow::anyhow!("failed to mark node {name} ready: {e:?}"))?;
+    }
+    Ok(())
+}
+
+/// Reads an object, `None` if absent.
+#[must_use]
+pub fn get(
+    cluster: &SimCluster,
+    api_version: &str,
+    plural: &str,
+    ns: Option<&str>,
+    name: &str,
+) -> Option<Value> {
+    cluster.get(api_version, plural, ns, name).ok()
+}

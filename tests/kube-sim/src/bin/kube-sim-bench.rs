@@ -1,0 +1,273 @@
+//! kube-sim throughput benchmark; prints a table.
+//!
+//! `cargo run --release -p kube-sim --bin kube-sim-bench [-- --seconds 5]`
+//!
+//! 1. merge-patch writes/s over raw pipelined HTTP/1.1 keep-alive
+//!    connections while 50 watches consume every event;
+//! 2. watch fan-out: events delivered per second across those watches;
+//! 3. RSS growth per 10,000 Nodes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use kube_sim::{SimCluster, SimConfig};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+#[derive(Debug, Parser)]
+struct Args {
+    /// Seconds of write load.
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Writer connections.
+    #[arg(long, default_value_t = 8)]
+    connections: usize,
+    /// Requests in flight per connection (pipeline depth).
+    #[arg(long, default_value_t = 32)]
+    depth: usize,
+    /// Open watches during the write test.
+    #[arg(long, default_value_t = 50)]
+    watches: usize,
+    /// Distinct objects written.
+    #[arg(long, default_value_t = 1000)]
+    objects: usize,
+    /// Nodes for the memory measurement.
+    #[arg(long, default_value_t = 10_000)]
+    nodes: usize,
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Reads one HTTP/1.1 response with Content-Length from `buf`/`s`.
+async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<u16> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = std::str::from_utf8(&buf[..end]).context("response head is not UTF-8")?;
+            let status: u16 = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .context("no status code")?;
+            let len: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse().ok())?
+                })
+                .context("no content-length")?;
+            let total = end + 4 + len;
+            while buf.len() < total {
+                let mut tmp = [0u8; 65536];
+                let n = s.read(&mut tmp).await?;
+                if n == 0 {
+                    bail!("connection closed mid-response");
+                }
+                buf.extend_from_slice(&tmp[..n]);
+            }
+            buf.drain(..total);
+            return Ok(status);
+        }
+        let mut tmp = [0u8; 65536];
+        let n = s.read(&mut tmp).await?;
+        if n == 0 {
+            bail!("connection closed");
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+async fn writer(
+    addr: String,
+    conn: usize,
+    args: Arc<Args>,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    errors: Arc<AtomicU64>,
+) -> anyhow::Result<()> {
+    let mut s = TcpStream::connect(&addr).await?;
+    s.set_nodelay(true)?;
+    let mut buf = Vec::with_capacity(1 << 16);
+    let mut i: u64 = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut out = Vec::with_capacity(args.depth * 256);
+        for _ in 0..args.depth {
+            i += 1;
+            let obj = (conn + (i as usize) * args.connections) % args.objects;
+            let body = format!(r#"{{"data":{{"v":"{conn}-{i}"}}}}"#);
+            out.extend_from_slice(
+                format!(
+                    "PATCH /api/v1/namespaces/default/configmaps/bench-{obj} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/merge-patch+json\r\nUser-Agent: bench/1\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        s.write_all(&out).await?;
+        for _ in 0..args.depth {
+            let status = read_response(&mut s, &mut buf).await?;
+            if status == 200 {
+                done.fetch_add(1, Ordering::Relaxed);
+            } else {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn watch_reader(addr: String, events: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+    let mut s = TcpStream::connect(&addr).await?;
+    let req = format!(
+        "GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true HTTP/1.1\r\nHost: {addr}\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await?;
+    let mut tmp = vec![0u8; 1 << 16];
+    // Events end with "}\n"; chunk framing is "\r\n" and never follows '}'.
+    let mut prev = 0u8;
+    while !stop.load(Ordering::Relaxed) {
+        let n = tokio::time::timeout(Duration::from_millis(200), s.read(&mut tmp)).await;
+        match n {
+            Ok(Ok(0)) => bail!("watch closed"),
+            Ok(Ok(n)) => {
+                let mut lines = 0u64;
+                for &b in &tmp[..n] {
+                    if b == b'\n' && prev == b'}' {
+                        lines += 1;
+                    }
+                    prev = b;
+                }
+                events.fetch_add(lines, Ordering::Relaxed);
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn node(i: usize) -> serde_json::Value {
+    json!({
+        "metadata": {
+            "name": format!("node-{i:05}"),
+            "labels": {
+                "kubernetes.io/hostname": format!("node-{i:05}"),
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node-role.kubernetes.io/worker": "",
+                "topology.kubernetes.io/zone": format!("zone-{}", i % 3),
+            }
+        },
+        "spec": {"podCIDR": format!("10.{}.{}.0/24", i / 256 % 256, i % 256), "providerID": format!("sim://node-{i}")},
+        "status": {
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "110"},
+            "allocatable": {"cpu": "7800m", "memory": "31Gi", "pods": "110"},
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+                 "lastHeartbeatTime": "2024-01-01T00:00:00Z", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": "ok",
+                 "lastHeartbeatTime": "2024-01-01T00:00:00Z", "lastTransitionTime": "2024-01-01T00:00:00Z"}
+            ],
+            "addresses": [{"type": "InternalIP", "address": format!("10.0.{}.{}", i / 256 % 256, i % 256)}],
+            "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "Sim Linux", "containerRuntimeVersion": "containerd://1.7.0",
+                         "kernelVersion": "6.1.0", "architecture": "amd64", "operatingSystem": "linux"}
+        }
+    })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let args = Arc::new(Args::parse());
+    let sim = SimCluster::start_with(SimConfig::new("bench")).await?;
+    let addr = sim.addr().to_string();
+    for i in 0..args.objects {
+        sim.create("v1", "configmaps", Some("default"), json!({"metadata": {"name": format!("bench-{i}")}, "data": {"v": "0"}}))
+            .map_err(|e| anyhow::anyhow!("failed to seed: {e}"))?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let events = Arc::new(AtomicU64::new(0));
+    let mut watchers = Vec::new();
+    for _ in 0..args.watches {
+        watchers.push(tokio::spawn(watch_reader(addr.clone(), events.clone(), stop.clone())));
+    }
+    // Let the watches receive their initial ADDED events.
+    let initial = (args.watches * args.objects) as u64;
+    let t0 = Instant::now();
+    while events.load(Ordering::Relaxed) < initial && t0.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let events_start = events.load(Ordering::Relaxed);
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let writer_stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let mut writers = Vec::new();
+    for c in 0..args.connections {
+        writers.push(tokio::spawn(writer(
+            addr.clone(),
+            c,
+            args.clone(),
+            writer_stop.clone(),
+            done.clone(),
+            errors.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+    writer_stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.await??;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let writes = done.load(Ordering::Relaxed);
+    // Let the watchers drain what was written.
+    let expected = events_start + writes * args.watches as u64;
+    let drain_start = Instant::now();
+    while events.load(Ordering::Relaxed) < expected && drain_start.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let fanout_elapsed = start.elapsed().as_secs_f64();
+    let delivered = events.load(Ordering::Relaxed) - events_start;
+    stop.store(true, Ordering::Relaxed);
+    for w in watchers {
+        let _ = w.await;
+    }
+
+    // Memory per 10,000 Nodes.
+    let rss0 = rss_bytes();
+    let t = Instant::now();
+    for i in 0..args.nodes {
+        sim.create("v1", "nodes", None, node(i)).map_err(|e| anyhow::anyhow!("failed to create node: {e}"))?;
+    }
+    let create_secs = t.elapsed().as_secs_f64();
+    let rss1 = rss_bytes();
+    let per_10k = (rss1.saturating_sub(rss0)) as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0);
+
+    println!("| metric | value |");
+    println!("|---|---|");
+    println!(
+        "| merge-patch writes/s ({} conns x depth {}, {} watches) | {:.0} |",
+        args.connections,
+        args.depth,
+        args.watches,
+        writes as f64 / elapsed
+    );
+    println!("| write errors | {} |", errors.load(Ordering::Relaxed));
+    println!(
+        "| watch fan-out events/s ({} watches) | {:.0} |",
+        args.watches,
+        delivered as f64 / fanout_elapsed
+    );
+    println!("| events delivered / expected | {delivered} / {} |", writes * args.watches as u64);
+    println!("| RSS per 10,000 Nodes (incl. watch history) | {per_10k:.1} MiB |");
+    println!("| Node creates/s (in-process handle) | {:.0} |", args.nodes as f64 / create_secs);
+    sim.shutdown().await;
+    Ok(())
+}

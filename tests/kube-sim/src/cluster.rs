@@ -1,0 +1,558 @@
+//! Starting and stopping simulated clusters, the handle tests use, and
+//! kubeconfig files.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::serve::ListenerExt;
+use serde_json::Value;
+use tokio::task::JoinHandle;
+
+use crate::error::ApiError;
+use crate::faults::{FaultRule, Faults};
+use crate::resources::{ResourceInfo, split_api_version};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::server::{ClusterState, handle};
+use crate::store::{DeleteOpts, ListOpts, PatchKind, WriteOpts};
+
+/// Errors of starting or stopping clusters.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// Binding the listener failed.
+    #[error("failed to bind cluster {cluster} on 127.0.0.1:{port}")]
+    Bind {
+        /// Cluster name.
+        cluster: String,
+        /// Requested port.
+        port: u16,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Writing the kubeconfig failed.
+    #[error("failed to write kubeconfig {path}")]
+    Kubeconfig {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Two clusters share a name.
+    #[error("failed to start clusters: duplicate cluster name {0}")]
+    DuplicateName(String),
+}
+
+/// Configuration of one cluster.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Cluster (and kubeconfig context) name.
+    pub name: String,
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+    /// Watch history kept per resource (events); older resourceVersions
+    /// answer 410 Expired.
+    pub history_limit: usize,
+    /// Capacity of each resource's live event channel.
+    pub channel_capacity: usize,
+    /// Interval of periodic watch bookmarks.
+    pub bookmark_interval: Duration,
+}
+
+impl SimConfig {
+    /// Defaults: free port, 10,000 events of history per resource,
+    /// bookmarks every 30 s.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            port: 0,
+            history_limit: 10_000,
+            channel_capacity: 4096,
+            bookmark_interval: Duration::from_secs(30),
+        }
+    }
+
+    /// Listens on this port.
+    #[must_use]
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
+    }
+
+    /// Keeps this many events of history per resource.
+    #[must_use]
+    pub fn history_limit(mut self, n: usize) -> Self {
+        self.history_limit = n;
+        self
+    }
+
+    /// Sends watch bookmarks this often.
+    #[must_use]
+    pub fn bookmark_interval(mut self, d: Duration) -> Self {
+        self.bookmark_interval = d;
+        self
+    }
+}
+
+/// One running simulated cluster. Dropping it stops the server.
+pub struct SimCluster {
+    state: Arc<ClusterState>,
+    addr: SocketAddr,
+    task: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for SimCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimCluster")
+            .field("name", &self.state.name)
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl SimCluster {
+    /// Starts a cluster named `name` on a free port.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kube_sim::SimError> {
+    /// let sim = kube_sim::SimCluster::start("main").await?;
+    /// println!("{}", sim.url());
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(name: &str) -> Result<Self, SimError> {
+        Self::start_with(SimConfig::new(name)).await
+    }
+
+    /// Starts a cluster with a configuration.
+    pub async fn start_with(cfg: SimConfig) -> Result<Self, SimError> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", cfg.port))
+            .await
+            .map_err(|source| SimError::Bind {
+                cluster: cfg.name.clone(),
+                port: cfg.port,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Bind {
+            cluster: cfg.name.clone(),
+            port: cfg.port,
+            source,
+        })?;
+        let state = Arc::new(ClusterState::new(
+            &cfg.name,
+            cfg.history_limit,
+            cfg.channel_capacity,
+            cfg.bookmark_interval,
+        ));
+        *state.address.lock() = addr.to_string();
+        let app = Router::new().fallback(handle).with_state(state.clone());
+        let mut stop = state.shutdown.subscribe();
+        let name = cfg.name.clone();
+        let listener = listener.tap_io(|tcp| {
+            // Small request/response pairs: Nagle would add 40 ms stalls.
+            let _ = tcp.set_nodelay(true);
+        });
+        let task = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+            if let Err(e) = serve.await {
+                tracing::error!(cluster = %name, error = %e, "failed to serve cluster");
+            }
+        });
+        tracing::info!(cluster = %cfg.name, url = %format!("http://{addr}"), "cluster started");
+        Ok(Self {
+            state,
+            addr,
+            task: Some(task),
+        })
+    }
+
+    /// Cluster name.
+    pub fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    /// Listening address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig with this cluster only (context = cluster name).
+    pub fn kubeconfig_yaml(&self) -> String {
+        kubeconfig_yaml(&[(self.name(), &self.url())], self.name())
+    }
+
+    /// Fault injection state.
+    pub fn faults(&self) -> &Faults {
+        &self.state.faults
+    }
+
+    /// The current global resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        self.state.store.current_rv()
+    }
+
+    /// Forgets all watch history: a watch or Exact list from any older
+    /// resourceVersion answers 410 Expired. Returns the compaction RV.
+    pub fn compact(&self) -> u64 {
+        self.state.store.read(|i| i.compact())
+    }
+
+    /// Closes every open watch stream.
+    pub fn close_watches(&self) {
+        self.state.close_watches();
+    }
+
+    /// Fails the next matching requests.
+    pub fn fail_next(&self, rule: FaultRule) {
+        self.state.faults.fail_next(rule);
+    }
+
+    /// Removes fault rules and latency.
+    pub fn clear_faults(&self) {
+        self.state.faults.clear();
+    }
+
+    /// Delays every API request.
+    pub fn set_latency(&self, d: Duration) {
+        self.state.faults.set_latency(d);
+    }
+
+    /// Stops answering API requests (connections are still accepted).
+    pub fn stall(&self) {
+        self.state.faults.stall();
+    }
+
+    /// Answers again, including the requests held while stalled.
+    pub fn resume(&self) {
+        self.state.faults.resume();
+    }
+
+    /// Requests seen per verb (`get`, `list`, `watch`, `create`, ...).
+    pub fn request_counts(&self) -> BTreeMap<String, u64> {
+        self.state.faults.request_counts()
+    }
+
+    /// Sets the bookmark interval for watches opened from now on.
+    pub fn set_bookmark_interval(&self, d: Duration) {
+        self.state.set_bookmark_interval(d);
+    }
+
+    /// Drops every object and CRD, closes watches, clears faults.
+    pub fn reset(&self) {
+        self.state.store.reset();
+        self.state.faults.clear();
+        self.state.faults.resume();
+        self.state.faults.reset_counts();
+        self.state.close_watches();
+    }
+
+    /// Number of stored objects (all kinds).
+    pub fn object_count(&self) -> usize {
+        self.state.store.read(|i| i.object_count())
+    }
+
+    fn resource(&self, api_version: &str, plural: &str) -> Result<Arc<ResourceInfo>, ApiError> {
+        let (g, v) = split_api_version(api_version);
+        self.state
+            .store
+            .read(|i| i.registry.get(g, v, plural))
+            .ok_or_else(ApiError::unknown_path)
+    }
+
+    fn served(res: &ResourceInfo, obj: &Value) -> Value {
+        crate::watch::render(res, crate::watch::Shape::Full, obj)
+    }
+
+    /// Reads an object (`api_version` like `v1` or `apps/v1`).
+    pub fn get(
+        &self,
+        api_version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let res = self.resource(api_version, plural)?;
+        let obj = self.state.store.read(|i| i.get(&res, ns, name))?;
+        Ok(Self::served(&res, &obj))
+    }
+
+    /// Lists objects, optionally in one namespace and with a label selector.
+    pub fn list(
+        &self,
+        api_version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        label_selector: &str,
+    ) -> Result<Vec<Value>, ApiError> {
+        let res = self.resource(api_version, plural)?;
+        let label = LabelSelector::parse(label_selector)?;
+        let lr = self.state.store.read(|i| {
+            i.list(
+                &res,
+                ns,
+                &label,
+                &FieldSelector::default(),
+                &ListOpts::default(),
+            )
+        })?;
+        Ok(lr.items.iter().map(|o| Self::served(&res, o)).collect())
+    }
+
+    fn opts(sub: Option<&str>) -> WriteOpts {
+        WriteOpts {
+            dry_run: false,
+            manager: Some("kube-sim".into()),
+            subresource: sub.map(str::to_string),
+        }
+    }
+
+    /// Creates an object.
+    pub fn create(
+        &self,
+        api_version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        obj: Value,
+    ) -> Result<Value, ApiError> {
+        let res = self.resource(api_version, plural)?;
+        let o = self
+            .state
+            .store
+            .write(|i| i.create(&res, ns, obj, &Self::opts(None)))?;
+        Ok(Self::served(&res, &o))
+    }
+
+    /// Replaces an object (or its status with `status = true`).
+    pub fn update(
+        &self,
+        api_version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        obj: Value,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        let res = self.resource(api_version, plural)?;
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let sub = status.then_some("status");
+        let o = self
+            .state
+            .store
+            .write(|i| i.update(&res, ns, &name, obj, &Self::opts(sub)))?;
+        Ok(Self::served(&res, &o))
+    }
+
+    /// Applies a JSON merge patch (to the status with `status = true`).
+    pub fn merge_patch(
+        &self,
+        api_version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        name: &str,
+        patch: &Value,
+        status: bool,
+    ) -> Result<Value, ApiError> {
+        let res = self.resource(api_version, plural)?;
+        let sub = status.then_some("status");
+        let (o, _) = self
+            .state
+            .store
+            .write(|i| i.patch(&res, ns, name, PatchKind::Merge, patch, &Self::opts(sub)))?;
+        Ok(Self::served(&res, &o))
+    }
+
+    /// Deletes an object (background propagation). Returns its last state.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        plural: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let res = self.resource(api_version, plural)?;
+        let d = self
+            .state
+            .store
+            .write(|i| i.delete(&res, ns, name, &DeleteOpts::default()))?;
+        Ok(Self::served(&res, &d.obj))
+    }
+
+    /// Stops the server: open watches end, in-flight requests are dropped
+    /// after a short grace period.
+    pub async fn shutdown(mut self) {
+        self.state.shutdown.send_replace(true);
+        self.state.faults.resume();
+        if let Some(task) = self.task.take() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(2), task)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for SimCluster {
+    fn drop(&mut self) {
+        self.state.shutdown.send_replace(true);
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// A kubeconfig (contract section 10) with one context per cluster;
+/// context, cluster and user names equal the cluster name.
+pub fn kubeconfig_yaml(clusters: &[(&str, &str)], current: &str) -> String {
+    let mut s = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
+    for (name, url) in clusters {
+        s.push_str(&format!(
+            "- name: {name}\n  cluster:\n    server: \"{url}\"\n"
+        ));
+    }
+    s.push_str("users:\n");
+    for (name, _) in clusters {
+        s.push_str(&format!("- name: {name}\n  user: {{}}\n"));
+    }
+    s.push_str("contexts:\n");
+    for (name, _) in clusters {
+        s.push_str(&format!(
+            "- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\n"
+        ));
+    }
+    s.push_str(&format!("current-context: {current}\n"));
+    s
+}
+
+/// Writes a kubeconfig for `clusters`; the first is the current context.
+pub fn write_kubeconfig(path: &Path, clusters: &[&SimCluster]) -> Result<(), SimError> {
+    let pairs: Vec<(String, String)> = clusters
+        .iter()
+        .map(|c| (c.name().to_string(), c.url()))
+        .collect();
+    let refs: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let current = refs.first().map(|(n, _)| *n).unwrap_or_default();
+    std::fs::write(path, kubeconfig_yaml(&refs, current)).map_err(|source| SimError::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Several clusters and a kubeconfig file naming them all.
+pub struct Sim {
+    clusters: Vec<SimCluster>,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl std::fmt::Debug for Sim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sim")
+            .field("clusters", &self.clusters)
+            .field("kubeconfig", &self.kubeconfig)
+            .finish()
+    }
+}
+
+impl Sim {
+    /// Starts one cluster per name on free ports and writes a kubeconfig
+    /// into a temporary directory (removed on drop). The first name is the
+    /// current context.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), kube_sim::SimError> {
+    /// let sim = kube_sim::Sim::start(&["main", "sub"]).await?;
+    /// let kubeconfig = sim.kubeconfig_path();
+    /// let main_url = sim.cluster("main").url();
+    /// # Ok(()) }
+    /// ```
+    pub async fn start(names: &[&str]) -> Result<Self, SimError> {
+        Self::start_with(names.iter().map(|n| SimConfig::new(*n)).collect()).await
+    }
+
+    /// Starts clusters from configurations.
+    pub async fn start_with(configs: Vec<SimConfig>) -> Result<Self, SimError> {
+        let mut clusters: Vec<SimCluster> = Vec::new();
+        for cfg in configs {
+            if clusters.iter().any(|c| c.name() == cfg.name) {
+                return Err(SimError::DuplicateName(cfg.name));
+            }
+            clusters.push(SimCluster::start_with(cfg).await?);
+        }
+        let dir = tempfile::tempdir().map_err(|source| SimError::Kubeconfig {
+            path: std::env::temp_dir(),
+            source,
+        })?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        write_kubeconfig(&kubeconfig, &clusters.iter().collect::<Vec<_>>())?;
+        Ok(Self {
+            clusters,
+            kubeconfig,
+            _dir: dir,
+        })
+    }
+
+    /// The cluster named `name`.
+    ///
+    /// # Panics
+    /// If no cluster has that name (a test bug).
+    pub fn cluster(&self, name: &str) -> &SimCluster {
+        self.try_cluster(name)
+            .unwrap_or_else(|| panic!("no simulated cluster named {name}"))
+    }
+
+    /// The cluster named `name`, if any.
+    pub fn try_cluster(&self, name: &str) -> Option<&SimCluster> {
+        self.clusters.iter().find(|c| c.name() == name)
+    }
+
+    /// All clusters in start order.
+    pub fn clusters(&self) -> &[SimCluster] {
+        &self.clusters
+    }
+
+    /// Path of the kubeconfig with one context per cluster.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The kubeconfig text.
+    pub fn kubeconfig_yaml(&self) -> String {
+        let pairs: Vec<(String, String)> = self
+            .clusters
+            .iter()
+            .map(|c| (c.name().to_string(), c.url()))
+            .collect();
+        let refs: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            .collect();
+        kubeconfig_yaml(&refs, refs.first().map(|(n, _)| *n).unwrap_or_default())
+    }
+
+    /// Stops every cluster.
+    pub async fn shutdown(self) {
+        let Self { clusters, .. } = self;
+        for c in clusters {
+            c.shutdown().await;
+        }
+    }
+}

@@ -1,0 +1,66 @@
+//! kube-sim: a faithful in-memory Kubernetes API server for tests,
+//! benchmarks and the demo.
+//!
+//! One [`SimCluster`] is one cluster: its own HTTP/1.1 server on
+//! `127.0.0.1`, its own object store and one global resourceVersion
+//! counter. kube-rs (`Api`, watcher, reflector, Controller, finalizer
+//! helper, events Recorder, Lease), `kubectl` and the Python client's watch
+//! work against it unmodified. The behaviour it reproduces is specified in
+//! `docs/apiserver-semantics.md`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), kube_sim::SimError> {
+//! use kube_sim::{FaultRule, Sim};
+//! let sim = Sim::start(&["main", "sub"]).await?;
+//! // kubeconfig with contexts "main" and "sub"
+//! let path = sim.kubeconfig_path();
+//! let main = sim.cluster("main");
+//! main.fail_next(FaultRule::new(503, 2).verb("list").path("configmaps"));
+//! main.compact(); // the next watch from an old resourceVersion gets 410
+//! sim.shutdown().await;
+//! # Ok(()) }
+//! ```
+//!
+//! # Test API over HTTP (`/_sim/...`)
+//!
+//! Never affected by injected faults or stalls. Parameters go in the query
+//! string or a JSON body.
+//!
+//! | Request | Effect |
+//! |---|---|
+//! | `GET /_sim` | cluster name, current RV, object count, stalled |
+//! | `GET /_sim/rv` | `{"resourceVersion":"N"}` |
+//! | `POST /_sim/compact` | drop all watch history (re-watch from older RVs → 410) |
+//! | `POST /_sim/close-watches` | end every open watch stream |
+//! | `POST /_sim/fail?status=503&count=2&verb=list&path=configmaps&retryAfter=1&message=..` | fail the next `count` matching requests (verb: Kubernetes verb or HTTP method; path: substring) |
+//! | `POST /_sim/clear-faults` | remove fail rules and latency |
+//! | `POST /_sim/latency?ms=200` | delay every API request (0 disables) |
+//! | `POST /_sim/stall` / `POST /_sim/resume` | hold every API request (connections are accepted) / release |
+//! | `POST /_sim/bookmark-interval?ms=500` | bookmark period of new watches |
+//! | `GET /_sim/requests` / `DELETE /_sim/requests` | requests counted per verb / reset the counters |
+//! | `POST /_sim/reset` | drop all objects and CRDs, close watches, clear faults |
+//!
+//! # Layout
+//! - `cluster`: [`SimCluster`], [`Sim`], [`SimConfig`], kubeconfig files.
+//! - `server`: HTTP routing, parameters, content negotiation, verbs, `/_sim`.
+//! - `store`: tables, resourceVersions, history, finalizers, GC, namespaces, CRDs.
+//! - `watch`: watch streams (bookmarks, timeouts, selector transitions).
+//! - `resources`: built-in and CRD resources, discovery documents.
+//! - `selectors`: label and field selectors.
+//! - `faults`: fault injection and request counters.
+//! - `error`: `metav1.Status` errors.
+//! - [`patch`]: patch algebra and managedFields.
+
+pub mod cluster;
+pub mod error;
+pub mod faults;
+pub mod patch;
+pub mod resources;
+pub mod selectors;
+pub mod server;
+pub mod store;
+pub mod watch;
+
+pub use cluster::{Sim, SimCluster, SimConfig, SimError, kubeconfig_yaml, write_kubeconfig};
+pub use error::ApiError;
+pub use faults::{FaultRule, Faults};

@@ -1,0 +1,753 @@
+//! The resource registry: built-in kinds, custom resources registered from
+//! CRDs, and the legacy discovery documents built from them.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Value, json};
+
+use crate::patch::TypeInfo;
+
+/// How an object of one resource is stored and served.
+#[derive(Debug, Clone)]
+pub struct ResourceInfo {
+    /// API group, empty for core.
+    pub group: String,
+    /// Version served at this endpoint.
+    pub version: String,
+    /// Version objects are stored in (apiVersion of stored objects).
+    pub storage_version: String,
+    /// Plural resource name (URL segment).
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Kind.
+    pub kind: String,
+    /// List kind.
+    pub list_kind: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// Short names for discovery.
+    pub short_names: Vec<String>,
+    /// Categories for discovery.
+    pub categories: Vec<String>,
+    /// Has a `/status` subresource.
+    pub status_subresource: bool,
+    /// Built-in kind (strategic merge patch allowed).
+    pub builtin: bool,
+    /// Maintains `metadata.generation`.
+    pub generation: bool,
+    /// `.status` is dropped on create.
+    pub drop_status_on_create: bool,
+    /// Structural schema of a custom resource version.
+    pub schema: Option<Arc<Value>>,
+    /// Representation conversion needed between stored and served objects.
+    pub conversion: Conversion,
+    /// List semantics for patches and apply, built on first use.
+    type_info: Arc<OnceLock<TypeInfo>>,
+}
+
+/// Field conversion between storage and a served version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conversion {
+    /// Only `apiVersion` differs (if at all).
+    None,
+    /// events.k8s.io/v1 Event served from core v1 Event storage.
+    EventsV1,
+}
+
+impl ResourceInfo {
+    /// `group/version` or `version` for core.
+    pub fn api_version(&self) -> String {
+        gv_string(&self.group, &self.version)
+    }
+
+    /// apiVersion of stored objects.
+    pub fn storage_api_version(&self) -> String {
+        if self.conversion == Conversion::EventsV1 {
+            return "v1".into();
+        }
+        gv_string(&self.group, &self.storage_version)
+    }
+
+    /// Key of the object table shared by all versions of this resource.
+    pub fn storage_key(&self) -> StorageKey {
+        storage_key_of(&self.group, &self.plural)
+    }
+
+    /// How lists of this resource merge (strategic merge patch, apply).
+    pub fn type_info(&self) -> &TypeInfo {
+        self.type_info.get_or_init(|| {
+            if self.builtin {
+                TypeInfo::builtin(&self.api_version(), &self.kind)
+                    .unwrap_or_else(TypeInfo::metadata_only)
+            } else {
+                match &self.schema {
+                    Some(s) => TypeInfo::from_openapi_v3_schema(s),
+                    None => TypeInfo::metadata_only(),
+                }
+            }
+        })
+    }
+
+    /// Whether objects served at this endpoint need rewriting from storage.
+    pub fn needs_conversion(&self) -> bool {
+        self.version != self.storage_version || self.conversion != Conversion::None
+    }
+}
+
+/// Identifies the object table of a resource: `group/plural`.
+pub type StorageKey = Arc<str>;
+
+/// Builds a storage key.
+pub fn storage_key_of(group: &str, plural: &str) -> StorageKey {
+    // core v1 and events.k8s.io/v1 events share one table, as in Kubernetes.
+    if plural == "events" && (group.is_empty() || group == "events.k8s.io") {
+        return Arc::from("/events");
+    }
+    Arc::from(format!("{group}/{plural}"))
+}
+
+/// `group/version`, or `version` for the core group.
+pub fn gv_string(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// Splits an apiVersion into (group, version).
+pub fn split_api_version(av: &str) -> (&str, &str) {
+    match av.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", av),
+    }
+}
+
+struct Builtin {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    all: bool,
+    status: bool,
+    generation: bool,
+    drop_status: bool,
+}
+
+const fn b(
+    group: &'static str,
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+) -> Builtin {
+    Builtin {
+        group,
+        version: "v1",
+        plural,
+        kind,
+        namespaced,
+        short,
+        all: false,
+        status: false,
+        generation: false,
+        drop_status: false,
+    }
+}
+
+const fn workload(mut x: Builtin) -> Builtin {
+    x.all = true;
+    x.status = true;
+    x.generation = true;
+    x.drop_status = true;
+    x
+}
+
+const fn with_status(mut x: Builtin) -> Builtin {
+    x.status = true;
+    x
+}
+
+const BUILTINS: &[Builtin] = &[
+    with_status(b("", "namespaces", "Namespace", false, &["ns"])),
+    with_status(b("", "nodes", "Node", false, &["no"])),
+    b("", "configmaps", "ConfigMap", true, &["cm"]),
+    b("", "secrets", "Secret", true, &[]),
+    {
+        let mut p = workload(b("", "pods", "Pod", true, &["po"]));
+        p.drop_status = false;
+        p
+    },
+    {
+        let mut s = with_status(b("", "services", "Service", true, &["svc"]));
+        s.all = true;
+        s
+    },
+    b("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+    b("", "events", "Event", true, &["ev"]),
+    b("", "endpoints", "Endpoints", true, &["ep"]),
+    with_status(b(
+        "",
+        "persistentvolumeclaims",
+        "PersistentVolumeClaim",
+        true,
+        &["pvc"],
+    )),
+    b("events.k8s.io", "events", "Event", true, &["ev"]),
+    b("coordination.k8s.io", "leases", "Lease", true, &[]),
+    workload(b("apps", "deployments", "Deployment", true, &["deploy"])),
+    workload(b("apps", "replicasets", "ReplicaSet", true, &["rs"])),
+    workload(b("apps", "statefulsets", "StatefulSet", true, &["sts"])),
+    workload(b("apps", "daemonsets", "DaemonSet", true, &["ds"])),
+    workload(b("batch", "jobs", "Job", true, &[])),
+    workload(b("batch", "cronjobs", "CronJob", true, &["cj"])),
+    b("node.k8s.io", "runtimeclasses", "RuntimeClass", false, &[]),
+    {
+        let mut c = with_status(b(
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["crd", "crds"],
+        ));
+        c.generation = true;
+        c
+    },
+    b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
+    b(
+        "rbac.authorization.k8s.io",
+        "rolebindings",
+        "RoleBinding",
+        true,
+        &[],
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "clusterroles",
+        "ClusterRole",
+        false,
+        &[],
+    ),
+    b(
+        "rbac.authorization.k8s.io",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        false,
+        &[],
+    ),
+];
+
+/// Resources a cluster serves, keyed by (group, version, plural).
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    by_gvr: BTreeMap<(String, String, String), Arc<ResourceInfo>>,
+    /// CRD name -> the (group, version, plural) keys it registered.
+    crds: BTreeMap<String, Vec<(String, String, String)>>,
+}
+
+impl Registry {
+    /// The built-in resources.
+    pub fn builtin() -> Self {
+        let mut r = Self::default();
+        for x in BUILTINS {
+            let info = ResourceInfo {
+                group: x.group.into(),
+                version: x.version.into(),
+                storage_version: x.version.into(),
+                plural: x.plural.into(),
+                singular: x.kind.to_lowercase(),
+                kind: x.kind.into(),
+                list_kind: format!("{}List", x.kind),
+                namespaced: x.namespaced,
+                short_names: x.short.iter().map(|s| s.to_string()).collect(),
+                categories: if x.all { vec!["all".into()] } else { vec![] },
+                status_subresource: x.status,
+                builtin: true,
+                generation: x.generation,
+                drop_status_on_create: x.drop_status,
+                schema: None,
+                conversion: if x.group == "events.k8s.io" {
+                    Conversion::EventsV1
+                } else {
+                    Conversion::None
+                },
+                type_info: Arc::default(),
+            };
+            r.insert(info);
+        }
+        r
+    }
+
+    fn insert(&mut self, info: ResourceInfo) {
+        let key = (
+            info.group.clone(),
+            info.version.clone(),
+            info.plural.clone(),
+        );
+        self.by_gvr.insert(key, Arc::new(info));
+    }
+
+    /// Looks a resource up by its URL parts.
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.by_gvr
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    /// The resource serving `apiVersion`/`kind`, if any.
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<Arc<ResourceInfo>> {
+        let (g, v) = split_api_version(api_version);
+        self.by_gvr
+            .values()
+            .find(|r| r.group == g && r.version == v && r.kind == kind)
+            .cloned()
+    }
+
+    /// Whether any resource is served for this group/version.
+    pub fn has_group_version(&self, group: &str, version: &str) -> bool {
+        self.by_gvr
+            .keys()
+            .any(|(g, v, _)| g == group && v == version)
+    }
+
+    /// All resources with the given storage key (every served version).
+    pub fn storage_versions(&self, sk: &StorageKey) -> Vec<Arc<ResourceInfo>> {
+        self.by_gvr
+            .values()
+            .filter(|r| &r.storage_key() == sk)
+            .cloned()
+            .collect()
+    }
+
+    /// The resource to use when working on stored objects of a storage key
+    /// (its storage version).
+    pub fn storage_info(&self, sk: &StorageKey) -> Option<Arc<ResourceInfo>> {
+        let all = self.storage_versions(sk);
+        all.iter()
+            .find(|r| r.version == r.storage_version && r.conversion == Conversion::None)
+            .or(all.first())
+            .cloned()
+    }
+
+    /// Whether the CRD `name` is registered.
+    pub fn has_crd(&self, name: &str) -> bool {
+        self.crds.contains_key(name)
+    }
+
+    /// Registers (or re-registers) the resources of a CRD object. Returns
+    /// the storage key, or a validation message.
+    pub fn register_crd(&mut self, crd: &Value) -> Result<StorageKey, String> {
+        let infos = crd_resources(crd)?;
+        let name = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        self.unregister_crd(&name);
+        let sk = infos[0].storage_key();
+        let keys = infos
+            .iter()
+            .map(|i| (i.group.clone(), i.version.clone(), i.plural.clone()))
+            .collect();
+        for i in infos {
+            self.insert(i);
+        }
+        self.crds.insert(name, keys);
+        Ok(sk)
+    }
+
+    /// The storage key of a registered CRD's objects.
+    pub fn get_crd_storage_key(&self, name: &str) -> Option<StorageKey> {
+        self.crds
+            .get(name)
+            .and_then(|keys| keys.first())
+            .map(|(g, _, p)| storage_key_of(g, p))
+    }
+
+    /// Removes the endpoints of a CRD.
+    pub fn unregister_crd(&mut self, name: &str) {
+        if let Some(keys) = self.crds.remove(name) {
+            for k in keys {
+                self.by_gvr.remove(&k);
+            }
+        }
+    }
+
+    /// Groups in discovery order: (group, versions in preference order).
+    pub fn groups(&self) -> Vec<(String, Vec<String>)> {
+        let mut out: Vec<(String, Vec<String>)> = Vec::new();
+        for (g, v, _) in self.by_gvr.keys() {
+            if g.is_empty() {
+                continue;
+            }
+            match out.iter_mut().find(|(gg, _)| gg == g) {
+                Some((_, vs)) => {
+                    if !vs.contains(v) {
+                        vs.push(v.clone());
+                    }
+                }
+                None => out.push((g.clone(), vec![v.clone()])),
+            }
+        }
+        for (_, vs) in &mut out {
+            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        }
+        // Built-in groups first, as the apiserver lists them.
+        out.sort_by_key(|(g, _)| (!BUILTINS.iter().any(|b| b.group == g), g.clone()));
+        out
+    }
+
+    /// `/apis` APIGroupList.
+    pub fn api_group_list(&self) -> Value {
+        let groups: Vec<Value> = self
+            .groups()
+            .into_iter()
+            .map(|(g, vs)| group_json(&g, &vs))
+            .collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
+
+    /// `/apis/{group}` APIGroup.
+    pub fn api_group(&self, group: &str) -> Option<Value> {
+        self.groups()
+            .into_iter()
+            .find(|(g, _)| g == group)
+            .map(|(g, vs)| {
+                let mut v = group_json(&g, &vs);
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("kind".into(), "APIGroup".into());
+                    o.insert("apiVersion".into(), "v1".into());
+                }
+                v
+            })
+    }
+
+    /// `/api/v1` or `/apis/g/v` APIResourceList.
+    pub fn api_resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        if !self.has_group_version(group, version) {
+            return None;
+        }
+        let verbs = json!([
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch"
+        ]);
+        let mut resources = Vec::new();
+        for r in self
+            .by_gvr
+            .values()
+            .filter(|r| r.group == group && r.version == version)
+        {
+            let mut o = serde_json::Map::new();
+            o.insert("name".into(), r.plural.clone().into());
+            o.insert("singularName".into(), r.singular.clone().into());
+            o.insert("namespaced".into(), r.namespaced.into());
+            o.insert("kind".into(), r.kind.clone().into());
+            o.insert("verbs".into(), verbs.clone());
+            if !r.short_names.is_empty() {
+                o.insert("shortNames".into(), json!(r.short_names));
+            }
+            if !r.categories.is_empty() {
+                o.insert("categories".into(), json!(r.categories));
+            }
+            resources.push(Value::Object(o));
+            if r.status_subresource {
+                resources.push(json!({
+                    "name": format!("{}/status", r.plural),
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": r.kind,
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
+        }
+        Some(json!({
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": gv_string(group, version),
+            "resources": resources,
+        }))
+    }
+}
+
+fn group_json(g: &str, vs: &[String]) -> Value {
+    let versions: Vec<Value> = vs
+        .iter()
+        .map(|v| json!({"groupVersion": gv_string(g, v), "version": v}))
+        .collect();
+    let preferred = versions.first().cloned().unwrap_or(Value::Null);
+    json!({"name": g, "versions": versions, "preferredVersion": preferred})
+}
+
+/// Kubernetes version priority: GA > beta > alpha > others, higher numbers first.
+pub fn version_priority(v: &str) -> (u8, u64, u64) {
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let Ok(major) = digits.parse::<u64>() else {
+        return (0, 0, 0);
+    };
+    let tail = &rest[digits.len()..];
+    if tail.is_empty() {
+        return (3, major, 0);
+    }
+    let (level, num) = if let Some(n) = tail.strip_prefix("beta") {
+        (2, n)
+    } else if let Some(n) = tail.strip_prefix("alpha") {
+        (1, n)
+    } else {
+        return (0, 0, 0);
+    };
+    match num.parse::<u64>() {
+        Ok(n) => (level, major, n),
+        Err(_) => (0, 0, 0),
+    }
+}
+
+/// Builds one [`ResourceInfo`] per served version of a CRD object.
+pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
+    let spec = crd.get("spec").ok_or("spec: Required value")?;
+    let group = spec
+        .get("group")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or("spec.group: Required value")?;
+    let names = spec.get("names").ok_or("spec.names: Required value")?;
+    let plural = names
+        .get("plural")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or("spec.names.plural: Required value")?;
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or("spec.names.kind: Required value")?;
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let list_kind = names
+        .get("listKind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{kind}List"));
+    let strs = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let name = crd
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if name != format!("{plural}.{group}") {
+        return Err(format!(
+            "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
+        ));
+    }
+    let namespaced = match spec.get("scope").and_then(Value::as_str) {
+        Some("Namespaced") => true,
+        Some("Cluster") => false,
+        _ => return Err("spec.scope: Unsupported value: must be Cluster or Namespaced".into()),
+    };
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .filter(|v| !v.is_empty())
+        .ok_or(
+            "spec.versions: Invalid value: must have exactly one version marked as storage version",
+        )?;
+    let storage: Vec<&str> = versions
+        .iter()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| v.get("name").and_then(Value::as_str))
+        .collect();
+    if storage.len() != 1 {
+        return Err(
+            "spec.versions: Invalid value: must have exactly one version marked as storage version"
+                .into(),
+        );
+    }
+    let storage_version = storage[0].to_string();
+    let mut out = Vec::new();
+    for v in versions {
+        let Some(vname) = v.get("name").and_then(Value::as_str) else {
+            return Err("spec.versions[].name: Required value".into());
+        };
+        if v.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        let status = v.pointer("/subresources/status").is_some()
+            || spec.pointer("/subresources/status").is_some();
+        let schema = v
+            .pointer("/schema/openAPIV3Schema")
+            .or_else(|| spec.pointer("/validation/openAPIV3Schema"))
+            .cloned()
+            .map(Arc::new);
+        out.push(ResourceInfo {
+            group: group.into(),
+            version: vname.into(),
+            storage_version: storage_version.clone(),
+            plural: plural.into(),
+            singular: singular.clone(),
+            kind: kind.into(),
+            list_kind: list_kind.clone(),
+            namespaced,
+            short_names: strs(names.get("shortNames")),
+            categories: strs(names.get("categories")),
+            status_subresource: status,
+            builtin: false,
+            generation: true,
+            drop_status_on_create: status,
+            schema,
+            conversion: Conversion::None,
+            type_info: Arc::default(),
+        });
+    }
+    if out.is_empty() {
+        return Err("spec.versions: Invalid value: at least one version must be served".into());
+    }
+    Ok(out)
+}
+
+/// Renames between core v1 Event fields and events.k8s.io/v1 Event fields.
+const EVENT_RENAMES: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("reportingComponent", "reportingController"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+];
+
+/// Converts a stored object to the representation served by `res`.
+pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
+    let mut out = obj.clone();
+    if let Some(o) = out.as_object_mut() {
+        o.insert("apiVersion".into(), res.api_version().into());
+        if res.conversion == Conversion::EventsV1 {
+            for (core, v1) in EVENT_RENAMES {
+                if let Some(x) = o.remove(*core) {
+                    o.insert((*v1).to_string(), x);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Converts an object written at `res` into its stored representation.
+pub fn to_storage(res: &ResourceInfo, obj: &mut Value) {
+    if let Some(o) = obj.as_object_mut() {
+        o.insert("apiVersion".into(), res.storage_api_version().into());
+        if res.conversion == Conversion::EventsV1 {
+            for (core, v1) in EVENT_RENAMES {
+                if let Some(x) = o.remove(*v1) {
+                    o.insert((*core).to_string(), x);
+                }
+            }
+        }
+    }
+}
+
+/// Drops fields a structural schema does not declare, unless
+/// `x-kubernetes-preserve-unknown-fields` says otherwise. `apiVersion`,
+/// `kind` and `metadata` at the root are kept.
+pub fn prune(obj: &mut Value, schema: &Value) {
+    prune_at(obj, schema, true);
+}
+
+fn prune_at(v: &mut Value, schema: &Value, root: bool) {
+    let preserve = schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let embedded = schema
+        .get("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        == Some(true);
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for k in keys {
+                if (root || embedded) && (k == "apiVersion" || k == "kind" || k == "metadata") {
+                    continue;
+                }
+                if let Some(sub) = props.and_then(|p| p.get(&k)) {
+                    if let Some(x) = map.get_mut(&k) {
+                        prune_at(x, sub, false);
+                    }
+                } else if let Some(add) = additional {
+                    match add {
+                        Value::Bool(false) => {
+                            if !preserve {
+                                map.remove(&k);
+                            }
+                        }
+                        Value::Object(_) => {
+                            if let Some(x) = map.get_mut(&k) {
+                                prune_at(x, add, false);
+                            }
+                        }
+                        _ => {}
+                    }
+                } else if !preserve {
+                    map.remove(&k);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for x in items {
+                    prune_at(x, item_schema, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_priority_orders_like_kubernetes() {
+        let mut v = vec!["v1alpha1", "v2", "v1beta2", "v1", "v1beta1", "foo"];
+        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
+    }
+
+    #[test]
+    fn event_conversion_round_trips() {
+        let reg = Registry::builtin();
+        let ev1 = reg.get("events.k8s.io", "v1", "events").unwrap();
+        let mut obj = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "note": "hi", "regarding": {"name": "x"}});
+        to_storage(&ev1, &mut obj);
+        assert_eq!(obj["message"], "hi");
+        assert_eq!(obj["apiVersion"], "v1");
+        let back = to_served(&ev1, &obj);
+        assert_eq!(back["note"], "hi");
+        assert_eq!(back["regarding"]["name"], "x");
+    }
+}

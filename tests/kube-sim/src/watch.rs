@@ -1,0 +1,352 @@
+//! Watch streams: one task per watcher turns store events into
+//! newline-delimited JSON watch events, with bookmarks, timeouts, selector
+//! transitions and resync from the history when the watcher falls behind.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::{Bytes, BytesMut};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::error::ApiError;
+use crate::resources::{ResourceInfo, to_served};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::server::ClusterState;
+use crate::store::{EventType, WatchEvent, WatchStart};
+
+/// Whether responses carry full objects or only their metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Full objects.
+    Full,
+    /// `PartialObjectMetadata`.
+    Meta,
+}
+
+/// Renders a stored object for a response.
+pub(crate) fn render(res: &ResourceInfo, shape: Shape, obj: &Value) -> Value {
+    match shape {
+        Shape::Full => {
+            if res.needs_conversion() {
+                to_served(res, obj)
+            } else {
+                obj.clone()
+            }
+        }
+        Shape::Meta => json!({
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        }),
+    }
+}
+
+/// Everything a watcher needs besides its starting point.
+pub(crate) struct WatchSpec {
+    pub res: Arc<ResourceInfo>,
+    pub ns: Option<String>,
+    pub label: LabelSelector,
+    pub field: FieldSelector,
+    pub bookmarks: bool,
+    pub initial_end: bool,
+    pub timeout: Duration,
+    pub shape: Shape,
+    /// RV the watch was asked to start after (for resync), if any.
+    pub from: Option<u64>,
+}
+
+/// A body that streams watch events and ends when the watch does.
+pub(crate) fn body(cs: Arc<ClusterState>, spec: WatchSpec, start: WatchStart) -> Body {
+    let (tx, rx) = mpsc::channel::<Bytes>(8);
+    tokio::spawn(run(cs, spec, start, tx));
+    Body::from_stream(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    }))
+}
+
+/// A body with a single ERROR event (HTTP 200, as the apiserver does).
+pub(crate) fn error_body(e: &ApiError) -> Body {
+    let mut line =
+        serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()})).unwrap_or_default();
+    line.push(b'\n');
+    Body::from(line)
+}
+
+struct Watcher {
+    cs: Arc<ClusterState>,
+    spec: WatchSpec,
+    last_rv: u64,
+    buf: BytesMut,
+    select_all: bool,
+    fast: bool,
+}
+
+enum Next {
+    Continue,
+    Stop,
+}
+
+impl Watcher {
+    fn matches(&self, obj: &Value) -> bool {
+        self.select_all || (self.spec.label.matches(obj) && self.spec.field.matches(obj))
+    }
+
+    fn push_line(&mut self, etype: &str, obj: &Value) {
+        let rendered = render(&self.spec.res, self.spec.shape, obj);
+        self.buf.extend_from_slice(b"{\"type\":\"");
+        self.buf.extend_from_slice(etype.as_bytes());
+        self.buf.extend_from_slice(b"\",\"object\":");
+        self.buf
+            .extend_from_slice(&serde_json::to_vec(&rendered).unwrap_or_default());
+        self.buf.extend_from_slice(b"}\n");
+    }
+
+    fn push_bytes(&mut self, etype: &str, bytes: &[u8]) {
+        self.buf.extend_from_slice(b"{\"type\":\"");
+        self.buf.extend_from_slice(etype.as_bytes());
+        self.buf.extend_from_slice(b"\",\"object\":");
+        self.buf.extend_from_slice(bytes);
+        self.buf.extend_from_slice(b"}\n");
+    }
+
+    fn push_event(&mut self, ev: &WatchEvent) {
+        if ev.rv <= self.last_rv {
+            return;
+        }
+        self.last_rv = ev.rv;
+        if let Some(ns) = &self.spec.ns
+            && self.spec.res.namespaced
+            && ev.key.0 != *ns
+        {
+            return;
+        }
+        let (etype, use_new) = match ev.etype {
+            EventType::Added => {
+                if !self.matches(&ev.obj) {
+                    return;
+                }
+                ("ADDED", true)
+            }
+            EventType::Deleted => {
+                if !self.matches(&ev.obj) {
+                    return;
+                }
+                ("DELETED", true)
+            }
+            EventType::Modified => {
+                let now = self.matches(&ev.obj);
+                let before = self.select_all || ev.old.as_deref().is_some_and(|o| self.matches(o));
+                match (before, now) {
+                    (true, true) => ("MODIFIED", true),
+                    (false, true) => ("ADDED", true),
+                    (true, false) => ("DELETED", false),
+                    (false, false) => return,
+                }
+            }
+        };
+        if use_new {
+            if self.fast {
+                self.push_bytes(etype, &ev.bytes);
+            } else {
+                self.push_line(etype, &ev.obj);
+            }
+        } else if let Some(old) = &ev.old {
+            // Stops matching: DELETED with the previous content at the new RV.
+            let mut o = (**old).clone();
+            if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.insert("resourceVersion".into(), Value::String(ev.rv.to_string()));
+            }
+            self.push_line(etype, &o);
+        }
+    }
+
+    fn push_bookmark(&mut self, rv: u64, initial_end: bool) {
+        let (kind, av) = match self.spec.shape {
+            Shape::Full => (self.spec.res.kind.clone(), self.spec.res.api_version()),
+            Shape::Meta => (
+                "PartialObjectMetadata".to_string(),
+                "meta.k8s.io/v1".to_string(),
+            ),
+        };
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let obj = json!({"kind": kind, "apiVersion": av, "metadata": metadata});
+        self.buf
+            .extend_from_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
+        self.buf
+            .extend_from_slice(&serde_json::to_vec(&obj).unwrap_or_default());
+        self.buf.extend_from_slice(b"}\n");
+    }
+
+    fn push_error(&mut self, e: &ApiError) {
+        let line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()}))
+            .unwrap_or_default();
+        self.buf.extend_from_slice(&line);
+        self.buf.extend_from_slice(b"\n");
+    }
+
+    /// Re-subscribes from the history after falling behind.
+    fn resync(&mut self, rx: &mut broadcast::Receiver<Arc<WatchEvent>>) -> Next {
+        let sk = self.spec.res.storage_key();
+        let last = self.last_rv;
+        match self.cs.store.read(|i| i.resync(&sk, last)) {
+            Ok((events, new_rx)) => {
+                *rx = new_rx;
+                for ev in events {
+                    self.push_event(&ev);
+                }
+                Next::Continue
+            }
+            Err(e) => {
+                self.push_error(&e);
+                Next::Stop
+            }
+        }
+    }
+
+    /// Takes everything already queued plus the current RV, atomically
+    /// with respect to writers (they send under the store lock).
+    fn drain_with_rv(
+        &mut self,
+        rx: &mut broadcast::Receiver<Arc<WatchEvent>>,
+    ) -> (Vec<Arc<WatchEvent>>, u64, bool) {
+        self.cs.store.read(|i| {
+            let mut evs = Vec::new();
+            let mut lagged = false;
+            loop {
+                match rx.try_recv() {
+                    Ok(ev) => evs.push(ev),
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                        lagged = true;
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            (evs, i.rv, lagged)
+        })
+    }
+
+    async fn flush(&mut self, tx: &mpsc::Sender<Bytes>) -> bool {
+        if self.buf.is_empty() {
+            return true;
+        }
+        let chunk = self.buf.split().freeze();
+        tx.send(chunk).await.is_ok()
+    }
+}
+
+async fn run(cs: Arc<ClusterState>, spec: WatchSpec, start: WatchStart, tx: mpsc::Sender<Bytes>) {
+    let select_all = spec.label.is_empty() && spec.field.is_empty();
+    let fast = spec.shape == Shape::Full && !spec.res.needs_conversion();
+    let deadline = Instant::now() + spec.timeout;
+    let mut epoch = cs.watch_epoch.subscribe();
+    epoch.borrow_and_update();
+    let mut shutdown = cs.shutdown.subscribe();
+    let interval = cs.bookmark_interval();
+    let mut tick = tokio::time::interval_at(Instant::now() + interval, interval);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let WatchStart {
+        initial,
+        replay,
+        rv,
+        mut rx,
+    } = start;
+    let mut w = Watcher {
+        last_rv: spec.from.unwrap_or(rv),
+        cs: cs.clone(),
+        spec,
+        buf: BytesMut::with_capacity(8192),
+        select_all,
+        fast,
+    };
+    for obj in &initial {
+        if w.fast {
+            let bytes = serde_json::to_vec(&**obj).unwrap_or_default();
+            w.push_bytes("ADDED", &bytes);
+        } else {
+            w.push_line("ADDED", obj);
+        }
+        if w.buf.len() > 64 * 1024 && !w.flush(&tx).await {
+            return;
+        }
+    }
+    if w.spec.initial_end {
+        w.push_bookmark(rv, true);
+    }
+    for ev in &replay {
+        w.push_event(ev);
+    }
+    if !w.flush(&tx).await {
+        return;
+    }
+    drop(initial);
+    drop(replay);
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = tx.closed() => Next::Stop,
+            _ = epoch.changed() => Next::Stop,
+            _ = shutdown.changed() => Next::Stop,
+            _ = tokio::time::sleep_until(deadline) => {
+                if w.spec.bookmarks {
+                    let (evs, rv, lagged) = w.drain_with_rv(&mut rx);
+                    for ev in &evs {
+                        w.push_event(ev);
+                    }
+                    if !lagged {
+                        w.push_bookmark(rv.max(w.last_rv), false);
+                    }
+                }
+                Next::Stop
+            }
+            _ = tick.tick(), if w.spec.bookmarks => {
+                let (evs, rv, lagged) = w.drain_with_rv(&mut rx);
+                for ev in &evs {
+                    w.push_event(ev);
+                }
+                if lagged {
+                    w.resync(&mut rx)
+                } else {
+                    w.last_rv = w.last_rv.max(rv);
+                    w.push_bookmark(w.last_rv, false);
+                    Next::Continue
+                }
+            }
+            r = rx.recv() => match r {
+                Ok(ev) => {
+                    w.push_event(&ev);
+                    let mut next = Next::Continue;
+                    while w.buf.len() < 256 * 1024 {
+                        match rx.try_recv() {
+                            Ok(ev) => w.push_event(&ev),
+                            Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                                next = w.resync(&mut rx);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    next
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => w.resync(&mut rx),
+                Err(broadcast::error::RecvError::Closed) => Next::Stop,
+            },
+        };
+        let sent = tokio::select! {
+            biased;
+            _ = epoch.changed() => false,
+            _ = shutdown.changed() => false,
+            ok = w.flush(&tx) => ok,
+        };
+        if !sent || matches!(next, Next::Stop) {
+            return;
+        }
+    }
+}

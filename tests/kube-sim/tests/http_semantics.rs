@@ -1,0 +1,738 @@
+//! The HTTP contract (docs/apiserver-semantics.md) checked with raw requests.
+
+mod common;
+
+use common::{raw, req, within};
+use kube_sim::{FaultRule, Sim, SimCluster, SimConfig};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+const JSON: &str = "application/json";
+const MERGE: &str = "application/merge-patch+json";
+
+async fn cm(url: &str, name: &str, labels: Value) -> Value {
+    let (code, v) = req(
+        url,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        JSON,
+        Some(json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}})),
+    )
+    .await;
+    assert_eq!(code, 201, "{v}");
+    v
+}
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("object has a resourceVersion")
+}
+
+#[tokio::test]
+async fn discovery_and_version() {
+    within(20, "discovery", async {
+        let c = SimCluster::start("d").await.unwrap();
+        let u = c.url();
+        let (code, v) = req(&u, "GET", "/version?timeout=5s", JSON, None).await;
+        assert_eq!((code, v["minor"].as_str()), (200, Some("32")));
+        let (_, v) = req(&u, "GET", "/api", JSON, None).await;
+        assert_eq!(v["versions"], json!(["v1"]));
+        let (_, v) = req(&u, "GET", "/apis", JSON, None).await;
+        let groups: Vec<&str> = v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        for g in [
+            "apps",
+            "batch",
+            "coordination.k8s.io",
+            "events.k8s.io",
+            "node.k8s.io",
+            "apiextensions.k8s.io",
+        ] {
+            assert!(groups.contains(&g), "{g} missing from {groups:?}");
+        }
+        let (_, v) = req(&u, "GET", "/api/v1", JSON, None).await;
+        let pods = v["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "pods")
+            .unwrap();
+        assert_eq!(pods["namespaced"], true);
+        assert_eq!(pods["shortNames"], json!(["po"]));
+        assert!(
+            v["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == "pods/status")
+        );
+        let (code, v) = req(&u, "GET", "/apis/nope/v1", JSON, None).await;
+        assert_eq!((code, v["reason"].as_str()), (404, Some("NotFound")));
+        let r = raw(&u, "GET", "/openapi/v2", &[], None).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
+        );
+        let (code, v) = req(&u, "GET", "/api/v1/namespaces/default/widgets", JSON, None).await;
+        assert_eq!(code, 404);
+        assert_eq!(
+            v["message"],
+            "the server could not find the requested resource"
+        );
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn writes_errors_and_no_op() {
+    within(20, "writes", async {
+        let c = SimCluster::start("w").await.unwrap();
+        let u = c.url();
+        let a = cm(&u, "a", json!({})).await;
+        assert_eq!(a["metadata"]["namespace"], "default");
+        assert!(a["metadata"]["uid"].as_str().unwrap().len() == 36);
+        // Duplicate.
+        let (code, v) = req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {"name": "a"}}))).await;
+        assert_eq!(code, 409);
+        assert_eq!(v["message"], "configmaps \"a\" already exists");
+        assert_eq!(v["details"], json!({"name": "a", "kind": "configmaps"}));
+        // Namespace mismatch, invalid name, missing name, missing namespace.
+        let (code, _) = req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {"name": "x", "namespace": "other"}}))).await;
+        assert_eq!(code, 400);
+        let (code, v) = req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {"name": "Bad_Name"}}))).await;
+        assert_eq!((code, v["reason"].as_str()), (422, Some("Invalid")));
+        assert_eq!(v["details"]["causes"][0]["field"], "metadata.name");
+        let (code, _) = req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {}}))).await;
+        assert_eq!(code, 422);
+        let (code, v) = req(&u, "POST", "/api/v1/namespaces/nope/configmaps", JSON, Some(json!({"metadata": {"name": "x"}}))).await;
+        assert_eq!((code, v["message"].as_str()), (404, Some("namespaces \"nope\" not found")));
+        // generateName.
+        let (code, v) = req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {"generateName": "gen-"}}))).await;
+        assert_eq!(code, 201);
+        let n = v["metadata"]["name"].as_str().unwrap();
+        assert!(n.starts_with("gen-") && n.len() == 9, "{n}");
+        // Stale update.
+        let mut stale = a.clone();
+        stale["metadata"]["resourceVersion"] = json!("1");
+        let (code, v) = req(&u, "PUT", "/api/v1/namespaces/default/configmaps/a", JSON, Some(stale)).await;
+        assert_eq!(code, 409);
+        assert_eq!(v["message"], "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again");
+        // Name mismatch and missing object on PUT.
+        let (code, _) = req(&u, "PUT", "/api/v1/namespaces/default/configmaps/zz", JSON, Some(a.clone())).await;
+        assert_eq!(code, 400);
+        let mut other = a.clone();
+        other["metadata"]["name"] = json!("zz");
+        other["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+        let (code, _) = req(&u, "PUT", "/api/v1/namespaces/default/configmaps/zz", JSON, Some(other)).await;
+        assert_eq!(code, 404);
+        // No-op writes bump nothing.
+        let before = c.current_rv();
+        let (code, v) = req(&u, "PUT", "/api/v1/namespaces/default/configmaps/a", JSON, Some(a.clone())).await;
+        assert_eq!(code, 200);
+        assert_eq!(rv(&v), rv(&a));
+        let (code, v) = req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", MERGE, Some(json!({"data": {"k": "v"}}))).await;
+        assert_eq!((code, rv(&v)), (200, rv(&a)));
+        assert_eq!(c.current_rv(), before);
+        // A real change bumps it.
+        let (code, v) = req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", MERGE, Some(json!({"data": {"k": "w"}}))).await;
+        assert_eq!(code, 200);
+        assert!(rv(&v) > rv(&a));
+        // dryRun persists nothing.
+        let (code, _) = req(&u, "POST", "/api/v1/namespaces/default/configmaps?dryRun=All", JSON, Some(json!({"metadata": {"name": "dry"}}))).await;
+        assert_eq!(code, 201);
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/configmaps/dry", JSON, None).await;
+        assert_eq!(code, 404);
+        // Malformed bodies and media types.
+        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", JSON)], Some("{not json")).await;
+        assert_eq!(r.status, 400);
+        assert_eq!(r.json()["kind"], "Status");
+        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", "application/vnd.kubernetes.protobuf")], Some("\x00")).await;
+        assert_eq!(r.status, 415);
+        let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps", &[("Accept", "application/vnd.kubernetes.protobuf")], None).await;
+        assert_eq!(r.status, 406);
+        let r = raw(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", &[("Content-Type", "text/plain")], Some("{}")).await;
+        assert_eq!(r.status, 415);
+        let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps?watch=maybe", &[], None).await;
+        assert_eq!(r.status, 400);
+        // Trailing empty query string.
+        let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps?", &[], None).await;
+        assert_eq!(r.status, 200);
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn patches_by_content_type() {
+    within(20, "patches", async {
+        let c = SimCluster::start("p").await.unwrap();
+        let u = c.url();
+        cm(&u, "a", json!({})).await;
+        let p = "/api/v1/namespaces/default/configmaps/a";
+        // JSON patch: Go test semantics for an absent key.
+        let (code, v) = req(&u, "PATCH", p, "application/json-patch+json", Some(json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["x/y"]}
+        ]))).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["metadata"]["finalizers"], json!(["x/y"]));
+        let (code, _) = req(&u, "PATCH", p, "application/json-patch+json", Some(json!([{"op": "test", "path": "/data/k", "value": "nope"}]))).await;
+        assert_eq!(code, 422);
+        let (code, _) = req(&u, "PATCH", p, "application/json-patch+json", Some(json!({"op": "add"}))).await;
+        assert_eq!(code, 400);
+        // Strategic merge on a built-in: finalizers are a union.
+        let (code, v) = req(&u, "PATCH", p, "application/strategic-merge-patch+json", Some(json!({"metadata": {"finalizers": ["a/b"]}}))).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["metadata"]["finalizers"], json!(["x/y", "a/b"]));
+        // Server-side apply: create-if-absent, conflict, force.
+        let ap = "application/apply-patch+yaml";
+        let (code, v) = req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/s?fieldManager=m1", ap, Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"k": "1"}}))).await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["metadata"]["managedFields"][0]["manager"], "m1");
+        assert_eq!(v["metadata"]["managedFields"][0]["operation"], "Apply");
+        let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: s\ndata:\n  k: \"2\"\n";
+        let r = raw(&u, "PATCH", "/api/v1/namespaces/default/configmaps/s?fieldManager=m2", &[("Content-Type", ap)], Some(yaml)).await;
+        assert_eq!(r.status, 409, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["reason"], "Conflict");
+        assert_eq!(v["message"], "Apply failed with 1 conflict: conflict with \"m1\": .data.k");
+        assert_eq!(v["details"]["causes"][0]["reason"], "FieldManagerConflict");
+        assert_eq!(v["details"]["causes"][0]["field"], ".data.k");
+        let r = raw(&u, "PATCH", "/api/v1/namespaces/default/configmaps/s?fieldManager=m2&force=true", &[("Content-Type", ap)], Some(yaml)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.json()["data"]["k"], "2");
+        // Apply without a manager is rejected.
+        let (code, _) = req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/s", ap, Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "s"}}))).await;
+        assert_eq!(code, 400);
+        // Update managers come from the User-Agent.
+        let r = raw(&u, "PATCH", p, &[("Content-Type", MERGE), ("User-Agent", "my-tool/1.2 (linux)")], Some(r#"{"data":{"z":"1"}}"#)).await;
+        assert_eq!(r.status, 200);
+        let mf = r.json()["metadata"]["managedFields"].clone();
+        assert!(mf.as_array().unwrap().iter().any(|e| e["manager"] == "my-tool" && e["operation"] == "Update"), "{mf}");
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn custom_resources_generation_and_status() {
+    within(20, "crds", async {
+        let c = SimCluster::start("crd").await.unwrap();
+        let u = c.url();
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+                "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+        });
+        let (code, v) = req(&u, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", JSON, Some(crd)).await;
+        assert_eq!(code, 201, "{v}");
+        let conds = v["status"]["conditions"].as_array().unwrap();
+        assert!(conds.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
+        let (code, v) = req(&u, "GET", "/apis/example.com/v1", JSON, None).await;
+        assert_eq!(code, 200);
+        assert!(v["resources"].as_array().unwrap().iter().any(|r| r["name"] == "widgets/status"));
+        let base = "/apis/example.com/v1/namespaces/default/widgets";
+        let (code, v) = req(&u, "POST", base, JSON, Some(json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": "w"}, "spec": {"size": 1, "unknown": true}, "status": {"x": 1}}))).await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["metadata"]["generation"], 1);
+        assert!(v.get("status").is_none(), "status dropped on create: {v}");
+        assert!(v["spec"].get("unknown").is_none(), "pruned: {v}");
+        // Status writes do not bump generation; spec writes do.
+        let (code, v) = req(&u, "PATCH", &format!("{base}/w/status"), MERGE, Some(json!({"status": {"ready": true}, "spec": {"size": 9}}))).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!((v["metadata"]["generation"].as_i64(), v["spec"]["size"].as_i64()), (Some(1), Some(1)));
+        assert_eq!(v["status"]["ready"], true);
+        let (_, v) = req(&u, "PATCH", &format!("{base}/w"), MERGE, Some(json!({"spec": {"size": 2}, "status": {"ready": false}}))).await;
+        assert_eq!(v["metadata"]["generation"], 2);
+        assert_eq!(v["status"]["ready"], true, "main resource keeps status");
+        let (_, v) = req(&u, "PATCH", &format!("{base}/w"), MERGE, Some(json!({"metadata": {"labels": {"a": "b"}}}))).await;
+        assert_eq!(v["metadata"]["generation"], 2);
+        // Strategic merge on a CR: 415.
+        let (code, _) = req(&u, "PATCH", &format!("{base}/w"), "application/strategic-merge-patch+json", Some(json!({}))).await;
+        assert_eq!(code, 415);
+        // Deleting the CRD deletes its objects and endpoints.
+        let (code, _) = req(&u, "DELETE", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", JSON, None).await;
+        assert_eq!(code, 200);
+        let (code, _) = req(&u, "GET", base, JSON, None).await;
+        assert_eq!(code, 404);
+        let (code, _) = req(&u, "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com", JSON, None).await;
+        assert_eq!(code, 404);
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn lists_selectors_and_pages() {
+    within(20, "lists", async {
+        let c = SimCluster::start("l").await.unwrap();
+        let u = c.url();
+        for i in 0..7 {
+            cm(
+                &u,
+                &format!("c{i}"),
+                json!({"i": i.to_string(), "even": if i % 2 == 0 { "yes" } else { "no" }}),
+            )
+            .await;
+        }
+        let names = |v: &Value| -> Vec<String> {
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let (_, v) = req(
+            &u,
+            "GET",
+            "/api/v1/namespaces/default/configmaps?labelSelector=even%3Dyes",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(names(&v), ["c0", "c2", "c4", "c6"]);
+        let (_, v) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?labelSelector=i%20in%20(1,2),even!%3Dyes",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(names(&v), ["c1"]);
+        let (_, v) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?labelSelector=!missing,i",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(names(&v).len(), 7);
+        assert_eq!(v["kind"], "ConfigMapList");
+        assert_eq!(v["items"][0]["kind"], "ConfigMap");
+        let (_, v) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?fieldSelector=metadata.name%3Dc3",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(names(&v), ["c3"]);
+        let (code, _) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?fieldSelector=spec.x%3D1",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(code, 400);
+        let (_, v) = req(
+            &u,
+            "GET",
+            "/api/v1/namespaces/kube-system/configmaps",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(v["items"], json!([]));
+        // Pages share the first RV even when writes happen in between.
+        let (_, p1) = req(
+            &u,
+            "GET",
+            "/api/v1/namespaces/default/configmaps?limit=3",
+            JSON,
+            None,
+        )
+        .await;
+        let first_rv = p1["metadata"]["resourceVersion"].clone();
+        assert_eq!(names(&p1), ["c0", "c1", "c2"]);
+        req(
+            &u,
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps/c4",
+            JSON,
+            None,
+        )
+        .await;
+        cm(&u, "c35", json!({})).await;
+        let mut all = names(&p1);
+        let mut token = p1["metadata"]["continue"].as_str().unwrap().to_string();
+        loop {
+            let (code, p) = req(
+                &u,
+                "GET",
+                &format!("/api/v1/namespaces/default/configmaps?limit=3&continue={token}"),
+                JSON,
+                None,
+            )
+            .await;
+            assert_eq!(code, 200, "{p}");
+            assert_eq!(p["metadata"]["resourceVersion"], first_rv);
+            all.extend(names(&p));
+            match p["metadata"]["continue"].as_str() {
+                Some(t) => token = t.to_string(),
+                None => break,
+            }
+        }
+        assert_eq!(
+            all,
+            ["c0", "c1", "c2", "c3", "c4", "c5", "c6"],
+            "snapshot of the first page"
+        );
+        let (code, v) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?limit=3&continue=zzz",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!((code, v["reason"].as_str()), (410, Some("Expired")));
+        // resourceVersionMatch validation.
+        let (code, _) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?resourceVersionMatch=NotOlderThan",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(code, 422);
+        let (code, _) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?resourceVersion=0&resourceVersionMatch=Exact",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(code, 422);
+        let (code, _) = req(
+            &u,
+            "GET",
+            "/api/v1/configmaps?sendInitialEvents=true",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(code, 422);
+        // Metadata-only lists.
+        let r = raw(
+            &u,
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            &[(
+                "Accept",
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json",
+            )],
+            None,
+        )
+        .await;
+        let v = r.json();
+        assert_eq!(v["kind"], "PartialObjectMetadataList");
+        assert!(v["items"][0].get("data").is_none());
+        assert_eq!(v["items"][0]["kind"], "PartialObjectMetadata");
+        // Delete collection by selector returns the deleted items.
+        let (code, v) = req(
+            &u,
+            "DELETE",
+            "/api/v1/namespaces/default/configmaps?labelSelector=even%3Dno",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(code, 200);
+        assert_eq!(names(&v), ["c1", "c3", "c5"]);
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn watch_semantics() {
+    within(30, "watch", async {
+        let c = SimCluster::start_with(SimConfig::new("watch").history_limit(50)).await.unwrap();
+        let u = c.url();
+        cm(&u, "a", json!({"app": "x"})).await;
+        let (_, list) = req(&u, "GET", "/api/v1/namespaces/default/configmaps", JSON, None).await;
+        let list_rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        // Changes after the list: a selector transition in each direction.
+        req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", MERGE, Some(json!({"metadata": {"labels": {"app": "y"}}}))).await;
+        req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", MERGE, Some(json!({"metadata": {"labels": {"app": "x"}}}))).await;
+        req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", MERGE, Some(json!({"data": {"k": "2"}}))).await;
+        req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/a", JSON, None).await;
+        let r = raw(&u, "GET", &format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={list_rv}&labelSelector=app%3Dx&timeoutSeconds=1&allowWatchBookmarks=true"), &[], None).await;
+        assert_eq!(r.status, 200);
+        let evs = r.lines();
+        let types: Vec<&str> = evs.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["DELETED", "ADDED", "MODIFIED", "DELETED", "BOOKMARK"], "{evs:?}");
+        assert_eq!(evs[0]["object"]["metadata"]["labels"]["app"], "x", "DELETED on leaving carries the old content");
+        let bm = &evs[4]["object"];
+        assert_eq!((bm["kind"].as_str(), bm["apiVersion"].as_str()), (Some("ConfigMap"), Some("v1")));
+        assert!(bm["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() >= rv(&evs[3]["object"]));
+        // RV unset: synthetic ADDED for current objects.
+        cm(&u, "b", json!({})).await;
+        let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps?watch=True&timeoutSeconds=1", &[], None).await;
+        let evs = r.lines();
+        assert_eq!(evs.len(), 1);
+        assert_eq!((evs[0]["type"].as_str(), evs[0]["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("b")));
+        // Streaming list: ADDED..., then the initial-events-end bookmark.
+        let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1", &[], None).await;
+        let evs = r.lines();
+        assert_eq!(evs[0]["type"], "ADDED");
+        assert_eq!(evs[1]["type"], "BOOKMARK");
+        assert_eq!(evs[1]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+        // Too old: HTTP 200 with an ERROR event.
+        c.compact();
+        let r = raw(&u, "GET", &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={list_rv}"), &[], None).await;
+        assert_eq!(r.status, 200);
+        let evs = r.lines();
+        assert_eq!(evs.len(), 1);
+        let st = &evs[0]["object"];
+        assert_eq!(evs[0]["type"], "ERROR");
+        assert_eq!((st["code"].as_i64(), st["reason"].as_str(), st["kind"].as_str()), (Some(410), Some("Expired"), Some("Status")));
+        assert!(st["message"].as_str().unwrap().starts_with("too old resource version"));
+        // Exact list of a compacted RV: 410.
+        let (code, _) = req(&u, "GET", &format!("/api/v1/configmaps?resourceVersion={list_rv}&resourceVersionMatch=Exact"), JSON, None).await;
+        assert_eq!(code, 410);
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn watch_live_periodic_bookmarks_and_close() {
+    within(30, "live watch", async {
+        let c = SimCluster::start_with(SimConfig::new("live").bookmark_interval(Duration::from_millis(200))).await.unwrap();
+        let u = c.url();
+        let url = u.clone();
+        let watch = tokio::spawn(async move {
+            raw(&url, "GET", "/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=1&timeoutSeconds=30", &[], None).await
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cm(&u, "live", json!({})).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Closing every watch ends the stream long before its timeout.
+        let (code, _) = req(&u, "POST", "/_sim/close-watches", JSON, None).await;
+        assert_eq!(code, 200);
+        let r = watch.await.unwrap();
+        let evs = r.lines();
+        assert!(evs.iter().any(|e| e["type"] == "ADDED" && e["object"]["metadata"]["name"] == "live"));
+        assert!(evs.iter().filter(|e| e["type"] == "BOOKMARK").count() >= 2, "{evs:?}");
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn finalizers_gc_and_namespaces() {
+    within(30, "gc", async {
+        let c = SimCluster::start("gc").await.unwrap();
+        let u = c.url();
+        // Finalizer keeps a deleted object; removing it completes the delete.
+        let (_, _) = req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {"name": "f", "finalizers": ["t/x"]}}))).await;
+        let (code, v) = req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/f", JSON, None).await;
+        assert_eq!(code, 200);
+        assert!(v["metadata"]["deletionTimestamp"].is_string());
+        let (code, _) = req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/f", JSON, None).await;
+        assert_eq!(code, 200, "repeat delete is idempotent");
+        let (code, v) = req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/f", MERGE, Some(json!({"metadata": {"finalizers": ["t/x", "t/new"]}}))).await;
+        assert_eq!(code, 422, "{v}");
+        let (code, _) = req(&u, "PATCH", "/api/v1/namespaces/default/configmaps/f", MERGE, Some(json!({"metadata": {"finalizers": null}}))).await;
+        assert_eq!(code, 200);
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/configmaps/f", JSON, None).await;
+        assert_eq!(code, 404);
+        // Preconditions.
+        let owner = cm(&u, "owner", json!({})).await;
+        let (code, _) = req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/owner", JSON, Some(json!({"preconditions": {"uid": "nope"}}))).await;
+        assert_eq!(code, 409);
+        // Background GC.
+        let oref = |o: &Value, block: bool| json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": o["metadata"]["name"], "uid": o["metadata"]["uid"], "blockOwnerDeletion": block}]);
+        let dep = |name: &str, refs: Value| json!({"metadata": {"name": name, "ownerReferences": refs}});
+        req(&u, "POST", "/api/v1/namespaces/default/secrets", JSON, Some(dep("dep", oref(&owner, false)))).await;
+        req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/owner", JSON, None).await;
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/secrets/dep", JSON, None).await;
+        assert_eq!(code, 404, "background GC deletes dependents");
+        // Orphan.
+        let owner = cm(&u, "owner2", json!({})).await;
+        req(&u, "POST", "/api/v1/namespaces/default/secrets", JSON, Some(dep("dep2", oref(&owner, false)))).await;
+        req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/owner2?propagationPolicy=Orphan", JSON, None).await;
+        let (code, v) = req(&u, "GET", "/api/v1/namespaces/default/secrets/dep2", JSON, None).await;
+        assert_eq!(code, 200);
+        assert!(v["metadata"].get("ownerReferences").is_none());
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/configmaps/owner2", JSON, None).await;
+        assert_eq!(code, 404);
+        // Foreground waits for a blocking dependent with a finalizer.
+        let owner = cm(&u, "owner3", json!({})).await;
+        let mut d = dep("dep3", oref(&owner, true));
+        d["metadata"]["finalizers"] = json!(["t/hold"]);
+        req(&u, "POST", "/api/v1/namespaces/default/secrets", JSON, Some(d)).await;
+        let (code, v) = req(&u, "DELETE", "/api/v1/namespaces/default/configmaps/owner3", JSON, Some(json!({"propagationPolicy": "Foreground"}))).await;
+        assert_eq!(code, 200);
+        assert!(v["metadata"]["finalizers"].as_array().unwrap().contains(&json!("foregroundDeletion")));
+        let (_, v) = req(&u, "GET", "/api/v1/namespaces/default/secrets/dep3", JSON, None).await;
+        assert!(v["metadata"]["deletionTimestamp"].is_string());
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/configmaps/owner3", JSON, None).await;
+        assert_eq!(code, 200, "owner waits for its blocking dependent");
+        req(&u, "PATCH", "/api/v1/namespaces/default/secrets/dep3", MERGE, Some(json!({"metadata": {"finalizers": null}}))).await;
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/configmaps/owner3", JSON, None).await;
+        assert_eq!(code, 404);
+        // Dangling owner.
+        req(&u, "POST", "/api/v1/namespaces/default/secrets", JSON, Some(dep("orphaned", json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "00000000-0000-0000-0000-000000000000"}])))).await;
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/secrets/orphaned", JSON, None).await;
+        assert_eq!(code, 404);
+        // Namespace lifecycle.
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            let (code, _) = req(&u, "GET", &format!("/api/v1/namespaces/{ns}"), JSON, None).await;
+            assert_eq!(code, 200, "{ns}");
+        }
+        let (code, _) = req(&u, "DELETE", "/api/v1/namespaces/default", JSON, None).await;
+        assert_eq!(code, 403);
+        req(&u, "POST", "/api/v1/namespaces", JSON, Some(json!({"metadata": {"name": "tmp"}}))).await;
+        req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "held", "finalizers": ["t/x"]}}))).await;
+        req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "free"}}))).await;
+        let (code, v) = req(&u, "DELETE", "/api/v1/namespaces/tmp", JSON, None).await;
+        assert_eq!(code, 200);
+        assert_eq!(v["status"]["phase"], "Terminating");
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/tmp/configmaps/free", JSON, None).await;
+        assert_eq!(code, 404);
+        let (code, v) = req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "late"}}))).await;
+        assert_eq!((code, v["reason"].as_str()), (403, Some("Forbidden")));
+        req(&u, "PATCH", "/api/v1/namespaces/tmp/configmaps/held", MERGE, Some(json!({"metadata": {"finalizers": null}}))).await;
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/tmp", JSON, None).await;
+        assert_eq!(code, 404, "namespace is gone once empty");
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn fault_injection_over_http() {
+    within(30, "faults", async {
+        let sim = Sim::start(&["f1", "f2"]).await.unwrap();
+        let c = sim.cluster("f1");
+        let u = c.url();
+        let kc = std::fs::read_to_string(sim.kubeconfig_path()).unwrap();
+        assert!(kc.contains(&sim.cluster("f2").url()) && kc.contains("name: f2"));
+        let (code, _) = req(
+            &u,
+            "POST",
+            "/_sim/fail?status=429&count=2&verb=list&path=configmaps&retryAfter=3",
+            JSON,
+            None,
+        )
+        .await;
+        assert_eq!(code, 200);
+        let r = raw(
+            &u,
+            "GET",
+            "/api/v1/namespaces/default/configmaps",
+            &[],
+            None,
+        )
+        .await;
+        assert_eq!((r.status, r.header("retry-after")), (429, Some("3")));
+        assert_eq!(r.json()["reason"], "TooManyRequests");
+        let r = raw(&u, "GET", "/api/v1/secrets", &[], None).await;
+        assert_eq!(r.status, 200, "other paths unaffected");
+        let r = raw(&u, "GET", "/api/v1/configmaps", &[], None).await;
+        assert_eq!(r.status, 429);
+        let r = raw(&u, "GET", "/api/v1/configmaps", &[], None).await;
+        assert_eq!(r.status, 200, "only count requests fail");
+        c.fail_next(FaultRule::new(500, 1).verb("create"));
+        let (code, v) = req(
+            &u,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            JSON,
+            Some(json!({"metadata": {"name": "x"}})),
+        )
+        .await;
+        assert_eq!((code, v["reason"].as_str()), (500, Some("InternalError")));
+        // Latency.
+        req(&u, "POST", "/_sim/latency?ms=300", JSON, None).await;
+        let t = std::time::Instant::now();
+        raw(&u, "GET", "/api/v1/namespaces", &[], None).await;
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        req(&u, "POST", "/_sim/latency?ms=0", JSON, None).await;
+        // Stall: requests hang until resumed; /_sim still answers.
+        req(&u, "POST", "/_sim/stall", JSON, None).await;
+        let url = u.clone();
+        let pending =
+            tokio::spawn(async move { raw(&url, "GET", "/api/v1/namespaces", &[], None).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !pending.is_finished(),
+            "stalled request must not be answered"
+        );
+        let (code, v) = req(&u, "GET", "/_sim/rv", JSON, None).await;
+        assert_eq!(code, 200);
+        assert_eq!(
+            v["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap(),
+            c.current_rv()
+        );
+        req(&u, "POST", "/_sim/resume", JSON, None).await;
+        assert_eq!(pending.await.unwrap().status, 200);
+        let (_, counts) = req(&u, "GET", "/_sim/requests", JSON, None).await;
+        assert!(counts["list"].as_u64().unwrap() >= 4, "{counts}");
+        assert!(counts["create"].as_u64().unwrap() >= 1);
+        // Reset drops objects but keeps the system namespaces.
+        req(
+            &u,
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            JSON,
+            Some(json!({"metadata": {"name": "y"}})),
+        )
+        .await;
+        let before = c.current_rv();
+        req(&u, "POST", "/_sim/reset", JSON, None).await;
+        assert!(c.current_rv() > before, "resourceVersion keeps counting");
+        let (_, v) = req(&u, "GET", "/api/v1/configmaps", JSON, None).await;
+        assert_eq!(v["items"], json!([]));
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default", JSON, None).await;
+        assert_eq!(code, 200);
+        sim.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn rust_store_handle() {
+    within(20, "handle", async {
+        let c = SimCluster::start("h").await.unwrap();
+        let node = c
+            .create("v1", "nodes", None, json!({"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+            .unwrap();
+        assert_eq!(node["status"]["conditions"][0]["type"], "Ready", "nodes keep status on create");
+        let n = c.merge_patch("v1", "nodes", None, "n1", &json!({"metadata": {"labels": {"a": "b"}}}), false).unwrap();
+        assert_eq!(n["metadata"]["labels"]["a"], "b");
+        assert_eq!(c.list("v1", "nodes", None, "a=b").unwrap().len(), 1);
+        c.delete("v1", "nodes", None, "n1").unwrap();
+        assert_eq!(c.get("v1", "nodes", None, "n1").unwrap_err().code, 404);
+        c.shutdown().await;
+    })
+    .await;
+}
