@@ -10,7 +10,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`plugin`](Plugin) | the [`Plugin`] trait and [`export_plugin!`] |
+//! | (root) | the [`Plugin`] trait and [`export_plugin!`] |
 //! | [`registration`] | [`Registration`] builder: primary, watches ([`Mapping`], [`ClusterSet`]), finalizer, permissions, CRDs |
 //! | [`context`] | [`Context`]: typed `get`/`list` from the host caches, clusters, log macros ([`info!`] …), request time; [`Request`] |
 //! | [`action`] | [`Action`] builders (apply, merge/JSON patch, delete, create-if-absent, event) and [`Outcome`] |
@@ -105,8 +105,12 @@
 //! into the host's plugin directory. Test it natively with
 //! `cargo nextest run -p my-plugin` (the test kit replaces the host).
 //!
-//! Plugins have no clock, randomness, filesystem or network: the host grants
-//! an empty WASI context. Use [`Context::now`] for time.
+//! Plugins get no filesystem, network, environment or clock from the host.
+//! The component still imports the WASI interfaces Rust's std links on
+//! `wasm32-wasip2` (cli environment/exit/stdio/terminal, io
+//! error/poll/streams, random insecure-seed); the host satisfies them with a
+//! capability-free WASI context, and a panic message reaches it on stderr.
+//! Use [`Context::now`] for time.
 //!
 //! # Custom resources
 //!

@@ -227,6 +227,7 @@ impl App {
             ControllerConfig {
                 max_concurrent_reconciles: config.max_concurrent_reconciles,
                 sync_timeout: config.sync_timeout,
+                ..ControllerConfig::default()
             },
         );
         ops.bind(&crate::ops::EngineParts {

@@ -18,7 +18,7 @@ struct Cli {
 enum Command {
     /// Run the engine: connect the clusters, load and watch the plugin
     /// directory, reconcile until SIGINT/SIGTERM.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Work with plugin files.
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -207,7 +207,7 @@ enum PluginCommand {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::Run(args) = cli.command {
-        return run(args);
+        return run(*args);
     }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

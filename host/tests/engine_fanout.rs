@@ -82,6 +82,15 @@ async fn event_in_a_non_primary_cluster_reaches_its_primary() {
             })
             .await?;
         }
+        // The engine's caches have seen every child (a watch may still be
+        // re-listing after an early 410 from the simulator).
+        eventually("children cached", WAIT, || async {
+            clusters.iter().all(|c| {
+                engine.cached(c, &secrets(), "t1").is_some()
+                    && engine.cached(c, &secrets(), "other").is_some()
+            })
+        })
+        .await?;
         settle(&engine, "fanout", &observed).await?;
         let before_t1 = observed.count_for("1.0.0", "t1");
         let before_other = observed.count_for("1.0.0", "other");

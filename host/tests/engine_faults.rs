@@ -95,6 +95,20 @@ async fn dropped_watches_and_410_relist_without_missing_a_change() {
         })
         .await?;
 
+        // What the engine's caches must have seen before a disconnect: an
+        // object created and deleted entirely inside a watch gap is invisible
+        // to any informer (only a periodic resync repairs that).
+        let caches_current = |value: &str| {
+            let (value, engine) = (value.to_owned(), &engine);
+            async move {
+                engine.cached("sub", &secrets(), "t2").is_some()
+                    && engine
+                        .cached("main", &configmaps(), "t1")
+                        .is_some_and(|cm| cm["data"]["value"] == value.as_str())
+            }
+        };
+        eventually("caches current", WAIT, || caches_current("v1")).await?;
+
         // Dropped watches: changes made right after the disconnect are seen
         // when the watcher resumes from its last resourceVersion.
         for round in 0..3 {
@@ -110,6 +124,7 @@ async fn dropped_watches_and_410_relist_without_missing_a_change() {
                     && child_value(engine.cluster("sub"), "t2").is_some()
             })
             .await?;
+            eventually("caches current", WAIT, || caches_current(&value)).await?;
         }
 
         // 410 Gone: history compacted and watches closed, then changes: the
@@ -130,6 +145,7 @@ async fn dropped_watches_and_410_relist_without_missing_a_change() {
                     && child_value(engine.cluster("sub"), "t2").is_some()
             })
             .await?;
+            eventually("caches current", WAIT, || caches_current(&value)).await?;
         }
         engine.stop().await;
         anyhow::Ok(())

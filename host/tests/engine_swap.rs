@@ -53,6 +53,12 @@ async fn a_plugin_swap_requeues_every_primary_and_follows_the_new_watches() {
             engine.caches.active().iter().any(|(c, r)| c == "main" && r.ends_with("ServiceAccount"))
         })
         .await?;
+        eventually("children cached", WAIT, || async {
+            clusters
+                .iter()
+                .all(|c| names.iter().all(|n| engine.cached(c, &secrets(), n).is_some()))
+        })
+        .await?;
         settle(&engine, "fanout", &observed).await?;
         let before: Vec<usize> = names.iter().map(|n| observed.count_for("2.0.0", n)).collect();
         engine.cluster("main").create(
@@ -87,6 +93,7 @@ async fn bounded_concurrency_and_no_concurrent_reconciles_of_one_key() {
             ControllerConfig {
                 max_concurrent_reconciles: 8,
                 sync_timeout: Duration::from_secs(3),
+                resync_period: None,
             },
         )
         .await?;
@@ -123,6 +130,52 @@ async fn bounded_concurrency_and_no_concurrent_reconciles_of_one_key() {
         // Deduplication: far fewer reconciles than events (12 creates + 60 updates + children).
         let total = observed.requests.lock().len();
         assert!(total < 12 * 6 * 2, "no deduplication: {total} reconciles");
+        engine.stop().await;
+        anyhow::Ok(())
+    })
+    .await
+    .expect("test timed out: likely deadlocked")
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_resync_requeues_every_primary_without_events() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let engine = Engine::start_with(
+            &["main"],
+            &["main"],
+            ControllerConfig {
+                max_concurrent_reconciles: 4,
+                sync_timeout: Duration::from_secs(3),
+                resync_period: Some(Duration::from_millis(500)),
+            },
+        )
+        .await?;
+        let plugin = Arc::new(FanOut::new("fanout", "1.0.0", None));
+        let observed = Arc::clone(&plugin.observed);
+        engine.manager.upsert(plugin);
+        for n in ["a", "b"] {
+            create_cm(engine.cluster("main"), n, "v");
+        }
+        for n in ["a", "b"] {
+            eventually("fan-out", WAIT, || async {
+                all_equal(&child_values(&engine, &["main"], n), "v")
+            })
+            .await?;
+        }
+        let before = (
+            observed.count_for("1.0.0", "a"),
+            observed.count_for("1.0.0", "b"),
+        );
+        eventually(
+            "both primaries reconciled again by the resync",
+            WAIT,
+            || async {
+                observed.count_for("1.0.0", "a") >= before.0 + 2
+                    && observed.count_for("1.0.0", "b") >= before.1 + 2
+            },
+        )
+        .await?;
         engine.stop().await;
         anyhow::Ok(())
     })

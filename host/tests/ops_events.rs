@@ -14,8 +14,11 @@ use tokio::time::timeout;
 
 async fn client(sim: &SimCluster) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml())?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -46,8 +49,13 @@ async fn plugin_loads_and_failures_become_events_on_the_host_pod() -> anyhow::Re
         "metadata": {"name": "rekon-7d9f-abcde"},
         "spec": {"containers": [{"name": "rekon", "image": "rekon"}]}
     }))?;
-    let uid = pods.create(&PostParams::default(), &pod).await?.metadata.uid;
-    let host_events = HostEvents::for_pod(client.clone(), "default", "rekon-7d9f-abcde", uid.clone());
+    let uid = pods
+        .create(&PostParams::default(), &pod)
+        .await?
+        .metadata
+        .uid;
+    let host_events =
+        HostEvents::for_pod(client.clone(), "default", "rekon-7d9f-abcde", uid.clone());
 
     let runtime = PluginRuntime::new(RuntimeConfig {
         pooling: false,
@@ -94,13 +102,25 @@ async fn plugin_loads_and_failures_become_events_on_the_host_pod() -> anyhow::Re
         .find(|e| e.reason.as_deref() == Some("PluginLoadFailed"))
         .expect("a PluginLoadFailed event");
     assert_eq!(failed.type_.as_deref(), Some("Warning"));
-    assert!(failed.note.as_deref().unwrap_or_default().contains("broken.wasm"));
+    assert!(
+        failed
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("broken.wasm")
+    );
     let regarding = failed.regarding.as_ref().expect("regarding");
     assert_eq!(regarding.kind.as_deref(), Some("Pod"));
     assert_eq!(regarding.uid, uid);
-    assert_eq!(failed.reporting_controller.as_deref(), Some("rekon.dev/host"));
+    assert_eq!(
+        failed.reporting_controller.as_deref(),
+        Some("rekon.dev/host")
+    );
     let text = metrics.encode();
-    assert!(text.contains("rekon_plugin_load_failures_total{plugin=\"broken\"} 1\n"), "{text}");
+    assert!(
+        text.contains("rekon_plugin_load_failures_total{plugin=\"broken\"} 1\n"),
+        "{text}"
+    );
 
     if have_good {
         let loaded = events
@@ -109,18 +129,25 @@ async fn plugin_loads_and_failures_become_events_on_the_host_pod() -> anyhow::Re
             .expect("a PluginLoaded event");
         let plugin = registry.plugins().into_iter().next().expect("chaos loaded");
         let note = loaded.note.clone().unwrap_or_default();
-        assert!(note.contains(plugin.name()) && note.contains(plugin.version()), "{note}");
+        assert!(
+            note.contains(plugin.name()) && note.contains(plugin.version()),
+            "{note}"
+        );
         assert!(text.contains(&format!(
             "rekon_plugin_info{{plugin=\"{}\",version=\"{}\"}} 1\n",
             plugin.name(),
             plugin.version()
         )));
     } else {
-        eprintln!("dist/test-plugins/chaos-v1.wasm missing (run `make test-plugins`): only the failure path was checked");
+        eprintln!(
+            "dist/test-plugins/chaos-v1.wasm missing (run `make test-plugins`): only the failure path was checked"
+        );
     }
 
     stop.send(()).ok();
-    timeout(Duration::from_secs(10), reporter).await.expect("reporter did not stop")?;
+    timeout(Duration::from_secs(10), reporter)
+        .await
+        .expect("reporter did not stop")?;
     sim.shutdown().await;
     Ok(())
 }

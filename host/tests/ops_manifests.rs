@@ -49,7 +49,8 @@ const REGENERATE: &str = "regenerate with `make plugins && rekon rbac dist/plugi
 fn checked_in_rbac_matches_rekon_rbac() {
     let plugins = seed_plugins();
     let generated = rekon(&["rbac", plugins.to_str().expect("utf-8 path")]);
-    let checked_in = std::fs::read_to_string(repo().join("deploy/rbac.yaml")).expect("deploy/rbac.yaml");
+    let checked_in =
+        std::fs::read_to_string(repo().join("deploy/rbac.yaml")).expect("deploy/rbac.yaml");
     assert!(
         generated == checked_in,
         "deploy/rbac.yaml differs from `rekon rbac dist/plugins`; {REGENERATE}\n--- generated ---\n{generated}"
@@ -84,7 +85,11 @@ fn checked_in_crds_match_rekon_crds() {
     let checked_in = listing(&repo().join("deploy/crds"));
     assert!(generated.len() > 1, "the seed plugins declare CRDs");
     let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
-    assert_eq!(names(&checked_in), names(&generated), "deploy/crds/ files; {REGENERATE}");
+    assert_eq!(
+        names(&checked_in),
+        names(&generated),
+        "deploy/crds/ files; {REGENERATE}"
+    );
     for ((name, want), (_, have)) in generated.iter().zip(&checked_in) {
         assert!(want == have, "deploy/crds/{name} differs; {REGENERATE}");
     }
@@ -92,7 +97,10 @@ fn checked_in_crds_match_rekon_crds() {
     let printed = rekon(&["crds", plugins.to_str().expect("utf-8 path")]);
     for (name, doc) in &generated {
         if name != "kustomization.yaml" {
-            assert!(printed.contains(doc.as_str()), "`rekon crds` does not print {name}");
+            assert!(
+                printed.contains(doc.as_str()),
+                "`rekon crds` does not print {name}"
+            );
         }
     }
 }
@@ -106,7 +114,10 @@ fn kubectl_available() -> bool {
 
 fn render() -> String {
     let out = Command::new("kubectl")
-        .args(["kustomize", repo().join("deploy").to_str().expect("utf-8 path")])
+        .args([
+            "kustomize",
+            repo().join("deploy").to_str().expect("utf-8 path"),
+        ])
         .output()
         .expect("run kubectl kustomize");
     assert!(
@@ -119,20 +130,34 @@ fn render() -> String {
 
 #[test]
 fn kustomize_base_renders_a_hardened_deployment() {
-    assert!(kubectl_available(), "kubectl is needed to render deploy/ (it is installed on the dev machines and CI)");
+    assert!(
+        kubectl_available(),
+        "kubectl is needed to render deploy/ (it is installed on the dev machines and CI)"
+    );
     let rendered = render();
     let docs: Vec<serde_yaml::Value> = rendered
         .split("\n---\n")
         .map(|d| serde_yaml::from_str(d).expect("rendered YAML parses"))
         .collect();
     let kind = |k: &'static str| docs.iter().filter(move |d| d["kind"] == k);
-    assert_eq!(kind("Namespace").next().expect("namespace")["metadata"]["name"], "rekon-system");
-    for k in ["ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"] {
+    assert_eq!(
+        kind("Namespace").next().expect("namespace")["metadata"]["name"],
+        "rekon-system"
+    );
+    for k in [
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+    ] {
         let d = kind(k).next().unwrap_or_else(|| panic!("{k} rendered"));
         assert_eq!(d["metadata"]["namespace"], "rekon-system", "{k} namespace");
     }
     kind("ClusterRole").next().expect("ClusterRole");
-    kind("ClusterRoleBinding").next().expect("ClusterRoleBinding");
+    kind("ClusterRoleBinding")
+        .next()
+        .expect("ClusterRoleBinding");
 
     let deploy = kind("Deployment").next().expect("deployment");
     assert_eq!(deploy["spec"]["replicas"], 2);
@@ -158,14 +183,34 @@ fn kustomize_base_renders_a_hardened_deployment() {
         .iter()
         .filter_map(|m| m["mountPath"].as_str())
         .collect();
-    assert!(mounts.contains(&"/var/lib/rekon/plugins") && mounts.contains(&"/var/cache/rekon"), "{mounts:?}");
+    assert!(
+        mounts.contains(&"/var/lib/rekon/plugins") && mounts.contains(&"/var/cache/rekon"),
+        "{mounts:?}"
+    );
     let env: Vec<&str> = host["env"]
         .as_sequence()
         .expect("env")
         .iter()
         .filter_map(|e| e["name"].as_str())
         .collect();
-    assert!(env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"), "{env:?}");
+    assert!(
+        env.contains(&"POD_NAME") && env.contains(&"POD_NAMESPACE"),
+        "{env:?}"
+    );
+
+    // `rekon` accepts exactly these arguments (clap rejects an unknown flag
+    // before it gets to the trailing --help).
+    let mut check = args.clone();
+    check.push("--help");
+    let out = Command::new(env!("CARGO_BIN_EXE_rekon"))
+        .args(&check)
+        .output()
+        .expect("run rekon");
+    assert!(
+        out.status.success(),
+        "the Deployment's args are not accepted by `rekon`: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -208,7 +253,10 @@ async fn kube_sim_accepts_the_rendered_base_in_a_server_side_dry_run() -> anyhow
         "dry run refused: {}\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.contains("deployment.apps/rekon created (server dry run)"), "{stdout}");
+    assert!(
+        stdout.contains("deployment.apps/rekon created (server dry run)"),
+        "{stdout}"
+    );
     assert_eq!(sim.current_rv(), before, "a dry run persisted something");
 
     // The samples, once the base (with its CRDs) is applied for real.
@@ -221,14 +269,29 @@ async fn kube_sim_accepts_the_rendered_base_in_a_server_side_dry_run() -> anyhow
             .args(args);
         cmd
     };
-    let applied = kubectl(&["apply", "-f", manifest.to_str().expect("utf-8 path")]).output().await?;
-    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
-    let samples = repo().join("deploy/samples");
-    let out = kubectl(&["apply", "--dry-run=server", "-k", samples.to_str().expect("utf-8 path")])
+    let applied = kubectl(&["apply", "-f", manifest.to_str().expect("utf-8 path")])
         .output()
         .await?;
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    let samples = repo().join("deploy/samples");
+    let out = kubectl(&[
+        "apply",
+        "--dry-run=server",
+        "-k",
+        samples.to_str().expect("utf-8 path"),
+    ])
+    .output()
+    .await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "samples refused: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "samples refused: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for created in [
         "test.job.lailin.xyz/hello created (server dry run)",
         "node/node-c created (server dry run)",

@@ -5,9 +5,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::ByteString;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube_sim::SimCluster;
 use rekon::cluster::provider::{DirProvider, NameFrom, SecretProvider};
@@ -17,8 +17,11 @@ use tokio::time::timeout;
 
 async fn client(sim: &SimCluster) -> anyhow::Result<kube::Client> {
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml())?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await?;
     Ok(kube::Client::try_from(config)?)
 }
 
@@ -31,7 +34,11 @@ async fn next_event(events: &mut broadcast::Receiver<ClusterEvent>) -> ClusterEv
 
 /// The engaged cluster's client reaches that cluster: a ConfigMap created
 /// there through the registry's client is visible in the sim.
-async fn assert_reaches(registry: &ClusterRegistry, name: &str, sim: &SimCluster) -> anyhow::Result<()> {
+async fn assert_reaches(
+    registry: &ClusterRegistry,
+    name: &str,
+    sim: &SimCluster,
+) -> anyhow::Result<()> {
     let cluster = registry.get(name).expect("cluster engaged");
     let api: Api<ConfigMap> = Api::namespaced(cluster.client(), "default");
     let cm = ConfigMap {
@@ -66,18 +73,30 @@ async fn a_kubeconfig_file_engages_and_its_removal_disengages() -> anyhow::Resul
         let _ = stopped.await;
     }));
 
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Added("edge".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Added("edge".into())
+    );
     assert_reaches(&registry, "edge", &edge).await?;
 
     // Dropped in while running: engaged.
     std::fs::write(dir.path().join("far.kubeconfig"), far.kubeconfig_yaml())?;
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Added("far".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Added("far".into())
+    );
     assert_reaches(&registry, "far", &far).await?;
 
     // Pointed at another cluster: re-engaged with the new client.
     std::fs::write(dir.path().join("far.kubeconfig"), main.kubeconfig_yaml())?;
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Removed("far".into()));
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Added("far".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Removed("far".into())
+    );
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Added("far".into())
+    );
     assert_reaches(&registry, "far", &main).await?;
 
     // A broken file does not disengage what it served.
@@ -87,7 +106,10 @@ async fn a_kubeconfig_file_engages_and_its_removal_disengages() -> anyhow::Resul
 
     // Removed: disengaged.
     std::fs::remove_file(dir.path().join("edge.yaml"))?;
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Removed("edge".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Removed("edge".into())
+    );
     assert!(registry.get("edge").is_none());
     assert_eq!(registry.names(), ["far", "main"]);
 
@@ -113,25 +135,34 @@ async fn the_current_context_can_name_the_cluster() -> anyhow::Result<()> {
         .current_context
         .expect("kube-sim kubeconfigs name a current context");
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(DirProvider::new(dir.path()).naming(NameFrom::CurrentContext).run(
-        registry.clone(),
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let task = tokio::spawn(
+        DirProvider::new(dir.path())
+            .naming(NameFrom::CurrentContext)
+            .run(registry.clone(), async {
+                let _ = stopped.await;
+            }),
+    );
     assert_eq!(next_event(&mut events).await, ClusterEvent::Added(current));
     stop.send(()).ok();
-    timeout(Duration::from_secs(10), task).await.expect("provider did not stop")??;
+    timeout(Duration::from_secs(10), task)
+        .await
+        .expect("provider did not stop")??;
     main.shutdown().await;
     edge.shutdown().await;
     Ok(())
 }
 
-fn kubeconfig_secret(name: &str, kubeconfig: &str, labelled: bool, cluster_name: Option<&str>) -> Secret {
+fn kubeconfig_secret(
+    name: &str,
+    kubeconfig: &str,
+    labelled: bool,
+    cluster_name: Option<&str>,
+) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
-            labels: labelled.then(|| BTreeMap::from([("rekon.dev/kubeconfig".to_owned(), "true".to_owned())])),
+            labels: labelled
+                .then(|| BTreeMap::from([("rekon.dev/kubeconfig".to_owned(), "true".to_owned())])),
             annotations: cluster_name
                 .map(|n| BTreeMap::from([("rekon.dev/cluster-name".to_owned(), n.to_owned())])),
             ..ObjectMeta::default()
@@ -155,18 +186,30 @@ async fn a_labelled_secret_engages_and_its_deletion_disengages() -> anyhow::Resu
     let secrets: Api<Secret> = Api::namespaced(main_client.clone(), "default");
 
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(SecretProvider::new(main_client.clone(), "default").run(registry.clone(), async {
-        let _ = stopped.await;
-    }));
+    let task = tokio::spawn(SecretProvider::new(main_client.clone(), "default").run(
+        registry.clone(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
 
     // Unlabelled: ignored. Labelled: engaged under the Secret's name.
     secrets
-        .create(&PostParams::default(), &kubeconfig_secret("ignored", &far.kubeconfig_yaml(), false, None))
+        .create(
+            &PostParams::default(),
+            &kubeconfig_secret("ignored", &far.kubeconfig_yaml(), false, None),
+        )
         .await?;
     secrets
-        .create(&PostParams::default(), &kubeconfig_secret("edge", &edge.kubeconfig_yaml(), true, None))
+        .create(
+            &PostParams::default(),
+            &kubeconfig_secret("edge", &edge.kubeconfig_yaml(), true, None),
+        )
         .await?;
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Added("edge".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Added("edge".into())
+    );
     assert_reaches(&registry, "edge", &edge).await?;
 
     // The annotation names the cluster.
@@ -176,12 +219,18 @@ async fn a_labelled_secret_engages_and_its_deletion_disengages() -> anyhow::Resu
             &kubeconfig_secret("far-credentials", &far.kubeconfig_yaml(), true, Some("far")),
         )
         .await?;
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Added("far".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Added("far".into())
+    );
     assert_reaches(&registry, "far", &far).await?;
 
     // Deleted: disengaged.
     secrets.delete("edge", &DeleteParams::default()).await?;
-    assert_eq!(next_event(&mut events).await, ClusterEvent::Removed("edge".into()));
+    assert_eq!(
+        next_event(&mut events).await,
+        ClusterEvent::Removed("edge".into())
+    );
     assert_eq!(registry.names(), ["far", "main"]);
 
     stop.send(()).ok();

@@ -14,12 +14,16 @@ use tokio::time::timeout;
 async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<(u16, String, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
     stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
         .await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
     let text = String::from_utf8(raw)?;
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| anyhow::anyhow!("no header end"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no header end"))?;
     let status: u16 = head
         .split_whitespace()
         .nth(1)
@@ -126,7 +130,13 @@ async fn metrics_and_probes_can_listen_apart() -> anyhow::Result<()> {
     timeout(Duration::from_secs(30), async {
         let any: SocketAddr = "127.0.0.1:0".parse()?;
         // Port 0 twice: two distinct listeners.
-        let server = OpsServer::bind(Some(any), Some("127.0.0.2:0".parse()?), Metrics::new(), Readiness::new()).await?;
+        let server = OpsServer::bind(
+            Some(any),
+            Some("127.0.0.2:0".parse()?),
+            Metrics::new(),
+            Readiness::new(),
+        )
+        .await?;
         let addrs = server.local_addrs();
         assert_eq!(addrs.len(), 2);
         let (metrics_addr, probe_addr) = (addrs[0], addrs[1]);

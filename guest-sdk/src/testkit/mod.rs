@@ -751,9 +751,13 @@ impl World {
         if meta.get("deletionTimestamp").is_some_and(|v| !v.is_null()) {
             return;
         }
-        let finalizers = meta
-            .as_object_mut()
-            .map(|m| m.entry("finalizers").or_insert_with(|| json!([])));
+        let finalizers = meta.as_object_mut().map(|m| {
+            let entry = m.entry("finalizers").or_insert_with(|| json!([]));
+            if entry.is_null() {
+                *entry = json!([]);
+            }
+            entry
+        });
         if let Some(Value::Array(list)) = finalizers
             && !list.iter().any(|f| f == finalizer)
         {

@@ -37,6 +37,7 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::cluster::{Cluster, ClusterRegistry, is_connectivity_error};
+use crate::ops::metrics::Metrics;
 pub use store::{CachedObject, ObjectKey, Store};
 
 /// Errors of the cache layer.
@@ -208,9 +209,17 @@ struct State {
     subscribers: Mutex<Vec<Subscriber>>,
     synced: tokio::sync::watch::Sender<bool>,
     next_sub: AtomicU64,
+    /// `apiVersion/plural` once resolved: the metrics label.
+    label: std::sync::OnceLock<String>,
 }
 
 impl State {
+    fn report_size(&self, size: usize) {
+        if let Some(label) = self.label.get() {
+            Metrics::global().set_cache_objects(self.cluster.name(), label, size);
+        }
+    }
+
     fn emit(&self, change: Change, object: Arc<CachedObject>) {
         let event = Arc::new(CacheEvent {
             cluster: Arc::from(self.cluster.name()),
@@ -244,6 +253,9 @@ impl Drop for SharedCache {
         self.task.abort();
         if !*self.state.synced.borrow() {
             self.state.cluster.cache_synced();
+        }
+        if let Some(label) = self.state.label.get() {
+            Metrics::global().forget_cache(self.state.cluster.name(), label);
         }
         debug!(cluster = %self.state.cluster.name(), resource = %self.state.resource, "cache stopped");
     }
@@ -426,6 +438,7 @@ impl CacheManager {
             subscribers: Mutex::new(Vec::new()),
             synced: tokio::sync::watch::channel(false).0,
             next_sub: AtomicU64::new(0),
+            label: std::sync::OnceLock::new(),
         });
         let task = tokio::spawn(run_cache(Arc::clone(&state), self.inner.resolver.clone()));
         let cache = Arc::new(SharedCache {
@@ -457,6 +470,10 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
             }
         }
     };
+    let _ = state.label.set(format!(
+        "{}/{}",
+        resolved.api.api_version, resolved.api.plural
+    ));
     let types = TypeMeta {
         api_version: resolved.api.api_version.clone(),
         kind: resolved.api.kind.clone(),
@@ -491,6 +508,9 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                             if connectivity {
                                 cluster.mark_unreachable(&e);
                             }
+                            if let Some(label) = state.label.get() {
+                                Metrics::global().watch_restarted(cluster.name(), label);
+                            }
                             debug!(cluster = %cluster.name(), resource = %state.resource, error = %e, "watch error; the watcher retries with backoff");
                         }
                     }
@@ -498,6 +518,9 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                 changed = recoveries.changed() => {
                     if changed.is_err() { return; }
                     if cluster.outages() > seen_outages {
+                        if let Some(label) = state.label.get() {
+                            Metrics::global().watch_restarted(cluster.name(), label);
+                        }
                         info!(cluster = %cluster.name(), resource = %state.resource, "restarting watch after the cluster recovered");
                         break;
                     }
@@ -531,12 +554,16 @@ fn handle_event(
             if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
                 state.emit(Change::Applied, obj);
             }
+            if relist.is_none() {
+                state.report_size(store.len());
+            }
         }
         watcher::Event::Delete(obj) => {
             let Some(obj) = convert(obj) else { return };
             let mut store = state.store.write();
             store.remove(&obj.key);
             state.emit(Change::Deleted, obj);
+            state.report_size(store.len());
         }
         watcher::Event::InitDone => {
             let seen: std::collections::HashSet<ObjectKey> =
@@ -553,6 +580,7 @@ fn handle_event(
                         state.emit(Change::Deleted, old);
                     }
                 }
+                state.report_size(store.len());
             }
             let first = state
                 .synced

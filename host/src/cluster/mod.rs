@@ -27,6 +27,8 @@ use parking_lot::RwLock;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
+use crate::ops::metrics::Metrics;
+
 /// Errors of the cluster registry.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -176,6 +178,7 @@ impl Cluster {
     pub fn mark_unreachable(&self, why: &dyn std::fmt::Display) {
         if !self.unreachable.swap(true, Ordering::Relaxed) {
             self.outages.fetch_add(1, Ordering::Relaxed);
+            Metrics::global().set_cluster_reachable(&self.name, false);
             warn!(cluster = %self.name, error = %why, "cluster unreachable");
         }
     }
@@ -183,6 +186,7 @@ impl Cluster {
     /// Record a successful request.
     pub fn mark_reachable(&self) {
         if self.unreachable.swap(false, Ordering::Relaxed) {
+            Metrics::global().set_cluster_reachable(&self.name, true);
             info!(cluster = %self.name, "cluster reachable again");
             self.recoveries.send_modify(|n| *n += 1);
         }
@@ -330,6 +334,8 @@ impl ClusterRegistry {
     #[must_use]
     pub fn new(primary: impl Into<String>, client: kube::Client) -> Self {
         let primary = primary.into();
+        Metrics::global().set_cluster_engaged(&primary, true);
+        Metrics::global().set_cluster_reachable(&primary, true);
         let mut clusters = BTreeMap::new();
         clusters.insert(
             primary.clone(),
@@ -385,6 +391,8 @@ impl ClusterRegistry {
                 Arc::new(Cluster::new(name.clone(), client, false)),
             );
         }
+        Metrics::global().set_cluster_engaged(&name, true);
+        Metrics::global().set_cluster_reachable(&name, true);
         info!(cluster = %name, "cluster engaged");
         let _ = self.inner.events.send(ClusterEvent::Added(name));
         Ok(())
@@ -401,6 +409,7 @@ impl ClusterRegistry {
         }
         let removed = self.inner.clusters.write().remove(name).is_some();
         if removed {
+            Metrics::global().set_cluster_engaged(name, false);
             info!(cluster = %name, "cluster disengaged");
             let _ = self
                 .inner

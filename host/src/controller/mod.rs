@@ -38,6 +38,7 @@ use crate::cache::{
     CacheEvent, CacheManager, Change, ResourceId, SharedCache, Subscription, selector,
 };
 use crate::cluster::{ClusterEvent, ClusterRegistry, Health};
+use crate::ops::metrics::{Metrics, QueueMetrics, ReconcileResult};
 use crate::plugin::{
     Action, CallError, ClusterSet, HostReads, LoadedPlugin, Mapping, ObjectRef, Outcome,
     PatchAction, PatchType, PluginRegistry, Registration, RegistryEvent, Request, Resource,
@@ -112,6 +113,10 @@ pub struct ControllerConfig {
     /// How long a controller waits for its caches to list before it starts
     /// reconciling anyway (unreachable clusters are not waited for).
     pub sync_timeout: Duration,
+    /// Requeue every primary this often even if nothing changed, so drift
+    /// that no watch reported (an object created and deleted while a watch
+    /// was down) is repaired (controller-runtime's `SyncPeriod`). `None`: never.
+    pub resync_period: Option<Duration>,
 }
 
 impl Default for ControllerConfig {
@@ -119,6 +124,7 @@ impl Default for ControllerConfig {
         Self {
             max_concurrent_reconciles: 4,
             sync_timeout: Duration::from_secs(30),
+            resync_period: Some(Duration::from_secs(600)),
         }
     }
 }
@@ -201,6 +207,7 @@ struct Shared {
     events_tx: mpsc::UnboundedSender<(u64, Arc<CacheEvent>)>,
     max_concurrent: AtomicUsize,
     next_tag: AtomicU64,
+    metrics: QueueMetrics,
     ctx: Ctx,
 }
 
@@ -289,7 +296,11 @@ impl Shared {
             debug!(plugin = %self.name, request = %key, "request for a cluster whose primaries the plugin does not reconcile; dropped");
             return;
         }
-        if self.queue.lock().add(key, reason) {
+        self.metrics.add();
+        let mut queue = self.queue.lock();
+        if queue.add(key, reason) {
+            self.metrics.set_depth(queue.ready());
+            drop(queue);
             self.wake.notify_one();
         }
     }
@@ -319,6 +330,7 @@ impl Shared {
                 });
             }
         }
+        self.metrics.set_depth(self.queue.lock().ready());
         debug!(plugin = %self.name, count = added, %reason, "requeued every primary");
         self.wake.notify_one();
     }
@@ -441,12 +453,21 @@ async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     debug!(plugin = %shared.name, "caches synced; reconciling");
 
     let mut tasks: JoinSet<(ReqKey, Done)> = JoinSet::new();
+    // ops hook (leader election): only the leader reconciles; a follower
+    // keeps its caches warm and its requests queued until it leads.
+    let leader = shared.ctx.writer.leader_gate().clone();
+    let mut leader_changes = leader.subscribe();
+    let mut leader_alive = true;
+    let resync_every = shared.ctx.config.resync_period.filter(|d| !d.is_zero());
+    let mut next_resync = resync_every.map(|d| Instant::now() + d);
     loop {
         let limit = shared.max_concurrent.load(Ordering::Relaxed);
-        while tasks.len() < limit {
-            let Some((key, reason)) = shared.queue.lock().pop() else {
+        let leading = leader.is_leader();
+        while leading && tasks.len() < limit {
+            let Some((key, reason, waited)) = shared.queue.lock().pop_timed() else {
                 break;
             };
+            shared.metrics.observe_queue_duration(waited);
             let fut = reconcile_key(Arc::clone(&shared), key.clone(), reason);
             tasks.spawn(async move {
                 let done = AssertUnwindSafe(fut)
@@ -463,12 +484,23 @@ async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Ok((key, done)) = joined {
-                    shared.queue.lock().done(&key, done, Instant::now());
+                    let mut queue = shared.queue.lock();
+                    queue.done(&key, done, Instant::now());
+                    shared.metrics.set_depth(queue.ready());
                 }
+            }
+            changed = leader_changes.changed(), if leader_alive => {
+                // Leadership gained or lost: re-evaluate. An error means the
+                // elector stopped (the host is shutting down).
+                leader_alive = changed.is_ok();
             }
             () = shared.wake.notified() => {}
             () = sleep_until(deadline) => {
                 shared.queue.lock().fire_due(Instant::now());
+            }
+            () = sleep_until(next_resync) => {
+                shared.requeue_all("periodic resync");
+                next_resync = resync_every.map(|d| Instant::now() + d);
             }
             _ = stop.wait_for(|s| *s) => break,
         }
@@ -500,7 +532,21 @@ async fn reconcile_key(shared: Arc<Shared>, key: ReqKey, reason: String) -> Done
         object = %match &key.namespace { Some(ns) => format!("{ns}/{}", key.name), None => key.name.clone() },
         reason = %reason,
     );
-    reconcile_inner(shared, key).instrument(span).await
+    let timer = Metrics::global().reconcile_started(&shared.name, &key.cluster);
+    let started = std::time::Instant::now();
+    let metrics = shared.metrics.clone();
+    let done = reconcile_inner(shared, key).instrument(span).await;
+    metrics.observe_work_duration(started.elapsed());
+    timer.finish(match done {
+        Done::Success(None) => ReconcileResult::Success,
+        Done::Success(Some(_)) => ReconcileResult::RequeueAfter,
+        Done::Retry => {
+            metrics.retry();
+            ReconcileResult::Error
+        }
+        Done::Terminal => ReconcileResult::TerminalError,
+    });
+    done
 }
 
 async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {
@@ -653,6 +699,10 @@ impl Controller {
     fn start(plugin: Arc<dyn Reconciler>, ctx: Ctx) -> Self {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let max = max_concurrent(plugin.registration(), ctx.config.max_concurrent_reconciles);
+        let plugin_name = plugin.name().to_owned();
+        let plugin_name = plugin_name.as_str();
+        Metrics::global()
+            .set_max_concurrent_reconciles(plugin_name, u32::try_from(max).unwrap_or(u32::MAX));
         let shared = Arc::new(Shared {
             name: plugin.name().to_owned(),
             primary: RwLock::new(resource_id(&plugin.registration().primary)),
@@ -666,6 +716,7 @@ impl Controller {
             events_tx,
             max_concurrent: AtomicUsize::new(max),
             next_tag: AtomicU64::new(0),
+            metrics: Metrics::global().queue(plugin_name),
             ctx,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -689,6 +740,10 @@ impl Controller {
         );
         *self.shared.plugin.write() = plugin;
         self.shared.max_concurrent.store(max, Ordering::Relaxed);
+        Metrics::global().set_max_concurrent_reconciles(
+            &self.shared.name,
+            u32::try_from(max).unwrap_or(u32::MAX),
+        );
         self.shared.sync_watches();
         if !self.shared.primary.read().same_type(&old_primary) {
             // Keys of the old primary kind mean nothing now.
@@ -704,6 +759,7 @@ impl Controller {
         self.shared.watches.lock().clear();
         self.shared.routes.write().clear();
         *self.shared.snapshot.write() = Arc::new(CacheMap::new());
+        Metrics::global().forget_controller(&self.shared.name);
         info!(plugin = %self.shared.name, "controller stopped");
     }
 }

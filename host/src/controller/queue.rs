@@ -80,6 +80,7 @@ struct KeyState {
     dirty: bool,
     reason: String,
     timer: Option<(Instant, u64)>,
+    queued_at: Option<Instant>,
 }
 
 impl KeyState {
@@ -150,6 +151,7 @@ impl WorkQueue {
             return false;
         }
         state.queued = true;
+        state.queued_at = Some(Instant::now());
         reason.clone_into(&mut state.reason);
         self.queued += 1;
         let lane = self.lanes.entry(key.cluster.clone()).or_default();
@@ -187,6 +189,11 @@ impl WorkQueue {
     /// The next ready key, fairly across clusters, with the reason it was
     /// queued. The key counts as running until [`WorkQueue::done`].
     pub fn pop(&mut self) -> Option<(ReqKey, String)> {
+        self.pop_timed().map(|(key, reason, _)| (key, reason))
+    }
+
+    /// [`WorkQueue::pop`], also returning how long the key waited while ready.
+    pub fn pop_timed(&mut self) -> Option<(ReqKey, String, Duration)> {
         let lane_name = self.round_robin.pop_front()?;
         let lane = self.lanes.get_mut(&lane_name)?;
         let key = lane.pop_front()?;
@@ -198,9 +205,14 @@ impl WorkQueue {
         let state = self.keys.entry(key.clone()).or_default();
         state.queued = false;
         state.running = true;
+        let waited = state
+            .queued_at
+            .take()
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
         self.queued -= 1;
         self.running += 1;
-        Some((key, std::mem::take(&mut state.reason)))
+        Some((key, std::mem::take(&mut state.reason), waited))
     }
 
     /// Report the end of a reconcile handed out by [`WorkQueue::pop`].

@@ -100,11 +100,9 @@ impl HostEvents {
             .ok()
             .filter(|s| !s.is_empty())
             .or_else(|| {
-                std::fs::read_to_string(
-                    "/var/run/secrets/kubernetes.io/serviceaccount/namespace",
-                )
-                .ok()
-                .map(|s| s.trim().to_owned())
+                std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                    .ok()
+                    .map(|s| s.trim().to_owned())
             })
             .unwrap_or_else(|| "default".to_owned());
         let uid = match Api::<Pod>::namespaced(client.clone(), &namespace)
@@ -165,7 +163,13 @@ impl HostEvents {
     }
 
     /// [`publish`](Self::publish), logging a failure instead of returning it.
-    pub async fn publish_or_log(&self, type_: EventType, reason: &str, action: &str, note: impl Into<String>) {
+    pub async fn publish_or_log(
+        &self,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) {
         if let Err(e) = self.publish(type_, reason, action, note).await {
             warn!(reason = %reason, error = %e, "failed to record event on the host pod");
         }
@@ -200,7 +204,10 @@ pub async fn report_plugin_status(
         match event {
             Ok(event) => report_one(&event, &metrics, &host_events).await,
             Err(broadcast::error::RecvError::Lagged(n)) => {
-                warn!(missed = n, "plugin status reporter lagged; some plugin events were not reported");
+                warn!(
+                    missed = n,
+                    "plugin status reporter lagged; some plugin events were not reported"
+                );
             }
             Err(broadcast::error::RecvError::Closed) => return,
         }
@@ -209,7 +216,11 @@ pub async fn report_plugin_status(
 
 /// Report what the registry holds already (loaded before anyone
 /// subscribed): one `Loaded` per plugin and one `Failed` per refused file.
-pub async fn report_initial_plugins(registry: &PluginRegistry, metrics: &Metrics, host_events: &HostEvents) {
+pub async fn report_initial_plugins(
+    registry: &PluginRegistry,
+    metrics: &Metrics,
+    host_events: &HostEvents,
+) {
     for plugin in registry.plugins() {
         report_one(&RegistryEvent::Loaded(plugin), metrics, host_events).await;
     }
@@ -239,7 +250,10 @@ async fn report_one(event: &RegistryEvent, metrics: &Metrics, host_events: &Host
                     EventType::Normal,
                     "PluginLoaded",
                     "Load",
-                    format!("plugin {name} version {version} loaded (sha256 {})", plugin.digest()),
+                    format!(
+                        "plugin {name} version {version} loaded (sha256 {})",
+                        plugin.digest()
+                    ),
                 )
                 .await;
         }
@@ -289,8 +303,10 @@ async fn report_one(event: &RegistryEvent, metrics: &Metrics, host_events: &Host
 }
 
 fn file_stem(path: &std::path::Path) -> String {
-    path.file_stem()
-        .map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned())
+    path.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    )
 }
 
 /// Record an Event on the host's Pod on every leadership change until
@@ -316,7 +332,10 @@ pub async fn report_leadership(
         let (reason, note) = if now {
             ("LeaderElected", "became leader: reconciling and writing")
         } else {
-            ("LeaderLost", "lost leadership: writes stopped, caches kept warm")
+            (
+                "LeaderLost",
+                "lost leadership: writes stopped, caches kept warm",
+            )
         };
         host_events
             .publish_or_log(EventType::Normal, reason, "LeaderElection", note)

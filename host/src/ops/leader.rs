@@ -418,16 +418,19 @@ impl<S: LeaseStore> LeaderElector<S> {
             // Close the deadline first: `is_leader` must never be true after this.
             *self.valid_until.lock() = None;
         }
-        self.tx.send_replace(leading);
+        // Metrics before the watch, so a subscriber woken by the change reads
+        // a consistent gauge.
         if let Some(m) = &self.metrics {
             m.set_leader(&self.config.lease_key(), leading);
         }
+        self.tx.send_replace(leading);
     }
 
     /// Until acquired: try every retry period (jittered).
     async fn acquire(&mut self) {
         loop {
-            let attempt = tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
+            let attempt =
+                tokio::time::timeout(self.config.renew_deadline, self.try_acquire_or_renew());
             match attempt.await {
                 Ok(true) => return,
                 Ok(false) => {}
@@ -538,9 +541,17 @@ impl<S: LeaseStore> LeaderElector<S> {
         next.spec = Some(LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
             lease_duration_seconds: Some(duration_secs),
-            acquire_time: if ours { spec.acquire_time.clone() } else { Some(now.clone()) },
+            acquire_time: if ours {
+                spec.acquire_time.clone()
+            } else {
+                Some(now.clone())
+            },
             renew_time: Some(now),
-            lease_transitions: Some(if ours { transitions } else { transitions.saturating_add(1) }),
+            lease_transitions: Some(if ours {
+                transitions
+            } else {
+                transitions.saturating_add(1)
+            }),
             ..spec
         });
         // `next` carries the resourceVersion we read: a concurrent writer makes this 409.
@@ -594,7 +605,9 @@ impl<S: LeaseStore> LeaderElector<S> {
         });
         let attempt = tokio::time::timeout(self.config.renew_deadline, self.store.replace(&lease));
         match attempt.await {
-            Ok(Ok(_)) => info!(lease = %lease_key, identity = %self.config.identity, "released lease"),
+            Ok(Ok(_)) => {
+                info!(lease = %lease_key, identity = %self.config.identity, "released lease")
+            }
             Ok(Err(e)) => warn!(lease = %lease_key, error = %e, "failed to release lease"),
             Err(_) => warn!(lease = %lease_key, "failed to release lease: timed out"),
         }
@@ -629,7 +642,11 @@ mod tests {
     }
 
     fn status(code: u16, reason: &str) -> kube::Error {
-        kube::Error::Api(kube::core::Status::failure(reason, reason).with_code(code).boxed())
+        kube::Error::Api(
+            kube::core::Status::failure(reason, reason)
+                .with_code(code)
+                .boxed(),
+        )
     }
 
     impl MemStore {
@@ -679,7 +696,13 @@ mod tests {
             {
                 return Err(status(409, "Conflict"));
             }
-            let rv: u64 = cur.metadata.resource_version.as_deref().unwrap_or("0").parse().unwrap();
+            let rv: u64 = cur
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap_or("0")
+                .parse()
+                .unwrap();
             let mut l = lease.clone();
             l.metadata.resource_version = Some((rv + 1).to_string());
             *slot = Some(l.clone());
@@ -712,7 +735,14 @@ mod tests {
             ..config("a")
         };
         assert!(bad.validate().is_err());
-        assert!(LeaderElectionConfig { identity: String::new(), ..config("a") }.validate().is_err());
+        assert!(
+            LeaderElectionConfig {
+                identity: String::new(),
+                ..config("a")
+            }
+            .validate()
+            .is_err()
+        );
     }
 
     #[test]
@@ -720,7 +750,10 @@ mod tests {
         let a = default_identity();
         let b = default_identity();
         assert_ne!(a, b);
-        assert!(a.rsplit_once('_').is_some_and(|(base, suffix)| !base.is_empty() && suffix.len() == 16));
+        assert!(
+            a.rsplit_once('_')
+                .is_some_and(|(base, suffix)| !base.is_empty() && suffix.len() == 16)
+        );
     }
 
     #[test]
@@ -759,7 +792,15 @@ mod tests {
         // Released: b takes over at its next retry, not after the lease duration.
         assert!(before.elapsed() <= Duration::from_millis(2400) + Duration::from_millis(10));
         assert_eq!(store.holder().as_deref(), Some("b"));
-        let transitions = store.lease.lock().as_ref().unwrap().spec.as_ref().unwrap().lease_transitions;
+        let transitions = store
+            .lease
+            .lock()
+            .as_ref()
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap()
+            .lease_transitions;
         assert_eq!(transitions, Some(1));
     }
 
@@ -781,8 +822,14 @@ mod tests {
         // The last renewal was at most one retry period before the crash; b
         // saw it at most one jittered retry later and notices the expiry at
         // most one jittered retry after it: lease duration -2 s / +4.8 s.
-        assert!(took <= Duration::from_millis(15_000 + 4_800), "took {took:?}");
-        assert!(took >= Duration::from_millis(15_000 - 2_000), "took {took:?}");
+        assert!(
+            took <= Duration::from_millis(15_000 + 4_800),
+            "took {took:?}"
+        );
+        assert!(
+            took >= Duration::from_millis(15_000 - 2_000),
+            "took {took:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -794,18 +841,47 @@ mod tests {
         let a = a.with_metrics(metrics.clone());
         tokio::spawn(a.run(std::future::pending()));
         wait_until(&ga, true).await;
-        assert!(metrics.encode().contains("leader_election_master_status{name=\"rekon-system/rekon\"} 1"));
-        let last_renew = store.lease.lock().as_ref().unwrap().spec.as_ref().unwrap().renew_time.clone();
+        assert!(
+            metrics
+                .encode()
+                .contains("leader_election_master_status{name=\"rekon-system/rekon\"} 1")
+        );
+        let last_renew = store
+            .lease
+            .lock()
+            .as_ref()
+            .unwrap()
+            .spec
+            .as_ref()
+            .unwrap()
+            .renew_time
+            .clone();
         store.down.store(true, Ordering::SeqCst);
         let cut = Instant::now();
         wait_until(&ga, false).await;
         // Within the renew deadline of the last successful renewal, i.e. well
         // before the 15 s lease could be taken by anyone else.
-        assert!(cut.elapsed() <= Duration::from_secs(10), "took {:?}", cut.elapsed());
+        assert!(
+            cut.elapsed() <= Duration::from_secs(10),
+            "took {:?}",
+            cut.elapsed()
+        );
         assert!(ga.check().is_err());
-        assert!(metrics.encode().contains("leader_election_master_status{name=\"rekon-system/rekon\"} 0"));
+        assert!(
+            metrics
+                .encode()
+                .contains("leader_election_master_status{name=\"rekon-system/rekon\"} 0")
+        );
         assert_eq!(
-            store.lease.lock().as_ref().unwrap().spec.as_ref().unwrap().renew_time,
+            store
+                .lease
+                .lock()
+                .as_ref()
+                .unwrap()
+                .spec
+                .as_ref()
+                .unwrap()
+                .renew_time,
             last_renew
         );
         // Back up: a re-acquires its own (still held) lease.
@@ -857,10 +933,19 @@ mod tests {
         // Between b's read and b's write another candidate takes the expired lease.
         *store.before_replace.lock() = Some(Box::new(|lease: &mut Lease| {
             lease.spec.as_mut().unwrap().holder_identity = Some("c".into());
-            let rv: u64 = lease.metadata.resource_version.as_deref().unwrap().parse().unwrap();
+            let rv: u64 = lease
+                .metadata
+                .resource_version
+                .as_deref()
+                .unwrap()
+                .parse()
+                .unwrap();
             lease.metadata.resource_version = Some((rv + 1).to_string());
         }));
-        assert!(!b.try_acquire_or_renew().await, "a stale resourceVersion must not win");
+        assert!(
+            !b.try_acquire_or_renew().await,
+            "a stale resourceVersion must not win"
+        );
         assert_eq!(store.holder().as_deref(), Some("c"));
     }
 }

@@ -582,10 +582,12 @@ impl Metrics {
                 None => loaded.remove(plugin),
             }
         };
-        let stale = old.filter(|old| Some(old.as_str()) != version).map(|old| PluginVersionLabels {
-            plugin: plugin.to_owned(),
-            version: old,
-        });
+        let stale =
+            old.filter(|old| Some(old.as_str()) != version)
+                .map(|old| PluginVersionLabels {
+                    plugin: plugin.to_owned(),
+                    version: old,
+                });
         if let Some(labels) = stale {
             family.remove(&labels);
         }
@@ -739,9 +741,11 @@ mod tests {
         assert!(text.contains(
             "controller_runtime_reconcile_time_seconds_count{controller=\"nodepool\",cluster=\"main\"} 2\n"
         ));
-        assert!(text.contains(
-            "controller_runtime_max_concurrent_reconciles{controller=\"nodepool\"} 4\n"
-        ));
+        assert!(
+            text.contains(
+                "controller_runtime_max_concurrent_reconciles{controller=\"nodepool\"} 4\n"
+            )
+        );
         // Every timer finished or dropped: no active worker left.
         assert!(text.contains("controller_runtime_active_workers{controller=\"nodepool\"} 0\n"));
         assert!(text.ends_with("# EOF\n"));
@@ -773,9 +777,17 @@ mod tests {
         q.retry();
         q.observe_queue_duration(Duration::from_millis(3));
         let text = m.encode();
-        assert!(text.contains("workqueue_adds_total{name=\"test-fanout\",controller=\"test-fanout\"} 2\n"));
-        assert!(text.contains("workqueue_depth{name=\"test-fanout\",controller=\"test-fanout\"} 1\n"));
-        assert!(text.contains("workqueue_retries_total{name=\"test-fanout\",controller=\"test-fanout\"} 1\n"));
+        assert!(
+            text.contains(
+                "workqueue_adds_total{name=\"test-fanout\",controller=\"test-fanout\"} 2\n"
+            )
+        );
+        assert!(
+            text.contains("workqueue_depth{name=\"test-fanout\",controller=\"test-fanout\"} 1\n")
+        );
+        assert!(text.contains(
+            "workqueue_retries_total{name=\"test-fanout\",controller=\"test-fanout\"} 1\n"
+        ));
         assert!(text.contains(
             "workqueue_queue_duration_seconds_count{name=\"test-fanout\",controller=\"test-fanout\"} 1\n"
         ));
@@ -789,9 +801,11 @@ mod tests {
         m.set_leader("rekon-system/rekon", false);
         let text = m.encode();
         assert!(text.contains("leader_election_master_status{name=\"rekon-system/rekon\"} 0\n"));
-        assert!(text.contains(
-            "rekon_leader_election_transitions_total{name=\"rekon-system/rekon\"} 2\n"
-        ));
+        assert!(
+            text.contains(
+                "rekon_leader_election_transitions_total{name=\"rekon-system/rekon\"} 2\n"
+            )
+        );
     }
 
     #[test]
@@ -802,8 +816,16 @@ mod tests {
         m.plugin_load_failed("broken");
         let text = m.encode();
         assert!(text.contains("rekon_plugin_info{plugin=\"nodepool\",version=\"0.2.0\"} 1\n"));
-        assert!(line(&text, "rekon_plugin_info{plugin=\"nodepool\",version=\"0.1.0\"}").is_none());
-        assert!(text.contains("rekon_plugin_loads_total{plugin=\"nodepool\",version=\"0.1.0\"} 1\n"));
+        assert!(
+            line(
+                &text,
+                "rekon_plugin_info{plugin=\"nodepool\",version=\"0.1.0\"}"
+            )
+            .is_none()
+        );
+        assert!(
+            text.contains("rekon_plugin_loads_total{plugin=\"nodepool\",version=\"0.1.0\"} 1\n")
+        );
         assert!(text.contains("rekon_plugin_load_failures_total{plugin=\"broken\"} 1\n"));
         m.plugin_removed("nodepool");
         assert!(line(&m.encode(), "rekon_plugin_info{plugin=\"nodepool\"").is_none());
@@ -819,7 +841,9 @@ mod tests {
         m.wasm_call_failed("nodepool", "reconcile", "timeout");
         let text = m.encode();
         assert!(text.contains("rekon_cluster_engaged{cluster=\"edge\"} 1\n"));
-        assert!(text.contains("rekon_cache_objects{cluster=\"edge\",resource=\"batch/v1/jobs\"} 3\n"));
+        assert!(
+            text.contains("rekon_cache_objects{cluster=\"edge\",resource=\"batch/v1/jobs\"} 3\n")
+        );
         assert!(text.contains(
             "rekon_watch_restarts_total{cluster=\"edge\",resource=\"batch/v1/jobs\"} 1\n"
         ));

@@ -177,14 +177,26 @@ impl OpsServer {
         match (metrics_addr, probe_addr) {
             (Some(m), Some(p)) if m == p => {
                 let router = metrics_routes.merge(probe_routes).with_state(state);
-                listeners.push(("metrics and probe", bind("metrics and probe", m).await?, router));
+                listeners.push((
+                    "metrics and probe",
+                    bind("metrics and probe", m).await?,
+                    router,
+                ));
             }
             (m, p) => {
                 if let Some(m) = m {
-                    listeners.push(("metrics", bind("metrics", m).await?, metrics_routes.with_state(state.clone())));
+                    listeners.push((
+                        "metrics",
+                        bind("metrics", m).await?,
+                        metrics_routes.with_state(state.clone()),
+                    ));
                 }
                 if let Some(p) = p {
-                    listeners.push(("probe", bind("probe", p).await?, probe_routes.with_state(state)));
+                    listeners.push((
+                        "probe",
+                        bind("probe", p).await?,
+                        probe_routes.with_state(state),
+                    ));
                 }
             }
         }
@@ -208,9 +220,11 @@ impl OpsServer {
         let (stop_tx, stop_rx) = watch::channel(false);
         let mut servers = tokio::task::JoinSet::new();
         for (what, listener, router) in self.listeners {
-            let addr = listener
-                .local_addr()
-                .map_err(|source| Error::Serve { what, addr: ([0, 0, 0, 0], 0).into(), source })?;
+            let addr = listener.local_addr().map_err(|source| Error::Serve {
+                what,
+                addr: ([0, 0, 0, 0], 0).into(),
+                source,
+            })?;
             info!(%addr, serving = what, "ops server listening");
             let mut stop = stop_rx.clone();
             servers.spawn(async move {
@@ -237,7 +251,10 @@ impl OpsServer {
 }
 
 async fn serve_metrics(State(state): State<AppState>) -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, CONTENT_TYPE)], state.metrics.encode())
+    (
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        state.metrics.encode(),
+    )
 }
 
 async fn healthz() -> &'static str {
@@ -260,7 +277,11 @@ async fn readyz(
         }
     }
     if ready {
-        body.push_str(if verbose { "readyz check passed\n" } else { "ok" });
+        body.push_str(if verbose {
+            "readyz check passed\n"
+        } else {
+            "ok"
+        });
         (StatusCode::OK, body)
     } else {
         body.push_str("readyz check failed\n");

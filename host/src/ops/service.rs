@@ -13,7 +13,6 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -24,7 +23,7 @@ use super::leader::{self, LeaderElectionConfig, LeaderElector, LeaderGate};
 use super::metrics::Metrics;
 use super::server::{self, OpsServer, Readiness};
 use crate::cluster::provider::{DirProvider, SecretProvider};
-use crate::cluster::{ClusterEvent, ClusterRegistry, Health};
+use crate::cluster::{ClusterRegistry, Health};
 use crate::controller::Manager;
 use crate::plugin::PluginRegistry;
 
@@ -126,7 +125,9 @@ impl Ops {
             })?;
         }
         let elector = match &config.leader_election {
-            Some(le) => Some(LeaderElector::new(primary.client(), le.clone())?.with_metrics(metrics.clone())),
+            Some(le) => Some(
+                LeaderElector::new(primary.client(), le.clone())?.with_metrics(metrics.clone()),
+            ),
             None => None,
         };
         let gate = elector
@@ -161,7 +162,9 @@ impl Ops {
     /// # Errors
     /// When an address cannot be bound.
     pub async fn bind(&mut self, engine: &EngineParts) -> Result<Vec<SocketAddr>, OpsError> {
-        if self.server.is_none() && (self.config.metrics_addr.is_some() || self.config.probe_addr.is_some()) {
+        if self.server.is_none()
+            && (self.config.metrics_addr.is_some() || self.config.probe_addr.is_some())
+        {
             let server = OpsServer::bind(
                 self.config.metrics_addr,
                 self.config.probe_addr,
@@ -171,7 +174,11 @@ impl Ops {
             .await?;
             self.server = Some(server);
         }
-        Ok(self.server.as_ref().map(OpsServer::local_addrs).unwrap_or_default())
+        Ok(self
+            .server
+            .as_ref()
+            .map(OpsServer::local_addrs)
+            .unwrap_or_default())
     }
 
     /// Serve, campaign, provide clusters and report until `shutdown`
@@ -179,7 +186,11 @@ impl Ops {
     ///
     /// # Errors
     /// When the server cannot be bound.
-    pub async fn run(mut self, engine: EngineParts, shutdown: impl Future<Output = ()> + Send) -> Result<(), OpsError> {
+    pub async fn run(
+        mut self,
+        engine: EngineParts,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), OpsError> {
         self.bind(&engine).await?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let stopped = move || {
@@ -198,17 +209,24 @@ impl Ops {
             });
         }
         if let Some(elector) = self.elector.take() {
-            tasks.spawn(report_leadership(self.gate.clone(), self.host_events.clone(), stopped()));
+            tasks.spawn(report_leadership(
+                self.gate.clone(),
+                self.host_events.clone(),
+                stopped(),
+            ));
             tasks.spawn(elector.run(stopped()));
         }
-        super::events::report_initial_plugins(&engine.plugins, &self.metrics, &self.host_events).await;
+        // Subscribe before reporting what is loaded already, so nothing in
+        // between is missed (a load in that window is reported twice at worst).
+        let plugin_events = engine.plugins.subscribe();
+        super::events::report_initial_plugins(&engine.plugins, &self.metrics, &self.host_events)
+            .await;
         tasks.spawn(report_plugin_status(
-            engine.plugins.subscribe(),
+            plugin_events,
             self.metrics.clone(),
             self.host_events.clone(),
             stopped(),
         ));
-        tasks.spawn(track_clusters(engine.clusters.clone(), self.metrics.clone(), stopped()));
         if let Some(dir) = self.config.cluster_dir.clone() {
             let clusters = engine.clusters.clone();
             let stop = stopped();
@@ -218,17 +236,18 @@ impl Ops {
                 }
             });
         }
-        if let Some(source) = self.config.cluster_secrets.clone() {
-            if let Some(primary) = engine.clusters.get(engine.clusters.primary()) {
-                let provider = SecretProvider::new(primary.client(), &source.namespace).selector(&source.selector);
-                let clusters = engine.clusters.clone();
-                let stop = stopped();
-                tasks.spawn(async move {
-                    if let Err(e) = provider.run(clusters, stop).await {
-                        error!(namespace = %source.namespace, error = %e, "kubeconfig secret provider stopped");
-                    }
-                });
-            }
+        if let Some(source) = self.config.cluster_secrets.clone()
+            && let Some(primary) = engine.clusters.get(engine.clusters.primary())
+        {
+            let provider =
+                SecretProvider::new(primary.client(), &source.namespace).selector(&source.selector);
+            let clusters = engine.clusters.clone();
+            let stop = stopped();
+            tasks.spawn(async move {
+                if let Err(e) = provider.run(clusters, stop).await {
+                    error!(namespace = %source.namespace, error = %e, "kubeconfig secret provider stopped");
+                }
+            });
         }
         shutdown.await;
         debug!("ops stopping");
@@ -253,7 +272,9 @@ fn readiness(engine: &EngineParts) -> Readiness {
             let primary = clusters.primary().to_owned();
             match clusters.get(&primary).map(|c| c.health()) {
                 Some(Health::Ready) => Ok(()),
-                Some(Health::Syncing) => Err(format!("caches of primary cluster {primary} not synced")),
+                Some(Health::Syncing) => {
+                    Err(format!("caches of primary cluster {primary} not synced"))
+                }
                 Some(Health::Unreachable) => Err(format!("primary cluster {primary} unreachable")),
                 None => Err(format!("primary cluster {primary} not engaged")),
             }
@@ -269,38 +290,10 @@ fn readiness(engine: &EngineParts) -> Readiness {
             if missing.is_empty() {
                 Ok(())
             } else {
-                Err(format!("controllers not started for plugins {}", missing.join(", ")))
+                Err(format!(
+                    "controllers not started for plugins {}",
+                    missing.join(", ")
+                ))
             }
         })
-}
-
-/// Keep `rekon_cluster_engaged` / `rekon_cluster_reachable` current.
-async fn track_clusters(clusters: ClusterRegistry, metrics: Metrics, shutdown: impl Future<Output = ()>) {
-    for name in clusters.names() {
-        metrics.set_cluster_engaged(&name, true);
-    }
-    let mut events = clusters.subscribe();
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => return,
-            event = events.recv() => match event {
-                Ok(ClusterEvent::Added(name)) => metrics.set_cluster_engaged(&name, true),
-                Ok(ClusterEvent::Removed(name)) => metrics.set_cluster_engaged(&name, false),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    for name in clusters.names() {
-                        metrics.set_cluster_engaged(&name, true);
-                    }
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-            },
-            _ = tick.tick() => {
-                for cluster in clusters.all() {
-                    metrics.set_cluster_reachable(cluster.name(), cluster.health() != Health::Unreachable);
-                }
-            }
-        }
-    }
 }

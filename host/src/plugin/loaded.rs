@@ -272,7 +272,8 @@ impl LoadedPlugin {
     ) -> Result<R, CallError> {
         let span = tracing::debug_span!("plugin call", plugin = %self.inner.name, function);
         let _entered = span.enter();
-        call(
+        let started = std::time::Instant::now();
+        let result = call(
             &self.inner.runtime,
             &self.inner.pre,
             &self.inner.name,
@@ -281,7 +282,17 @@ impl LoadedPlugin {
             reads,
             super::timestamp(request_time),
             f,
-        )
+        );
+        // ops hook: per-call WASM time and sandbox failures (a plugin's own
+        // error result is not a sandbox failure).
+        let metrics = crate::ops::metrics::Metrics::global();
+        metrics.observe_wasm_call(&self.inner.name, function, started.elapsed());
+        if let Err(e) = &result
+            && e.kind() != "plugin_error"
+        {
+            metrics.wasm_call_failed(&self.inner.name, function, e.kind());
+        }
+        result
     }
 
     async fn blocking<R: Send + 'static>(

@@ -56,6 +56,8 @@ impl Engine {
             ControllerConfig {
                 max_concurrent_reconciles: 4,
                 sync_timeout: Duration::from_secs(3),
+                // Tests must show that watches alone converge.
+                resync_period: None,
             },
         )
         .await
@@ -98,6 +100,17 @@ impl Engine {
             manager,
             probes,
         })
+    }
+
+    /// Whether the engine's cache of `resource` in `cluster` holds `name`
+    /// (in namespace `default`) with annotation/data `value` (any when None).
+    pub fn cached(&self, cluster: &str, resource: &Resource, name: &str) -> Option<Value> {
+        let cache = self
+            .caches
+            .acquire(cluster, &rekon::writer::resource_id(resource))
+            .ok()?;
+        let obj = cache.get(Some("default"), name)?;
+        serde_json::from_str(&obj.json).ok()
     }
 
     pub fn cluster(&self, name: &str) -> &kube_sim::SimCluster {

@@ -123,7 +123,7 @@ pub struct NodePoolSpec {
     pub handler: Option<String>,
 }
 
-/// Observed state of a [`NodePool`].
+/// Observed state of a NodePool.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolStatus {

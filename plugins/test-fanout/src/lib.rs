@@ -132,7 +132,7 @@ pub enum JobState {
     Unreachable,
 }
 
-/// One cluster's line in [`TestStatus::clusters`].
+/// One cluster's line in `status.clusters`.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterJob {
@@ -145,7 +145,7 @@ pub struct ClusterJob {
     pub message: Option<String>,
 }
 
-/// Observed state of a [`Test`].
+/// Observed state of a Test.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TestStatus {

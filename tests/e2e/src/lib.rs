@@ -135,6 +135,12 @@ pub struct EnvOptions {
     pub install_crds: bool,
     /// `RUST_LOG` for the host.
     pub log_filter: String,
+    /// Serve `/metrics`, `/healthz` and `/readyz` on a free local port
+    /// (`off` otherwise, so parallel tests do not compete for a port).
+    pub serve_ops: bool,
+    /// Further clusters started but not engaged; `rekon` follows a cluster
+    /// directory (`--cluster-dir`) and [`Env::engage`] adds them at runtime.
+    pub standby_clusters: Vec<String>,
 }
 
 impl Default for EnvOptions {
@@ -143,6 +149,8 @@ impl Default for EnvOptions {
             plugins: SEED_PLUGINS.iter().map(|p| (*p).to_owned()).collect(),
             install_crds: true,
             log_filter: "info,rekon=debug".to_owned(),
+            serve_ops: false,
+            standby_clusters: Vec::new(),
         }
     }
 }
@@ -161,6 +169,8 @@ pub struct Env {
     pub plugin_dir: PathBuf,
     /// A kubeconfig kept for the life of the env (the sim's own is in a temp dir too).
     pub kubeconfig: PathBuf,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, if they are.
+    pub ops_addr: Option<std::net::SocketAddr>,
     work: tempfile::TempDir,
 }
 
@@ -171,7 +181,9 @@ impl Env {
     /// When the workspace is not built or a process cannot start.
     pub async fn start(opts: EnvOptions) -> anyhow::Result<Self> {
         let paths = Paths::discover()?;
-        let sim = Sim::start(&["main", "sub"])
+        let mut names = vec!["main", "sub"];
+        names.extend(opts.standby_clusters.iter().map(String::as_str));
+        let sim = Sim::start(&names)
             .await
             .context("failed to start kube-sim clusters")?;
         let work = tempfile::Builder::new().prefix("rekon-e2e-").tempdir()?;
@@ -196,13 +208,26 @@ impl Env {
         }
         let kubeconfig = work.path().join("kubeconfig");
         fs::write(&kubeconfig, sim.kubeconfig_yaml())?;
-        let rekon = spawn_rekon(&paths, &kubeconfig, &plugin_dir, work.path(), &opts)?;
+        let ops_addr = if opts.serve_ops {
+            Some(free_local_addr()?)
+        } else {
+            None
+        };
+        let rekon = spawn_rekon(
+            &paths,
+            &kubeconfig,
+            &plugin_dir,
+            work.path(),
+            ops_addr,
+            &opts,
+        )?;
         Ok(Self {
             paths,
             sim,
             rekon,
             plugin_dir,
             kubeconfig,
+            ops_addr,
             work,
         })
     }
@@ -217,6 +242,28 @@ impl Env {
     /// when the env is dropped.
     pub fn keep_work_dir(&mut self) {
         self.work.disable_cleanup(true);
+    }
+
+    /// Engages a standby cluster at runtime: writes its kubeconfig into the
+    /// cluster directory `rekon` follows.
+    ///
+    /// # Errors
+    /// When the env has no cluster directory or the file cannot be written.
+    pub fn engage(&self, name: &str) -> anyhow::Result<()> {
+        let dir = self.work.path().join("clusters");
+        anyhow::ensure!(
+            dir.is_dir(),
+            "no cluster directory: start the env with standby clusters"
+        );
+        let cluster = self
+            .sim
+            .try_cluster(name)
+            .with_context(|| format!("no cluster {name}"))?;
+        // Written aside and renamed, so the host never reads half a file.
+        let tmp = dir.join(format!(".{name}.tmp"));
+        fs::write(&tmp, cluster.kubeconfig_yaml())?;
+        fs::rename(&tmp, dir.join(format!("{name}.yaml")))?;
+        Ok(())
     }
 
     /// The primary cluster.
@@ -303,11 +350,19 @@ impl Env {
     }
 }
 
+/// A free port on 127.0.0.1 (bound, then released for the child to take).
+fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").context("failed to find a free local port")?;
+    Ok(listener.local_addr()?)
+}
+
 fn spawn_rekon(
     paths: &Paths,
     kubeconfig: &Path,
     plugin_dir: &Path,
     work: &Path,
+    ops_addr: Option<std::net::SocketAddr>,
     opts: &EnvOptions,
 ) -> anyhow::Result<RekonProcess> {
     let log = work.join("rekon.log");
@@ -321,6 +376,13 @@ fn spawn_rekon(
     if opts.install_crds {
         cmd.arg("--install-crds");
     }
+    if !opts.standby_clusters.is_empty() {
+        let dir = work.join("clusters");
+        fs::create_dir_all(&dir)?;
+        cmd.arg("--cluster-dir").arg(dir);
+    }
+    let ops = ops_addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
+    cmd.args(["--metrics-addr", &ops, "--probe-addr", &ops]);
     if let Some(extra) = std::env::var_os("REKON_E2E_ARGS") {
         cmd.args(extra.to_string_lossy().split_whitespace());
     }

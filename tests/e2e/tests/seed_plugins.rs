@@ -346,19 +346,13 @@ async fn node_pools_manage_labels_taints_and_runtime_classes_without_touching_an
         tokio::time::sleep(Duration::from_secs(3)).await;
         assert_eq!(before, rvs(&env), "a converged pool writes nothing");
 
-        // The gpu pool changes: a label dropped, one added, the taint's value changed.
-        env.main()
-            .merge_patch(
-                "nodes.lailin.xyz/v1",
-                "nodepools",
-                None,
-                "gpu",
-                &json!({"spec": {"labels": {"accelerator": null, "tier": "1"},
-                                 "taints": [{"key": "node-pool.lailin.xyz/gpu", "value": "v2", "effect": "NoSchedule"}],
-                                 "handler": "nvidia"}}),
-                false,
-            )
-            .unwrap();
+        // The gpu pool changes (as a user would, with kubectl): a label
+        // dropped, one added, the taint's value and the handler changed.
+        let change = json!({"spec": {"labels": {"accelerator": null, "tier": "1"},
+                                     "taints": [{"key": "node-pool.lailin.xyz/gpu", "value": "v2", "effect": "NoSchedule"}],
+                                     "handler": "nvidia"}});
+        env.kubectl("main", &["patch", "nodepool", "gpu", "--type", "merge", "-p", &change.to_string()])
+            .expect("kubectl patch nodepool");
         env.wait_for("the gpu change on node-a and node-c", WAIT, |env| {
             let ok = ["node-a", "node-c"].iter().all(|n| {
                 let n = node(env.main(), n);
@@ -378,14 +372,13 @@ async fn node_pools_manage_labels_taints_and_runtime_classes_without_touching_an
         assert!(has_taint(&c, "node-pool.lailin.xyz/batch", Some("true"), "PreferNoSchedule"));
 
         // node-a leaves the gpu pool.
-        env.main()
-            .merge_patch("v1", "nodes", None, "node-a", &json!({"metadata": {"labels": {"node-role.kubernetes.io/gpu": null}}}), false)
-            .unwrap();
+        env.kubectl("main", &["label", "node", "node-a", "node-role.kubernetes.io/gpu-"])
+            .expect("kubectl label node");
         env.wait_for("node-a cleaned of gpu", WAIT, |env| {
             let a = node(env.main(), "node-a");
             let clean = label(&a, "tier").is_none()
                 && label(&a, "node-pool.lailin.xyz/gpu").is_none()
-                && !a.pointer("/spec/taints").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+                && a.pointer("/spec/taints").and_then(Value::as_array).is_none_or(|t| t.is_empty());
             (clean && pool_ready(env.main(), "gpu").is_some_and(|(n, _)| n == 1)).then_some(())
         })
         .await
@@ -393,7 +386,8 @@ async fn node_pools_manage_labels_taints_and_runtime_classes_without_touching_an
         assert_eq!(label(&node(env.main(), "node-a"), "topology.kubernetes.io/zone"), Some("zone-1"));
 
         // The batch pool is deleted: its labels and taints go, the pool goes, its RuntimeClass goes.
-        env.main().delete("nodes.lailin.xyz/v1", "nodepools", None, "batch").unwrap();
+        env.kubectl("main", &["delete", "nodepool", "batch", "--wait=false"])
+            .expect("kubectl delete nodepool");
         env.wait_for("batch cleaned up and gone", WAIT, |env| {
             let gone = get(env.main(), "nodes.lailin.xyz/v1", "nodepools", None, "batch").is_none();
             let clean = ["node-b", "node-c"].iter().all(|n| {
@@ -447,6 +441,66 @@ async fn the_demo_converges_and_exits_when_asked() {
                 "{needle:?} missing from the demo output:\n{stdout}"
             );
         }
+    })
+    .await
+    .expect("test timed out: likely deadlocked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_engaged_later_gets_its_job_unless_the_test_finished() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let opts = EnvOptions {
+            standby_clusters: vec!["edge".into(), "late".into()],
+            ..EnvOptions::default()
+        };
+        let mut env = Env::start(opts)
+            .await
+            .expect("failed to start the e2e environment");
+        env.wait_for_crds(WAIT).await.expect("CRDs installed");
+        create_test(&env, "default", "t3");
+        env.wait_for("the Job in main and sub", WAIT, |env| {
+            (job(env.main(), "default", "t3").is_some()
+                && job(env.sub(), "default", "t3").is_some())
+            .then_some(())
+        })
+        .await
+        .unwrap();
+        assert!(
+            job(env.sim.cluster("edge"), "default", "t3").is_none(),
+            "edge is not engaged yet"
+        );
+
+        env.engage("edge").unwrap();
+        env.wait_for("the Job in edge, engaged later", WAIT, |env| {
+            job(env.sim.cluster("edge"), "default", "t3").map(|_| ())
+        })
+        .await
+        .unwrap();
+
+        complete_job(env.sim.cluster("edge"), "default", "t3").unwrap();
+        env.wait_for("the Test finished by edge", WAIT, |env| {
+            let t = test_obj(env.main(), "default", "t3")?;
+            (t["status"]["phase"] == "finished" && t["status"]["finishedCluster"] == "edge")
+                .then_some(())
+        })
+        .await
+        .unwrap();
+
+        env.engage("late").unwrap();
+        env.wait_for("late listed as skipped", WAIT, |env| {
+            let t = test_obj(env.main(), "default", "t3")?;
+            let lines = t.pointer("/status/clusters")?.as_array()?.clone();
+            lines
+                .iter()
+                .any(|l| l["cluster"] == "late" && l["state"] == "Skipped")
+                .then_some(())
+        })
+        .await
+        .unwrap();
+        assert!(
+            job(env.sim.cluster("late"), "default", "t3").is_none(),
+            "no Job after the Test finished"
+        );
     })
     .await
     .expect("test timed out: likely deadlocked");

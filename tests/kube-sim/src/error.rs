@@ -16,7 +16,7 @@ pub struct ApiError {
     /// Human readable message.
     pub message: String,
     /// `details`, when the reason carries them.
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
     /// `Retry-After` header in seconds (429, 503).
     pub retry_after: Option<u64>,
 }
@@ -56,7 +56,7 @@ impl ApiError {
     }
 
     fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -271,7 +271,7 @@ impl ApiError {
             message.unwrap_or_else(|| default_msg.to_string()),
         );
         if let Some(secs) = retry_after {
-            e.details = Some(json!({"retryAfterSeconds": secs}));
+            e.details = Some(Box::new(json!({"retryAfterSeconds": secs})));
             e.retry_after = Some(secs);
         }
         e
@@ -287,7 +287,7 @@ impl ApiError {
         m.insert("message".into(), Value::String(self.message.clone()));
         m.insert("reason".into(), Value::String(self.reason.clone()));
         if let Some(d) = &self.details {
-            m.insert("details".into(), d.clone());
+            m.insert("details".into(), (**d).clone());
         }
         m.insert("code".into(), Value::from(self.code));
         Value::Object(m)

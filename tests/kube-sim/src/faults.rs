@@ -135,7 +135,13 @@ impl Faults {
     }
 
     pub(crate) fn count(&self, verb: &str) {
-        *self.counts.lock().entry(verb.to_string()).or_default() += 1;
+        let mut counts = self.counts.lock();
+        match counts.get_mut(verb) {
+            Some(c) => *c += 1,
+            None => {
+                counts.insert(verb.to_string(), 1);
+            }
+        }
     }
 
     pub(crate) fn latency(&self) -> Duration {

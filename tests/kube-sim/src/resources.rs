@@ -394,7 +394,7 @@ impl Registry {
             }
         }
         for (_, vs) in &mut out {
-            vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         // Built-in groups first, as the apiserver lists them.
         out.sort_by_key(|(g, _)| (!BUILTINS.iter().any(|b| b.group == g), g.clone()));
@@ -699,10 +699,8 @@ fn prune_at(v: &mut Value, schema: &Value, root: bool) {
                     }
                 } else if let Some(add) = additional {
                     match add {
-                        Value::Bool(false) => {
-                            if !preserve {
-                                map.remove(&k);
-                            }
+                        Value::Bool(false) if !preserve => {
+                            map.remove(&k);
                         }
                         Value::Object(_) => {
                             if let Some(x) = map.get_mut(&k) {
@@ -734,7 +732,7 @@ mod tests {
     #[test]
     fn version_priority_orders_like_kubernetes() {
         let mut v = vec!["v1alpha1", "v2", "v1beta2", "v1", "v1beta1", "foo"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|x| std::cmp::Reverse(version_priority(x)));
         assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1", "foo"]);
     }
 

@@ -47,7 +47,7 @@ fn split_top_level(s: &str) -> Vec<String> {
     out
 }
 
-fn valid_key(k: &str) -> bool {
+pub(crate) fn valid_key(k: &str) -> bool {
     if k.is_empty() || k.len() > 317 {
         return false;
     }
@@ -67,7 +67,7 @@ fn valid_key(k: &str) -> bool {
     valid_value(name) && !name.is_empty()
 }
 
-fn valid_value(v: &str) -> bool {
+pub(crate) fn valid_value(v: &str) -> bool {
     v.len() <= 63
         && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')

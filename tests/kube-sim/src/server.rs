@@ -197,8 +197,7 @@ fn route(cs: &ClusterState, path: &str) -> Route {
         };
     match rest {
         ["namespaces", ns, plural, tail @ ..]
-            if tail.len() <= 2
-                && lookup(plural).is_some_and(|r| r.namespaced) =>
+            if tail.len() <= 2 && lookup(plural).is_some_and(|r| r.namespaced) =>
         {
             resource(Some(ns), plural, tail.first(), tail.get(1))
         }
@@ -480,8 +479,10 @@ fn written_response(
     {
         let mut r = Response::new(Body::from(b));
         *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-        r.headers_mut()
-            .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         return r;
     }
     object_response(code, res, shape, obj)

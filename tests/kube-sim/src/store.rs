@@ -26,6 +26,9 @@ use crate::selectors::{FieldSelector, LabelSelector};
 /// (namespace, name); namespace is empty for cluster-scoped objects.
 pub type ObjKey = (String, String);
 
+/// Live events of one resource.
+pub type EventReceiver = broadcast::Receiver<Arc<WatchEvent>>;
+
 /// The kind of a watch event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -305,6 +308,120 @@ fn set_type(obj: &mut Value, res: &ResourceInfo) {
     }
 }
 
+/// Type checks of `metadata` the apiserver's decoder and validation do:
+/// wrong JSON types → 400, invalid labels or owner references → 422.
+fn validate_meta(res: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+    let Some(m) = obj.get("metadata") else {
+        return Ok(());
+    };
+    let bad = |field: &str, want: &str| {
+        ApiError::bad_request(format!(
+            "json: cannot unmarshal into Go struct field ObjectMeta.metadata.{field} of type {want}"
+        ))
+    };
+    let Some(m) = m.as_object() else {
+        return Err(bad("", "v1.ObjectMeta"));
+    };
+    let name = m.get("name").and_then(Value::as_str).unwrap_or_default();
+    for f in [
+        "name",
+        "generateName",
+        "namespace",
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+    ] {
+        if let Some(v) = m.get(f)
+            && !v.is_string()
+            && !v.is_null()
+        {
+            return Err(bad(f, "string"));
+        }
+    }
+    for f in ["generation", "deletionGracePeriodSeconds"] {
+        if let Some(v) = m.get(f)
+            && !v.is_i64()
+            && !v.is_null()
+        {
+            return Err(bad(f, "int64"));
+        }
+    }
+    for f in ["labels", "annotations"] {
+        match m.get(f) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(map)) => {
+                if map.values().any(|v| !v.is_string()) {
+                    return Err(bad(f, "string"));
+                }
+                for (k, v) in map {
+                    let v = v.as_str().unwrap_or_default();
+                    let key_ok = crate::selectors::valid_key(k);
+                    let value_ok = f == "annotations" || crate::selectors::valid_value(v);
+                    if !key_ok || !value_ok {
+                        let (field, msg) = if key_ok {
+                            (
+                                format!("metadata.{f}"),
+                                format!(
+                                    "Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                                ),
+                            )
+                        } else {
+                            (
+                                format!("metadata.{f}"),
+                                format!(
+                                    "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
+                                ),
+                            )
+                        };
+                        return Err(ApiError::invalid_field(res, name, &field, msg));
+                    }
+                }
+            }
+            Some(_) => return Err(bad(f, "map[string]string")),
+        }
+    }
+    match m.get("finalizers") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => {}
+        Some(_) => return Err(bad("finalizers", "[]string")),
+    }
+    match m.get("ownerReferences") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(refs)) => {
+            for (i, r) in refs.iter().enumerate() {
+                let Some(r) = r.as_object() else {
+                    return Err(bad("ownerReferences", "v1.OwnerReference"));
+                };
+                for f in ["apiVersion", "kind", "name", "uid"] {
+                    match r.get(f) {
+                        Some(Value::String(s)) if !s.is_empty() => {}
+                        Some(Value::String(_)) | None | Some(Value::Null) => {
+                            return Err(ApiError::invalid_field(
+                                res,
+                                name,
+                                &format!("metadata.ownerReferences[{i}].{f}"),
+                                "Invalid value: \"\": must not be empty".into(),
+                            ));
+                        }
+                        Some(_) => return Err(bad("ownerReferences", "string")),
+                    }
+                }
+                for f in ["controller", "blockOwnerDeletion"] {
+                    if let Some(v) = r.get(f)
+                        && !v.is_boolean()
+                        && !v.is_null()
+                    {
+                        return Err(bad("ownerReferences", "bool"));
+                    }
+                }
+            }
+        }
+        Some(_) => return Err(bad("ownerReferences", "[]v1.OwnerReference")),
+    }
+    Ok(())
+}
+
 /// DNS-1123 subdomain.
 pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty()
@@ -379,14 +496,16 @@ fn same_but_times(a: Option<&Value>, b: Option<&Value>) -> bool {
     match (a.and_then(Value::as_array), b.and_then(Value::as_array)) {
         (Some(x), Some(y)) => {
             x.len() == y.len()
-                && x.iter().zip(y).all(|(e, f)| match (e.as_object(), f.as_object()) {
-                    (Some(e), Some(f)) => {
-                        e.iter().filter(|(k, _)| *k != "time").count()
-                            == f.iter().filter(|(k, _)| *k != "time").count()
-                            && e.iter().all(|(k, v)| k == "time" || f.get(k) == Some(v))
-                    }
-                    _ => e == f,
-                })
+                && x.iter()
+                    .zip(y)
+                    .all(|(e, f)| match (e.as_object(), f.as_object()) {
+                        (Some(e), Some(f)) => {
+                            e.iter().filter(|(k, _)| *k != "time").count()
+                                == f.iter().filter(|(k, _)| *k != "time").count()
+                                && e.iter().all(|(k, v)| k == "time" || f.get(k) == Some(v))
+                        }
+                        _ => e == f,
+                    })
         }
         _ => a == b,
     }
@@ -556,10 +675,11 @@ impl Inner {
                 self.work.push_back(Work::Dangling(r.clone()));
             }
         }
-        if **sk == *CRD_SK && !is_deleting(&new) {
-            if let Err(e) = self.registry.register_crd(&new) {
-                tracing::warn!(error = %e, "failed to register custom resource definition");
-            }
+        if **sk == *CRD_SK
+            && !is_deleting(&new)
+            && let Err(e) = self.registry.register_crd(&new)
+        {
+            tracing::warn!(error = %e, "failed to register custom resource definition");
         }
         let etype = if old.is_some() {
             EventType::Modified
@@ -667,6 +787,7 @@ impl Inner {
                 "the body of the request must be a JSON object",
             ));
         }
+        validate_meta(res, obj)?;
         if res.namespaced {
             let url_ns = ns.unwrap_or_default();
             let m = meta_mut(obj);
@@ -890,6 +1011,7 @@ impl Inner {
                 "the body of the request must be a JSON object",
             ));
         }
+        validate_meta(res, &new)?;
         crate::resources::to_storage(res, &mut new);
         set_type(&mut new, res);
         let name = meta_str(old, "name").unwrap_or_default().to_string();
@@ -964,10 +1086,9 @@ impl Inner {
             if res.builtin
                 && res.kind == "Namespace"
                 && let Some(o) = new.as_object_mut()
+                && let Some(spec) = old.get("spec")
             {
-                if let Some(spec) = old.get("spec") {
-                    o.insert("spec".into(), spec.clone());
-                }
+                o.insert("spec".into(), spec.clone());
             }
             new
         };
@@ -1735,9 +1856,9 @@ impl Inner {
                         "Timeout",
                         format!("Too large resource version: {rv}, current: {}", self.rv),
                     );
-                    e.details = Some(
+                    e.details = Some(Box::new(
                         json!({"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1}),
-                    );
+                    ));
                     return Err(e);
                 }
                 Some(rv) => (rv, None),
@@ -1857,7 +1978,7 @@ impl Inner {
         &mut self,
         sk: &StorageKey,
         rv: u64,
-    ) -> ApiResult<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>)> {
+    ) -> ApiResult<(Vec<Arc<WatchEvent>>, EventReceiver)> {
         let t = self.table(sk);
         if rv < t.compacted_rv {
             return Err(too_old(rv, t.compacted_rv + 1));

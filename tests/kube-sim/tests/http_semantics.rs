@@ -736,3 +736,201 @@ async fn rust_store_handle() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn malformed_requests_get_a_status_never_a_dropped_connection() {
+    within(30, "malformed", async {
+        let c = SimCluster::start("bad").await.unwrap();
+        let u = c.url();
+        cm(&u, "a", json!({})).await;
+        let cms = "/api/v1/namespaces/default/configmaps";
+        let obj = "/api/v1/namespaces/default/configmaps/a";
+        let cases: Vec<(&str, String, &str, &str)> = vec![
+            ("POST", cms.into(), JSON, "[]"),
+            ("POST", cms.into(), JSON, "\"str\""),
+            ("POST", cms.into(), JSON, "null"),
+            ("POST", cms.into(), JSON, ""),
+            ("POST", cms.into(), JSON, r#"{"metadata": 5}"#),
+            ("POST", cms.into(), JSON, r#"{"metadata": {"name": 5}}"#),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"metadata": {"name": "x", "labels": "y"}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"metadata": {"name": "x", "labels": {"a": 1}}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"metadata": {"name": "x", "labels": {"bad key!": "v"}}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"metadata": {"name": "x", "finalizers": {"a": 1}}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"metadata": {"name": "x", "ownerReferences": [{"uid": 5}]}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"metadata": {"name": "x", "ownerReferences": [{}]}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "x"}}"#,
+            ),
+            (
+                "POST",
+                cms.into(),
+                JSON,
+                r#"{"kind": "Secret", "metadata": {"name": "x"}}"#,
+            ),
+            (
+                "POST",
+                format!("{cms}?dryRun=Maybe"),
+                JSON,
+                r#"{"metadata": {"name": "x"}}"#,
+            ),
+            (
+                "POST",
+                format!("{cms}?fieldValidation=Loud"),
+                JSON,
+                r#"{"metadata": {"name": "x"}}"#,
+            ),
+            ("PUT", obj.into(), JSON, "[1,2]"),
+            (
+                "PUT",
+                obj.into(),
+                JSON,
+                r#"{"metadata": {"name": "a", "generation": "x"}}"#,
+            ),
+            ("PATCH", obj.into(), MERGE, "[1]"),
+            ("PATCH", obj.into(), MERGE, "{"),
+            ("PATCH", obj.into(), "application/json-patch+json", "{}"),
+            (
+                "PATCH",
+                obj.into(),
+                "application/json-patch+json",
+                r#"[{"op": "nope", "path": "/x"}]"#,
+            ),
+            (
+                "PATCH",
+                obj.into(),
+                "application/json-patch+json",
+                r#"[{"op": "add", "path": "/metadata/labels", "value": 7}]"#,
+            ),
+            (
+                "PATCH",
+                obj.into(),
+                "application/strategic-merge-patch+json",
+                "[]",
+            ),
+            (
+                "PATCH",
+                format!("{obj}?fieldManager=m"),
+                "application/apply-patch+yaml",
+                "- a\n- b",
+            ),
+            (
+                "PATCH",
+                format!("{obj}?fieldManager=m"),
+                "application/apply-patch+yaml",
+                ": : :",
+            ),
+            (
+                "PATCH",
+                format!("{obj}?fieldManager=m"),
+                "application/apply-patch+yaml",
+                "metadata: {managedFields: [{manager: x}]}",
+            ),
+            ("PATCH", format!("{obj}?force=true"), MERGE, "{}"),
+            ("PATCH", obj.into(), "", "{}"),
+            (
+                "DELETE",
+                obj.into(),
+                JSON,
+                r#"{"propagationPolicy": "Sideways"}"#,
+            ),
+            ("DELETE", obj.into(), JSON, "{bad"),
+            ("GET", format!("{cms}?labelSelector=a%20in%20(b"), JSON, ""),
+            ("GET", format!("{cms}?labelSelector=%3D%3D%3D"), JSON, ""),
+            ("GET", format!("{cms}?limit=abc"), JSON, ""),
+            ("GET", format!("{cms}?resourceVersion=abc"), JSON, ""),
+            (
+                "GET",
+                format!("{cms}?watch=1&resourceVersion=abc"),
+                JSON,
+                "",
+            ),
+            ("GET", format!("{cms}?watch=1&timeoutSeconds=-1"), JSON, ""),
+            (
+                "GET",
+                format!("{cms}?watch=1&resourceVersionMatch=Exact&resourceVersion=1"),
+                JSON,
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/configmaps/a/status".into(),
+                JSON,
+                "",
+            ),
+            (
+                "GET",
+                "/api/v1/namespaces/default/configmaps/a/b/c/d".into(),
+                JSON,
+                "",
+            ),
+            ("GET", "/apis".into(), "", ""),
+            ("POST", "/version".into(), JSON, "{}"),
+            ("GET", "/api/v1/nodes/n/../../x".into(), JSON, ""),
+            ("POST", "/_sim/fail?status=abc".into(), JSON, ""),
+            ("POST", "/_sim/nothing".into(), JSON, ""),
+        ];
+        for (method, path, ct, body) in cases {
+            let mut headers = vec![("Accept", "application/json")];
+            if !ct.is_empty() {
+                headers.push(("Content-Type", ct));
+            }
+            let r = raw(&u, method, &path, &headers, Some(body)).await;
+            if path == "/apis" {
+                assert_eq!(r.status, 200);
+                continue;
+            }
+            assert!(
+                (400..500).contains(&r.status),
+                "{method} {path} {body:?}: expected 4xx, got {} {}",
+                r.status,
+                r.text()
+            );
+            let v = r.json();
+            assert_eq!(
+                (v["kind"].as_str(), v["status"].as_str()),
+                (Some("Status"), Some("Failure")),
+                "{method} {path}: {v}"
+            );
+            assert_eq!(v["code"].as_u64(), Some(u64::from(r.status)));
+        }
+        // The object survived every bad write unchanged.
+        let (code, v) = req(&u, "GET", obj, JSON, None).await;
+        assert_eq!(code, 200);
+        assert_eq!(v["data"], json!({"k": "v"}));
+        c.shutdown().await;
+    })
+    .await;
+}

@@ -14,11 +14,12 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::wait::{await_condition, conditions};
-use kube::runtime::{WatchStreamExt, metadata_watcher, reflector, watcher};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use kube_sim::{FaultRule, Sim};
 use schemars::JsonSchema;
@@ -106,7 +107,8 @@ async fn reflector_survives_compaction_and_disconnects() {
             api.create(&PostParams::default(), &cm(n)).await.unwrap();
         }
         let (reader, writer) = reflector::store::<ConfigMap>();
-        let stream = reflector(writer, watcher(api.clone(), watcher::Config::default())).applied_objects();
+        let stream =
+            reflector(writer, watcher(api.clone(), watcher::Config::default())).applied_objects();
         let task = tokio::spawn(async move {
             stream.for_each(|_| async {}).await;
         });
@@ -129,7 +131,10 @@ async fn reflector_survives_compaction_and_disconnects() {
         api.delete("a", &DeleteParams::default()).await.unwrap();
         within(10, "delete observed", wait_for(3)).await;
         let lists_after = c.request_counts().get("list").copied().unwrap_or(0);
-        assert!(lists_after > lists_before, "watcher re-listed after the expired watch");
+        assert!(
+            lists_after > lists_before,
+            "watcher re-listed after the expired watch"
+        );
         task.abort();
         sim.shutdown().await;
     })
@@ -140,7 +145,8 @@ async fn reflector_survives_compaction_and_disconnects() {
 async fn streaming_list_and_metadata_watch() {
     within(30, "streaming", async {
         let sim = Sim::start(&["main"]).await.unwrap();
-        let api: Api<ConfigMap> = Api::namespaced(client(&sim, "main").await, "default");
+        let kc = client(&sim, "main").await;
+        let api: Api<ConfigMap> = Api::namespaced(kc.clone(), "default");
         for n in ["s1", "s2", "s3"] {
             api.create(&PostParams::default(), &cm(n)).await.unwrap();
         }
@@ -154,7 +160,9 @@ async fn streaming_list_and_metadata_watch() {
             }
         }
         assert_eq!(names, ["s1", "s2", "s3"]);
-        let mut m = metadata_watcher(api.clone(), watcher::Config::default()).boxed();
+        // Api<PartialObjectMeta<K>> sends metadata-only (PartialObjectMetadata) requests.
+        let meta_api: Api<PartialObjectMeta<ConfigMap>> = Api::namespaced(kc, "default");
+        let mut m = watcher(meta_api, watcher::Config::default()).boxed();
         let mut seen = Vec::new();
         while let Some(ev) = m.try_next().await.unwrap() {
             match ev {
@@ -177,7 +185,13 @@ async fn streaming_list_and_metadata_watch() {
 }
 
 #[derive(CustomResource, Clone, Debug, Serialize, Deserialize, JsonSchema)]
-#[kube(group = "sim.example.com", version = "v1", kind = "Gadget", namespaced, status = "GadgetStatus")]
+#[kube(
+    group = "sim.example.com",
+    version = "v1",
+    kind = "Gadget",
+    namespaced,
+    status = "GadgetStatus"
+)]
 struct GadgetSpec {
     size: i32,
 }
@@ -196,14 +210,21 @@ struct Ctx {
     cleanups: AtomicUsize,
 }
 
-async fn reconcile(g: Arc<Gadget>, ctx: Arc<Ctx>) -> Result<Action, kube::runtime::finalizer::Error<ReconcileError>> {
+async fn reconcile(
+    g: Arc<Gadget>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, kube::runtime::finalizer::Error<ReconcileError>> {
     let api = ctx.api.clone();
     finalizer(&api, "sim.example.com/cleanup", g, |ev| async {
         match ev {
             FinalizerEvent::Apply(g) => {
                 let status = json!({"status": {"observed": g.spec.size}});
                 ctx.api
-                    .patch_status(&g.name_any(), &PatchParams::default(), &Patch::Merge(status))
+                    .patch_status(
+                        &g.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(status),
+                    )
                     .await?;
                 Ok(Action::await_change())
             }
@@ -222,17 +243,31 @@ async fn controller_with_finalizer_on_a_crd() {
         let sim = Sim::start(&["main"]).await.unwrap();
         let client = client(&sim, "main").await;
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.create(&PostParams::default(), &Gadget::crd()).await.unwrap();
-        within(10, "crd established", await_condition(crds, "gadgets.sim.example.com", conditions::is_crd_established()))
+        crds.create(&PostParams::default(), &Gadget::crd())
             .await
             .unwrap();
+        within(
+            10,
+            "crd established",
+            await_condition(
+                crds,
+                "gadgets.sim.example.com",
+                conditions::is_crd_established(),
+            ),
+        )
+        .await
+        .unwrap();
         let api: Api<Gadget> = Api::namespaced(client.clone(), "default");
         let ctx = Arc::new(Ctx {
             api: api.clone(),
             cleanups: AtomicUsize::new(0),
         });
         let controller = Controller::new(api.clone(), watcher::Config::default())
-            .run(reconcile, |_, _, _| Action::requeue(Duration::from_millis(100)), ctx.clone())
+            .run(
+                reconcile,
+                |_, _, _| Action::requeue(Duration::from_millis(100)),
+                ctx.clone(),
+            )
             .for_each(|_| async {});
         let task = tokio::spawn(controller);
         let g = Gadget::new("g1", GadgetSpec { size: 3 });
@@ -248,12 +283,20 @@ async fn controller_with_finalizer_on_a_crd() {
         })
         .await;
         assert_eq!(done.finalizers(), ["sim.example.com/cleanup"]);
-        assert_eq!(done.metadata.generation, Some(1), "status writes keep the generation");
+        assert_eq!(
+            done.metadata.generation,
+            Some(1),
+            "status writes keep the generation"
+        );
         let uid = done.uid().unwrap();
         api.delete("g1", &DeleteParams::default()).await.unwrap();
-        within(15, "finalizer cleanup", await_condition(api.clone(), "g1", conditions::is_deleted(&uid)))
-            .await
-            .unwrap();
+        within(
+            15,
+            "finalizer cleanup",
+            await_condition(api.clone(), "g1", conditions::is_deleted(&uid)),
+        )
+        .await
+        .unwrap();
         assert_eq!(ctx.cleanups.load(Ordering::SeqCst), 1);
         task.abort();
         sim.shutdown().await;
@@ -267,7 +310,10 @@ async fn events_recorder_and_lease() {
         let sim = Sim::start(&["main"]).await.unwrap();
         let client = client(&sim, "main").await;
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        let obj = cms.create(&PostParams::default(), &cm("subject")).await.unwrap();
+        let obj = cms
+            .create(&PostParams::default(), &cm("subject"))
+            .await
+            .unwrap();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -285,15 +331,30 @@ async fn events_recorder_and_lease() {
         };
         recorder.publish(&ev, &reference).await.unwrap();
         recorder.publish(&ev, &reference).await.unwrap();
-        let ev1: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+        let ev1: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), "default");
         let list = ev1.list(&ListParams::default()).await.unwrap();
         assert_eq!(list.items.len(), 1, "the second publish updates the series");
         assert_eq!(list.items[0].note.as_deref(), Some("hello"));
-        assert_eq!(list.items[0].regarding.as_ref().and_then(|r| r.name.as_deref()), Some("subject"));
-        let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+        assert_eq!(
+            list.items[0]
+                .regarding
+                .as_ref()
+                .and_then(|r| r.name.as_deref()),
+            Some("subject")
+        );
+        let core: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(client.clone(), "default");
         let list = core.list(&ListParams::default()).await.unwrap();
-        assert_eq!(list.items[0].message.as_deref(), Some("hello"), "the same event through core/v1");
-        assert_eq!(list.items[0].involved_object.name.as_deref(), Some("subject"));
+        assert_eq!(
+            list.items[0].message.as_deref(),
+            Some("hello"),
+            "the same event through core/v1"
+        );
+        assert_eq!(
+            list.items[0].involved_object.name.as_deref(),
+            Some("subject")
+        );
 
         let leases: Api<Lease> = Api::namespaced(client, "kube-system");
         let lease = Lease {
@@ -310,10 +371,29 @@ async fn events_recorder_and_lease() {
         let mut l = leases.create(&PostParams::default(), &lease).await.unwrap();
         let stale = l.clone();
         l.spec.as_mut().unwrap().holder_identity = Some("b".into());
-        leases.replace("leader", &PostParams::default(), &l).await.unwrap();
-        let err = leases.replace("leader", &PostParams::default(), &stale).await.unwrap_err();
-        assert!(matches!(&err, kube::Error::Api(s) if s.code == 409), "second writer loses: {err:?}");
-        assert_eq!(leases.get("leader").await.unwrap().spec.unwrap().holder_identity.as_deref(), Some("b"));
+        leases
+            .replace("leader", &PostParams::default(), &l)
+            .await
+            .unwrap();
+        let err = leases
+            .replace("leader", &PostParams::default(), &stale)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 409),
+            "second writer loses: {err:?}"
+        );
+        assert_eq!(
+            leases
+                .get("leader")
+                .await
+                .unwrap()
+                .spec
+                .unwrap()
+                .holder_identity
+                .as_deref(),
+            Some("b")
+        );
         sim.shutdown().await;
     })
     .await;

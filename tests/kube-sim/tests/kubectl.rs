@@ -41,7 +41,9 @@ fn command(sim: &Sim, cache: &tempfile::TempDir, args: &[&str]) -> Command {
 /// Runs kubectl to completion (killed after 30 s).
 async fn kubectl(sim: &Sim, args: &[&str], stdin: Option<&str>) -> Out {
     let cache = tempfile::tempdir().expect("temp dir");
-    let mut child = command(sim, &cache, args).spawn().expect("kubectl is installed");
+    let mut child = command(sim, &cache, args)
+        .spawn()
+        .expect("kubectl is installed");
     let mut input = child.stdin.take().expect("stdin piped");
     if let Some(s) = stdin {
         input.write_all(s.as_bytes()).await.expect("writes stdin");
@@ -60,7 +62,11 @@ async fn kubectl(sim: &Sim, args: &[&str], stdin: Option<&str>) -> Out {
 
 async fn ok(sim: &Sim, args: &[&str], stdin: Option<&str>) -> String {
     let out = kubectl(sim, args, stdin).await;
-    assert!(out.ok, "kubectl {args:?} failed:\n{}\n{}", out.stdout, out.stderr);
+    assert!(
+        out.ok,
+        "kubectl {args:?} failed:\n{}\n{}",
+        out.stdout, out.stderr
+    );
     out.stdout
 }
 
@@ -144,9 +150,21 @@ async fn kubectl_get_watch_streams_changes() {
     within(60, "kubectl get -w", async {
         let sim = Sim::start(&["main"]).await.unwrap();
         let c = sim.cluster("main");
-        c.create("v1", "configmaps", Some("default"), json!({"metadata": {"name": "before"}})).unwrap();
+        c.create(
+            "v1",
+            "configmaps",
+            Some("default"),
+            json!({"metadata": {"name": "before"}}),
+        )
+        .unwrap();
         let cache = tempfile::tempdir().unwrap();
-        let mut child: Child = command(&sim, &cache, &["get", "configmaps", "-w", "--output-watch-events"]).spawn().unwrap();
+        let mut child: Child = command(
+            &sim,
+            &cache,
+            &["get", "configmaps", "-w", "--output-watch-events"],
+        )
+        .spawn()
+        .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut seen = Vec::new();
         within(20, "initial line", async {
@@ -158,8 +176,15 @@ async fn kubectl_get_watch_streams_changes() {
             }
         })
         .await;
-        c.create("v1", "configmaps", Some("default"), json!({"metadata": {"name": "after"}})).unwrap();
-        c.delete("v1", "configmaps", Some("default"), "after").unwrap();
+        c.create(
+            "v1",
+            "configmaps",
+            Some("default"),
+            json!({"metadata": {"name": "after"}}),
+        )
+        .unwrap();
+        c.delete("v1", "configmaps", Some("default"), "after")
+            .unwrap();
         within(20, "watch lines", async {
             while let Some(l) = lines.next_line().await.unwrap() {
                 seen.push(l.clone());
@@ -169,7 +194,11 @@ async fn kubectl_get_watch_streams_changes() {
             }
         })
         .await;
-        assert!(seen.iter().any(|l| l.contains("ADDED") && l.contains("after")), "{seen:?}");
+        assert!(
+            seen.iter()
+                .any(|l| l.contains("ADDED") && l.contains("after")),
+            "{seen:?}"
+        );
         child.kill().await.ok();
         sim.shutdown().await;
     })

@@ -170,12 +170,7 @@ impl DirProvider {
                         None => break,
                     }
                     // Debounce: wait until the directory is quiet.
-                    loop {
-                        match tokio::time::timeout(self.debounce, rx.recv()).await {
-                            Ok(Some(_)) => {}
-                            Ok(None) | Err(_) => break,
-                        }
-                    }
+                    while let Ok(Some(_)) = tokio::time::timeout(self.debounce, rx.recv()).await {}
                 }
             }
             match self.scan() {

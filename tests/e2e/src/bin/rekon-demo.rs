@@ -176,6 +176,7 @@ async fn main() -> anyhow::Result<()> {
     let work = tempfile::Builder::new().prefix("rekon-demo-").tempdir()?;
     let opts = EnvOptions {
         log_filter: "info".into(),
+        serve_ops: true,
         ..EnvOptions::default()
     };
     let mut env = Env::start_in(paths, sim, work, opts)?;
@@ -201,6 +202,9 @@ async fn main() -> anyhow::Result<()> {
         env.plugin_dir.display()
     );
     println!("  rekon log:    {}", env.rekon.log_path().display());
+    if let Some(addr) = env.ops_addr {
+        println!("  metrics:      http://{addr}/metrics   probes: http://{addr}/readyz");
+    }
     println!(
         "  running:      rekon run --kubeconfig {kubeconfig} --context main --cluster sub=sub --plugins {} --install-crds",
         env.plugin_dir.display()

@@ -43,7 +43,11 @@ struct Args {
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
-        .and_then(|s| s.split_whitespace().nth(1).and_then(|p| p.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|p| p.parse::<u64>().ok())
+        })
         .map_or(0, |pages| pages * 4096)
 }
 
@@ -61,7 +65,8 @@ async fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>) -> anyhow::Result<u
                 .lines()
                 .find_map(|l| {
                     let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length").then(|| v.trim().parse().ok())?
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
                 })
                 .context("no content-length")?;
             let total = end + 4 + len;
@@ -124,7 +129,11 @@ async fn writer(
     Ok(())
 }
 
-async fn watch_reader(addr: String, events: Arc<AtomicU64>, stop: Arc<AtomicBool>) -> anyhow::Result<()> {
+async fn watch_reader(
+    addr: String,
+    events: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<()> {
     let mut s = TcpStream::connect(&addr).await?;
     let req = format!(
         "GET /api/v1/namespaces/default/configmaps?watch=1&resourceVersion=0&allowWatchBookmarks=true HTTP/1.1\r\nHost: {addr}\r\n\r\n"
@@ -189,14 +198,23 @@ async fn main() -> anyhow::Result<()> {
     let sim = SimCluster::start_with(SimConfig::new("bench")).await?;
     let addr = sim.addr().to_string();
     for i in 0..args.objects {
-        sim.create("v1", "configmaps", Some("default"), json!({"metadata": {"name": format!("bench-{i}")}, "data": {"v": "0"}}))
-            .map_err(|e| anyhow::anyhow!("failed to seed: {e}"))?;
+        sim.create(
+            "v1",
+            "configmaps",
+            Some("default"),
+            json!({"metadata": {"name": format!("bench-{i}")}, "data": {"v": "0"}}),
+        )
+        .map_err(|e| anyhow::anyhow!("failed to seed: {e}"))?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     let events = Arc::new(AtomicU64::new(0));
     let mut watchers = Vec::new();
     for _ in 0..args.watches {
-        watchers.push(tokio::spawn(watch_reader(addr.clone(), events.clone(), stop.clone())));
+        watchers.push(tokio::spawn(watch_reader(
+            addr.clone(),
+            events.clone(),
+            stop.clone(),
+        )));
     }
     // Let the watches receive their initial ADDED events.
     let initial = (args.watches * args.objects) as u64;
@@ -230,7 +248,9 @@ async fn main() -> anyhow::Result<()> {
     // Let the watchers drain what was written.
     let expected = events_start + writes * args.watches as u64;
     let drain_start = Instant::now();
-    while events.load(Ordering::Relaxed) < expected && drain_start.elapsed() < Duration::from_secs(30) {
+    while events.load(Ordering::Relaxed) < expected
+        && drain_start.elapsed() < Duration::from_secs(30)
+    {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let fanout_elapsed = start.elapsed().as_secs_f64();
@@ -244,11 +264,13 @@ async fn main() -> anyhow::Result<()> {
     let rss0 = rss_bytes();
     let t = Instant::now();
     for i in 0..args.nodes {
-        sim.create("v1", "nodes", None, node(i)).map_err(|e| anyhow::anyhow!("failed to create node: {e}"))?;
+        sim.create("v1", "nodes", None, node(i))
+            .map_err(|e| anyhow::anyhow!("failed to create node: {e}"))?;
     }
     let create_secs = t.elapsed().as_secs_f64();
     let rss1 = rss_bytes();
-    let per_10k = (rss1.saturating_sub(rss0)) as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0);
+    let per_10k =
+        (rss1.saturating_sub(rss0)) as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0);
 
     println!("| metric | value |");
     println!("|---|---|");
@@ -265,9 +287,15 @@ async fn main() -> anyhow::Result<()> {
         args.watches,
         delivered as f64 / fanout_elapsed
     );
-    println!("| events delivered / expected | {delivered} / {} |", writes * args.watches as u64);
+    println!(
+        "| events delivered / expected | {delivered} / {} |",
+        writes * args.watches as u64
+    );
     println!("| RSS per 10,000 Nodes (incl. watch history) | {per_10k:.1} MiB |");
-    println!("| Node creates/s (in-process handle) | {:.0} |", args.nodes as f64 / create_secs);
+    println!(
+        "| Node creates/s (in-process handle) | {:.0} |",
+        args.nodes as f64 / create_secs
+    );
     sim.shutdown().await;
     Ok(())
 }

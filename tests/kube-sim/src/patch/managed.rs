@@ -285,7 +285,7 @@ fn format_time(manager: &Manager) -> String {
 
 /// One `managedFields` entry, decoded.
 #[derive(Debug)]
-pub(super) struct Entry {
+struct Entry {
     manager: String,
     operation: Operation,
     api_version: String,
@@ -355,7 +355,7 @@ impl Entry {
 
 /// The decodable entries of `obj`'s `metadata.managedFields`; entries that
 /// do not decode are dropped, as apimachinery resets undecodable ones.
-pub(super) fn decode_entries(obj: &Value) -> Vec<Entry> {
+fn decode_entries(obj: &Value) -> Vec<Entry> {
     obj.pointer("/metadata/managedFields")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Entry::decode).collect())

@@ -16,6 +16,39 @@
 //! How lists merge is described by a [`TypeInfo`]: [`TypeInfo::builtin`] for
 //! the kinds kube-sim serves, [`TypeInfo::from_openapi_v3_schema`] for CRDs.
 //!
+//! # Caller's duties
+//! - Pick the [`TypeInfo`]: [`TypeInfo::builtin`] or, for a CRD version,
+//!   [`TypeInfo::from_openapi_v3_schema`] (build it once per CRD change).
+//!   Strategic merge patch on a kind without a built-in `TypeInfo` is a 415
+//!   the caller raises.
+//! - Subresource scoping: for a main-resource write of a kind with a status
+//!   subresource, restore the old `.status` (and drop `.status` from an apply
+//!   body) *before* calling [`apply`]/[`record_update`]; for `/status`, keep
+//!   everything but `.status` from the live object, and set
+//!   `Manager::subresource`.
+//! - Server-owned metadata: `uid`, `resourceVersion`, `generation`,
+//!   `creationTimestamp` are never owned, so they may be set before or after
+//!   the call; set `deletionTimestamp`/`deletionGracePeriodSeconds` after
+//!   (or the writer would own them).
+//! - No-op detection (contract 0.9) compares objects ignoring
+//!   `managedFields[].time`: [`record_update`] never touches managedFields
+//!   when nothing changed, [`apply`] keeps the entry's time when nothing
+//!   changed.
+//!
+//! # Known differences from apimachinery
+//! - Built-in schemas describe only what changes merging (merge keys,
+//!   sets, string maps); other object keys count as declared struct fields.
+//!   Creating a built-in by Update therefore owns `f:spec` with `"."` where
+//!   the real apiserver (comparing with a typed zero value) does not.
+//! - Container ports and Service ports merge by `containerPort` / `port`
+//!   alone in server-side apply too (apimachinery adds `protocol`, which it
+//!   defaults; kube-sim does no defaulting).
+//! - A `null` in an apply body removes the field.
+//! - `k:` entries of FieldsV1 sort by their JSON text (numbers as text).
+//! - Apply conflicts are listed sorted by manager then field (Go: map order).
+//! - Strategic merge patch accepts `$retainKeys` on any map; a list item
+//!   without its merge key is a 422 (Go: a generic error).
+//!
 //! # Layout
 //! - `merge`: RFC 7386 JSON merge patch.
 //! - `json`: RFC 6902 JSON patch with Go (evanphx/json-patch) `test` semantics.
@@ -213,39 +246,4 @@ pub struct Manager {
     pub subresource: Option<String>,
     /// Time of the write; recorded (RFC 3339, seconds) on this manager's entry.
     pub time: chrono::DateTime<chrono::Utc>,
-}
-
-#[cfg(test)]
-mod scratch_perf {
-    use super::*;
-    use serde_json::json;
-    #[test]
-    #[ignore]
-    fn perf() {
-        let info = TypeInfo::builtin("apps/v1", "Deployment").unwrap();
-        let m = Manager { name: "ctl".into(), operation: Operation::Update, api_version: "apps/v1".into(), subresource: None, time: chrono::Utc::now() };
-        let mut obj = json!({"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"web","namespace":"default","uid":"u","resourceVersion":"1","labels":{"app":"web","tier":"fe"},"annotations":{"a":"b"}},
-          "spec":{"replicas":3,"selector":{"matchLabels":{"app":"web"}},"template":{"metadata":{"labels":{"app":"web"}},"spec":{"containers":[
-            {"name":"app","image":"app:1","env":[{"name":"A","value":"1"},{"name":"B","value":"2"}],"ports":[{"containerPort":80}],"resources":{"limits":{"cpu":"1"}}},
-            {"name":"side","image":"side:1"}]}}},"status":{"replicas":3,"conditions":[{"type":"Available","status":"True"},{"type":"Progressing","status":"True"}]}});
-        record_update(None, &mut obj, &m, &info);
-        let m2 = Manager { name: "other".into(), ..m.clone() };
-        let new = merge_patch(&obj, &json!({"status":{"replicas": 7}}));
-        let n = 5000;
-        for _ in 0..3 {
-            let t = std::time::Instant::now();
-            for _ in 0..n { let mut x = new.clone(); std::hint::black_box(&mut x); }
-            let clone = t.elapsed().as_secs_f64()*1e6/n as f64;
-            let t = std::time::Instant::now();
-            for _ in 0..n { let mut x = new.clone(); record_update(Some(&obj), &mut x, &m2, &info); std::hint::black_box(&mut x); }
-            let ru = t.elapsed().as_secs_f64()*1e6/n as f64;
-            let t = std::time::Instant::now();
-            for _ in 0..n { std::hint::black_box(obj == new); }
-            let eq = t.elapsed().as_secs_f64()*1e6/n as f64;
-            let t = std::time::Instant::now();
-            for _ in 0..n { std::hint::black_box(managed::decode_entries(&obj)); }
-            let dec = t.elapsed().as_secs_f64()*1e6/n as f64;
-            println!("clone {clone:.1} us, record_update {:.1} us (net), deep-eq {eq:.1} us, decode {dec:.1} us", ru - clone);
-        }
-    }
 }

@@ -542,6 +542,53 @@ mod tests {
         assert_eq!(out["metadata"]["finalizers"], json!(["y", "x"]));
     }
 
+    /// The shape `kubectl apply` (client-side) sends for a Deployment.
+    #[test]
+    fn kubectl_apply_shaped_patch() {
+        let patch = json!({
+            "metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "sidecar"}, {"name": "app"}],
+                "containers": [{
+                    "$setElementOrder/env": [{"name": "B"}, {"name": "C"}],
+                    "env": [{"name": "C", "value": "3"}, {"$patch": "delete", "name": "A"}],
+                    "name": "app"
+                }]
+            }}}
+        });
+        let out = smp(&deployment(), patch, "apps/v1", "Deployment");
+        let c = &out["spec"]["template"]["spec"]["containers"];
+        assert_eq!(c[0]["name"], "sidecar");
+        assert_eq!(c[1]["name"], "app");
+        assert_eq!(
+            c[1]["env"],
+            json!([{"name": "B", "value": "2"}, {"name": "C", "value": "3"}])
+        );
+        assert_eq!(
+            out["metadata"]["annotations"],
+            json!({"kubectl.kubernetes.io/last-applied-configuration": "{}"})
+        );
+        assert_eq!(
+            c[1]["ports"],
+            json!([{"containerPort": 80, "name": "http"}])
+        );
+    }
+
+    #[test]
+    fn owner_references_merge_by_uid() {
+        let obj = json!({"metadata": {"ownerReferences": [{"uid": "1", "name": "a"}]}});
+        let out = smp(
+            &obj,
+            json!({"metadata": {"ownerReferences": [{"uid": "2", "name": "b"}, {"uid": "1", "$patch": "delete"}]}}),
+            "v1",
+            "ConfigMap",
+        );
+        assert_eq!(
+            out["metadata"]["ownerReferences"],
+            json!([{"uid": "2", "name": "b"}])
+        );
+    }
+
     #[test]
     fn retain_keys_clears_other_fields() {
         let d = json!({"spec": {"strategy": {"type": "RollingUpdate",

@@ -130,10 +130,7 @@ fn parse_response(buf: &[u8]) -> Raw {
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(pos) = b.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(pos) = b.windows(2).position(|w| w == b"\r\n") {
         let size_str = String::from_utf8_lossy(&b[..pos]);
         let size = usize::from_str_radix(size_str.split(';').next().unwrap_or("0").trim(), 16)
             .expect("chunk size");

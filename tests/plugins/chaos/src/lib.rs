@@ -22,6 +22,11 @@
 //! | `flood-N` | returns N Normal events about itself |
 //! | anything else | logs and does nothing |
 //!
+//! `map` (which the host calls only for custom watches — chaos declares
+//! none, but a runtime test may call it directly) maps a ConfigMap to a
+//! request for itself, except by the same mode: `panic` panics, `loop`
+//! spins, `oom` exhausts memory.
+//!
 //! Build-time variants (cargo features): `v2` reports version `2.0.0` and
 //! writes annotation value `v2` instead of `1.0.0` / `v1`;
 //! `broken-register` makes `register` fail with [`REGISTER_FAILURE`].
@@ -33,6 +38,7 @@
 use std::hint::black_box;
 
 use rekon_sdk::k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use rekon_sdk::kube::core::DynamicObject;
 use rekon_sdk::prelude::*;
 use serde_json::json;
 
@@ -130,6 +136,30 @@ impl Plugin for Chaos {
                 rekon_sdk::info!(ctx, "chaos: nothing to do"; mode = other, request = req);
                 Ok(Outcome::done())
             }
+        }
+    }
+
+    fn map(
+        _ctx: &Context,
+        cluster: &str,
+        _resource: &ResourceType,
+        object: &DynamicObject,
+    ) -> Vec<Request> {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let mode = object
+            .data
+            .pointer("/data/mode")
+            .and_then(|m| m.as_str())
+            .map_or_else(|| name.clone(), str::to_owned);
+        match mode.as_str() {
+            "panic" => panic!("{PANIC_MESSAGE} (map of {name})"),
+            "loop" => spin_forever(),
+            "oom" => exhaust_memory(),
+            _ => vec![Request {
+                cluster: cluster.to_owned(),
+                namespace: object.metadata.namespace.clone(),
+                name,
+            }],
         }
     }
 }
@@ -363,6 +393,26 @@ mod tests {
                 .iter()
                 .any(|l| l.fields.contains(&("mode".into(), "calm".into())))
         );
+    }
+
+    #[cfg(not(feature = "broken-register"))]
+    #[test]
+    fn map_requests_the_object_itself() {
+        let (mut world, _) = world_with("x", None);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
+        let reqs = world
+            .map::<Chaos>("sub", &ResourceType::of::<ConfigMap>(), &cm)
+            .unwrap();
+        assert_eq!(reqs, [Request::namespaced("sub", "ns", "a")]);
+    }
+
+    #[cfg(not(feature = "broken-register"))]
+    #[test]
+    #[should_panic(expected = "chaos plugin panicking on purpose (map of calm)")]
+    fn map_panics_by_mode() {
+        let (mut world, _) = world_with("x", None);
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "calm", "namespace": "ns"}, "data": {"mode": "panic"}});
+        let _ = world.map::<Chaos>("main", &ResourceType::of::<ConfigMap>(), &cm);
     }
 
     #[cfg(not(feature = "broken-register"))]
