@@ -34,15 +34,17 @@ plugins: wasm-target
 	fi; true
 	@ls -l dist/plugins/ 2>/dev/null || true
 
-# Test fixtures -> dist/test-plugins/
+# Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench plugin).
+# Feature builds overwrite the same target file, hence one build per copy.
 test-plugins: wasm-target
 	@mkdir -p dist/test-plugins
-	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos
-	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features v2
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v2.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node
+	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
+	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

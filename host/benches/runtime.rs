@@ -20,8 +20,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
 use rekon::plugin::{
-    Action, ClusterHealth, ClusterInfo, HostReads, LoadedPlugin, PluginRuntime, ReadError,
-    Request, Resource, RuntimeConfig,
+    Action, ClusterHealth, ClusterInfo, HostReads, LoadedPlugin, PluginRuntime, ReadError, Request,
+    Resource, RuntimeConfig,
 };
 
 const NODE_JSON: &str = include_str!("../../tests/plugins/bench-node/node.json");
@@ -142,7 +142,12 @@ fn main() -> anyhow::Result<()> {
         compile.push(plugin.load_timings().code);
     }
     let (median, p90) = stats(compile);
-    rows.push(("compile (cranelift, no cache)", fmt(median), fmt(p90), "~300 ms"));
+    rows.push((
+        "compile (cranelift, no cache)",
+        fmt(median),
+        fmt(p90),
+        "~300 ms",
+    ));
 
     // 2. Cached load: prime the cache, then load from it in fresh runtimes
     //    (a restart), timing the mmap deserialize and the whole load.
@@ -159,7 +164,12 @@ fn main() -> anyhow::Result<()> {
         mapped.push(timings.code);
     }
     let (median, p90) = stats(mapped);
-    rows.push(("cached load (mmap deserialize)", fmt(median), fmt(p90), "0.1–0.2 ms"));
+    rows.push((
+        "cached load (mmap deserialize)",
+        fmt(median),
+        fmt(p90),
+        "0.1–0.2 ms",
+    ));
     let (median, p90) = stats(whole);
     rows.push((
         "cached load, whole (sha256+map+link+register)",
@@ -185,14 +195,53 @@ fn main() -> anyhow::Result<()> {
             .expect("reconcile");
         black_box(outcome);
     });
-    rows.push(("reconcile, fresh instance per call", fmt(median), fmt(p90), "~60 µs"));
+    rows.push((
+        "reconcile, fresh instance per call",
+        fmt(median),
+        fmt(p90),
+        "~60 µs",
+    ));
 
     let mut session = plugin.session(reads.clone(), now)?;
     check_outcome(&session.reconcile(&req)?);
     let (median, p90) = per_call(2000, || {
         black_box(session.reconcile(&req).expect("reconcile"));
     });
-    rows.push(("reconcile, reused instance", fmt(median), fmt(p90), "~20 µs"));
+    rows.push((
+        "reconcile, reused instance",
+        fmt(median),
+        fmt(p90),
+        "~20 µs",
+    ));
+
+    // The floor: a call that reads nothing back (the Node is absent) and
+    // returns no action.
+    let absent = Request {
+        name: "absent".into(),
+        ..req.clone()
+    };
+    let (median, p90) = per_call(2000, || {
+        black_box(
+            plugin
+                .reconcile_blocking(&absent, reads.clone(), now)
+                .expect("reconcile"),
+        );
+    });
+    rows.push((
+        "empty reconcile, fresh instance per call",
+        fmt(median),
+        fmt(p90),
+        "",
+    ));
+    let (median, p90) = per_call(2000, || {
+        black_box(session.reconcile(&absent).expect("reconcile"));
+    });
+    rows.push((
+        "empty reconcile, reused instance",
+        fmt(median),
+        fmt(p90),
+        "",
+    ));
 
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -183,3 +183,34 @@ async fn periodic_resync_requeues_every_primary_without_events() {
     .expect("test timed out: likely deadlocked")
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_reconciles() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let engine = Engine::start(&["main", "sub"], &["main", "sub"]).await?;
+        let mut plugin = FanOut::new("fanout", "1.0.0", None);
+        plugin.delay = Duration::from_millis(700);
+        let plugin = Arc::new(plugin);
+        let observed = Arc::clone(&plugin.observed);
+        engine.manager.upsert(plugin);
+        create_cm(engine.cluster("main"), "slow", "v1");
+        eventually("a reconcile is in flight", WAIT, || async {
+            observed.in_flight.load(Ordering::SeqCst) == 1
+        })
+        .await?;
+        assert_eq!(child_value(engine.cluster("sub"), "slow"), None);
+        // Shutdown waits for the running reconcile and its writes.
+        engine.manager.shutdown().await;
+        assert_eq!(observed.in_flight.load(Ordering::SeqCst), 0);
+        assert!(all_equal(
+            &child_values(&engine, &["main", "sub"], "slow"),
+            "v1"
+        ));
+        assert!(engine.manager.plugins().is_empty());
+        engine.stop().await;
+        anyhow::Ok(())
+    })
+    .await
+    .expect("test timed out: likely deadlocked")
+    .unwrap();
+}

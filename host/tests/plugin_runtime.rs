@@ -340,13 +340,33 @@ fn pooling_allocator_is_used_or_degrades() {
     assert!(rt.stats().pooling);
 }
 
-/// The public futures can be spawned on a multi-threaded runtime.
-#[allow(dead_code, clippy::diverging_sub_expression)]
-fn public_futures_are_send() {
+/// The public futures can be spawned on a multi-threaded runtime
+/// (compile-time check; never called).
+#[allow(dead_code)]
+fn public_futures_are_send(
+    plugin: &LoadedPlugin,
+    registry: &rekon::plugin::PluginRegistry,
+    resource: &rekon::plugin::Resource,
+) {
     fn assert_send<T: Send>(_: &T) {}
-    let plugin: LoadedPlugin = unimplemented!();
-    let registry: rekon::plugin::PluginRegistry = unimplemented!();
     assert_send(&plugin.reconcile(request("x"), FakeCache::new(), SystemTime::now()));
-    assert_send(&plugin.map("main", &unimplemented!(), String::new(), FakeCache::new()));
+    assert_send(&plugin.map("main", resource, String::new(), FakeCache::new()));
     assert_send(&registry.watch_dir("/".into(), std::future::pending()));
+}
+
+#[test]
+fn inspect_prints_the_registration() {
+    use rekon::plugin::{OutputFormat, inspect_file};
+    let json = inspect_file(&chaos_v1(), OutputFormat::Json).expect("inspects");
+    let value: serde_json::Value = serde_json::from_str(&json).expect("JSON output");
+    assert_eq!(value["name"], "chaos");
+    assert_eq!(value["version"], "1.0.0");
+    assert_eq!(value["primary"]["kind"], "ConfigMap");
+    assert_eq!(value["permissions"][0]["resource"]["kind"], "ConfigMap");
+    assert_eq!(value["contract"], "rekon:plugin@0.1.x");
+    let yaml = inspect_file(&chaos_v1(), OutputFormat::Yaml).expect("inspects");
+    let value: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("YAML output");
+    assert_eq!(value["name"].as_str(), Some("chaos"));
+    let err = inspect_file(&chaos_broken_register(), OutputFormat::Yaml).unwrap_err();
+    assert!(err.to_string().contains(REGISTER_FAILURE), "{err}");
 }

@@ -14,6 +14,25 @@
 //!
 //! The [`Manager`] follows the plugin registry (load, replace, remove) and the
 //! cluster registry (engage, disengage).
+//!
+//! ```no_run
+//! # async fn demo(main: kube::Client, edge: kube::Client, plugins: rekon::plugin::PluginRegistry) -> anyhow::Result<()> {
+//! use rekon::cache::{CacheManager, Resolver};
+//! use rekon::cluster::ClusterRegistry;
+//! use rekon::controller::{ControllerConfig, Manager};
+//! use rekon::writer::{Writer, WriterConfig};
+//!
+//! let clusters = ClusterRegistry::new("main", main);
+//! clusters.add("edge", edge)?;
+//! let resolver = Resolver::default();
+//! let caches = CacheManager::new(clusters.clone(), resolver.clone());
+//! let writer = Writer::new(clusters.clone(), resolver, WriterConfig::default());
+//! let manager = Manager::new(caches, writer, ControllerConfig::default());
+//! // Follows plugin loads, swaps and removals until the future resolves,
+//! // then lets in-flight reconciles finish.
+//! manager.run(&plugins, async { let _ = tokio::signal::ctrl_c().await; }).await;
+//! # Ok(()) }
+//! ```
 
 pub mod mapping;
 pub mod queue;

@@ -116,3 +116,67 @@ pub fn cluster_infos(clusters: &ClusterRegistry) -> Vec<ClusterInfo> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CacheManager, Resolver};
+    use crate::plugin::Scope;
+
+    fn resource(kind: &str) -> Resource {
+        Resource {
+            group: String::new(),
+            version: "v1".into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+            scope: Scope::Namespaced,
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_are_scoped_to_watched_resources_and_engaged_clusters() {
+        // A client that is never reached: nothing here needs the cluster.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let clusters = ClusterRegistry::new("main", client);
+        let caches = CacheManager::new(clusters.clone(), Resolver::default());
+        let cm = resource("ConfigMap");
+        let cache = caches
+            .acquire("main", &crate::writer::resource_id(&cm))
+            .unwrap();
+        let mut map = CacheMap::new();
+        map.insert(
+            (
+                "main".into(),
+                String::new(),
+                "v1".into(),
+                "ConfigMap".into(),
+            ),
+            cache,
+        );
+        let reads = PluginReads {
+            caches: Arc::new(map),
+            clusters,
+        };
+        assert_eq!(reads.get("main", &cm, Some("default"), "x"), Ok(None));
+        assert_eq!(reads.list("main", &cm, None, Some("app=web")), Ok(vec![]));
+        assert!(matches!(
+            reads.list("main", &cm, None, Some("app in (web")),
+            Err(ReadError::InvalidSelector(_))
+        ));
+        assert!(matches!(
+            reads.get("main", &resource("Secret"), Some("default"), "x"),
+            Err(ReadError::NotWatched(_))
+        ));
+        assert!(matches!(
+            reads.get("elsewhere", &cm, Some("default"), "x"),
+            Err(ReadError::UnknownCluster(c)) if c == "elsewhere"
+        ));
+        let infos = reads.clusters();
+        assert_eq!(infos.len(), 1);
+        assert!(infos[0].primary && infos[0].name == "main");
+        // Unsynced cache: the cluster reports Syncing, not Ready.
+        assert_eq!(infos[0].health, ClusterHealth::Syncing);
+    }
+}

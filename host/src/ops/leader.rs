@@ -200,6 +200,8 @@ pub struct LeaderGate {
     valid_until: Arc<Mutex<Option<Instant>>>,
     deadline_enforced: bool,
     lease: Arc<str>,
+    /// Keeps the channel of [`LeaderGate::always_leader`] open.
+    _always: Option<Arc<watch::Sender<bool>>>,
 }
 
 impl LeaderGate {
@@ -207,13 +209,13 @@ impl LeaderGate {
     #[must_use]
     pub fn always_leader() -> Self {
         let (tx, rx) = watch::channel(true);
-        // Keep the sender alive so receivers never see the channel closed.
-        std::mem::forget(tx);
         Self {
             rx,
             valid_until: Arc::new(Mutex::new(None)),
             deadline_enforced: false,
             lease: Arc::from("<leader election disabled>"),
+            // Receivers never see the channel closed while a gate lives.
+            _always: Some(Arc::new(tx)),
         }
     }
 
@@ -376,6 +378,7 @@ impl<S: LeaseStore> LeaderElector<S> {
             valid_until: self.valid_until.clone(),
             deadline_enforced: true,
             lease: Arc::from(self.config.lease_key()),
+            _always: None,
         }
     }
 

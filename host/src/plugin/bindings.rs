@@ -16,5 +16,7 @@ wasmtime::component::bindgen!({
     ],
 });
 
-pub(crate) use rekon::plugin::host;
-pub(crate) use rekon::plugin::types;
+// `self::`: the generated module `rekon` would otherwise be ambiguous with
+// the crate itself (named `rekon`) where it is in the extern prelude (doctests).
+pub(crate) use self::rekon::plugin::host;
+pub(crate) use self::rekon::plugin::types;

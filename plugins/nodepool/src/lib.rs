@@ -729,7 +729,4 @@ fn status_for(
     Ok(serde_json::from_value(serde_json::to_value(&status)?)?)
 }
 
-// Natively the crate is a library for tests: the component exports exist
-// only in the wasm build (a native cdylib cannot export WIT names).
-#[cfg(target_arch = "wasm32")]
 rekon_sdk::export_plugin!(NodePoolPlugin);

@@ -423,6 +423,12 @@ fn a_node_in_two_pools_keeps_each_pools_labels_and_taints() {
         "gpu",
         &spec(&[("node-pool.lailin.xyz/gpu", "8")], &[], None),
     );
+    // Not even for a moment: gpu alone (before ssd runs again) keeps them.
+    world
+        .converge::<NodePoolPlugin>(&pool_req("gpu"), 5)
+        .unwrap();
+    assert_eq!(labels(&world, "n1")["accelerator"], "a100");
+    assert!(taints(&world, "n1").contains(&t3("node-pool.lailin.xyz", "gpu", "NoSchedule")));
     converge(&mut world);
     assert_eq!(labels(&world, "n1")["accelerator"], "a100");
     assert!(taints(&world, "n1").contains(&t3("node-pool.lailin.xyz", "gpu", "NoSchedule")));

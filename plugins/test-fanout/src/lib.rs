@@ -533,7 +533,4 @@ fn cleanup(ctx: &Context, req: &Request, namespace: &str, views: &[View]) -> Out
     }
 }
 
-// Natively the crate is a library for tests: the component exports exist
-// only in the wasm build (a native cdylib cannot export WIT names).
-#[cfg(target_arch = "wasm32")]
 rekon_sdk::export_plugin!(TestFanout);

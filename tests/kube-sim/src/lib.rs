@@ -21,6 +21,22 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Fidelity notes
+//!
+//! - One mutex per cluster guards the store; no lock is held across an
+//!   await. Each persisted change is serialized once and fanned out to
+//!   watchers through a per-resource broadcast channel; a watcher that falls
+//!   behind is resynced from the bounded history, or gets 410 if it fell
+//!   off the end.
+//! - Garbage collection, namespace finalization, CRD cleanup and CRD
+//!   establishment run synchronously after the write that triggers them.
+//! - Lists with `limit`/`continue` or an Exact resourceVersion are served
+//!   from a snapshot rebuilt from the watch history.
+//! - Not served: protobuf/CBOR, aggregated discovery, OpenAPI documents
+//!   (`/openapi/v2` answers an empty document), admission, RBAC, workload
+//!   controllers (no Pods for Jobs), conversion between CRD versions
+//!   (only `apiVersion` is rewritten).
+//!
 //! # Test API over HTTP (`/_sim/...`)
 //!
 //! Never affected by injected faults or stalls. Parameters go in the query
@@ -47,6 +63,7 @@
 //! - `watch`: watch streams (bookmarks, timeouts, selector transitions).
 //! - `resources`: built-in and CRD resources, discovery documents.
 //! - `selectors`: label and field selectors.
+//! - `table`: server-side printing (`as=Table`) for `kubectl get`.
 //! - `faults`: fault injection and request counters.
 //! - `error`: `metav1.Status` errors.
 //! - [`patch`]: patch algebra and managedFields.
@@ -59,6 +76,7 @@ pub mod resources;
 pub mod selectors;
 pub mod server;
 pub mod store;
+mod table;
 pub mod watch;
 
 pub use cluster::{Sim, SimCluster, SimConfig, SimError, kubeconfig_yaml, write_kubeconfig};

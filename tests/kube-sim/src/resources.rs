@@ -43,6 +43,8 @@ pub struct ResourceInfo {
     pub schema: Option<Arc<Value>>,
     /// Representation conversion needed between stored and served objects.
     pub conversion: Conversion,
+    /// A CRD version's `additionalPrinterColumns`.
+    pub printer_columns: Option<Arc<Value>>,
     /// List semantics for patches and apply, built on first use.
     type_info: Arc<OnceLock<TypeInfo>>,
 }
@@ -276,6 +278,7 @@ impl Registry {
                     Conversion::None
                 },
                 type_info: Arc::default(),
+                printer_columns: None,
             };
             r.insert(info);
         }
@@ -619,6 +622,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             schema,
             conversion: Conversion::None,
             type_info: Arc::default(),
+            printer_columns: v.get("additionalPrinterColumns").cloned().map(Arc::new),
         });
     }
     if out.is_empty() {

@@ -21,7 +21,7 @@ use crate::faults::{FaultRule, Faults};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, ListOpts, PatchKind, Propagation, Store, WriteOpts};
-use crate::watch::{Shape, WatchSpec, render};
+use crate::watch::{Include, Shape, WatchSpec, render};
 
 /// Largest request body accepted.
 const MAX_BODY: usize = 64 * 1024 * 1024;
@@ -207,7 +207,17 @@ fn route(cs: &ClusterState, path: &str) -> Route {
 }
 
 /// Chooses the response shape from `Accept`.
-fn negotiate(headers: &HeaderMap) -> ApiResult<Shape> {
+fn negotiate(headers: &HeaderMap, params: &Params) -> ApiResult<Shape> {
+    let include = match params.get("includeObject") {
+        None | Some("" | "Metadata") => Include::Metadata,
+        Some("None") => Include::None,
+        Some("Object") => Include::Object,
+        Some(v) => {
+            return Err(ApiError::bad_request(format!(
+                "includeObject: Unsupported value: \"{v}\": supported values: \"Metadata\", \"None\", \"Object\""
+            )));
+        }
+    };
     let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else {
         return Ok(Shape::Full);
     };
@@ -234,11 +244,21 @@ fn negotiate(headers: &HeaderMap) -> ApiResult<Shape> {
             {
                 return Ok(Shape::Meta);
             }
-            // Tables are not served; a later plain JSON entry is.
+            Some("Table") if params_ok_table(&params) => {
+                return Ok(Shape::Table {
+                    beta: params.get("v").map(String::as_str) == Some("v1beta1"),
+                    include,
+                });
+            }
             _ => continue,
         }
     }
     Err(ApiError::not_acceptable(accept))
+}
+
+fn params_ok_table(p: &HashMap<String, String>) -> bool {
+    p.get("g").is_none_or(|g| g == "meta.k8s.io")
+        && p.get("v").is_none_or(|v| v == "v1" || v == "v1beta1")
 }
 
 fn content_type(headers: &HeaderMap) -> String {
@@ -508,6 +528,11 @@ fn list_response(
             "PartialObjectMetadataList".to_string(),
             "meta.k8s.io/v1".to_string(),
         ),
+        Shape::Table { beta, include } => {
+            let served: Vec<Value> = items.iter().map(|o| render(res, Shape::Full, o)).collect();
+            let t = crate::watch::table(res, beta, include, &served, Some(rv), cont.as_deref());
+            return json_response(200, &t);
+        }
     };
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
@@ -566,7 +591,13 @@ async fn resource(
     sub: Option<String>,
 ) -> ApiResult<Response> {
     let method = req.method().clone();
-    let shape = negotiate(req.headers())?;
+    let shape = negotiate(req.headers(), &params)?;
+    // Tables are for reads; writes answer the object.
+    let shape = if matches!(shape, Shape::Table { .. }) && req.method() != Method::GET {
+        Shape::Full
+    } else {
+        shape
+    };
     let nsr = ns.as_deref();
     match (method, name) {
         (Method::GET, name) if params.bool("watch")? => {

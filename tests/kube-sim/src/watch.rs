@@ -25,6 +25,58 @@ pub enum Shape {
     Full,
     /// `PartialObjectMetadata`.
     Meta,
+    /// `meta.k8s.io` Table (`v1beta1` when `beta`).
+    Table {
+        /// Table apiVersion is meta.k8s.io/v1beta1.
+        beta: bool,
+        /// `includeObject`: what each row carries.
+        include: Include,
+    },
+}
+
+/// `includeObject` of Table responses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Include {
+    /// No object.
+    None,
+    /// PartialObjectMetadata (default).
+    Metadata,
+    /// The full object.
+    Object,
+}
+
+impl Include {
+    /// Wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "None",
+            Self::Metadata => "Metadata",
+            Self::Object => "Object",
+        }
+    }
+}
+
+/// A Table of served objects.
+pub(crate) fn table(
+    res: &ResourceInfo,
+    beta: bool,
+    include: Include,
+    items: &[Value],
+    rv: Option<u64>,
+    cont: Option<&str>,
+) -> Value {
+    let av = if beta {
+        "meta.k8s.io/v1beta1"
+    } else {
+        "meta.k8s.io/v1"
+    };
+    crate::table::Printer::for_resource(res, res.printer_columns.as_deref()).table(
+        av,
+        items,
+        rv,
+        cont,
+        include.as_str(),
+    )
 }
 
 /// Renders a stored object for a response.
@@ -42,6 +94,10 @@ pub(crate) fn render(res: &ResourceInfo, shape: Shape, obj: &Value) -> Value {
             "apiVersion": "meta.k8s.io/v1",
             "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
         }),
+        Shape::Table { beta, include } => {
+            let served = render(res, Shape::Full, obj);
+            table(res, beta, include, &[served], None, None)
+        }
     }
 }
 
@@ -166,7 +222,9 @@ impl Watcher {
 
     fn push_bookmark(&mut self, rv: u64, initial_end: bool) {
         let (kind, av) = match self.spec.shape {
-            Shape::Full => (self.spec.res.kind.clone(), self.spec.res.api_version()),
+            Shape::Full | Shape::Table { .. } => {
+                (self.spec.res.kind.clone(), self.spec.res.api_version())
+            }
             Shape::Meta => (
                 "PartialObjectMetadata".to_string(),
                 "meta.k8s.io/v1".to_string(),

@@ -261,6 +261,23 @@ async fn custom_resources_generation_and_status() {
         assert_eq!(v["status"]["ready"], true, "main resource keeps status");
         let (_, v) = req(&u, "PATCH", &format!("{base}/w"), MERGE, Some(json!({"metadata": {"labels": {"a": "b"}}}))).await;
         assert_eq!(v["metadata"]["generation"], 2);
+        // Server-side apply through /status changes only the status.
+        let r = raw(
+            &u,
+            "PATCH",
+            &format!("{base}/w/status?fieldManager=ctl&force=true"),
+            &[("Content-Type", "application/apply-patch+yaml")],
+            Some(r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"size":7},"status":{"phase":"Done"}}"#),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["status"]["phase"], "Done");
+        assert_eq!(v["spec"]["size"], 2);
+        assert!(
+            v["metadata"]["managedFields"].as_array().unwrap().iter().any(|m| m["manager"] == "ctl" && m["subresource"] == "status"),
+            "{v}"
+        );
         // Strategic merge on a CR: 415.
         let (code, _) = req(&u, "PATCH", &format!("{base}/w"), "application/strategic-merge-patch+json", Some(json!({}))).await;
         assert_eq!(code, 415);
@@ -529,7 +546,7 @@ async fn watch_live_periodic_bookmarks_and_close() {
         });
         tokio::time::sleep(Duration::from_millis(300)).await;
         cm(&u, "live", json!({})).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(1000)).await;
         // Closing every watch ends the stream long before its timeout.
         let (code, _) = req(&u, "POST", "/_sim/close-watches", JSON, None).await;
         assert_eq!(code, 200);
@@ -930,6 +947,42 @@ async fn malformed_requests_get_a_status_never_a_dropped_connection() {
         let (code, v) = req(&u, "GET", obj, JSON, None).await;
         assert_eq!(code, 200);
         assert_eq!(v["data"], json!({"k": "v"}));
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tables_for_kubectl_get() {
+    within(20, "tables", async {
+        let c = SimCluster::start("t").await.unwrap();
+        let u = c.url();
+        c.create(
+            "v1",
+            "nodes",
+            None,
+            json!({"metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/gpu": ""}},
+                   "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"kubeletVersion": "v1.32.0"}}}),
+        )
+        .unwrap();
+        let accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        let r = raw(&u, "GET", "/api/v1/nodes?limit=500", &[("Accept", accept)], None).await;
+        let t = r.json();
+        assert_eq!((t["kind"].as_str(), t["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")));
+        let cols: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(cols, ["Name", "Status", "Roles", "Age", "Version"]);
+        assert_eq!(t["rows"][0]["cells"][0], "n1");
+        assert_eq!(t["rows"][0]["cells"][1], "Ready");
+        assert_eq!(t["rows"][0]["cells"][2], "gpu");
+        assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+        assert!(t["metadata"]["resourceVersion"].is_string());
+        // Only a table acceptable and includeObject=Object.
+        let r = raw(&u, "GET", "/api/v1/nodes/n1?includeObject=Object", &[("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")], None).await;
+        let t = r.json();
+        assert_eq!(t["rows"][0]["object"]["status"]["nodeInfo"]["kubeletVersion"], "v1.32.0");
+        // Writes answer the object even when a table is acceptable.
+        let r = raw(&u, "PATCH", "/api/v1/nodes/n1", &[("Accept", accept), ("Content-Type", MERGE)], Some(r#"{"spec":{"unschedulable":true}}"#)).await;
+        assert_eq!(r.json()["kind"], "Node");
         c.shutdown().await;
     })
     .await;

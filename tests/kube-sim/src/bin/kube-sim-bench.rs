@@ -38,6 +38,9 @@ struct Args {
     /// Nodes for the memory measurement.
     #[arg(long, default_value_t = 10_000)]
     nodes: usize,
+    /// Watch history kept per resource.
+    #[arg(long, default_value_t = 10_000)]
+    history: usize,
 }
 
 fn rss_bytes() -> u64 {
@@ -140,21 +143,22 @@ async fn watch_reader(
     );
     s.write_all(req.as_bytes()).await?;
     let mut tmp = vec![0u8; 1 << 16];
-    // Events end with "}\n"; chunk framing is "\r\n" and never follows '}'.
-    let mut prev = 0u8;
+    let mut pending: i64 = 0;
+    // Every event ends with '\n'; chunk framing adds "\r\n" pairs and
+    // JSON never contains a raw '\r': events = count('\n') - count('\r').
     while !stop.load(Ordering::Relaxed) {
         let n = tokio::time::timeout(Duration::from_millis(200), s.read(&mut tmp)).await;
         match n {
             Ok(Ok(0)) => bail!("watch closed"),
             Ok(Ok(n)) => {
-                let mut lines = 0u64;
-                for &b in &tmp[..n] {
-                    if b == b'\n' && prev == b'}' {
-                        lines += 1;
-                    }
-                    prev = b;
+                let nl = tmp[..n].iter().filter(|b| **b == b'\n').count() as i64;
+                let cr = tmp[..n].iter().filter(|b| **b == b'\r').count() as i64;
+                // A "\r\n" split across reads makes one read's count -1.
+                pending += nl - cr;
+                if pending > 0 {
+                    events.fetch_add(pending.unsigned_abs(), Ordering::Relaxed);
+                    pending = 0;
                 }
-                events.fetch_add(lines, Ordering::Relaxed);
             }
             Ok(Err(e)) => return Err(e.into()),
             Err(_) => {}
@@ -195,7 +199,7 @@ fn node(i: usize) -> serde_json::Value {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Arc::new(Args::parse());
-    let sim = SimCluster::start_with(SimConfig::new("bench")).await?;
+    let sim = SimCluster::start_with(SimConfig::new("bench").history_limit(args.history)).await?;
     let addr = sim.addr().to_string();
     for i in 0..args.objects {
         sim.create(
@@ -272,6 +276,18 @@ async fn main() -> anyhow::Result<()> {
     let per_10k =
         (rss1.saturating_sub(rss0)) as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0);
 
+    // Baseline: the same Nodes as bare serde_json Values, for comparison.
+    let rss2 = rss_bytes();
+    let bare: Vec<serde_json::Value> = (0..args.nodes).map(node).collect();
+    let rss3 = rss_bytes();
+    let bare_per_10k =
+        (rss3.saturating_sub(rss2)) as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0);
+    let json_len: usize = bare
+        .iter()
+        .map(|n| serde_json::to_vec(n).map_or(0, |v| v.len()))
+        .sum();
+    drop(bare);
+
     println!("| metric | value |");
     println!("|---|---|");
     println!(
@@ -295,6 +311,11 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "| Node creates/s (in-process handle) | {:.0} |",
         args.nodes as f64 / create_secs
+    );
+    println!("| same Nodes as bare serde_json::Value, per 10,000 | {bare_per_10k:.1} MiB |");
+    println!(
+        "| same Nodes as JSON text, per 10,000 | {:.1} MiB |",
+        json_len as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0)
     );
     sim.shutdown().await;
     Ok(())

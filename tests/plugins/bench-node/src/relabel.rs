@@ -25,9 +25,16 @@ pub fn relabel(node: &mut Node) {
 }
 
 /// Parse, relabel, serialize: what one reconcile of the plugin does to the
-/// Node it reads (the plugin serializes inside `Action::apply`).
+/// Node it reads. The SDK's `Action::apply` turns the typed object into a
+/// `serde_json::Value` (adding apiVersion/kind) and the value into text when
+/// the action crosses to the host; the same two steps are done here.
 pub fn relabel_json(node_json: &str) -> Result<String, serde_json::Error> {
     let mut node: Node = serde_json::from_str(node_json)?;
     relabel(&mut node);
-    serde_json::to_string(&node)
+    let mut value = serde_json::to_value(&node)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), "v1".into());
+        map.insert("kind".into(), "Node".into());
+    }
+    Ok(value.to_string())
 }

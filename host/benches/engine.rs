@@ -1,0 +1,550 @@
+//! Engine benchmark: fan out N primaries (ConfigMaps in the primary
+//! cluster) to one Secret per primary in every cluster, by server-side
+//! apply, starting from a pre-seeded primary cluster (the initial-list
+//! case). Prints time to converge, writes/s, the engine's CPU seconds and
+//! peak RSS, for 1 and 3 clusters, for
+//! - `rekon-wasm`: the engine with the logic in a WASM plugin
+//!   (tests/plugins/bench-fanout, built for wasm32-wasip2; skipped when the
+//!   file is missing),
+//! - `rekon`: the engine with the same logic as a native reconciler (queue,
+//!   caches, mapping and writer without the sandbox),
+//! - `kube-rs`: a native kube-rs `Controller` doing the same thing.
+//!
+//! Each scenario runs in its own process (so peak RSS and CPU are that
+//! engine's alone) and talks to kube-sim running in yet another process,
+//! which seeds the primaries and reports convergence from its own store.
+//!
+//! ```text
+//! cargo build -p rekon-bench-fanout --target wasm32-wasip2 --profile wasm
+//! cargo bench -p rekon-host --bench engine            # 10,000 objects
+//! REKON_BENCH_OBJECTS=2000 cargo bench -p rekon-host --bench engine
+//! ```
+//! Figures depend on the machine (2 cores here) and kube-sim's speed; both
+//! engines share the same simulator and the same concurrency (4).
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use anyhow::Context as _;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{
+    Action as KubeAction, Config as ControllerRuntimeConfig, Controller,
+};
+use kube::runtime::reflector::ObjectRef as KubeObjectRef;
+use kube::runtime::watcher;
+use rekon::cache::{CacheManager, Resolver};
+use rekon::cluster::{ClusterRegistry, Source, connect};
+use rekon::controller::{ControllerConfig, Manager, Reconciler};
+use rekon::plugin::{
+    Action, ApplyAction, CallError, ClusterSet, HostReads, Mapping, Outcome, OwnerLabels,
+    Registration, Request, Resource, Scope, Watch,
+};
+use rekon::writer::{Writer, WriterConfig};
+use serde_json::{Value, json};
+
+const CONCURRENCY: usize = 4;
+const CLUSTER_NAMES: [&str; 3] = ["main", "sub", "edge"];
+
+fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--list") {
+        // `cargo test --benches` lists benchmarks; there is nothing to list.
+        return Ok(());
+    }
+    match std::env::var("REKON_BENCH_ROLE").as_deref() {
+        Ok("sim") => sim_main(),
+        Ok("scenario") => scenario_main(),
+        _ => orchestrate(),
+    }
+}
+
+/// The bench-fanout plugin component.
+fn plugin_path() -> std::path::PathBuf {
+    std::env::var_os("REKON_BENCH_PLUGIN").map_or_else(
+        || {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/wasm32-wasip2/wasm/rekon_bench_fanout.wasm")
+        },
+        std::path::PathBuf::from,
+    )
+}
+
+fn objects() -> usize {
+    std::env::var("REKON_BENCH_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
+// ---------------------------------------------------------------- orchestrator
+
+fn orchestrate() -> anyhow::Result<()> {
+    let n = objects();
+    println!(
+        "engine benchmark: {n} primaries fanned out to every cluster (concurrency {CONCURRENCY})"
+    );
+    println!(
+        "{:<10} {:>8} {:>12} {:>10} {:>12} {:>12} {:>14}",
+        "engine", "clusters", "converge s", "writes", "writes/s", "cpu s", "peak RSS MiB"
+    );
+    for clusters in [1_usize, 3] {
+        for engine in ["rekon-wasm", "rekon", "kube-rs"] {
+            if engine == "rekon-wasm" && !plugin_path().is_file() {
+                println!(
+                    "{engine:<10} {clusters:>8} skipped: {} not built",
+                    plugin_path().display()
+                );
+                continue;
+            }
+            let out = Command::new(std::env::current_exe()?)
+                .env("REKON_BENCH_ROLE", "scenario")
+                .env("REKON_BENCH_ENGINE", engine)
+                .env("REKON_BENCH_CLUSTERS", clusters.to_string())
+                .env("REKON_BENCH_OBJECTS", n.to_string())
+                .stderr(Stdio::inherit())
+                .output()?;
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let Some(line) = stdout.lines().find_map(|l| l.strip_prefix("RESULT ")) else {
+                println!("{engine:<10} {clusters:>8} failed: {stdout}");
+                continue;
+            };
+            let r: Value = serde_json::from_str(line)?;
+            let secs = r["seconds"].as_f64().unwrap_or_default();
+            let writes = r["writes"].as_u64().unwrap_or_default();
+            println!(
+                "{:<10} {:>8} {:>12.2} {:>10} {:>12.0} {:>12.2} {:>14.1}",
+                engine,
+                clusters,
+                secs,
+                writes,
+                writes as f64 / secs.max(1e-9),
+                r["cpu_seconds"].as_f64().unwrap_or_default(),
+                r["peak_rss_mib"].as_f64().unwrap_or_default(),
+            );
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- simulator
+
+/// Start the clusters, seed the primaries, print `ready <kubeconfig>`; on
+/// `start` from stdin, report `converged <seconds>` once every cluster holds
+/// one Secret per primary; exit when stdin closes.
+fn sim_main() -> anyhow::Result<()> {
+    let n = objects();
+    let clusters: usize = std::env::var("REKON_BENCH_CLUSTERS")?.parse()?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let configs = CLUSTER_NAMES[..clusters]
+            .iter()
+            .map(|c| kube_sim::SimConfig::new(*c).history_limit(4 * n + 1000))
+            .collect();
+        let sim = kube_sim::Sim::start_with(configs).await?;
+        let main = sim.cluster("main");
+        for i in 0..n {
+            main.create(
+                "v1",
+                "configmaps",
+                Some("default"),
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": format!("p{i}"), "namespace": "default"},
+                       "data": {"value": "v1"}}),
+            )?;
+        }
+        let baseline: Vec<usize> = sim
+            .clusters()
+            .iter()
+            .map(kube_sim::SimCluster::object_count)
+            .collect();
+        println!("ready {}", sim.kubeconfig_path().display());
+        std::io::stdout().flush()?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // wait for "start"
+        while let Some(line) = rx.recv().await {
+            if line == "start" {
+                break;
+            }
+        }
+        let t0 = Instant::now();
+        loop {
+            let done = sim
+                .clusters()
+                .iter()
+                .zip(&baseline)
+                .all(|(c, base)| c.object_count() >= base + n);
+            if done {
+                println!("converged {}", t0.elapsed().as_secs_f64());
+                std::io::stdout().flush()?;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Until the scenario closes our stdin.
+        while rx.recv().await.is_some() {}
+        sim.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+struct SimProcess {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl SimProcess {
+    fn spawn(clusters: usize, objects: usize) -> anyhow::Result<Self> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .env("REKON_BENCH_ROLE", "sim")
+            .env("REKON_BENCH_CLUSTERS", clusters.to_string())
+            .env("REKON_BENCH_OBJECTS", objects.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().context("sim stdout")?).lines();
+        let kubeconfig = loop {
+            let line = lines.next().context("sim exited before it was ready")??;
+            if let Some(path) = line.strip_prefix("ready ") {
+                break std::path::PathBuf::from(path);
+            }
+        };
+        Ok(Self {
+            child,
+            lines,
+            kubeconfig,
+        })
+    }
+
+    fn start(&mut self) -> anyhow::Result<()> {
+        let stdin = self.child.stdin.as_mut().context("sim stdin")?;
+        writeln!(stdin, "start")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// Blocks until the simulator reports convergence.
+    fn converged(&mut self) -> anyhow::Result<f64> {
+        loop {
+            let line = self
+                .lines
+                .next()
+                .context("sim exited before convergence")??;
+            if let Some(s) = line.strip_prefix("converged ") {
+                return Ok(s.parse()?);
+            }
+        }
+    }
+
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- scenario
+
+/// User+system CPU seconds of this process (USER_HZ = 100 on Linux).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which is in parentheses).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_default()
+    };
+    // utime and stime are fields 14 and 15 of the full line: 11 and 12 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// Peak resident set (VmHWM) of this process, MiB.
+fn peak_rss_mib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn scenario_main() -> anyhow::Result<()> {
+    let n = objects();
+    let clusters: usize = std::env::var("REKON_BENCH_CLUSTERS")?.parse()?;
+    let engine = std::env::var("REKON_BENCH_ENGINE")?;
+    let mut sim = SimProcess::spawn(clusters, n)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let names: Vec<String> = CLUSTER_NAMES[..clusters]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let kubeconfig = sim.kubeconfig.clone();
+    let mut clients = Vec::new();
+    for name in &names {
+        clients.push(rt.block_on(connect(
+            name,
+            &Source::Context {
+                kubeconfig: Some(kubeconfig.clone()),
+                context: Some(name.clone()),
+            },
+        ))?);
+    }
+    // Compiling the component is a one-time cost (cached on disk by digest
+    // in production): done before the measurement starts.
+    let plugin: Option<Arc<dyn Reconciler>> = if engine == "rekon-wasm" {
+        let runtime = rekon::plugin::PluginRuntime::new(rekon::plugin::RuntimeConfig::default())?;
+        Some(Arc::new(runtime.load_file(plugin_path())?))
+    } else {
+        None
+    };
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    sim.start()?;
+    let stop = match engine.as_str() {
+        "rekon" | "rekon-wasm" => rt.block_on(start_rekon(&names, &clients, plugin))?,
+        "kube-rs" => rt.block_on(start_kube_rs(&names, &clients)),
+        other => anyhow::bail!("unknown engine {other}"),
+    };
+    let _sim_seconds = sim.converged()?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let rss = peak_rss_mib();
+    println!(
+        "RESULT {}",
+        json!({"seconds": seconds, "writes": n * clusters, "cpu_seconds": cpu, "peak_rss_mib": rss})
+    );
+    rt.block_on(stop);
+    sim.stop();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- rekon
+
+fn resource(kind: &str, plural: &str) -> Resource {
+    Resource {
+        group: String::new(),
+        version: "v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+        scope: Scope::Namespaced,
+    }
+}
+
+struct FanOut(Registration);
+
+impl Reconciler for FanOut {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn registration(&self) -> &Registration {
+        &self.0
+    }
+
+    fn reconcile(
+        &self,
+        req: Request,
+        reads: Arc<dyn HostReads>,
+        _time: SystemTime,
+    ) -> BoxFuture<'static, Result<Outcome, CallError>> {
+        let primary = reads.get(
+            &req.cluster,
+            &resource("ConfigMap", "configmaps"),
+            req.namespace.as_deref(),
+            &req.name,
+        );
+        let clusters = reads.clusters();
+        async move {
+            let Ok(Some(primary)) = primary else {
+                return Ok(Outcome {
+                    actions: vec![],
+                    requeue_after_ms: None,
+                    finalized: false,
+                });
+            };
+            let primary: Value = serde_json::from_str(&primary).unwrap_or_default();
+            let ns = req.namespace.clone().unwrap_or_default();
+            let actions = clusters
+                .iter()
+                .map(|c| {
+                    Action::Apply(ApplyAction {
+                        cluster: c.name.clone(),
+                        object: secret(&req.cluster, &ns, &req.name, &primary["data"]["value"])
+                            .to_string(),
+                        status: false,
+                        force: true,
+                    })
+                })
+                .collect();
+            Ok(Outcome {
+                actions,
+                requeue_after_ms: None,
+                finalized: false,
+            })
+        }
+        .boxed()
+    }
+
+    fn map(
+        &self,
+        _cluster: &str,
+        _resource: &Resource,
+        _object: String,
+        _reads: Arc<dyn HostReads>,
+    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>> {
+        async { Ok(vec![]) }.boxed()
+    }
+}
+
+fn secret(cluster: &str, ns: &str, name: &str, value: &Value) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {"owner.cluster": cluster, "owner.namespace": ns, "owner.name": name},
+            "annotations": {"bench/value": value},
+        },
+    })
+}
+
+async fn start_rekon(
+    names: &[String],
+    clients: &[kube::Client],
+    plugin: Option<Arc<dyn Reconciler>>,
+) -> anyhow::Result<BoxFuture<'static, ()>> {
+    let registry = ClusterRegistry::new(names[0].clone(), clients[0].clone());
+    for (name, client) in names.iter().zip(clients).skip(1) {
+        registry.add(name.clone(), client.clone())?;
+    }
+    let resolver = Resolver::default();
+    let caches = CacheManager::new(registry.clone(), resolver.clone());
+    let writer = Writer::new(registry, resolver, WriterConfig::default());
+    let manager = Manager::new(
+        caches,
+        writer,
+        ControllerConfig {
+            max_concurrent_reconciles: CONCURRENCY,
+            resync_period: None,
+            ..ControllerConfig::default()
+        },
+    );
+    if let Some(plugin) = plugin {
+        manager.upsert(plugin);
+        return Ok(async move { manager.shutdown().await }.boxed());
+    }
+    manager.upsert(Arc::new(FanOut(Registration {
+        name: "fanout".into(),
+        version: "1.0.0".into(),
+        primary: resource("ConfigMap", "configmaps"),
+        primary_clusters: ClusterSet::Primary,
+        clusters: ClusterSet::All,
+        watches: vec![Watch {
+            resource: resource("Secret", "secrets"),
+            clusters: ClusterSet::All,
+            mapping: Mapping::OwnerLabels(OwnerLabels {
+                cluster: "owner.cluster".into(),
+                namespace: "owner.namespace".into(),
+                name: "owner.name".into(),
+            }),
+            label_selector: Some("owner.name".into()),
+        }],
+        finalizer: None,
+        permissions: vec![],
+        crds: vec![],
+        max_concurrent_reconciles: None,
+    })));
+    Ok(async move { manager.shutdown().await }.boxed())
+}
+
+// ---------------------------------------------------------------- kube-rs
+
+struct Ctx {
+    clusters: Vec<(String, kube::Client)>,
+    primary: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("failed to apply: {0}")]
+struct ApplyError(#[from] kube::Error);
+
+async fn reconcile(cm: Arc<ConfigMap>, ctx: Arc<Ctx>) -> Result<KubeAction, ApplyError> {
+    let name = cm.metadata.name.clone().unwrap_or_default();
+    let ns = cm.metadata.namespace.clone().unwrap_or_default();
+    let value = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("value"))
+        .map_or(Value::Null, |v| Value::String(v.clone()));
+    let body = secret(&ctx.primary, &ns, &name, &value);
+    let params = PatchParams::apply("bench").force();
+    let applies = ctx.clusters.iter().map(|(_, client)| {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+        let (params, body, name) = (&params, &body, &name);
+        async move { api.patch(name, params, &Patch::Apply(body)).await }
+    });
+    for r in futures::future::join_all(applies).await {
+        r?;
+    }
+    Ok(KubeAction::await_change())
+}
+
+fn error_policy(_cm: Arc<ConfigMap>, _e: &ApplyError, _ctx: Arc<Ctx>) -> KubeAction {
+    KubeAction::requeue(Duration::from_millis(100))
+}
+
+async fn start_kube_rs(names: &[String], clients: &[kube::Client]) -> BoxFuture<'static, ()> {
+    let cms: Api<ConfigMap> = Api::namespaced(clients[0].clone(), "default");
+    let mut controller = Controller::new(cms, watcher::Config::default()).with_config(
+        ControllerRuntimeConfig::default().concurrency(u16::try_from(CONCURRENCY).unwrap_or(4)),
+    );
+    for client in clients {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+        controller = controller.watches(
+            secrets,
+            watcher::Config::default().labels("owner.name"),
+            |s: Secret| {
+                let labels = s.metadata.labels.unwrap_or_default();
+                labels.get("owner.name").map(|n| {
+                    KubeObjectRef::new(n).within(
+                        labels
+                            .get("owner.namespace")
+                            .map_or("default", String::as_str),
+                    )
+                })
+            },
+        );
+    }
+    let ctx = Arc::new(Ctx {
+        clusters: names.iter().cloned().zip(clients.iter().cloned()).collect(),
+        primary: names[0].clone(),
+    });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        controller
+            .graceful_shutdown_on(async move {
+                let _ = stop_rx.await;
+            })
+            .run(reconcile, error_policy, ctx)
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    });
+    async move {
+        let _ = stop_tx.send(());
+        let _ = task.await;
+    }
+    .boxed()
+}

@@ -1,0 +1,438 @@
+//! Server-side printing (`meta.k8s.io` Table): the columns `kubectl get`
+//! shows for the built-in kinds kube-sim serves and a CRD's
+//! `additionalPrinterColumns`.
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+
+use crate::resources::ResourceInfo;
+
+/// Column definitions and a row builder for one resource.
+pub(crate) struct Printer {
+    columns: Vec<Value>,
+    cells: Vec<Cell>,
+}
+
+enum Cell {
+    Name,
+    Age,
+    Path(String),
+    NodeStatus,
+    NodeRoles,
+    PodReady,
+    PodRestarts,
+    JobStatus,
+    JobCompletions,
+    DeployReady,
+    DataCount,
+}
+
+fn col(name: &str, ty: &str, format: &str, priority: i64) -> Value {
+    json!({"name": name, "type": ty, "format": format, "description": "", "priority": priority})
+}
+
+/// `k8s.io/apimachinery/pkg/util/duration.HumanDuration`.
+pub(crate) fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    let s = secs.max(0);
+    if s < 120 {
+        return format!("{s}s");
+    }
+    let m = s / 60;
+    if m < 10 {
+        let rem = s % 60;
+        return if rem == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{rem}s")
+        };
+    }
+    if m < 180 {
+        return format!("{m}m");
+    }
+    let h = s / 3600;
+    if h < 8 {
+        let rem = m % 60;
+        return if rem == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{rem}m")
+        };
+    }
+    if h < 48 {
+        return format!("{h}h");
+    }
+    let d = h / 24;
+    if h < 24 * 8 {
+        let rem = h % 24;
+        return if rem == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{rem}h")
+        };
+    }
+    if h < 24 * 365 * 2 {
+        return format!("{d}d");
+    }
+    let y = d / 365;
+    if h < 24 * 365 * 8 {
+        let rem = d % 365;
+        return if rem == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{rem}d")
+        };
+    }
+    format!("{y}y")
+}
+
+fn age(obj: &Value) -> String {
+    obj.pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| human_duration((Utc::now() - t.with_timezone(&Utc)).num_seconds()))
+        .unwrap_or_else(|| "<unknown>".into())
+}
+
+/// Evaluates the JSONPath subset printer columns use: `.a.b`, `.a[0].b`,
+/// `.a[?(@.type=="Ready")].status`.
+fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    let mut rest = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim_start_matches('$');
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            cur = cur.get(&r[..end])?;
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let inner = &r[..end];
+            rest = &r[end + 1..];
+            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                let (field, want) = filter.split_once("==")?;
+                let want = want.trim().trim_matches(['"', '\'']);
+                cur = cur
+                    .as_array()?
+                    .iter()
+                    .find(|item| item.get(field.trim()).and_then(Value::as_str) == Some(want))?;
+            } else {
+                cur = cur.get(inner.parse::<usize>().ok()?)?;
+            }
+        } else {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+fn cell_text(v: Option<&Value>) -> Value {
+    match v {
+        None | Some(Value::Null) => Value::String("<none>".into()),
+        Some(v @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => v.clone(),
+        Some(other) => Value::String(other.to_string()),
+    }
+}
+
+impl Printer {
+    /// The printer of a resource.
+    pub(crate) fn for_resource(res: &ResourceInfo, crd_columns: Option<&Value>) -> Self {
+        use Cell::*;
+        let name = col("Name", "string", "name", 0);
+        let agec = col("Age", "date", "", 0);
+        let (columns, cells) = match (res.builtin, res.kind.as_str()) {
+            (true, "Node") => (
+                vec![
+                    name,
+                    col("Status", "string", "", 0),
+                    col("Roles", "string", "", 0),
+                    agec,
+                    col("Version", "string", "", 0),
+                ],
+                vec![
+                    Name,
+                    NodeStatus,
+                    NodeRoles,
+                    Age,
+                    Path(".status.nodeInfo.kubeletVersion".into()),
+                ],
+            ),
+            (true, "Namespace") => (
+                vec![name, col("Status", "string", "", 0), agec],
+                vec![Name, Path(".status.phase".into()), Age],
+            ),
+            (true, "Pod") => (
+                vec![
+                    name,
+                    col("Ready", "string", "", 0),
+                    col("Status", "string", "", 0),
+                    col("Restarts", "string", "", 0),
+                    agec,
+                ],
+                vec![
+                    Name,
+                    PodReady,
+                    Path(".status.phase".into()),
+                    PodRestarts,
+                    Age,
+                ],
+            ),
+            (true, "Job") => (
+                vec![
+                    name,
+                    col("Status", "string", "", 0),
+                    col("Completions", "string", "", 0),
+                    agec,
+                ],
+                vec![Name, JobStatus, JobCompletions, Age],
+            ),
+            (true, "Deployment" | "StatefulSet") => (
+                vec![name, col("Ready", "string", "", 0), agec],
+                vec![Name, DeployReady, Age],
+            ),
+            (true, "ConfigMap") => (
+                vec![name, col("Data", "integer", "", 0), agec],
+                vec![Name, DataCount, Age],
+            ),
+            (true, "Secret") => (
+                vec![
+                    name,
+                    col("Type", "string", "", 0),
+                    col("Data", "integer", "", 0),
+                    agec,
+                ],
+                vec![Name, Path(".type".into()), DataCount, Age],
+            ),
+            (false, _) => {
+                let mut columns = vec![name];
+                let mut cells = vec![Name];
+                let mut has_age = false;
+                for c in crd_columns.and_then(Value::as_array).into_iter().flatten() {
+                    let cname = c.get("name").and_then(Value::as_str).unwrap_or_default();
+                    let path = c
+                        .get("jsonPath")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if cname.is_empty() || path.is_empty() {
+                        continue;
+                    }
+                    let ty = c.get("type").and_then(Value::as_str).unwrap_or("string");
+                    let prio = c.get("priority").and_then(Value::as_i64).unwrap_or(0);
+                    columns.push(col(
+                        cname,
+                        ty,
+                        c.get("format").and_then(Value::as_str).unwrap_or(""),
+                        prio,
+                    ));
+                    if path == ".metadata.creationTimestamp" {
+                        has_age = true;
+                        cells.push(Age);
+                    } else {
+                        cells.push(Path(path.to_string()));
+                    }
+                }
+                if !has_age {
+                    columns.push(agec);
+                    cells.push(Age);
+                }
+                (columns, cells)
+            }
+            _ => (vec![name, agec], vec![Name, Age]),
+        };
+        Self { columns, cells }
+    }
+
+    fn row_cells(&self, obj: &Value) -> Vec<Value> {
+        self.cells
+            .iter()
+            .map(|c| match c {
+                Cell::Name => cell_text(obj.pointer("/metadata/name")),
+                Cell::Age => Value::String(age(obj)),
+                Cell::Path(p) => cell_text(json_path(obj, p)),
+                Cell::NodeStatus => {
+                    let ready = obj
+                        .pointer("/status/conditions")
+                        .and_then(Value::as_array)
+                        .and_then(|a| a.iter().find(|c| c["type"] == "Ready"))
+                        .and_then(|c| c.get("status"))
+                        .and_then(Value::as_str);
+                    let mut s = match ready {
+                        Some("True") => "Ready".to_string(),
+                        Some(_) => "NotReady".to_string(),
+                        None => "Unknown".to_string(),
+                    };
+                    if obj.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                        s.push_str(",SchedulingDisabled");
+                    }
+                    Value::String(s)
+                }
+                Cell::NodeRoles => {
+                    let roles: Vec<&str> = obj
+                        .pointer("/metadata/labels")
+                        .and_then(Value::as_object)
+                        .map(|l| {
+                            l.keys()
+                                .filter_map(|k| k.strip_prefix("node-role.kubernetes.io/"))
+                                .filter(|r| !r.is_empty())
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    Value::String(if roles.is_empty() {
+                        "<none>".into()
+                    } else {
+                        roles.join(",")
+                    })
+                }
+                Cell::PodReady => {
+                    let total = obj
+                        .pointer("/spec/containers")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len);
+                    let ready = obj
+                        .pointer("/status/containerStatuses")
+                        .and_then(Value::as_array)
+                        .map_or(0, |a| a.iter().filter(|c| c["ready"] == true).count());
+                    Value::String(format!("{ready}/{total}"))
+                }
+                Cell::PodRestarts => {
+                    let n: i64 = obj
+                        .pointer("/status/containerStatuses")
+                        .and_then(Value::as_array)
+                        .map_or(0, |a| {
+                            a.iter().filter_map(|c| c["restartCount"].as_i64()).sum()
+                        });
+                    json!(n)
+                }
+                Cell::JobStatus => {
+                    let conds = obj.pointer("/status/conditions").and_then(Value::as_array);
+                    let has = |t: &str| {
+                        conds.is_some_and(|a| {
+                            a.iter().any(|c| c["type"] == t && c["status"] == "True")
+                        })
+                    };
+                    Value::String(
+                        if has("Complete") {
+                            "Complete"
+                        } else if has("Failed") {
+                            "Failed"
+                        } else if obj.pointer("/spec/suspend").and_then(Value::as_bool)
+                            == Some(true)
+                        {
+                            "Suspended"
+                        } else {
+                            "Running"
+                        }
+                        .into(),
+                    )
+                }
+                Cell::JobCompletions => {
+                    let done = obj
+                        .pointer("/status/succeeded")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0);
+                    let want = obj
+                        .pointer("/spec/completions")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1);
+                    Value::String(format!("{done}/{want}"))
+                }
+                Cell::DeployReady => {
+                    let ready = obj
+                        .pointer("/status/readyReplicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0);
+                    let want = obj
+                        .pointer("/spec/replicas")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1);
+                    Value::String(format!("{ready}/{want}"))
+                }
+                Cell::DataCount => {
+                    let n = ["data", "binaryData", "stringData"]
+                        .iter()
+                        .filter_map(|f| obj.get(*f).and_then(Value::as_object))
+                        .map(serde_json::Map::len)
+                        .sum::<usize>();
+                    json!(n)
+                }
+            })
+            .collect()
+    }
+
+    /// A Table of `items` (served objects). `include`: `None`, `Metadata`
+    /// (default) or `Object`.
+    pub(crate) fn table(
+        &self,
+        api_version: &str,
+        items: &[Value],
+        rv: Option<u64>,
+        cont: Option<&str>,
+        include: &str,
+    ) -> Value {
+        let rows: Vec<Value> = items
+            .iter()
+            .map(|o| {
+                let mut row = json!({"cells": self.row_cells(o)});
+                match include {
+                    "None" => {}
+                    "Object" => row["object"] = o.clone(),
+                    _ => {
+                        row["object"] = json!({
+                            "kind": "PartialObjectMetadata",
+                            "apiVersion": "meta.k8s.io/v1",
+                            "metadata": o.get("metadata").cloned().unwrap_or_else(|| json!({})),
+                        });
+                    }
+                }
+                row
+            })
+            .collect();
+        let mut meta = serde_json::Map::new();
+        if let Some(rv) = rv {
+            meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+        if let Some(c) = cont {
+            meta.insert("continue".into(), Value::String(c.to_string()));
+        }
+        json!({
+            "kind": "Table",
+            "apiVersion": api_version,
+            "metadata": meta,
+            "columnDefinitions": self.columns,
+            "rows": rows,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_durations_match_kubectl() {
+        assert_eq!(human_duration(5), "5s");
+        assert_eq!(human_duration(119), "119s");
+        assert_eq!(human_duration(150), "2m30s");
+        assert_eq!(human_duration(600), "10m");
+        assert_eq!(human_duration(3 * 3600 + 120), "3h2m");
+        assert_eq!(human_duration(30 * 3600), "30h");
+        assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
+        assert_eq!(human_duration(100 * 86400), "100d");
+    }
+
+    #[test]
+    fn json_path_subset() {
+        let o = json!({"status": {"conditions": [{"type": "A", "status": "x"}, {"type": "Ready", "status": "True"}]}, "spec": {"l": [1, 2]}});
+        assert_eq!(
+            json_path(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(&json!("True"))
+        );
+        assert_eq!(json_path(&o, ".spec.l[1]"), Some(&json!(2)));
+        assert_eq!(json_path(&o, ".spec.missing"), None);
+    }
+}
