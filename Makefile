@@ -42,7 +42,7 @@ test-plugins: wasm-target
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v2.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
-	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
 

@@ -118,7 +118,9 @@ fn parse_addr(s: &str) -> Result<Addr, String> {
     if s == "off" || s.is_empty() {
         return Ok(Addr(None));
     }
-    s.parse().map(|a| Addr(Some(a))).map_err(|e| format!("{s:?}: {e}"))
+    s.parse()
+        .map(|a| Addr(Some(a)))
+        .map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// `15s`, `500ms`, `2m` or plain seconds.
@@ -141,7 +143,11 @@ impl OpsArgs {
         let leader_election = self.leader_elect.then(|| {
             let namespace = self
                 .lease_namespace
-                .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|s| !s.is_empty()))
+                .or_else(|| {
+                    std::env::var("POD_NAMESPACE")
+                        .ok()
+                        .filter(|s| !s.is_empty())
+                })
                 .unwrap_or_else(|| "rekon-system".to_owned());
             rekon::ops::leader::LeaderElectionConfig {
                 lease_duration: self.lease_duration,
@@ -155,9 +161,11 @@ impl OpsArgs {
             probe_addr: self.probe_addr.0,
             leader_election,
             cluster_dir: self.cluster_dir,
-            cluster_secrets: self.cluster_secrets_namespace.map(|namespace| rekon::ops::SecretSource {
-                namespace,
-                selector: self.cluster_secrets_selector,
+            cluster_secrets: self.cluster_secrets_namespace.map(|namespace| {
+                rekon::ops::SecretSource {
+                    namespace,
+                    selector: self.cluster_secrets_selector,
+                }
             }),
         }
     }
@@ -231,7 +239,10 @@ fn main() -> anyhow::Result<()> {
                 primary: !args.remote,
                 secret_provider: !args.no_secret_provider,
             };
-            print!("{}", rekon::ops::manifests::rbac_yaml(&registrations, &opts)?);
+            print!(
+                "{}",
+                rekon::ops::manifests::rbac_yaml(&registrations, &opts)?
+            );
         }
         Command::Crds { dir, out_dir } => {
             let registrations = rekon::ops::manifests::load_registrations(&dir)?;

@@ -50,7 +50,7 @@ pub enum Error {
         cluster: String,
         /// Cause.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
 }
 
@@ -107,7 +107,7 @@ pub async fn install(clusters: &ClusterRegistry, reg: &Registration) -> Result<u
                     plugin: reg.name.clone(),
                     crd: name.clone(),
                     cluster: cluster.name().to_owned(),
-                    source,
+                    source: Box::new(source),
                 })?;
             info!(plugin = %reg.name, crd = %name, cluster = %cluster.name(), "installed CRD");
             applied += 1;

@@ -987,3 +987,68 @@ async fn tables_for_kubectl_get() {
     })
     .await;
 }
+
+/// The official Python client's watch (`kubernetes.watch.Watch`) against
+/// kube-sim: events after a list RV, then 410 raised as ApiException.
+/// Skipped (with a note) where python3 or the `kubernetes` package is missing.
+#[tokio::test]
+async fn python_client_watch() {
+    within(90, "python watch", async {
+        let probe = tokio::process::Command::new("python3")
+            .args(["-c", "import kubernetes"])
+            .output()
+            .await;
+        if !probe.is_ok_and(|o| o.status.success()) {
+            eprintln!("SKIP python_client_watch: python3 with the `kubernetes` package is not installed");
+            return;
+        }
+        let sim = Sim::start(&["main"]).await.unwrap();
+        let script = r#"
+import sys, threading, time, urllib.request
+from kubernetes import client, config, watch
+config.load_kube_config(config_file=sys.argv[1], context="main")
+v1 = client.CoreV1Api()
+v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="py1")))
+rv = v1.list_namespaced_config_map("default").metadata.resource_version
+def writer():
+    time.sleep(0.5)
+    v1.patch_namespaced_config_map("py1", "default", {"data": {"a": "b"}})
+    v1.delete_namespaced_config_map("py1", "default")
+threading.Thread(target=writer).start()
+w = watch.Watch()
+seen = []
+for ev in w.stream(v1.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=10):
+    seen.append(ev["type"])
+    if ev["type"] == "DELETED":
+        w.stop()
+assert seen == ["MODIFIED", "DELETED"], seen
+urllib.request.urlopen(urllib.request.Request(v1.api_client.configuration.host + "/_sim/compact", method="POST"))
+try:
+    for ev in watch.Watch().stream(v1.list_namespaced_config_map, "default", resource_version=rv, timeout_seconds=5):
+        pass
+    sys.exit("no 410 raised")
+except client.exceptions.ApiException as e:
+    assert e.status == 410, e.status
+    print("ok", seen, e.status)
+"#;
+        let out = tokio::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(sim.kubeconfig_path())
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(Duration::from_secs(60), out)
+            .await
+            .expect("python watch timed out")
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "python client failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("ok ['MODIFIED', 'DELETED'] 410"));
+        sim.shutdown().await;
+    })
+    .await;
+}

@@ -43,6 +43,20 @@ struct Args {
     history: usize,
 }
 
+/// User+system CPU time of this process in seconds (clock ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = f.get(11)?.parse().ok()?;
+            let stime: f64 = f.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")
         .ok()
@@ -231,6 +245,7 @@ async fn main() -> anyhow::Result<()> {
     let errors = Arc::new(AtomicU64::new(0));
     let writer_stop = Arc::new(AtomicBool::new(false));
     let start = Instant::now();
+    let cpu0 = cpu_seconds();
     let mut writers = Vec::new();
     for c in 0..args.connections {
         writers.push(tokio::spawn(writer(
@@ -258,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let fanout_elapsed = start.elapsed().as_secs_f64();
+    let cpu_per_write_us = (cpu_seconds() - cpu0) * 1e6 / writes.max(1) as f64;
     let delivered = events.load(Ordering::Relaxed) - events_start;
     stop.store(true, Ordering::Relaxed);
     for w in watchers {
@@ -298,6 +314,7 @@ async fn main() -> anyhow::Result<()> {
         writes as f64 / elapsed
     );
     println!("| write errors | {} |", errors.load(Ordering::Relaxed));
+    println!("| CPU per write incl. fan-out and the bench client (us) | {cpu_per_write_us:.0} |");
     println!(
         "| watch fan-out events/s ({} watches) | {:.0} |",
         args.watches,
