@@ -87,9 +87,26 @@ fn stats(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (median, p90)
 }
 
+/// Whether section `name` runs: `REKON_BENCH_ONLY=calls,native` picks
+/// sections (for profiling one of them under callgrind); unset runs all.
+fn enabled(name: &str) -> bool {
+    std::env::var("REKON_BENCH_ONLY").map_or(true, |only| only.split(',').any(|s| s.trim() == name))
+}
+
+/// `REKON_BENCH_SCALE` divides the iteration counts (e.g. 20 under callgrind).
+fn scaled(iterations: usize) -> usize {
+    let scale = std::env::var("REKON_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    (iterations / scale).max(100)
+}
+
 /// Times `iterations` calls of `f` in batches; per-call median/p90 over batches.
 fn per_call(iterations: usize, mut f: impl FnMut()) -> (Duration, Duration) {
     const BATCH: usize = 50;
+    let iterations = scaled(iterations);
     for _ in 0..BATCH {
         f(); // warm-up
     }
@@ -131,52 +148,56 @@ fn main() -> anyhow::Result<()> {
     let runtime = PluginRuntime::new(config.clone())?;
     let mut rows: Vec<(&str, String, String, &str)> = Vec::new();
 
-    // 1. Compile (no cache): 5 loads of the same bytes without a cache dir.
-    let uncached = PluginRuntime::new(RuntimeConfig {
-        cache_dir: None,
-        ..config.clone()
-    })?;
-    let mut compile = Vec::new();
-    for _ in 0..5 {
-        let plugin = uncached.load_bytes(&bytes, "bench-node.wasm")?;
-        compile.push(plugin.load_timings().code);
+    if enabled("compile") {
+        // 1. Compile (no cache): 5 loads of the same bytes without a cache dir.
+        let uncached = PluginRuntime::new(RuntimeConfig {
+            cache_dir: None,
+            ..config.clone()
+        })?;
+        let mut compile = Vec::new();
+        for _ in 0..5 {
+            let plugin = uncached.load_bytes(&bytes, "bench-node.wasm")?;
+            compile.push(plugin.load_timings().code);
+        }
+        let (median, p90) = stats(compile);
+        rows.push((
+            "compile (cranelift, no cache)",
+            fmt(median),
+            fmt(p90),
+            "~300 ms",
+        ));
     }
-    let (median, p90) = stats(compile);
-    rows.push((
-        "compile (cranelift, no cache)",
-        fmt(median),
-        fmt(p90),
-        "~300 ms",
-    ));
 
-    // 2. Cached load: prime the cache, then load from it in fresh runtimes
-    //    (a restart), timing the mmap deserialize and the whole load.
-    runtime.load_file(&file)?;
-    let mut mapped = Vec::new();
-    let mut whole = Vec::new();
-    for _ in 0..20 {
-        let restarted = PluginRuntime::new(config.clone())?;
-        let started = Instant::now();
-        let plugin = restarted.load_file(&file)?;
-        whole.push(started.elapsed());
-        let timings = plugin.load_timings();
-        assert!(timings.from_cache, "expected a cache hit");
-        mapped.push(timings.code);
+    if enabled("load") {
+        // 2. Cached load: prime the cache, then load from it in fresh runtimes
+        //    (a restart), timing the mmap deserialize and the whole load.
+        runtime.load_file(&file)?;
+        let mut mapped = Vec::new();
+        let mut whole = Vec::new();
+        for _ in 0..20 {
+            let restarted = PluginRuntime::new(config.clone())?;
+            let started = Instant::now();
+            let plugin = restarted.load_file(&file)?;
+            whole.push(started.elapsed());
+            let timings = plugin.load_timings();
+            assert!(timings.from_cache, "expected a cache hit");
+            mapped.push(timings.code);
+        }
+        let (median, p90) = stats(mapped);
+        rows.push((
+            "cached load (mmap deserialize)",
+            fmt(median),
+            fmt(p90),
+            "0.1–0.2 ms",
+        ));
+        let (median, p90) = stats(whole);
+        rows.push((
+            "cached load, whole (sha256+map+link+register)",
+            fmt(median),
+            fmt(p90),
+            "",
+        ));
     }
-    let (median, p90) = stats(mapped);
-    rows.push((
-        "cached load (mmap deserialize)",
-        fmt(median),
-        fmt(p90),
-        "0.1–0.2 ms",
-    ));
-    let (median, p90) = stats(whole);
-    rows.push((
-        "cached load, whole (sha256+map+link+register)",
-        fmt(median),
-        fmt(p90),
-        "",
-    ));
 
     // 3. Calls.
     let plugin: LoadedPlugin = runtime.load_file(&file)?;
@@ -189,30 +210,34 @@ fn main() -> anyhow::Result<()> {
     let now = SystemTime::now();
     check_outcome(&plugin.reconcile_blocking(&req, reads.clone(), now)?);
 
-    let (median, p90) = per_call(2000, || {
-        let outcome = plugin
-            .reconcile_blocking(&req, reads.clone(), now)
-            .expect("reconcile");
-        black_box(outcome);
-    });
-    rows.push((
-        "reconcile, fresh instance per call",
-        fmt(median),
-        fmt(p90),
-        "~60 µs",
-    ));
+    if enabled("fresh") {
+        let (median, p90) = per_call(2000, || {
+            let outcome = plugin
+                .reconcile_blocking(&req, reads.clone(), now)
+                .expect("reconcile");
+            black_box(outcome);
+        });
+        rows.push((
+            "reconcile, fresh instance per call",
+            fmt(median),
+            fmt(p90),
+            "~60 µs",
+        ));
+    }
 
     let mut session = plugin.session(reads.clone(), now)?;
     check_outcome(&session.reconcile(&req)?);
-    let (median, p90) = per_call(2000, || {
-        black_box(session.reconcile(&req).expect("reconcile"));
-    });
-    rows.push((
-        "reconcile, reused instance",
-        fmt(median),
-        fmt(p90),
-        "~20 µs",
-    ));
+    if enabled("reused") {
+        let (median, p90) = per_call(2000, || {
+            black_box(session.reconcile(&req).expect("reconcile"));
+        });
+        rows.push((
+            "reconcile, reused instance",
+            fmt(median),
+            fmt(p90),
+            "~20 µs",
+        ));
+    }
 
     // The floor: a call that reads nothing back (the Node is absent) and
     // returns no action.
@@ -220,52 +245,61 @@ fn main() -> anyhow::Result<()> {
         name: "absent".into(),
         ..req.clone()
     };
-    let (median, p90) = per_call(2000, || {
-        black_box(
-            plugin
-                .reconcile_blocking(&absent, reads.clone(), now)
-                .expect("reconcile"),
-        );
-    });
-    rows.push((
-        "empty reconcile, fresh instance per call",
-        fmt(median),
-        fmt(p90),
-        "",
-    ));
-    let (median, p90) = per_call(2000, || {
-        black_box(session.reconcile(&absent).expect("reconcile"));
-    });
-    rows.push((
-        "empty reconcile, reused instance",
-        fmt(median),
-        fmt(p90),
-        "",
-    ));
+    if enabled("empty-fresh") {
+        let (median, p90) = per_call(2000, || {
+            black_box(
+                plugin
+                    .reconcile_blocking(&absent, reads.clone(), now)
+                    .expect("reconcile"),
+            );
+        });
+        rows.push((
+            "empty reconcile, fresh instance per call",
+            fmt(median),
+            fmt(p90),
+            "",
+        ));
+    }
 
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let (median, p90) = per_call(2000, || {
-        let outcome = tokio
-            .block_on(plugin.reconcile(req.clone(), reads.clone(), now))
-            .expect("reconcile");
-        black_box(outcome);
-    });
-    rows.push((
-        "reconcile, fresh instance, async (spawn_blocking)",
-        fmt(median),
-        fmt(p90),
-        "",
-    ));
+    if enabled("empty-reused") {
+        let (median, p90) = per_call(2000, || {
+            black_box(session.reconcile(&absent).expect("reconcile"));
+        });
+        rows.push((
+            "empty reconcile, reused instance",
+            fmt(median),
+            fmt(p90),
+            "",
+        ));
+    }
 
-    assert!(relabel::relabel_json(NODE_JSON)?.contains("nodes.lailin.xyz/pool"));
-    let (median, p90) = per_call(20_000, || {
-        let node = NODE_JSON.to_string(); // the plugin also gets a copy
-        black_box(relabel::relabel_json(black_box(&node)).expect("relabel"));
-    });
-    rows.push(("same logic, native", fmt(median), fmt(p90), "~14 µs"));
+    if enabled("async") {
+        let tokio = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()?;
+        let (median, p90) = per_call(2000, || {
+            let outcome = tokio
+                .block_on(plugin.reconcile(req.clone(), reads.clone(), now))
+                .expect("reconcile");
+            black_box(outcome);
+        });
+        rows.push((
+            "reconcile, fresh instance, async (spawn_blocking)",
+            fmt(median),
+            fmt(p90),
+            "",
+        ));
+    }
+
+    if enabled("native") {
+        assert!(relabel::relabel_json(NODE_JSON)?.contains("nodes.lailin.xyz/pool"));
+        let (median, p90) = per_call(20_000, || {
+            let node = NODE_JSON.to_string(); // the plugin also gets a copy
+            black_box(relabel::relabel_json(black_box(&node)).expect("relabel"));
+        });
+        rows.push(("same logic, native", fmt(median), fmt(p90), "~14 µs"));
+    }
 
     println!();
     println!(

@@ -164,30 +164,8 @@ impl App {
     /// plugin directory cannot be set up. (A plugin file that fails to load
     /// is reported and skipped, not an error.)
     pub async fn build(config: Config) -> Result<Self, AppError> {
-        let primary_source = match (&config.kubeconfig, &config.context) {
-            (None, None) => Source::Infer,
-            (kubeconfig, context) => Source::Context {
-                kubeconfig: kubeconfig.clone(),
-                context: context.clone(),
-            },
-        };
-        let primary = config
-            .primary_name
-            .clone()
-            .or_else(|| config.context.clone())
-            .unwrap_or_else(|| "main".to_owned());
-        let clusters = ClusterRegistry::new(
-            primary.clone(),
-            cluster::connect(&primary, &primary_source).await?,
-        );
-        for (name, context) in &config.clusters {
-            let source = Source::Context {
-                kubeconfig: config.kubeconfig.clone(),
-                context: Some(context.clone()),
-            };
-            clusters.add(name.clone(), cluster::connect(name, &source).await?)?;
-        }
-        info!(primary = %primary, clusters = ?clusters.names(), "clusters configured");
+        let clusters = connect_clusters(&config).await?;
+        info!(primary = %clusters.primary(), clusters = ?clusters.names(), "clusters configured");
 
         let runtime = PluginRuntime::new(RuntimeConfig {
             cache_dir: config.cache_dir.clone(),
@@ -364,4 +342,36 @@ pub async fn shutdown_signal() {
         () = ctrl_c => info!("SIGINT received"),
         () = term => info!("SIGTERM received"),
     }
+}
+
+/// Connect the clusters `config` names: the primary (from `--context`, or the
+/// kubeconfig's current context, or in-cluster) and every `--cluster NAME=CTX`.
+///
+/// # Errors
+/// When a cluster's configuration cannot be loaded or its client built.
+pub async fn connect_clusters(config: &Config) -> Result<ClusterRegistry, AppError> {
+    let primary_source = match (&config.kubeconfig, &config.context) {
+        (None, None) => Source::Infer,
+        (kubeconfig, context) => Source::Context {
+            kubeconfig: kubeconfig.clone(),
+            context: context.clone(),
+        },
+    };
+    let primary = config
+        .primary_name
+        .clone()
+        .or_else(|| config.context.clone())
+        .unwrap_or_else(|| "main".to_owned());
+    let clusters = ClusterRegistry::new(
+        primary.clone(),
+        cluster::connect(&primary, &primary_source).await?,
+    );
+    for (name, context) in &config.clusters {
+        let source = Source::Context {
+            kubeconfig: config.kubeconfig.clone(),
+            context: Some(context.clone()),
+        };
+        clusters.add(name.clone(), cluster::connect(name, &source).await?)?;
+    }
+    Ok(clusters)
 }

@@ -5,6 +5,7 @@ pub mod cache;
 pub mod cluster;
 pub mod controller;
 pub mod ops;
+pub mod plan;
 pub mod plugin;
 pub mod plugin_crds;
 pub mod writer;

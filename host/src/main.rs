@@ -210,6 +210,36 @@ enum PluginCommand {
         #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
         output: OutputFormat,
     },
+    /// Dry run: connect the clusters, fill the plugin's caches, reconcile
+    /// every primary once and print the actions it would take. Writes nothing.
+    Plan(Box<PlanArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+struct PlanArgs {
+    /// The plugin component (`*.wasm`).
+    file: PathBuf,
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
+    #[arg(long, env = "REKON_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the primary cluster (default: the current context).
+    #[arg(long, env = "REKON_CONTEXT")]
+    context: Option<String>,
+    /// Name of the primary cluster in requests (default: the context name, or `main`).
+    #[arg(long, env = "REKON_PRIMARY_NAME")]
+    primary_name: Option<String>,
+    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
+    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
+    clusters: Vec<(String, String)>,
+    /// Only this primary: `name` or `namespace/name`.
+    #[arg(long)]
+    only: Option<String>,
+    /// Seconds to wait for the caches' initial lists.
+    #[arg(long, default_value_t = 30)]
+    sync_timeout: u64,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
+    output: OutputFormat,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -229,6 +259,7 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin(PluginCommand::Inspect { file, output }) => {
             print!("{}", rekon::plugin::inspect_file(&file, output)?);
         }
+        Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Rbac(args) => {
             let registrations = rekon::ops::manifests::load_registrations(&args.dir)?;
             let opts = rekon::ops::manifests::RbacOptions {
@@ -281,4 +312,31 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         app.run(rekon::app::shutdown_signal()).await?;
         anyhow::Ok(())
     })
+}
+
+/// `rekon plugin plan`: print what the plugin would do now.
+fn plan(args: PlanArgs) -> anyhow::Result<()> {
+    let config = rekon::plan::PlanConfig {
+        file: args.file,
+        clusters: rekon::app::Config {
+            kubeconfig: args.kubeconfig,
+            context: args.context,
+            primary_name: args.primary_name,
+            clusters: args.clusters,
+            ..rekon::app::Config::new(PathBuf::new())
+        },
+        only: args.only,
+        sync_timeout: std::time::Duration::from_secs(args.sync_timeout),
+    };
+    let plan = tokio::runtime::Runtime::new()?.block_on(rekon::plan::plan(config))?;
+    match args.output {
+        OutputFormat::Yaml => print!("{}", serde_yaml::to_string(&plan)?),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
+    }
+    eprintln!(
+        "{} primaries, {} actions (dry run: nothing was written)",
+        plan.reconciles.len(),
+        plan.action_count()
+    );
+    Ok(())
 }

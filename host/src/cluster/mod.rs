@@ -12,7 +12,9 @@
 //! reachable cluster is `Syncing` until every cache the host keeps for it has
 //! listed. A probe task ([`ClusterRegistry::run_probes`]) asks each cluster for
 //! its version every few seconds so that a silent stall (a connection that
-//! hangs rather than fails) is noticed too.
+//! hangs rather than fails) is noticed too. Every change of a cluster's
+//! health is published ([`ClusterRegistry::health_changes`]); the controller
+//! manager requeues the primaries of the plugins covering the cluster.
 
 pub mod provider;
 
@@ -23,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
@@ -104,6 +106,17 @@ pub enum Health {
     Unreachable,
 }
 
+/// A change of an engaged cluster's [`Health`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthChange {
+    /// The cluster.
+    pub cluster: String,
+    /// Its health before.
+    pub from: Health,
+    /// Its health now.
+    pub to: Health,
+}
+
 /// One engaged cluster.
 pub struct Cluster {
     name: String,
@@ -117,6 +130,10 @@ pub struct Cluster {
     /// Bumped each time the cluster becomes reachable again; caches restart
     /// their watches on a change so a stalled connection cannot linger.
     recoveries: tokio::sync::watch::Sender<u64>,
+    /// The health last published on `health_events`.
+    reported: Mutex<Health>,
+    /// Where health changes go (the registry's channel).
+    health_events: Option<broadcast::Sender<HealthChange>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -133,14 +150,47 @@ impl Cluster {
     /// A cluster named `name` reached through `client`.
     #[must_use]
     pub fn new(name: impl Into<String>, client: kube::Client, primary: bool) -> Self {
+        Self::with_health_events(name.into(), client, primary, None)
+    }
+
+    fn with_health_events(
+        name: String,
+        client: kube::Client,
+        primary: bool,
+        health_events: Option<broadcast::Sender<HealthChange>>,
+    ) -> Self {
         Self {
-            name: name.into(),
+            name,
             client,
             primary,
             unreachable: AtomicBool::new(false),
             outages: AtomicU64::new(0),
             unsynced: AtomicU64::new(0),
             recoveries: tokio::sync::watch::channel(0).0,
+            reported: Mutex::new(Health::Ready),
+            health_events,
+        }
+    }
+
+    /// Publish the current health if it differs from the last one published.
+    /// Called after every change of the state health derives from; the health
+    /// is read under the lock so that concurrent callers publish in order and
+    /// the last one leaves the current health published.
+    fn publish_health(&self) {
+        let mut reported = self.reported.lock();
+        let now = self.health();
+        if *reported == now {
+            return;
+        }
+        let from = std::mem::replace(&mut *reported, now);
+        debug!(cluster = %self.name, ?from, to = ?now, "cluster health changed");
+        if let Some(tx) = &self.health_events {
+            // No receiver (no manager running) is fine.
+            let _ = tx.send(HealthChange {
+                cluster: self.name.clone(),
+                from,
+                to: now,
+            });
         }
     }
 
@@ -180,6 +230,7 @@ impl Cluster {
             self.outages.fetch_add(1, Ordering::Relaxed);
             Metrics::global().set_cluster_reachable(&self.name, false);
             warn!(cluster = %self.name, error = %why, "cluster unreachable");
+            self.publish_health();
         }
     }
 
@@ -189,6 +240,7 @@ impl Cluster {
             Metrics::global().set_cluster_reachable(&self.name, true);
             info!(cluster = %self.name, "cluster reachable again");
             self.recoveries.send_modify(|n| *n += 1);
+            self.publish_health();
         }
     }
 
@@ -206,6 +258,7 @@ impl Cluster {
 
     pub(crate) fn cache_unsynced(&self) {
         self.unsynced.fetch_add(1, Ordering::Relaxed);
+        self.publish_health();
     }
 
     pub(crate) fn cache_synced(&self) {
@@ -214,6 +267,7 @@ impl Cluster {
         let _ = self
             .unsynced
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        self.publish_health();
     }
 }
 
@@ -318,6 +372,7 @@ struct Inner {
     primary: String,
     clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
     events: broadcast::Sender<ClusterEvent>,
+    health: broadcast::Sender<HealthChange>,
 }
 
 impl std::fmt::Debug for ClusterRegistry {
@@ -336,16 +391,23 @@ impl ClusterRegistry {
         let primary = primary.into();
         Metrics::global().set_cluster_engaged(&primary, true);
         Metrics::global().set_cluster_reachable(&primary, true);
+        let health = broadcast::channel(256).0;
         let mut clusters = BTreeMap::new();
         clusters.insert(
             primary.clone(),
-            Arc::new(Cluster::new(primary.clone(), client, true)),
+            Arc::new(Cluster::with_health_events(
+                primary.clone(),
+                client,
+                true,
+                Some(health.clone()),
+            )),
         );
         Self {
             inner: Arc::new(Inner {
                 primary,
                 clusters: RwLock::new(clusters),
                 events: broadcast::channel(256).0,
+                health,
             }),
         }
     }
@@ -388,7 +450,12 @@ impl ClusterRegistry {
             }
             clusters.insert(
                 name.clone(),
-                Arc::new(Cluster::new(name.clone(), client, false)),
+                Arc::new(Cluster::with_health_events(
+                    name.clone(),
+                    client,
+                    false,
+                    Some(self.inner.health.clone()),
+                )),
             );
         }
         Metrics::global().set_cluster_engaged(&name, true);
@@ -423,6 +490,13 @@ impl ClusterRegistry {
     #[must_use]
     pub fn subscribe(&self) -> broadcast::Receiver<ClusterEvent> {
         self.inner.events.subscribe()
+    }
+
+    /// Health changes of engaged clusters from now on (each a change of
+    /// [`Cluster::health`]; not debounced).
+    #[must_use]
+    pub fn health_changes(&self) -> broadcast::Receiver<HealthChange> {
+        self.inner.health.subscribe()
     }
 
     /// Probe every engaged cluster every `interval` (a version request bounded
@@ -482,5 +556,39 @@ mod tests {
         assert!(parse_cluster_spec("edge").is_err());
         assert!(parse_cluster_spec("=ctx").is_err());
         assert!(parse_cluster_spec("edge=").is_err());
+    }
+
+    #[tokio::test]
+    async fn every_health_change_is_published_once() {
+        let client = kube::Client::try_from(kube::Config::new(
+            "http://127.0.0.1:9".parse().expect("static URL"),
+        ))
+        .expect("client");
+        let registry = ClusterRegistry::new("main", client.clone());
+        let mut changes = registry.health_changes();
+        registry.add("edge", client).expect("add edge");
+        let edge = registry.get("edge").expect("edge engaged");
+        edge.cache_unsynced();
+        edge.cache_unsynced(); // still syncing: no change
+        edge.mark_unreachable(&"test");
+        edge.mark_unreachable(&"test"); // already unreachable
+        edge.mark_reachable(); // two caches still listing
+        edge.cache_synced();
+        edge.cache_synced();
+        edge.mark_reachable(); // already reachable
+        let mut got = Vec::new();
+        while let Ok(c) = changes.try_recv() {
+            got.push((c.cluster, c.from, c.to));
+        }
+        let edge = |from, to| ("edge".to_owned(), from, to);
+        assert_eq!(
+            got,
+            vec![
+                edge(Health::Ready, Health::Syncing),
+                edge(Health::Syncing, Health::Unreachable),
+                edge(Health::Unreachable, Health::Syncing),
+                edge(Health::Syncing, Health::Ready),
+            ]
+        );
     }
 }

@@ -410,6 +410,7 @@ pub fn plural(kind: &str) -> anyhow::Result<&'static str> {
         "Namespace" => "namespaces",
         "RuntimeClass" => "runtimeclasses",
         "Event" => "events",
+        "CustomResourceDefinition" => "customresourcedefinitions",
         other => bail!("no plural known for kind {other}"),
     })
 }

@@ -201,6 +201,14 @@ pub(crate) struct Inner {
     work: VecDeque<Work>,
     pub history_limit: usize,
     pub channel_capacity: usize,
+    /// Every event with `rv <= compacted_floor` may be gone, for every
+    /// table: set by [`Inner::compact`] and at reset (the dropped store's
+    /// history is gone). A table created later starts its history here.
+    compacted_floor: u64,
+    /// Tables dropped with their history (a deleted CRD's objects), by the
+    /// RV of the drop: a table re-created under the same key must not claim
+    /// the DELETED events it lost.
+    dropped: HashMap<StorageKey, u64>,
     /// The last persisted object and its serialization.
     last_written: Option<(Arc<Value>, Bytes)>,
 }
@@ -548,6 +556,8 @@ impl Inner {
             work: VecDeque::new(),
             history_limit,
             channel_capacity,
+            compacted_floor: start_rv,
+            dropped: HashMap::new(),
             last_written: None,
         };
         inner.seed();
@@ -568,15 +578,41 @@ impl Inner {
         }
     }
 
+    /// The table of `sk`, created empty on first use.
+    ///
+    /// A watch from RV N is valid exactly when no event after N has been
+    /// dropped from the history. A new table has dropped nothing of its
+    /// own, so its history starts at the newest point where events may have
+    /// been lost for every table (compaction, reset) or for this key (a
+    /// dropped table), not at the current RV: a client that listed the
+    /// still-empty resource at an older RV must be able to watch from that
+    /// RV and see the table's first ADDED instead of a spurious 410.
     pub(crate) fn table(&mut self, sk: &StorageKey) -> &mut Table {
         let cap = self.channel_capacity;
-        let rv = self.rv;
+        let start = self.history_floor(sk);
         self.tables.entry(sk.clone()).or_insert_with(|| Table {
             objects: BTreeMap::new(),
             history: VecDeque::new(),
-            compacted_rv: rv,
+            compacted_rv: start,
             tx: broadcast::channel(cap).0,
         })
+    }
+
+    /// Events of `sk` with `rv <= history_floor(sk)` may be missing, for a
+    /// table that does not exist yet.
+    fn history_floor(&self, sk: &StorageKey) -> u64 {
+        self.dropped
+            .get(sk)
+            .copied()
+            .unwrap_or(0)
+            .max(self.compacted_floor)
+    }
+
+    /// Events of `sk` with `rv <= compacted_rv(sk)` may be missing.
+    fn compacted_rv(&self, sk: &StorageKey) -> u64 {
+        self.tables
+            .get(sk)
+            .map_or_else(|| self.history_floor(sk), |t| t.compacted_rv)
     }
 
     fn lookup(&self, sk: &StorageKey, key: &ObjKey) -> Option<Arc<Value>> {
@@ -732,8 +768,10 @@ impl Inner {
             let crd_name = key.1.clone();
             if let Some(cr_sk) = self.registry.get_crd_storage_key(&crd_name) {
                 self.registry.unregister_crd(&crd_name);
-                // Dropping the table closes its watchers.
+                // Dropping the table closes its watchers and loses its
+                // history up to now.
                 self.tables.remove(&cr_sk);
+                self.dropped.insert(cr_sk, rv);
             }
         }
         self.emit(
@@ -1810,15 +1848,16 @@ impl Inner {
         rv: u64,
     ) -> ApiResult<BTreeMap<ObjKey, Option<Arc<Value>>>> {
         let mut overlay = BTreeMap::new();
+        let compacted = self.compacted_rv(sk);
+        if rv < compacted {
+            return Err(ApiError::expired(format!(
+                "The resourceVersion for the provided list is too old. (requested {rv}, oldest {})",
+                compacted + 1
+            )));
+        }
         let Some(t) = self.tables.get(sk) else {
             return Ok(overlay);
         };
-        if rv < t.compacted_rv {
-            return Err(ApiError::expired(format!(
-                "The resourceVersion for the provided list is too old. (requested {rv}, oldest {})",
-                t.compacted_rv + 1
-            )));
-        }
         for ev in t.history.iter().rev() {
             if ev.rv <= rv {
                 break;
@@ -1842,7 +1881,7 @@ impl Inner {
                 let (rv, key) = decode_continue(tok).ok_or_else(|| {
                     ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
                 })?;
-                if self.tables.get(&sk).is_some_and(|t| rv < t.compacted_rv) {
+                if rv < self.compacted_rv(&sk) {
                     return Err(ApiError::expired(
                         "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
                     ));
@@ -1996,6 +2035,8 @@ impl Inner {
     pub(crate) fn compact(&mut self) -> u64 {
         self.rv += 1;
         let rv = self.rv;
+        self.compacted_floor = rv;
+        self.dropped.clear();
         for t in self.tables.values_mut() {
             t.history.clear();
             t.compacted_rv = rv;

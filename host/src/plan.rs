@@ -1,0 +1,294 @@
+//! `rekon plugin plan`: a dry run of one plugin against live clusters.
+//!
+//! Plugins perform no I/O and return their writes as actions, so the host can
+//! show what a plugin *would* do without doing it: connect the clusters, fill
+//! the same shared caches `rekon run` uses for the plugin's primary and
+//! watches, reconcile every primary (or one) once, and report the actions of
+//! each outcome. Nothing is written: no finalizer is added, no action is
+//! performed. Capability checks apply as in `rekon run`, so a forbidden action
+//! shows up as the error it would be.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::app::{AppError, Config, connect_clusters};
+use crate::cache::{CacheManager, Resolver};
+use crate::controller::reads::{CacheMap, PluginReads};
+use crate::plugin::{Action, ClusterSet, HostReads, PluginRuntime, Request, RuntimeConfig, Scope};
+use crate::writer::resource_id;
+
+/// Errors of a dry run.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// The clusters could not be connected.
+    #[error("failed to connect the clusters")]
+    Clusters(#[source] Box<AppError>),
+    /// The plugin file could not be loaded.
+    #[error("failed to load plugin {path}: {message}")]
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// A cache the plugin needs could not be started.
+    #[error("failed to watch {resource} in cluster {cluster} for plugin {plugin}")]
+    Cache {
+        /// The plugin.
+        plugin: String,
+        /// The cluster.
+        cluster: String,
+        /// The resource.
+        resource: String,
+        /// Cause.
+        #[source]
+        source: Box<crate::cache::Error>,
+    },
+    /// A cache did not finish its initial list in time.
+    #[error(
+        "cache of {resource} in cluster {cluster} did not sync within {timeout:?} (is the cluster reachable, is the CRD installed?)"
+    )]
+    SyncTimeout {
+        /// The cluster.
+        cluster: String,
+        /// The resource.
+        resource: String,
+        /// The limit.
+        timeout: Duration,
+    },
+}
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct PlanConfig {
+    /// The plugin component.
+    pub file: PathBuf,
+    /// Clusters, as for `rekon run` (only the cluster fields are used).
+    pub clusters: Config,
+    /// Only this primary (`name` or `namespace/name`); all when `None`.
+    pub only: Option<String>,
+    /// How long to wait for the caches' initial lists.
+    pub sync_timeout: Duration,
+}
+
+/// The plan for one primary object.
+#[derive(Clone, Debug, Serialize)]
+pub struct PlannedReconcile {
+    /// The request reconciled.
+    pub request: Request,
+    /// The actions the plugin returned (nothing was performed).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub actions: Vec<Action>,
+    /// The requeue the plugin asked for, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requeue_after_ms: Option<u64>,
+    /// Whether the plugin reported its cleanup done (objects being deleted).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub finalized: bool,
+    /// Why the reconcile failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The whole dry run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Plan {
+    /// Plugin name.
+    pub plugin: String,
+    /// Plugin version.
+    pub version: String,
+    /// One entry per primary reconciled.
+    pub reconciles: Vec<PlannedReconcile>,
+}
+
+impl Plan {
+    /// Number of actions over all reconciles.
+    #[must_use]
+    pub fn action_count(&self) -> usize {
+        self.reconciles.iter().map(|r| r.actions.len()).sum()
+    }
+}
+
+/// Run the dry run.
+///
+/// # Errors
+/// When the clusters cannot be connected, the plugin cannot be loaded, or a
+/// cache it needs does not sync in time. A failing reconcile is not an error:
+/// it is reported in its [`PlannedReconcile`].
+pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
+    let clusters = connect_clusters(&config.clusters)
+        .await
+        .map_err(|e| PlanError::Clusters(Box::new(e)))?;
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: config.clusters.cache_dir.clone(),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| PlanError::Load {
+        path: config.file.clone(),
+        message: e.to_string(),
+    })?;
+    let file = config.file.clone();
+    let plugin = tokio::task::spawn_blocking(move || runtime.load_file(&file))
+        .await
+        .map_err(|e| PlanError::Load {
+            path: config.file.clone(),
+            message: e.to_string(),
+        })?
+        .map_err(|e| PlanError::Load {
+            path: config.file.clone(),
+            message: e.to_string(),
+        })?;
+    let reg = plugin.registration().clone();
+
+    // The same caches `rekon run` would start for this plugin.
+    let resolve = |set: &ClusterSet| -> Vec<String> {
+        match set {
+            ClusterSet::Primary => vec![clusters.primary().to_owned()],
+            ClusterSet::All => clusters.names(),
+            ClusterSet::Named(names) => names
+                .iter()
+                .filter(|n| clusters.get(n).is_some())
+                .cloned()
+                .collect(),
+        }
+    };
+    let caches = CacheManager::new(clusters.clone(), Resolver::default());
+    let mut wanted = vec![];
+    for cluster in resolve(&reg.primary_clusters) {
+        wanted.push((cluster, reg.primary.clone(), true));
+    }
+    for watch in &reg.watches {
+        for cluster in resolve(&watch.clusters) {
+            wanted.push((cluster, watch.resource.clone(), false));
+        }
+    }
+    let mut map = CacheMap::new();
+    let mut primaries = Vec::new();
+    for (cluster, resource, is_primary) in wanted {
+        let id = resource_id(&resource);
+        let cache = caches
+            .acquire(&cluster, &id)
+            .map_err(|source| PlanError::Cache {
+                plugin: reg.name.clone(),
+                cluster: cluster.clone(),
+                resource: id.to_string(),
+                source: Box::new(source),
+            })?;
+        tokio::time::timeout(config.sync_timeout, cache.wait_synced())
+            .await
+            .map_err(|_| PlanError::SyncTimeout {
+                cluster: cluster.clone(),
+                resource: id.to_string(),
+                timeout: config.sync_timeout,
+            })?;
+        if is_primary {
+            primaries.push((cluster.clone(), Arc::clone(&cache)));
+        }
+        map.insert(
+            (
+                cluster,
+                resource.group.clone(),
+                resource.version.clone(),
+                resource.kind.clone(),
+            ),
+            cache,
+        );
+    }
+    let reads: Arc<dyn HostReads> = Arc::new(PluginReads {
+        caches: Arc::new(map),
+        clusters: clusters.clone(),
+    });
+
+    let namespaced = matches!(reg.primary.scope, Scope::Namespaced);
+    let mut requests: Vec<Request> = primaries
+        .iter()
+        .flat_map(|(cluster, cache)| {
+            cache.read(|store| {
+                store
+                    .keys()
+                    .map(|key| Request {
+                        cluster: cluster.clone(),
+                        namespace: if namespaced {
+                            key.namespace().map(str::to_owned)
+                        } else {
+                            None
+                        },
+                        name: key.name.clone(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .filter(|req| matches_only(config.only.as_deref(), req))
+        .collect();
+    requests.sort_by(|a, b| {
+        (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
+    });
+
+    let now = SystemTime::now();
+    let mut reconciles = Vec::with_capacity(requests.len());
+    for request in requests {
+        let planned = match plugin
+            .reconcile(request.clone(), Arc::clone(&reads), now)
+            .await
+        {
+            Ok(outcome) => PlannedReconcile {
+                request,
+                actions: outcome.actions,
+                requeue_after_ms: outcome.requeue_after_ms,
+                finalized: outcome.finalized,
+                error: None,
+            },
+            Err(e) => PlannedReconcile {
+                request,
+                actions: Vec::new(),
+                requeue_after_ms: None,
+                finalized: false,
+                error: Some(e.to_string()),
+            },
+        };
+        reconciles.push(planned);
+    }
+    Ok(Plan {
+        plugin: reg.name,
+        version: reg.version,
+        reconciles,
+    })
+}
+
+/// `name` matches a cluster-scoped or any-namespace object of that name;
+/// `namespace/name` matches exactly.
+fn matches_only(only: Option<&str>, req: &Request) -> bool {
+    match only {
+        None => true,
+        Some(spec) => match spec.split_once('/') {
+            Some((ns, name)) => req.namespace.as_deref() == Some(ns) && req.name == name,
+            None => req.name == spec,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(ns: Option<&str>, name: &str) -> Request {
+        Request {
+            cluster: "main".into(),
+            namespace: ns.map(str::to_owned),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn only_filters_by_name_or_namespace_and_name() {
+        assert!(matches_only(None, &req(Some("a"), "x")));
+        assert!(matches_only(Some("x"), &req(Some("a"), "x")));
+        assert!(matches_only(Some("x"), &req(None, "x")));
+        assert!(matches_only(Some("a/x"), &req(Some("a"), "x")));
+        assert!(!matches_only(Some("b/x"), &req(Some("a"), "x")));
+        assert!(!matches_only(Some("y"), &req(None, "x")));
+    }
+}
