@@ -295,6 +295,28 @@ impl Context {
         Time(self.backend.request_time())
     }
 
+    /// The request time truncated to whole seconds: exactly what a `Time`
+    /// field holds once written and read back (it serializes as RFC 3339
+    /// with whole seconds). Use it for timestamps in a status that is
+    /// compared with the stored one, so nanoseconds do not make every
+    /// reconcile look like a change. Constant during a call.
+    ///
+    /// ```
+    /// # use rekon_sdk::testkit::World;
+    /// # let mut world = World::new().primary("main");
+    /// # world.advance(std::time::Duration::from_millis(1500));
+    /// # let ctx = world.context();
+    /// use rekon_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    /// use rekon_sdk::serde_json;
+    /// let stored: Time = serde_json::from_value(serde_json::to_value(ctx.now()).unwrap()).unwrap();
+    /// assert_ne!(ctx.now(), stored);
+    /// assert_eq!(ctx.now_seconds(), stored);
+    /// ```
+    #[must_use]
+    pub fn now_seconds(&self) -> Time {
+        Time(whole_seconds(self.backend.request_time()))
+    }
+
     /// The request time as a `jiff::Timestamp`, for arithmetic
     /// (`ctx.timestamp().duration_since(created)`).
     #[must_use]
@@ -330,6 +352,40 @@ impl Context {
     /// An error line without fields.
     pub fn error(&self, message: &str) {
         self.log(LogLevel::Error, message, &[]);
+    }
+}
+
+/// `t` truncated to the second like `Time`'s serialization (`%S` floors the
+/// civil time, so instants before 1970 go down, not towards zero).
+fn whole_seconds(t: Timestamp) -> Timestamp {
+    let second = t.as_second() - i64::from(t.subsec_nanosecond() < 0);
+    Timestamp::new(second, 0).unwrap_or(t)
+}
+
+/// Whether a status (or any API value) a plugin computed differs from the
+/// stored one *as the API server would store it*: both are compared in
+/// their JSON form, so what does not survive a round trip — nanoseconds of a
+/// `Time`, `None` versus an omitted default — is not a difference. `None`
+/// (nothing stored yet) always differs. A value that cannot be serialized
+/// counts as changed (writing it will report the error).
+///
+/// ```
+/// use rekon_sdk::k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+/// use rekon_sdk::k8s_openapi::jiff::Timestamp;
+/// let stored = Time(Timestamp::new(1_735_689_600, 0).unwrap());
+/// let computed = Time(Timestamp::new(1_735_689_600, 500_000_000).unwrap());
+/// assert_ne!(stored, computed);
+/// assert!(!rekon_sdk::status_changed(Some(&stored), &computed));
+/// assert!(rekon_sdk::status_changed(None, &computed));
+/// ```
+#[must_use]
+pub fn status_changed<T: serde::Serialize>(stored: Option<&T>, computed: &T) -> bool {
+    let Some(stored) = stored else {
+        return true;
+    };
+    match (serde_json::to_value(stored), serde_json::to_value(computed)) {
+        (Ok(a), Ok(b)) => a != b,
+        _ => true,
     }
 }
 

@@ -140,7 +140,9 @@ pub use action::{
     Action, ApplyAction, CreateAction, DeleteAction, EventAction, EventType, ObjectRef, Outcome,
     PatchAction, PatchType, Propagation,
 };
-pub use context::{ClusterHealth, ClusterInfo, Context, LogLevel, Request, selector_from_labels};
+pub use context::{
+    ClusterHealth, ClusterInfo, Context, LogLevel, Request, selector_from_labels, status_changed,
+};
 pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::app::{AppError, Config, connect_clusters};
 use crate::cache::{CacheManager, Resolver};
 use crate::controller::reads::{CacheMap, PluginReads};
+use crate::controller::resolve_set;
 use crate::plugin::{Action, ClusterSet, HostReads, PluginRuntime, Request, RuntimeConfig, Scope};
 use crate::writer::resource_id;
 
@@ -144,17 +145,7 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
     let reg = plugin.registration().clone();
 
     // The same caches `rekon run` would start for this plugin.
-    let resolve = |set: &ClusterSet| -> Vec<String> {
-        match set {
-            ClusterSet::Primary => vec![clusters.primary().to_owned()],
-            ClusterSet::All => clusters.names(),
-            ClusterSet::Named(names) => names
-                .iter()
-                .filter(|n| clusters.get(n).is_some())
-                .cloned()
-                .collect(),
-        }
-    };
+    let resolve = |set: &ClusterSet| resolve_set(set, &clusters);
     let caches = CacheManager::new(clusters.clone(), Resolver::default());
     let mut wanted = vec![];
     for cluster in resolve(&reg.primary_clusters) {

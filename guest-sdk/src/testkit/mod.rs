@@ -65,6 +65,13 @@
 //!   `creationTimestamp` are set on creation. Preconditions are checked.
 //! - Label selectors: `a=b`, `a==b`, `a!=b`, `a`, `!a`, `a in (x,y)`,
 //!   `a notin (x,y)`, comma-separated.
+//! - Outcomes are applied like the host's writer does: actions are grouped
+//!   per cluster (in order of first appearance) and performed in order
+//!   within each cluster; a failed action stops the remaining actions *of
+//!   that cluster only*, and the finalizer is removed only if every action
+//!   succeeded. Write failures can be injected per cluster
+//!   ([`World::fail_writes`]) or per object ([`World::fail_writes_to`]) and
+//!   lifted with [`World::heal`].
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -140,6 +147,20 @@ pub enum TestkitError {
         /// Why.
         message: String,
     },
+    /// A write failed because a failure was injected for its cluster or
+    /// object ([`World::fail_writes`], [`World::fail_writes_to`]), like a
+    /// write the host gave up on (unreachable cluster, persistent 5xx).
+    #[error("failed to write {target}: {message}")]
+    WriteFailed {
+        /// The target.
+        target: String,
+        /// What was injected.
+        message: String,
+    },
+    /// Several actions of one outcome failed (in different clusters): each
+    /// failure, in the order of the clusters' first actions.
+    #[error("failed to apply {} actions: {}", .0.len(), .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Writes(Vec<TestkitError>),
     /// Reconcile → apply did not stop changing the world.
     #[error("failed to converge {request} in {rounds} rounds; last outcome: {last:?}")]
     NotConverged {
@@ -224,6 +245,17 @@ struct State {
     /// Reads outside this registration fail with `NotWatched` (set while a
     /// plugin runs, as the host does).
     reads: Option<Registration>,
+    /// Injected write failures.
+    faults: Vec<Fault>,
+}
+
+/// An injected write failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fault {
+    /// Every write to the cluster, events included.
+    Cluster(String),
+    /// Every write to one object (not events about it).
+    Object(Key),
 }
 
 /// A fake set of clusters and objects that plays the host for native
@@ -274,6 +306,7 @@ impl World {
                 logs: Vec::new(),
                 events: Vec::new(),
                 reads: None,
+                faults: Vec::new(),
             })),
         }
     }
@@ -316,6 +349,37 @@ impl World {
                 c.health = health;
             }
         }
+    }
+
+    /// Makes every following write to `cluster` fail (applies, creates,
+    /// patches, deletes and events), as when the host cannot reach it;
+    /// reads keep working (the host's caches keep the last state). Lifted
+    /// by [`World::heal`]. Health is independent: see [`World::set_health`].
+    pub fn fail_writes(&mut self, cluster: &str) {
+        let fault = Fault::Cluster(cluster.to_owned());
+        let mut state = self.state.borrow_mut();
+        if !state.faults.contains(&fault) {
+            state.faults.push(fault);
+        }
+    }
+
+    /// Makes every following write to the object `target` fail (events
+    /// about it still go out). Lifted by [`World::heal`] of its cluster.
+    pub fn fail_writes_to(&mut self, target: &ObjectRef) {
+        let fault = Fault::Object(Key::of(target));
+        let mut state = self.state.borrow_mut();
+        if !state.faults.contains(&fault) {
+            state.faults.push(fault);
+        }
+    }
+
+    /// Lifts every injected write failure of `cluster` (whole cluster and
+    /// single objects).
+    pub fn heal(&mut self, cluster: &str) {
+        self.state.borrow_mut().faults.retain(|f| match f {
+            Fault::Cluster(c) => c != cluster,
+            Fault::Object(k) => k.cluster != cluster,
+        });
     }
 
     /// The engaged clusters.
@@ -549,10 +613,18 @@ impl World {
 
     /// Applies a reconcile's outcome for `req` as the host would: checks
     /// every action against `P`'s permissions first (nothing is written if
-    /// one is forbidden), performs the actions in order (stopping at the
-    /// first failure), records events, and — when the outcome is
-    /// `finalized` and the primary is being deleted — removes the plugin's
-    /// finalizer. Returns whether the world changed (events do not count).
+    /// one is forbidden), performs the actions in order per cluster (a
+    /// failure stops the remaining actions of that cluster; other clusters
+    /// go on), records events, and — when the outcome is `finalized`, every
+    /// action succeeded and the primary is being deleted — removes the
+    /// plugin's finalizer. Returns whether the world changed (events do not
+    /// count).
+    ///
+    /// # Errors
+    ///
+    /// A forbidden action, or the failed actions: the failure itself when
+    /// one action failed, [`TestkitError::Writes`] when several did. What
+    /// succeeded stays applied.
     pub fn apply<P: Plugin>(
         &mut self,
         req: &Request,
@@ -563,9 +635,36 @@ impl World {
         for action in &outcome.actions {
             check_permission(&reg, action, primary_cluster.as_deref())?;
         }
-        let mut changed = false;
+        // Per cluster, in order of first appearance (the host runs the
+        // clusters concurrently; they are independent, so order across
+        // clusters does not matter).
+        let mut per_cluster: Vec<(&str, Vec<&Action>)> = Vec::new();
         for action in &outcome.actions {
-            changed |= self.state.borrow_mut().perform(&reg.name, action)?;
+            let cluster = action.cluster();
+            match per_cluster.iter_mut().find(|(c, _)| *c == cluster) {
+                Some((_, list)) => list.push(action),
+                None => per_cluster.push((cluster, vec![action])),
+            }
+        }
+        let mut changed = false;
+        let mut failed = Vec::new();
+        for (_, actions) in per_cluster {
+            for action in actions {
+                match self.state.borrow_mut().perform(&reg.name, action) {
+                    Ok(c) => changed |= c,
+                    Err(e) => {
+                        failed.push(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if !failed.is_empty() {
+            return Err(if failed.len() == 1 {
+                failed.remove(0)
+            } else {
+                TestkitError::Writes(failed)
+            });
         }
         if outcome.finalized
             && let Some(finalizer) = &reg.finalizer
@@ -583,8 +682,9 @@ impl World {
 
     /// Reconciles `req` and applies the outcome until a round changes
     /// nothing; returns the outcomes of every round (the last one is the
-    /// stable one). Fails if the plugin errs, writes something forbidden or
-    /// does not settle within `max_rounds`.
+    /// stable one). Fails if the plugin errs, writes something forbidden,
+    /// a write fails (see [`World::apply`]) or it does not settle within
+    /// `max_rounds`.
     pub fn converge<P: Plugin>(
         &mut self,
         req: &Request,
@@ -867,6 +967,24 @@ impl State {
         Ok(())
     }
 
+    /// Why `action` must fail, if a failure was injected for it.
+    fn injected_failure(&self, action: &Action) -> Option<String> {
+        let cluster = action.cluster();
+        let object = match action {
+            Action::Event(_) => None,
+            _ => action.target().ok().map(|t| Key::of(&t)),
+        };
+        self.faults.iter().find_map(|f| match f {
+            Fault::Cluster(c) if c == cluster => {
+                Some(format!("writes to cluster {cluster} fail (injected)"))
+            }
+            Fault::Object(k) if object.as_ref() == Some(k) => {
+                Some(format!("writes to {k} fail (injected)"))
+            }
+            _ => None,
+        })
+    }
+
     /// Performs one action; returns whether the world changed.
     fn perform(&mut self, plugin: &str, action: &Action) -> Result<bool, TestkitError> {
         let manager = format!("rekon.{plugin}");
@@ -877,6 +995,15 @@ impl State {
                     .target()
                     .map(|t| t.to_string())
                     .unwrap_or_else(|_| cluster.to_owned()),
+            });
+        }
+        if let Some(message) = self.injected_failure(action) {
+            return Err(TestkitError::WriteFailed {
+                target: action
+                    .target()
+                    .map(|t| t.to_string())
+                    .unwrap_or_else(|_| cluster.to_owned()),
+                message,
             });
         }
         match action {

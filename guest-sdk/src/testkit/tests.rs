@@ -686,3 +686,181 @@ fn selector_parser() {
     assert!(parse_selector("a=(").is_err());
     assert!(parse_selector("a)").is_err());
 }
+
+/// Copies a ConfigMap to `copy-a` and `copy-b` in main and `copy` in sub,
+/// then records an event; on deletion deletes the copies and says finalized.
+struct Spreader;
+
+const SPREADER_FINALIZER: &str = "spreader.rekon.dev/cleanup";
+
+impl Plugin for Spreader {
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("spreader", "0.1.0")
+            .clusters(ClusterSet::All)
+            .finalizer(SPREADER_FINALIZER)
+            .permission::<ConfigMap>(
+                &["get", "list", "watch", "patch", "delete"],
+                ClusterSet::All,
+            ))
+    }
+
+    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
+            return Ok(Outcome::done());
+        };
+        let copies = [("main", "copy-a"), ("sub", "copy"), ("main", "copy-b")];
+        if cm.metadata.deletion_timestamp.is_some() {
+            return Ok(Outcome::with_actions(copies.iter().map(|(c, n)| {
+                Action::delete(ObjectRef::new::<ConfigMap>(c, Some("default"), n))
+            }))
+            .finalized());
+        }
+        let mut outcome = Outcome::done();
+        for (cluster, name) in copies {
+            outcome.push(Action::apply(
+                cluster,
+                &config_map("default", name, &[("from", req.name.as_str())]),
+            )?);
+        }
+        outcome.push(Action::normal_event(
+            ObjectRef::for_request::<ConfigMap>(req),
+            "Spread",
+            "Apply",
+            "copied",
+        ));
+        Ok(outcome)
+    }
+}
+
+fn spreader_world() -> (World, Request) {
+    let mut world = World::new().primary("main").cluster("sub");
+    world.insert("main", &config_map("default", "src", &[]));
+    (world, Request::namespaced("main", "default", "src"))
+}
+
+fn copy_ref(cluster: &str, name: &str) -> ObjectRef {
+    ObjectRef::new::<ConfigMap>(cluster, Some("default"), name)
+}
+
+#[test]
+fn a_failing_cluster_stops_only_its_own_actions() {
+    let (mut world, req) = spreader_world();
+    world.fail_writes("sub");
+    let outcome = world.reconcile::<Spreader>(&req).unwrap();
+    let err = world.apply::<Spreader>(&req, &outcome).unwrap_err();
+    assert!(
+        matches!(&err, TestkitError::WriteFailed { target, .. } if target.contains("sub/default/copy")),
+        "{err:?}"
+    );
+    // main's actions all went out, before and after sub's in the outcome.
+    assert!(world.contains(&copy_ref("main", "copy-a")));
+    assert!(world.contains(&copy_ref("main", "copy-b")));
+    assert!(!world.contains(&copy_ref("sub", "copy")));
+    assert_eq!(world.events().len(), 1, "the event is main's");
+    // converge reports it too, and keeps failing until healed.
+    assert!(matches!(
+        world.converge::<Spreader>(&req, 5),
+        Err(TestkitError::WriteFailed { .. })
+    ));
+    world.heal("sub");
+    world.converge::<Spreader>(&req, 5).unwrap();
+    assert!(world.contains(&copy_ref("sub", "copy")));
+}
+
+#[test]
+fn a_failing_object_stops_the_rest_of_its_cluster() {
+    let (mut world, req) = spreader_world();
+    world.fail_writes_to(&copy_ref("main", "copy-a"));
+    let outcome = world.reconcile::<Spreader>(&req).unwrap();
+    let err = world.apply::<Spreader>(&req, &outcome).unwrap_err();
+    assert!(
+        err.to_string().contains("ConfigMap main/default/copy-a"),
+        "{err}"
+    );
+    assert!(!world.contains(&copy_ref("main", "copy-a")));
+    assert!(
+        !world.contains(&copy_ref("main", "copy-b")),
+        "later actions of main are not performed"
+    );
+    assert!(world.events().is_empty(), "nor is main's event");
+    assert!(
+        world.contains(&copy_ref("sub", "copy")),
+        "sub is independent"
+    );
+    // Healing another cluster changes nothing; healing main does.
+    world.heal("sub");
+    assert!(world.apply::<Spreader>(&req, &outcome).is_err());
+    world.heal("main");
+    world.converge::<Spreader>(&req, 5).unwrap();
+    assert!(world.contains(&copy_ref("main", "copy-b")));
+}
+
+#[test]
+fn failures_in_several_clusters_are_all_reported() {
+    let (mut world, req) = spreader_world();
+    world.fail_writes("sub");
+    world.fail_writes_to(&copy_ref("main", "copy-b"));
+    let outcome = world.reconcile::<Spreader>(&req).unwrap();
+    let err = world.apply::<Spreader>(&req, &outcome).unwrap_err();
+    let TestkitError::Writes(errors) = &err else {
+        panic!("two failures: {err:?}")
+    };
+    assert_eq!(errors.len(), 2);
+    assert!(world.contains(&copy_ref("main", "copy-a")));
+}
+
+#[test]
+fn the_finalizer_stays_while_a_cleanup_write_fails() {
+    let (mut world, req) = spreader_world();
+    world.converge::<Spreader>(&req, 5).unwrap();
+    let src = copy_ref("main", "src");
+    world.delete(&src);
+    world.fail_writes("sub");
+    for _ in 0..3 {
+        let outcome = world.reconcile::<Spreader>(&req).unwrap();
+        assert!(outcome.finalized);
+        assert!(world.apply::<Spreader>(&req, &outcome).is_err());
+        assert!(world.contains(&src), "finalizer kept while sub fails");
+    }
+    assert!(!world.contains(&copy_ref("main", "copy-a")));
+    assert!(world.contains(&copy_ref("sub", "copy")));
+    world.heal("sub");
+    world.converge::<Spreader>(&req, 5).unwrap();
+    assert!(
+        !world.contains(&src),
+        "released once every delete succeeded"
+    );
+    assert!(!world.contains(&copy_ref("sub", "copy")));
+}
+
+#[test]
+fn now_seconds_is_what_a_stored_time_reads_back_as() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let round_trip =
+        |t: &Time| -> Time { serde_json::from_value(serde_json::to_value(t).unwrap()).unwrap() };
+    let mut world = World::new().primary("main");
+    for (second, nanos) in [
+        (DEFAULT_TIME_SECONDS, 0),
+        (DEFAULT_TIME_SECONDS, 999_999_999),
+        (DEFAULT_TIME_SECONDS, 1),
+        (-1, -500_000_000), // before 1970: floors like the serialization
+    ] {
+        world.set_time(Timestamp::new(second, nanos).unwrap());
+        let ctx = world.context();
+        assert_eq!(
+            ctx.now_seconds(),
+            round_trip(&ctx.now()),
+            "{second}.{nanos}"
+        );
+        assert_eq!(ctx.now_seconds().0.subsec_nanosecond(), 0);
+        assert!(!crate::status_changed(
+            Some(&round_trip(&ctx.now())),
+            &ctx.now()
+        ));
+    }
+    let ctx = world.context();
+    assert!(crate::status_changed(
+        Some(&ctx.now_seconds()),
+        &Time(Timestamp::UNIX_EPOCH)
+    ));
+}

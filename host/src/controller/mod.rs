@@ -13,7 +13,9 @@
 //!    [`crate::writer::Writer`]; errors back off, `requeue-after` sets a timer.
 //!
 //! The [`Manager`] follows the plugin registry (load, replace, remove) and the
-//! cluster registry (engage, disengage).
+//! cluster registry (engage, disengage, health changes): each of these
+//! requeues every primary of the plugins whose `clusters` cover the cluster
+//! (health changes coalesced per cluster over [`HEALTH_DEBOUNCE`]).
 //!
 //! ```no_run
 //! # async fn demo(main: kube::Client, edge: kube::Client, plugins: rekon::plugin::PluginRegistry) -> anyhow::Result<()> {
@@ -56,7 +58,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use crate::cache::{
     CacheEvent, CacheManager, Change, ResourceId, SharedCache, Subscription, selector,
 };
-use crate::cluster::{ClusterEvent, ClusterRegistry, Health};
+use crate::cluster::{ClusterEvent, ClusterRegistry, Health, HealthChange};
 use crate::ops::metrics::{Metrics, QueueMetrics, ReconcileResult};
 use crate::plugin::{
     Action, CallError, ClusterSet, HostReads, LoadedPlugin, Mapping, ObjectRef, Outcome,
@@ -148,6 +150,100 @@ impl Default for ControllerConfig {
     }
 }
 
+/// Health changes of one cluster within this long of the first one are
+/// coalesced into (at most) one requeue of the primaries covering it.
+pub const HEALTH_DEBOUNCE: Duration = Duration::from_secs(1);
+
+/// Coalesces cluster health changes per cluster. Hand-written because the
+/// decision needs the whole window (kube-runtime's debounce works on the
+/// reconciler's own trigger stream, not on side channels like this): a
+/// window opens with a cluster's first change and closes [`HEALTH_DEBOUNCE`]
+/// later; the cluster is then requeued if its health differs from the
+/// start of the window, or if it was unreachable at any point in it (a
+/// plugin may have acted on that). A short `Ready → Syncing → Ready` blip
+/// (a new watch listing, e.g. at start-up) requeues nothing.
+#[derive(Debug)]
+struct HealthDebounce {
+    window: Duration,
+    pending: BTreeMap<String, PendingHealth>,
+}
+
+#[derive(Debug)]
+struct PendingHealth {
+    due: Instant,
+    start: Health,
+    unreachable_seen: bool,
+}
+
+impl HealthDebounce {
+    fn new(window: Duration) -> Self {
+        Self {
+            window,
+            pending: BTreeMap::new(),
+        }
+    }
+
+    fn record(&mut self, change: &HealthChange, now: Instant) {
+        let window = self.window;
+        let p = self
+            .pending
+            .entry(change.cluster.clone())
+            .or_insert_with(|| PendingHealth {
+                due: now + window,
+                start: change.from,
+                unreachable_seen: false,
+            });
+        p.unreachable_seen |=
+            change.from == Health::Unreachable || change.to == Health::Unreachable;
+    }
+
+    /// Changes of `cluster` were missed (the channel lagged): requeue it
+    /// when the window closes whatever its health.
+    fn record_missed(&mut self, cluster: &str, now: Instant) {
+        let window = self.window;
+        self.pending
+            .entry(cluster.to_owned())
+            .or_insert_with(|| PendingHealth {
+                due: now + window,
+                start: Health::Ready,
+                unreachable_seen: true,
+            })
+            .unreachable_seen = true;
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.pending.values().map(|p| p.due).min()
+    }
+
+    /// Close the windows due at `now`; returns the clusters to requeue with
+    /// their current health (`current`: `None` once disengaged, which has
+    /// its own requeue).
+    fn take_due(
+        &mut self,
+        now: Instant,
+        current: impl Fn(&str) -> Option<Health>,
+    ) -> Vec<(String, Health)> {
+        let due: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.due <= now)
+            .map(|(c, _)| c.clone())
+            .collect();
+        let mut requeue = Vec::new();
+        for cluster in due {
+            let Some(p) = self.pending.remove(&cluster) else {
+                continue;
+            };
+            if let Some(health) = current(&cluster)
+                && (health != p.start || p.unreachable_seen)
+            {
+                requeue.push((cluster, health));
+            }
+        }
+        requeue
+    }
+}
+
 /// Queue figures of one controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QueueStats {
@@ -169,7 +265,7 @@ pub fn covers(set: &ClusterSet, cluster: &str, primary: &str) -> bool {
     }
 }
 
-fn resolve_set(set: &ClusterSet, clusters: &ClusterRegistry) -> Vec<String> {
+pub(crate) fn resolve_set(set: &ClusterSet, clusters: &ClusterRegistry) -> Vec<String> {
     match set {
         ClusterSet::Primary => vec![clusters.primary().to_owned()],
         ClusterSet::All => clusters.names(),
@@ -822,50 +918,82 @@ impl Manager {
         });
         let weak = Arc::downgrade(&inner);
         let mut events = clusters.subscribe();
+        let mut health = clusters.health_changes();
+        let mut health_open = true;
+        let mut debounce = HealthDebounce::new(HEALTH_DEBOUNCE);
         tokio::spawn(async move {
             loop {
-                let event = tokio::select! {
-                    ev = events.recv() => ev,
-                    _ = &mut stop_rx => return,
-                };
-                let event = match event {
-                    Ok(e) => e,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        error!(missed = n, "missed cluster events");
-                        continue;
+                let due = debounce.next_due();
+                tokio::select! {
+                    ev = events.recv() => {
+                        let event = match ev {
+                            Ok(e) => e,
+                            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                                error!(missed = n, "missed cluster events");
+                                continue;
+                            }
+                            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                        };
+                        let Some(inner) = weak.upgrade() else { return };
+                        Self { inner }.on_cluster_event(&event);
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                };
-                let Some(inner) = weak.upgrade() else { return };
-                Self { inner }.on_cluster_event(&event);
+                    change = health.recv(), if health_open => match change {
+                        Ok(change) => debounce.record(&change, Instant::now()),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                            warn!(missed = n, "missed cluster health changes; requeueing every cluster");
+                            for name in clusters.names() {
+                                debounce.record_missed(&name, Instant::now());
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => health_open = false,
+                    },
+                    () = sleep_until(due) => {
+                        let requeue = debounce.take_due(Instant::now(), |name| {
+                            clusters.get(name).map(|c| c.health())
+                        });
+                        let Some(inner) = weak.upgrade() else { return };
+                        let manager = Self { inner };
+                        for (cluster, health) in requeue {
+                            info!(%cluster, ?health, "cluster health changed; requeueing the primaries of the plugins covering it");
+                            manager.requeue_covering(&cluster, &format!("cluster-health:{cluster}"));
+                        }
+                    }
+                    _ = &mut stop_rx => return,
+                }
             }
         });
         Self { inner }
     }
 
     fn on_cluster_event(&self, event: &ClusterEvent) {
+        {
+            let controllers = self.inner.controllers.lock();
+            for ctl in controllers.values() {
+                ctl.shared.sync_watches();
+                if let ClusterEvent::Removed(c) = event {
+                    ctl.shared.queue.lock().forget_cluster(c);
+                }
+            }
+        }
+        match event {
+            ClusterEvent::Added(c) => self.requeue_covering(c, &format!("cluster {c} engaged")),
+            ClusterEvent::Removed(c) => {
+                self.requeue_covering(c, &format!("cluster {c} disengaged"));
+                self.inner.ctx.caches.resolver().forget_cluster(c);
+            }
+        }
+    }
+
+    /// Requeue every primary of each plugin whose registration `clusters`
+    /// cover `cluster`.
+    fn requeue_covering(&self, cluster: &str, reason: &str) {
         let primary = self.inner.ctx.clusters.primary().to_owned();
         let controllers = self.inner.controllers.lock();
         for ctl in controllers.values() {
             let shared = &ctl.shared;
-            shared.sync_watches();
-            let covered = |c: &str| covers(&shared.plugin().registration().clusters, c, &primary);
-            match event {
-                ClusterEvent::Added(c) => {
-                    if covered(c) {
-                        shared.requeue_all(&format!("cluster {c} engaged"));
-                    }
-                }
-                ClusterEvent::Removed(c) => {
-                    shared.queue.lock().forget_cluster(c);
-                    if covered(c) {
-                        shared.requeue_all(&format!("cluster {c} disengaged"));
-                    }
-                }
+            if covers(&shared.plugin().registration().clusters, cluster, &primary) {
+                shared.requeue_all(reason);
             }
-        }
-        if let ClusterEvent::Removed(c) = event {
-            self.inner.ctx.caches.resolver().forget_cluster(c);
         }
     }
 
@@ -1015,6 +1143,72 @@ mod tests {
                 {"op": "test", "path": "/metadata/finalizers/1", "value": "rekon.io/x"},
                 {"op": "remove", "path": "/metadata/finalizers/1"}
             ])
+        );
+    }
+
+    fn change(cluster: &str, from: Health, to: Health) -> HealthChange {
+        HealthChange {
+            cluster: cluster.to_owned(),
+            from,
+            to,
+        }
+    }
+
+    #[test]
+    fn health_changes_are_coalesced_per_cluster() {
+        use Health::{Ready, Syncing, Unreachable};
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut d = HealthDebounce::new(HEALTH_DEBOUNCE);
+        assert_eq!(d.next_due(), None);
+        // edge flaps three times within the window; sub blips to Syncing.
+        d.record(&change("edge", Ready, Unreachable), t0);
+        d.record(&change("edge", Unreachable, Ready), t0 + ms(200));
+        d.record(&change("edge", Ready, Unreachable), t0 + ms(400));
+        d.record(&change("sub", Ready, Syncing), t0 + ms(300));
+        d.record(&change("sub", Syncing, Ready), t0 + ms(500));
+        assert_eq!(d.next_due(), Some(t0 + HEALTH_DEBOUNCE));
+        let now = |c: &str| match c {
+            "edge" => Some(Unreachable),
+            "sub" => Some(Ready),
+            _ => None,
+        };
+        assert!(
+            d.take_due(t0 + ms(999), now).is_empty(),
+            "window still open"
+        );
+        // One requeue for edge; sub's blip needs none.
+        assert_eq!(
+            d.take_due(t0 + HEALTH_DEBOUNCE, now),
+            vec![("edge".to_owned(), Unreachable)]
+        );
+        assert_eq!(d.next_due(), Some(t0 + ms(300) + HEALTH_DEBOUNCE));
+        assert!(d.take_due(t0 + ms(1300), now).is_empty());
+        assert_eq!(d.next_due(), None);
+
+        // A flap that ends where it started still requeues once: plugins
+        // may have seen the cluster unreachable.
+        let t1 = t0 + ms(5000);
+        d.record(&change("edge", Unreachable, Syncing), t1);
+        d.record(&change("edge", Syncing, Unreachable), t1 + ms(100));
+        assert_eq!(
+            d.take_due(t1 + HEALTH_DEBOUNCE, now),
+            vec![("edge".to_owned(), Unreachable)]
+        );
+        // A lasting move to Syncing requeues; a disengaged cluster does not.
+        let t2 = t1 + ms(5000);
+        d.record(&change("sub", Ready, Syncing), t2);
+        d.record(&change("gone", Ready, Unreachable), t2);
+        let syncing = |c: &str| (c == "sub").then_some(Syncing);
+        assert_eq!(
+            d.take_due(t2 + HEALTH_DEBOUNCE, syncing),
+            vec![("sub".to_owned(), Syncing)]
+        );
+        // Missed changes requeue whatever the health.
+        d.record_missed("sub", t2);
+        assert_eq!(
+            d.take_due(t2 + HEALTH_DEBOUNCE, syncing),
+            vec![("sub".to_owned(), Syncing)]
         );
     }
 

@@ -373,9 +373,26 @@ fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
 /// degrades to on-demand allocation if the pool cannot be reserved.
 fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> {
     let mut base = Config::new();
-    base.epoch_interruption(true)
+    base.epoch_interruption(std::env::var_os("REKON_EXP_NO_EPOCH").is_none())
         .wasm_component_model(true)
         .parallel_compilation(true);
+    let exp = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    if let Some(v) = exp("REKON_EXP_CRANELIFT_OPT") {
+        base.cranelift_opt_level(match v {
+            0 => wasmtime::OptLevel::None,
+            1 => wasmtime::OptLevel::Speed,
+            _ => wasmtime::OptLevel::SpeedAndSize,
+        });
+    }
+    if let Some(v) = exp("REKON_EXP_RESERVATION") {
+        base.memory_reservation(v);
+    }
+    if let Some(v) = exp("REKON_EXP_GUARD") {
+        base.memory_guard_size(v);
+    }
+    if let Some(v) = exp("REKON_EXP_COW") {
+        base.memory_init_cow(v != 0);
+    }
     if config.pooling {
         let mut pool = PoolingAllocationConfig::default();
         let instances = config.max_concurrent_instances.max(1);
@@ -391,6 +408,18 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
             .max_tables_per_component(8)
             .max_memory_size(config.memory_limit_bytes)
             .max_unused_warm_slots(instances.min(16));
+        if let Some(v) = exp("REKON_EXP_KEEP_RESIDENT") {
+            pool.linear_memory_keep_resident(v as usize);
+        }
+        if let Some(v) = exp("REKON_EXP_TABLE_KEEP_RESIDENT") {
+            pool.table_keep_resident(v as usize);
+        }
+        if let Some(v) = exp("REKON_EXP_PAGEMAP") {
+            pool.pagemap_scan(if v != 0 { wasmtime::Enabled::Yes } else { wasmtime::Enabled::No });
+        }
+        if let Some(v) = exp("REKON_EXP_DECOMMIT_BATCH") {
+            pool.decommit_batch_size(v as usize);
+        }
         let mut pooled = base.clone();
         pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         match Engine::new(&pooled) {

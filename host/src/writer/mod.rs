@@ -541,46 +541,31 @@ impl Writer {
             .await?;
         let params = PatchParams::default();
         let precondition = p.resource_version.is_some();
-        match p.patch_type {
+        // One call for both patch types: `Patch::Json` carries its operations
+        // whatever the type parameter, so both fit `Patch<Value>`.
+        let patch: Patch<serde_json::Value> = match p.patch_type {
             PatchType::Merge => {
-                let body = merge_patch(body, p.resource_version.as_deref()).map_err(invalid)?;
-                let patch = Patch::Merge(&body);
-                self.call(
-                    plugin,
-                    action,
-                    &cluster,
-                    &target.describe,
-                    !precondition,
-                    || async {
-                        if p.status {
-                            target.api.patch_status(&target.name, &params, &patch).await
-                        } else {
-                            target.api.patch(&target.name, &params, &patch).await
-                        }
-                    },
-                )
-                .await?;
+                Patch::Merge(merge_patch(body, p.resource_version.as_deref()).map_err(invalid)?)
             }
             PatchType::Json => {
-                let ops = json_patch(body, p.resource_version.as_deref()).map_err(invalid)?;
-                let patch: Patch<()> = Patch::Json(ops);
-                self.call(
-                    plugin,
-                    action,
-                    &cluster,
-                    &target.describe,
-                    !precondition,
-                    || async {
-                        if p.status {
-                            target.api.patch_status(&target.name, &params, &patch).await
-                        } else {
-                            target.api.patch(&target.name, &params, &patch).await
-                        }
-                    },
-                )
-                .await?;
+                Patch::Json(json_patch(body, p.resource_version.as_deref()).map_err(invalid)?)
             }
-        }
+        };
+        self.call(
+            plugin,
+            action,
+            &cluster,
+            &target.describe,
+            !precondition,
+            || async {
+                if p.status {
+                    target.api.patch_status(&target.name, &params, &patch).await
+                } else {
+                    target.api.patch(&target.name, &params, &patch).await
+                }
+            },
+        )
+        .await?;
         Ok(())
     }
 

@@ -602,9 +602,9 @@ impl Plugin for NodePoolPlugin {
 
         let mut outcome = Outcome::done();
         let members: Vec<&Node> = nodes.iter().filter(|n| member_of(n, &name)).collect();
-        let status = status_for(ctx, &pool, &members, &updated, &conflicts, &problems)?;
+        let status = status_for(ctx, &pool, &members, &updated, &conflicts, &problems);
         let old = pool.status.clone().unwrap_or_default();
-        if pool.status.as_ref() != Some(&status) {
+        if rekon_sdk::status_changed(pool.status.as_ref(), &status) {
             outcome.push(
                 Action::merge_patch(
                     pool_ref.clone(),
@@ -681,7 +681,7 @@ fn status_for(
     updating: &[String],
     conflicts: &[String],
     problems: &[String],
-) -> Result<NodePoolStatus, Error> {
+) -> NodePoolStatus {
     let (status, reason, message) = if !problems.is_empty() {
         ("False", "InvalidSpec", problems.join("; "))
     } else if !conflicts.is_empty() {
@@ -707,7 +707,7 @@ fn status_for(
     let old = pool.status.as_ref().and_then(ready_condition);
     let last_transition_time = match old {
         Some(o) if o.status == status => o.last_transition_time.clone(),
-        _ => ctx.now(),
+        _ => ctx.now_seconds(),
     };
     let ready = Condition {
         type_: "Ready".to_owned(),
@@ -718,15 +718,12 @@ fn status_for(
         last_transition_time,
     };
     let not_ready = members.iter().filter(|n| !node_ready(n)).count();
-    let status = NodePoolStatus {
+    NodePoolStatus {
         node_count: i32::try_from(members.len()).unwrap_or(i32::MAX),
         not_ready_node_count: i32::try_from(not_ready).unwrap_or(i32::MAX),
         nodes: members.iter().map(|n| n.name_any()).collect(),
         conditions: vec![ready],
-    };
-    // Normalize through JSON (timestamps keep whole seconds there) so the
-    // comparison with the stored status is exact.
-    Ok(serde_json::from_value(serde_json::to_value(&status)?)?)
+    }
 }
 
 rekon_sdk::export_plugin!(NodePoolPlugin);

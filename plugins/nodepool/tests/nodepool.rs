@@ -625,6 +625,44 @@ fn status_counts_not_ready_nodes_and_reports_pending_updates() {
 }
 
 #[test]
+fn ready_condition_has_a_reason_when_some_node_could_not_be_updated() {
+    let mut world = World::new().primary("main");
+    insert_pool(&mut world, "gpu", gpu_spec());
+    insert_node(&mut world, "n1", &["gpu"], true);
+    insert_node(&mut world, "n2", &["gpu"], true);
+    world.fail_writes_to(&node_ref("n2"));
+    // The host retries a failed outcome: each round n1 and the status go
+    // out, n2's patch fails.
+    for round in 0..3 {
+        let outcome = world.reconcile::<NodePoolPlugin>(&pool_req("gpu")).unwrap();
+        let err = world
+            .apply::<NodePoolPlugin>(&pool_req("gpu"), &outcome)
+            .unwrap_err();
+        assert!(err.to_string().contains("n2"), "round {round}: {err}");
+    }
+    assert!(labels(&world, "n1").contains_key("accelerator"));
+    assert!(!labels(&world, "n2").contains_key("accelerator"));
+    assert_eq!(
+        ready(&world, "gpu"),
+        ("False".into(), "UpdatingNodes".into())
+    );
+    let status = pool(&world, "gpu").status.unwrap();
+    assert_eq!(status.conditions[0].message, "updating n2");
+    // The status says so once: retrying does not rewrite it.
+    let outcome = world.reconcile::<NodePoolPlugin>(&pool_req("gpu")).unwrap();
+    assert!(
+        !outcome.actions.iter().any(Action::is_status),
+        "status unchanged while n2 keeps failing: {outcome:?}"
+    );
+
+    world.heal("main");
+    converge(&mut world);
+    assert!(labels(&world, "n2").contains_key("accelerator"));
+    assert_eq!(ready(&world, "gpu"), ("True".into(), "Converged".into()));
+    assert_quiet(&mut world, &["gpu"]);
+}
+
+#[test]
 fn the_runtime_class_follows_the_handler() {
     let mut world = World::new().primary("main");
     insert_pool(&mut world, "gpu", gpu_spec());

@@ -30,9 +30,10 @@
 //!   `clusters` lists each engaged cluster with its Job's [`JobState`],
 //!   including `Unreachable` clusters (health from `ctx.clusters()`). The
 //!   status is written (merge patch of `/status`) only when it changed; it
-//!   has no field that changes on every reconcile. Health changes cause no
-//!   watch event, so a running Test asks to be looked at again every
-//!   [`RESYNC`] (every [`UNREACHABLE_RETRY`] while a cluster is down).
+//!   has no field that changes on every reconcile. The host requeues every
+//!   Test when a cluster's health changes; as a safety net a running Test
+//!   also asks to be looked at again every [`RESYNC`] (every
+//!   [`UNREACHABLE_RETRY`] while a cluster is down).
 //! - **Late clusters.** A cluster engaged later gets its Job unless the Test
 //!   has finished (it is then listed as `Skipped`).
 //! - **Events** on the Test: `CreatingJobs` when Jobs are created,
@@ -42,8 +43,9 @@
 //!   engaged cluster (propagation Background so its Pods go too). Cleanup is
 //!   reported done only when every engaged cluster is `Ready`: for a
 //!   cluster that is unreachable or still syncing the cache cannot be
-//!   trusted, so the plugin deletes what it last saw there and asks to be
-//!   requeued until the cluster is back. Clusters *removed* from the engaged
+//!   trusted, so the plugin deletes what it last saw there and finishes
+//!   when the host requeues it on the cluster's return (or after
+//!   [`UNREACHABLE_RETRY`] at the latest). Clusters *removed* from the engaged
 //!   set are out of reach; their Jobs stay (the owner labels say whose they are).
 //! - A Job with the Test's name that does not carry the Test's owner labels
 //!   is someone else's: it is reported as `Conflict`, never counted, never
@@ -69,11 +71,13 @@ pub const OWNER_CLUSTER: &str = "owner.cluster";
 pub const OWNER_NAMESPACE: &str = "owner.namespace";
 /// Label on a Job naming its Test.
 pub const OWNER_NAME: &str = "owner.name";
-/// How often a Test is looked at again while a cluster is out of reach.
-pub const UNREACHABLE_RETRY: Duration = Duration::from_secs(5);
-/// How often a running Test is looked at again anyway, so cluster health
-/// changes (which trigger no event) reach its status.
-pub const RESYNC: Duration = Duration::from_secs(15);
+/// How often a Test is looked at again while a cluster is out of reach or
+/// syncing. A safety net: the host requeues every Test when a cluster's
+/// health changes.
+pub const UNREACHABLE_RETRY: Duration = Duration::from_secs(30);
+/// How often a running Test is looked at again anyway. A safety net: Job
+/// changes and cluster health changes requeue it on their own.
+pub const RESYNC: Duration = Duration::from_secs(60);
 
 /// The owner label keys every fanned-out Job carries.
 #[must_use]
@@ -375,7 +379,7 @@ fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcom
         TestStatus {
             phase: Phase::Finished,
             finished_cluster: old.finished_cluster.clone().or(completed_in.clone()),
-            finished_at: old.finished_at.clone().or_else(|| Some(ctx.now())),
+            finished_at: old.finished_at.clone().or_else(|| Some(ctx.now_seconds())),
             clusters,
         }
     } else {
@@ -425,7 +429,7 @@ fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcom
         }
     }
 
-    if test.status.as_ref() != Some(&status) {
+    if rekon_sdk::status_changed(test.status.as_ref(), &status) {
         match serde_json::to_value(&status) {
             Ok(value) => outcome.push(
                 Action::merge_patch(test_ref, serde_json::json!({ "status": value })).status(),
@@ -435,8 +439,8 @@ fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcom
             )),
         }
     }
-    // The host does not requeue on health changes: look again while the
-    // Test runs, sooner while a cluster is out of reach.
+    // Health changes requeue the Test (host); this is a safety net while it
+    // runs, sooner while a cluster is out of reach.
     if !finished {
         let unreachable = views
             .iter()

@@ -462,6 +462,33 @@ fn deletion_with_a_cluster_unreachable_does_not_finalize_until_it_returns() {
 }
 
 #[test]
+fn deletion_does_not_finalize_while_a_cleanup_delete_keeps_failing() {
+    let mut world = world();
+    converge(&mut world);
+    world.fail_writes_to(&job_ref("sub"));
+    world.delete(&test_ref());
+    for round in 0..3 {
+        let outcome = world.reconcile::<TestFanout>(&req()).unwrap();
+        assert!(outcome.finalized, "every cluster is ready: cleanup is due");
+        let err = world.apply::<TestFanout>(&req(), &outcome).unwrap_err();
+        assert!(
+            err.to_string().contains("sub/team-a/t1"),
+            "round {round}: {err}"
+        );
+        assert!(
+            world.contains(&test_ref()),
+            "round {round}: the finalizer stays while sub's delete fails"
+        );
+        assert!(!world.contains(&job_ref("main")), "main's delete went out");
+        assert!(world.contains(&job_ref("sub")));
+    }
+    world.heal("sub");
+    converge(&mut world);
+    assert!(!world.contains(&test_ref()));
+    assert!(!world.contains(&job_ref("sub")));
+}
+
+#[test]
 fn deletion_waits_for_a_syncing_cluster() {
     let mut world = world();
     converge(&mut world);

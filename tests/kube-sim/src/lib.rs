@@ -32,7 +32,11 @@
 //!   establishment run synchronously after the write that triggers them.
 //! - Lists with `limit`/`continue` or an Exact resourceVersion are served
 //!   from a snapshot rebuilt from the watch history.
-//! - Not served: protobuf/CBOR, aggregated discovery, OpenAPI documents
+//! - Protobuf request bodies are decoded for Namespace, ConfigMap, Secret
+//!   and ServiceAccount (what `kubectl create namespace|configmap|secret
+//!   generic|serviceaccount` sends); other kinds get 415. Responses are
+//!   always JSON (kubectl also accepts `application/json`).
+//! - Not served: protobuf responses, CBOR, aggregated discovery, OpenAPI documents
 //!   (`/openapi/v2` answers an empty document), admission, RBAC, workload
 //!   controllers (no Pods for Jobs), conversion between CRD versions
 //!   (only `apiVersion` is rewritten).
@@ -67,11 +71,13 @@
 //! - `faults`: fault injection and request counters.
 //! - `error`: `metav1.Status` errors.
 //! - [`patch`]: patch algebra and managedFields.
+//! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to JSON.
 
 pub mod cluster;
 pub mod error;
 pub mod faults;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod selectors;
 pub mod server;

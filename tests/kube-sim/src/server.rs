@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::error::{ApiError, ApiResult};
 use crate::faults::{FaultRule, Faults};
+use crate::protobuf::ProtoError;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, ListOpts, PatchKind, Propagation, Store, WriteOpts};
@@ -275,8 +276,16 @@ fn content_type(headers: &HeaderMap) -> String {
         .unwrap_or_default()
 }
 
-/// Parses a JSON or YAML body.
+/// Parses a JSON, YAML or (for the kinds in [`crate::protobuf`]) protobuf body.
 fn parse_body(ct: &str, body: &[u8]) -> ApiResult<Value> {
+    if ct == "application/vnd.kubernetes.protobuf" {
+        return crate::protobuf::decode(body).map_err(|e| match e {
+            ProtoError::Malformed(_) => ApiError::bad_request(e.to_string()),
+            ProtoError::UnsupportedKind { .. } | ProtoError::UnsupportedEncoding(_) => {
+                ApiError::new(415, "UnsupportedMediaType", e.to_string())
+            }
+        });
+    }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media(ct));
     }

@@ -919,6 +919,15 @@ impl Inner {
                     o.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
                     o.insert("status".into(), json!({"phase": "Active"}));
                 }
+                // SetDefaults_Secret: an empty type is Opaque.
+                "Secret"
+                    if res.builtin
+                        && o.get("type")
+                            .and_then(Value::as_str)
+                            .is_none_or(str::is_empty) =>
+                {
+                    o.insert("type".into(), json!("Opaque"));
+                }
                 "Pod" if res.builtin => {
                     let st = o.entry("status").or_insert_with(|| json!({}));
                     if let Some(st) = st.as_object_mut() {

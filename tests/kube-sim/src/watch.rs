@@ -96,7 +96,14 @@ pub(crate) fn render(res: &ResourceInfo, shape: Shape, obj: &Value) -> Value {
         }),
         Shape::Table { beta, include } => {
             let served = render(res, Shape::Full, obj);
-            table(res, beta, include, &[served], None, None)
+            // A one-object Table (GET, or a watch event) carries the
+            // object's resourceVersion, as the apiserver's table convertors
+            // do.
+            let rv = obj
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|s| s.parse().ok());
+            table(res, beta, include, &[served], rv, None)
         }
     }
 }

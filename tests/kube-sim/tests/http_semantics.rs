@@ -154,8 +154,19 @@ async fn writes_errors_and_no_op() {
         let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", JSON)], Some("{not json")).await;
         assert_eq!(r.status, 400);
         assert_eq!(r.json()["kind"], "Status");
-        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", "application/vnd.kubernetes.protobuf")], Some("\x00")).await;
+        // Protobuf: a body without the envelope is a 400 Status; a kind
+        // outside the decoded set is 415 naming it; a ConfigMap is created.
+        const PB: &str = "application/vnd.kubernetes.protobuf";
+        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB)], Some("\x00")).await;
+        assert_eq!((r.status, r.json()["kind"].as_str()), (400, Some("Status")));
+        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB)], Some("k8s\0\n\x05\n\x03")).await;
+        assert_eq!((r.status, r.json()["reason"].as_str()), (400, Some("BadRequest")), "truncated envelope");
+        let r = raw(&u, "POST", "/apis/apps/v1/namespaces/default/deployments", &[("Content-Type", PB)], Some("k8s\0\n\x15\n\x07apps/v1\x12\x0aDeployment")).await;
         assert_eq!(r.status, 415);
+        assert!(r.json()["message"].as_str().unwrap().contains("\"Deployment\""), "{}", r.text());
+        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB), ("Accept", "application/vnd.kubernetes.protobuf,application/json")], Some("k8s\0\n\x0f\n\x02v1\x12\x09ConfigMap\x12\x07\n\x05\n\x03pbc")).await;
+        assert_eq!(r.status, 201, "{}", r.text());
+        assert_eq!((r.header("content-type"), r.json()["metadata"]["name"].as_str()), (Some("application/json"), Some("pbc")));
         let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps", &[("Accept", "application/vnd.kubernetes.protobuf")], None).await;
         assert_eq!(r.status, 406);
         let r = raw(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", &[("Content-Type", "text/plain")], Some("{}")).await;
@@ -530,6 +541,127 @@ async fn watch_semantics() {
         // Exact list of a compacted RV: 410.
         let (code, _) = req(&u, "GET", &format!("/api/v1/configmaps?resourceVersion={list_rv}&resourceVersionMatch=Exact"), JSON, None).await;
         assert_eq!(code, 410);
+        c.shutdown().await;
+    })
+    .await;
+}
+
+/// Event types of a watch that ended by its timeout, with a check that no
+/// ERROR (410) arrived.
+async fn watch_types_from(u: &str, path: &str, from: &str) -> Vec<(String, String)> {
+    let r = raw(
+        u,
+        "GET",
+        &format!("{path}?watch=1&resourceVersion={from}&timeoutSeconds=1"),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let evs = r.lines();
+    assert!(
+        evs.iter().all(|e| e["type"] != "ERROR"),
+        "no 410 for a watch from {from}: {evs:?}"
+    );
+    evs.iter()
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["object"]["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn first_watch_of_a_new_resource_is_not_expired() {
+    within(30, "first watch of a new resource", async {
+        let c = SimCluster::start_with(SimConfig::new("fresh")).await.unwrap();
+        let u = c.url();
+        let secrets = "/api/v1/namespaces/default/secrets";
+        // List the never-used resource: its RV is the global RV at snapshot.
+        let (code, list) = req(&u, "GET", secrets, JSON, None).await;
+        assert_eq!(code, 200);
+        assert_eq!(list["items"], json!([]));
+        let x = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        // Other resources move the global RV on.
+        cm(&u, "other-1", json!({})).await;
+        cm(&u, "other-2", json!({})).await;
+        // The table's first object, created and deleted before anyone watches.
+        let (code, s) = req(&u, "POST", secrets, JSON, Some(json!({"metadata": {"name": "s1"}, "stringData": {"k": "v"}}))).await;
+        assert_eq!(code, 201, "{s}");
+        let (code, _) = req(&u, "DELETE", &format!("{secrets}/s1"), JSON, None).await;
+        assert_eq!(code, 200);
+        let evs = watch_types_from(&u, secrets, &x).await;
+        assert_eq!(evs, [("ADDED".to_string(), "s1".to_string()), ("DELETED".to_string(), "s1".to_string())], "the create-and-delete is not hidden");
+        // An exact list at X is served too (nothing was dropped).
+        let (code, old) = req(&u, "GET", &format!("{secrets}?resourceVersion={x}&resourceVersionMatch=Exact"), JSON, None).await;
+        assert_eq!((code, old["items"].clone()), (200, json!([])), "{old}");
+
+        // A watch that arrives before the table's first write creates the
+        // table; it must still accept the older list RV.
+        let sas = "/api/v1/namespaces/default/serviceaccounts";
+        let (_, list) = req(&u, "GET", sas, JSON, None).await;
+        let y = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        cm(&u, "other-3", json!({})).await;
+        let url = u.clone();
+        let from = y.clone();
+        let watcher = tokio::spawn(async move { watch_types_from(&url, sas, &from).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (code, _) = req(&u, "POST", sas, JSON, Some(json!({"metadata": {"name": "sa1"}}))).await;
+        assert_eq!(code, 201);
+        let evs = watcher.await.unwrap();
+        assert_eq!(evs, [("ADDED".to_string(), "sa1".to_string())]);
+
+        // Compaction still expires every RV before it, also for a resource
+        // whose table does not exist yet.
+        let leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases";
+        let (_, list) = req(&u, "GET", leases, JSON, None).await;
+        let z = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        c.compact();
+        let r = raw(&u, "GET", &format!("{leases}?watch=1&resourceVersion={z}&timeoutSeconds=1"), &[], None).await;
+        let evs = r.lines();
+        assert_eq!((evs.len(), evs[0]["type"].as_str(), evs[0]["object"]["code"].as_i64()), (1, Some("ERROR"), Some(410)), "{evs:?}");
+        let (code, _) = req(&u, "GET", &format!("{leases}?resourceVersion={z}&resourceVersionMatch=Exact"), JSON, None).await;
+        assert_eq!(code, 410, "exact list before the compaction");
+        // A fresh list after the compaction is watchable again.
+        let (_, list) = req(&u, "GET", leases, JSON, None).await;
+        let w = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        cm(&u, "other-4", json!({})).await;
+        let (code, _) = req(&u, "POST", leases, JSON, Some(json!({"metadata": {"name": "l1"}, "spec": {}}))).await;
+        assert_eq!(code, 201);
+        assert_eq!(watch_types_from(&u, leases, &w).await, [("ADDED".to_string(), "l1".to_string())]);
+        // Same for existing tables: the pre-compaction secrets list RV is gone.
+        let r = raw(&u, "GET", &format!("{secrets}?watch=1&resourceVersion={x}&timeoutSeconds=1"), &[], None).await;
+        assert_eq!(r.lines()[0]["object"]["code"], 410);
+
+        // A table dropped with its CRD lost its DELETED events: a watch of
+        // the re-created resource from before the drop is 410, not silence.
+        let crd = json!({
+            "metadata": {"name": "things.x.io"},
+            "spec": {"group": "x.io", "scope": "Namespaced",
+                "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        c.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd.clone()).unwrap();
+        let things = "/apis/x.io/v1/namespaces/default/things";
+        let (code, _) = req(&u, "POST", things, JSON, Some(json!({"apiVersion": "x.io/v1", "kind": "Thing", "metadata": {"name": "t"}}))).await;
+        assert_eq!(code, 201);
+        let (_, list) = req(&u, "GET", things, JSON, None).await;
+        let before_drop = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        c.delete("apiextensions.k8s.io/v1", "customresourcedefinitions", None, "things.x.io").unwrap();
+        c.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd).unwrap();
+        let r = raw(&u, "GET", &format!("{things}?watch=1&resourceVersion={before_drop}&timeoutSeconds=1"), &[], None).await;
+        assert_eq!(r.lines()[0]["object"]["code"], 410, "{}", r.text());
+        // ...while a list after the re-creation is watchable.
+        let (_, list) = req(&u, "GET", things, JSON, None).await;
+        let after = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        let (code, _) = req(&u, "POST", things, JSON, Some(json!({"apiVersion": "x.io/v1", "kind": "Thing", "metadata": {"name": "t2"}}))).await;
+        assert_eq!(code, 201);
+        assert_eq!(watch_types_from(&u, things, &after).await, [("ADDED".to_string(), "t2".to_string())]);
         c.shutdown().await;
     })
     .await;
@@ -983,6 +1115,38 @@ async fn tables_for_kubectl_get() {
         // Writes answer the object even when a table is acceptable.
         let r = raw(&u, "PATCH", "/api/v1/nodes/n1", &[("Accept", accept), ("Content-Type", MERGE)], Some(r#"{"spec":{"unschedulable":true}}"#)).await;
         assert_eq!(r.json()["kind"], "Node");
+        // `kubectl get tests -w` on a CR with printer columns: the watch
+        // asks for Tables, each event's object is a Table with one row.
+        c.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, json!({
+            "metadata": {"name": "tests.job.lailin.xyz"},
+            "spec": {"group": "job.lailin.xyz", "scope": "Namespaced",
+                "names": {"plural": "tests", "singular": "test", "kind": "Test"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                    "additionalPrinterColumns": [{"name": "Image", "type": "string", "jsonPath": ".spec.image"}],
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})).unwrap();
+        let tests = "/apis/job.lailin.xyz/v1/namespaces/default/tests";
+        let (code, _) = req(&u, "POST", tests, JSON, Some(json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test", "metadata": {"name": "t1"}, "spec": {"image": "busybox"}}))).await;
+        assert_eq!(code, 201);
+        let list = raw(&u, "GET", &format!("{tests}?limit=500"), &[("Accept", accept)], None).await.json();
+        let list_rv = list["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        assert_eq!(list["rows"][0]["cells"][1], "busybox");
+        let (code, _) = req(&u, "PATCH", &format!("{tests}/t1"), MERGE, Some(json!({"spec": {"image": "alpine"}}))).await;
+        assert_eq!(code, 200);
+        let (code, _) = req(&u, "POST", tests, JSON, Some(json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test", "metadata": {"name": "t2"}, "spec": {"image": "nginx"}}))).await;
+        assert_eq!(code, 201);
+        let r = raw(&u, "GET", &format!("{tests}?resourceVersion={list_rv}&watch=true&timeoutSeconds=1"), &[("Accept", accept)], None).await;
+        let evs = r.lines();
+        assert_eq!(evs.len(), 2, "{evs:?}");
+        for (ev, (etype, name, image)) in evs.iter().zip([("MODIFIED", "t1", "alpine"), ("ADDED", "t2", "nginx")]) {
+            let t = &ev["object"];
+            assert_eq!((ev["type"].as_str(), t["kind"].as_str(), t["apiVersion"].as_str()), (Some(etype), Some("Table"), Some("meta.k8s.io/v1")), "{ev}");
+            let cols: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+            assert_eq!(cols, ["Name", "Image", "Age"]);
+            assert_eq!(t["rows"].as_array().unwrap().len(), 1);
+            assert_eq!((t["rows"][0]["cells"][0].as_str(), t["rows"][0]["cells"][1].as_str()), (Some(name), Some(image)));
+            assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+            assert_eq!(t["metadata"]["resourceVersion"], t["rows"][0]["object"]["metadata"]["resourceVersion"], "the event's RV");
+        }
         c.shutdown().await;
     })
     .await;

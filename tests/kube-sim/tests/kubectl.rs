@@ -280,3 +280,149 @@ spec:
     })
     .await;
 }
+
+/// `kubectl create namespace|configmap|secret generic|serviceaccount` send
+/// protobuf bodies (`application/vnd.kubernetes.protobuf`, accepting JSON
+/// back); other typed creates get a 415 that names the kind.
+#[tokio::test]
+async fn kubectl_imperative_creates_send_protobuf() {
+    within(120, "kubectl create", async {
+        let sim = Sim::start(&["main"]).await.unwrap();
+        let c = sim.cluster("main");
+        assert!(
+            ok(&sim, &["create", "namespace", "foo"], None)
+                .await
+                .contains("namespace/foo created")
+        );
+        ok(
+            &sim,
+            &[
+                "-n",
+                "foo",
+                "create",
+                "configmap",
+                "x",
+                "--from-literal=a=b",
+                "--from-literal=c=d",
+            ],
+            None,
+        )
+        .await;
+        ok(
+            &sim,
+            &[
+                "-n",
+                "foo",
+                "create",
+                "secret",
+                "generic",
+                "s",
+                "--from-literal=k=v",
+            ],
+            None,
+        )
+        .await;
+        ok(&sim, &["-n", "foo", "create", "serviceaccount", "sa"], None).await;
+
+        let ns = get_json(&sim, &["namespace", "foo"]).await;
+        assert_eq!(ns["status"]["phase"], "Active");
+        let cm = get_json(&sim, &["-n", "foo", "configmap", "x"]).await;
+        assert_eq!(cm["data"], json!({"a": "b", "c": "d"}));
+        assert_eq!(cm["metadata"]["namespace"], "foo");
+        let s = get_json(&sim, &["-n", "foo", "secret", "s"]).await;
+        assert_eq!(s["data"], json!({"k": "dg=="}), "bytes are base64 in JSON");
+        assert_eq!(s["type"], "Opaque", "an empty type defaults to Opaque");
+        let sa = get_json(&sim, &["-n", "foo", "serviceaccount", "sa"]).await;
+        assert_eq!(sa["metadata"]["name"], "sa");
+        let stored = c.get("v1", "configmaps", Some("foo"), "x").unwrap();
+        assert_eq!(
+            stored["metadata"]["managedFields"][0]["manager"],
+            "kubectl-create"
+        );
+
+        // A duplicate is still a 409 through the protobuf path.
+        let dup = kubectl(
+            &sim,
+            &[
+                "-n",
+                "foo",
+                "create",
+                "configmap",
+                "x",
+                "--from-literal=a=z",
+            ],
+            None,
+        )
+        .await;
+        assert!(
+            !dup.ok && dup.stderr.contains("already exists"),
+            "{}",
+            dup.stderr
+        );
+        // A kind outside the table: 415 naming it, suggesting JSON.
+        let dep = kubectl(&sim, &["create", "deployment", "d", "--image=nginx"], None).await;
+        assert!(!dep.ok);
+        assert!(
+            dep.stderr.contains("\"Deployment\"") && dep.stderr.contains("kubectl apply"),
+            "{}",
+            dep.stderr
+        );
+        assert_eq!(
+            c.get("apps/v1", "deployments", Some("default"), "d")
+                .unwrap_err()
+                .code,
+            404
+        );
+        sim.shutdown().await;
+    })
+    .await;
+}
+
+/// `kubectl get tests -w` on a CR with printer columns: kubectl asks for
+/// Tables on the watch too and prints each change with the custom columns.
+#[tokio::test]
+async fn kubectl_get_watch_custom_resource_printer_columns() {
+    within(60, "kubectl get tests -w", async {
+        let sim = Sim::start(&["main"]).await.unwrap();
+        let c = sim.cluster("main");
+        c.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, json!({
+            "metadata": {"name": "tests.job.lailin.xyz"},
+            "spec": {"group": "job.lailin.xyz", "scope": "Namespaced",
+                "names": {"plural": "tests", "singular": "test", "kind": "Test"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                    "additionalPrinterColumns": [{"name": "Image", "type": "string", "jsonPath": ".spec.image"}],
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})).unwrap();
+        c.create("job.lailin.xyz/v1", "tests", Some("default"), json!({"metadata": {"name": "t1"}, "spec": {"image": "busybox"}})).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        let mut child: Child = command(&sim, &cache, &["get", "tests", "-w"]).spawn().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut seen = Vec::new();
+        within(20, "header and first row", async {
+            while let Some(l) = lines.next_line().await.unwrap() {
+                seen.push(l.clone());
+                if l.starts_with("t1") {
+                    break;
+                }
+            }
+        })
+        .await;
+        assert!(seen[0].contains("IMAGE"), "printer columns in the header: {seen:?}");
+        assert!(seen.last().unwrap().contains("busybox"), "{seen:?}");
+        c.merge_patch("job.lailin.xyz/v1", "tests", Some("default"), "t1", &json!({"spec": {"image": "alpine"}}), false).unwrap();
+        c.create("job.lailin.xyz/v1", "tests", Some("default"), json!({"metadata": {"name": "t2"}, "spec": {"image": "nginx"}})).unwrap();
+        within(20, "watched rows", async {
+            while let Some(l) = lines.next_line().await.unwrap() {
+                seen.push(l.clone());
+                if l.starts_with("t2") {
+                    break;
+                }
+            }
+        })
+        .await;
+        let row = |name: &str, image: &str| seen.iter().any(|l| l.split_whitespace().take(2).eq([name, image]));
+        assert!(row("t1", "alpine") && row("t2", "nginx"), "watch rows use the columns: {seen:?}");
+        child.kill().await.ok();
+        sim.shutdown().await;
+    })
+    .await;
+}
