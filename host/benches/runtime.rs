@@ -103,14 +103,34 @@ fn scaled(iterations: usize) -> usize {
     (iterations / scale).max(100)
 }
 
-/// Times `iterations` calls of `f` in batches; per-call median/p90 over batches.
-fn per_call(iterations: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+/// CPU time this thread has run (user + kernel, so page faults and the
+/// `madvise`/`mmap` of instantiation count), from `/proc/thread-self/schedstat`;
+/// far less sensitive to other load on the machine than wall-clock time.
+/// `None` where the file is missing (not Linux).
+fn thread_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = text.split_whitespace().next()?.parse::<u64>().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+/// One row's numbers: wall-clock median and p90 per call (over batches), and
+/// this thread's CPU time per call over the whole timed loop.
+struct PerCall {
+    median: Duration,
+    p90: Duration,
+    cpu: Option<Duration>,
+}
+
+/// Times `iterations` calls of `f` in batches (after a warm-up batch).
+fn per_call(iterations: usize, mut f: impl FnMut()) -> PerCall {
     const BATCH: usize = 50;
     let iterations = scaled(iterations);
     for _ in 0..BATCH {
         f(); // warm-up
     }
-    let samples = (0..iterations / BATCH)
+    let cpu_before = thread_cpu();
+    let batches = iterations / BATCH;
+    let samples = (0..batches)
         .map(|_| {
             let started = Instant::now();
             for _ in 0..BATCH {
@@ -119,7 +139,47 @@ fn per_call(iterations: usize, mut f: impl FnMut()) -> (Duration, Duration) {
             started.elapsed() / BATCH as u32
         })
         .collect();
-    stats(samples)
+    let cpu = thread_cpu()
+        .zip(cpu_before)
+        .map(|(after, before)| (after - before) / (batches * BATCH) as u32);
+    let (median, p90) = stats(samples);
+    PerCall { median, p90, cpu }
+}
+
+/// One line of the table.
+struct Row {
+    name: &'static str,
+    median: String,
+    p90: String,
+    cpu: String,
+    baseline: &'static str,
+}
+
+impl Row {
+    fn timed(name: &'static str, timed: &PerCall, baseline: &'static str) -> Self {
+        Self {
+            name,
+            median: fmt(timed.median),
+            p90: fmt(timed.p90),
+            cpu: timed.cpu.map_or_else(|| "n/a".to_string(), fmt),
+            baseline,
+        }
+    }
+
+    fn untimed(
+        name: &'static str,
+        median: Duration,
+        p90: Duration,
+        baseline: &'static str,
+    ) -> Self {
+        Self {
+            name,
+            median: fmt(median),
+            p90: fmt(p90),
+            cpu: String::new(),
+            baseline,
+        }
+    }
 }
 
 fn check_outcome(outcome: &rekon::plugin::Outcome) {
@@ -146,7 +206,7 @@ fn main() -> anyhow::Result<()> {
         ..RuntimeConfig::default()
     };
     let runtime = PluginRuntime::new(config.clone())?;
-    let mut rows: Vec<(&str, String, String, &str)> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
 
     if enabled("compile") {
         // 1. Compile (no cache): 5 loads of the same bytes without a cache dir.
@@ -160,10 +220,10 @@ fn main() -> anyhow::Result<()> {
             compile.push(plugin.load_timings().code);
         }
         let (median, p90) = stats(compile);
-        rows.push((
+        rows.push(Row::untimed(
             "compile (cranelift, no cache)",
-            fmt(median),
-            fmt(p90),
+            median,
+            p90,
             "~300 ms",
         ));
     }
@@ -184,17 +244,17 @@ fn main() -> anyhow::Result<()> {
             mapped.push(timings.code);
         }
         let (median, p90) = stats(mapped);
-        rows.push((
+        rows.push(Row::untimed(
             "cached load (mmap deserialize)",
-            fmt(median),
-            fmt(p90),
+            median,
+            p90,
             "0.1–0.2 ms",
         ));
         let (median, p90) = stats(whole);
-        rows.push((
+        rows.push(Row::untimed(
             "cached load, whole (sha256+map+link+register)",
-            fmt(median),
-            fmt(p90),
+            median,
+            p90,
             "",
         ));
     }
@@ -211,16 +271,15 @@ fn main() -> anyhow::Result<()> {
     check_outcome(&plugin.reconcile_blocking(&req, reads.clone(), now)?);
 
     if enabled("fresh") {
-        let (median, p90) = per_call(2000, || {
+        let timed = per_call(2000, || {
             let outcome = plugin
                 .reconcile_blocking(&req, reads.clone(), now)
                 .expect("reconcile");
             black_box(outcome);
         });
-        rows.push((
+        rows.push(Row::timed(
             "reconcile, fresh instance per call",
-            fmt(median),
-            fmt(p90),
+            &timed,
             "~60 µs",
         ));
     }
@@ -228,15 +287,10 @@ fn main() -> anyhow::Result<()> {
     let mut session = plugin.session(reads.clone(), now)?;
     check_outcome(&session.reconcile(&req)?);
     if enabled("reused") {
-        let (median, p90) = per_call(2000, || {
+        let timed = per_call(2000, || {
             black_box(session.reconcile(&req).expect("reconcile"));
         });
-        rows.push((
-            "reconcile, reused instance",
-            fmt(median),
-            fmt(p90),
-            "~20 µs",
-        ));
+        rows.push(Row::timed("reconcile, reused instance", &timed, "~20 µs"));
     }
 
     // The floor: a call that reads nothing back (the Node is absent) and
@@ -246,31 +300,25 @@ fn main() -> anyhow::Result<()> {
         ..req.clone()
     };
     if enabled("empty-fresh") {
-        let (median, p90) = per_call(2000, || {
+        let timed = per_call(2000, || {
             black_box(
                 plugin
                     .reconcile_blocking(&absent, reads.clone(), now)
                     .expect("reconcile"),
             );
         });
-        rows.push((
+        rows.push(Row::timed(
             "empty reconcile, fresh instance per call",
-            fmt(median),
-            fmt(p90),
+            &timed,
             "",
         ));
     }
 
     if enabled("empty-reused") {
-        let (median, p90) = per_call(2000, || {
+        let timed = per_call(2000, || {
             black_box(session.reconcile(&absent).expect("reconcile"));
         });
-        rows.push((
-            "empty reconcile, reused instance",
-            fmt(median),
-            fmt(p90),
-            "",
-        ));
+        rows.push(Row::timed("empty reconcile, reused instance", &timed, ""));
     }
 
     if enabled("async") {
@@ -278,27 +326,29 @@ fn main() -> anyhow::Result<()> {
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let (median, p90) = per_call(2000, || {
+        let timed = per_call(2000, || {
             let outcome = tokio
                 .block_on(plugin.reconcile(req.clone(), reads.clone(), now))
                 .expect("reconcile");
             black_box(outcome);
         });
-        rows.push((
+        // The call runs on a blocking-pool thread: this thread's CPU time
+        // says nothing about it.
+        let timed = PerCall { cpu: None, ..timed };
+        rows.push(Row::timed(
             "reconcile, fresh instance, async (spawn_blocking)",
-            fmt(median),
-            fmt(p90),
+            &timed,
             "",
         ));
     }
 
     if enabled("native") {
         assert!(relabel::relabel_json(NODE_JSON)?.contains("nodes.lailin.xyz/pool"));
-        let (median, p90) = per_call(20_000, || {
+        let timed = per_call(20_000, || {
             let node = NODE_JSON.to_string(); // the plugin also gets a copy
             black_box(relabel::relabel_json(black_box(&node)).expect("relabel"));
         });
-        rows.push(("same logic, native", fmt(median), fmt(p90), "~14 µs"));
+        rows.push(Row::timed("same logic, native", &timed, "~14 µs"));
     }
 
     println!();
@@ -310,12 +360,18 @@ fn main() -> anyhow::Result<()> {
     );
     println!();
     println!(
-        "| {:<50} | {:>10} | {:>10} | {:>12} |",
-        "measurement", "median", "p90", "baseline"
+        "| {:<50} | {:>10} | {:>10} | {:>12} | {:>12} |",
+        "measurement", "median", "p90", "CPU / call", "baseline"
     );
-    println!("|{:-<52}|{:->12}|{:->12}|{:->14}|", "", "", "", "");
-    for (name, median, p90, baseline) in rows {
-        println!("| {name:<50} | {median:>10} | {p90:>10} | {baseline:>12} |");
+    println!(
+        "|{:-<52}|{:->12}|{:->12}|{:->14}|{:->14}|",
+        "", "", "", "", ""
+    );
+    for row in rows {
+        println!(
+            "| {:<50} | {:>10} | {:>10} | {:>12} | {:>12} |",
+            row.name, row.median, row.p90, row.cpu, row.baseline
+        );
     }
     println!();
     Ok(())

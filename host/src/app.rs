@@ -47,6 +47,9 @@ pub enum AppError {
     /// The operations side (server, leader election, providers) could not be set up.
     #[error("failed to set up operations")]
     Ops(#[from] crate::ops::OpsError),
+    /// The operator policy file could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] crate::plugin::PolicyError),
     /// Tracing could not be initialised.
     #[error("failed to initialise logging: {0}")]
     Logging(String),
@@ -115,6 +118,10 @@ pub struct Config {
     /// Metrics and probe server, leader election, dynamic cluster providers
     /// (default: none of them; this process always leads).
     pub ops: crate::ops::OpsConfig,
+    /// Operator permission policy (YAML/JSON) narrowing what each plugin
+    /// may do; see [`crate::plugin::Policy`]. A file that does not load
+    /// fails [`App::build`].
+    pub policy_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -133,6 +140,7 @@ impl Config {
             sync_timeout: Duration::from_secs(30),
             probe_interval: Duration::from_secs(5),
             ops: crate::ops::OpsConfig::default(),
+            policy_file: None,
         }
     }
 }
@@ -164,11 +172,21 @@ impl App {
     /// plugin directory cannot be set up. (A plugin file that fails to load
     /// is reported and skipped, not an error.)
     pub async fn build(config: Config) -> Result<Self, AppError> {
+        // The policy first: a broken policy must not start anything.
+        let policy = match &config.policy_file {
+            Some(path) => {
+                let policy = crate::plugin::Policy::from_file(path)?;
+                info!(policy = %path.display(), plugins = ?policy.entries().keys().collect::<Vec<_>>(), "operator policy loaded");
+                Some(Arc::new(policy))
+            }
+            None => None,
+        };
         let clusters = connect_clusters(&config).await?;
         info!(primary = %clusters.primary(), clusters = ?clusters.names(), "clusters configured");
 
         let runtime = PluginRuntime::new(RuntimeConfig {
             cache_dir: config.cache_dir.clone(),
+            policy,
             ..RuntimeConfig::default()
         })
         .map_err(|e| AppError::Runtime(e.to_string()))?;

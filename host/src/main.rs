@@ -66,6 +66,10 @@ struct RunArgs {
     /// live in whenever it loads (off by default; for demos and tests).
     #[arg(long, env = "REKON_INSTALL_CRDS")]
     install_crds: bool,
+    /// Operator permission policy (YAML/JSON): narrows what each plugin may
+    /// do beyond what it declares. A file that does not load refuses to start.
+    #[arg(long, env = "REKON_POLICY")]
+    policy: Option<PathBuf>,
     #[command(flatten)]
     ops: OpsArgs,
 }
@@ -197,6 +201,10 @@ struct RbacArgs {
     /// Leave out read access to kubeconfig Secrets (no Secret cluster provider).
     #[arg(long)]
     no_secret_provider: bool,
+    /// Operator permission policy: the RBAC covers only the effective
+    /// (declared and allowed) permissions.
+    #[arg(long)]
+    policy: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,6 +217,9 @@ enum PluginCommand {
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
         output: OutputFormat,
+        /// Operator permission policy: print the effective permissions.
+        #[arg(long)]
+        policy: Option<PathBuf>,
     },
     /// Dry run: connect the clusters, fill the plugin's caches, reconcile
     /// every primary once and print the actions it would take. Writes nothing.
@@ -256,12 +267,23 @@ fn main() -> anyhow::Result<()> {
         .init();
     match cli.command {
         Command::Run(_) => unreachable!("handled above"),
-        Command::Plugin(PluginCommand::Inspect { file, output }) => {
-            print!("{}", rekon::plugin::inspect_file(&file, output)?);
+        Command::Plugin(PluginCommand::Inspect {
+            file,
+            output,
+            policy,
+        }) => {
+            let policy = load_policy(policy.as_deref())?;
+            print!(
+                "{}",
+                rekon::plugin::inspect_file_with_policy(&file, output, policy)?
+            );
         }
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Rbac(args) => {
-            let registrations = rekon::ops::manifests::load_registrations(&args.dir)?;
+            let policy = load_policy(args.policy.as_deref())?;
+            let primary = (!args.remote).then_some(args.cluster.as_str());
+            let registrations =
+                rekon::ops::manifests::load_registrations_with_policy(&args.dir, policy, primary)?;
             let opts = rekon::ops::manifests::RbacOptions {
                 name: args.name,
                 namespace: args.namespace,
@@ -286,6 +308,15 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+fn load_policy(
+    path: Option<&std::path::Path>,
+) -> anyhow::Result<Option<std::sync::Arc<rekon::plugin::Policy>>> {
+    Ok(match path {
+        Some(path) => Some(std::sync::Arc::new(rekon::plugin::Policy::from_file(path)?)),
+        None => None,
+    })
+}
+
 /// `rekon run`: logging from `RUST_LOG` (default `info`) in the chosen format.
 fn run(args: RunArgs) -> anyhow::Result<()> {
     let filter = std::env::var("RUST_LOG").ok();
@@ -299,6 +330,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         cache_dir: args.cache_dir,
         ops: args.ops.into_config(),
+        policy_file: args.policy,
         ..rekon::app::Config::new(args.plugins)
     };
     tokio::runtime::Runtime::new()?.block_on(async {

@@ -19,19 +19,19 @@ use rekon::plugin::{
 /// Within this, a health change must have requeued every covered primary.
 const WAIT: Duration = Duration::from_secs(15);
 
+/// Each request a [`Counter`] served, with the health of `edge` it saw.
+type Seen = Arc<Mutex<Vec<(String, Option<ClusterHealth>)>>>;
+
 /// Reconciles ConfigMaps of the primary cluster, writes nothing, and
 /// records each request with the health of `edge` it saw. Nothing but a
 /// requeue can make it reconcile an unchanged ConfigMap again.
 struct Counter {
     registration: Registration,
-    seen: Arc<Mutex<Vec<(String, Option<ClusterHealth>)>>>,
+    seen: Seen,
 }
 
 impl Counter {
-    fn new(
-        name: &str,
-        clusters: ClusterSet,
-    ) -> (Self, Arc<Mutex<Vec<(String, Option<ClusterHealth>)>>>) {
+    fn new(name: &str, clusters: ClusterSet) -> (Self, Seen) {
         let seen = Arc::default();
         let counter = Self {
             registration: Registration {
@@ -93,8 +93,6 @@ impl Reconciler for Counter {
         async { Ok(vec![]) }.boxed()
     }
 }
-
-type Seen = Arc<Mutex<Vec<(String, Option<ClusterHealth>)>>>;
 
 const NAMES: [&str; 3] = ["a", "b", "c"];
 

@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -27,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 
-use crate::plugin::{ClusterSet, PluginRuntime, Registration, Resource, RuntimeConfig};
+use crate::plugin::{ClusterSet, PluginRuntime, Policy, Registration, Resource, RuntimeConfig};
 
 /// Errors of manifest generation.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +102,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// # Errors
 /// When the directory cannot be read or a plugin fails to load.
 pub fn load_registrations(dir: &Path) -> Result<Vec<Registration>> {
+    load_registrations_with_policy(dir, None, None)
+}
+
+/// [`load_registrations`] with the operator `policy` applied: each
+/// registration's permissions are narrowed to the effective ones, so RBAC
+/// generated from them is least privilege for what the policy lets the
+/// plugins do. `primary` names the primary cluster when the RBAC is for it
+/// (a `primary` permission is dropped when the policy does not allow that
+/// cluster).
+///
+/// # Errors
+/// As [`load_registrations`]; a plugin the policy refuses fails to load.
+pub fn load_registrations_with_policy(
+    dir: &Path,
+    policy: Option<Arc<Policy>>,
+    primary: Option<&str>,
+) -> Result<Vec<Registration>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| Error::ReadDir {
             path: dir.to_owned(),
@@ -113,6 +131,7 @@ pub fn load_registrations(dir: &Path) -> Result<Vec<Registration>> {
     let runtime = PluginRuntime::new(RuntimeConfig {
         // A short-lived CLI: no need to reserve the instance pool.
         pooling: false,
+        policy,
         ..RuntimeConfig::default()
     })
     .map_err(|e| Error::Runtime(Box::new(e)))?;
@@ -121,7 +140,11 @@ pub fn load_registrations(dir: &Path) -> Result<Vec<Registration>> {
         .map(|path| {
             runtime
                 .load_file(&path)
-                .map(|p| p.registration().clone())
+                .map(|p| match p.policy() {
+                    // Narrowed again with the primary known.
+                    Some(policy) => policy.narrow_registration(p.registration(), primary),
+                    None => p.registration().clone(),
+                })
                 .map_err(|source| Error::Load { path, source })
         })
         .collect()

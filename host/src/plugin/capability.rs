@@ -19,9 +19,14 @@
 //! only the declared verbs, and the API server refuses an apply that would
 //! create without `create`. [`permits`] lets the writer ask the same question
 //! before it applies.
+//!
+//! An action the declared permissions cover is then checked against the
+//! operator policy ([`super::policy`]), when one applies to the plugin: the
+//! operator can only narrow what a plugin declared, never widen it.
 
 use super::bindings::types::{Action, ClusterInfo, ClusterSet, Outcome, Registration, Resource};
 use super::error::CallError;
+use super::policy::PluginPolicy;
 
 /// A Kubernetes RBAC verb a permission can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -217,9 +222,23 @@ fn resource_of_object(object: &str) -> Result<Resource, String> {
 }
 
 /// Checks every action of `outcome`; the first uncovered one refuses it.
+#[cfg(test)]
 pub(crate) fn check_outcome(
     plugin: &str,
     registration: &Registration,
+    outcome: &Outcome,
+    clusters: &[ClusterInfo],
+) -> Result<(), CallError> {
+    check_outcome_with_policy(plugin, registration, None, outcome, clusters)
+}
+
+/// Checks every action of `outcome` against the declared permissions and
+/// then the operator `policy` (if one applies to the plugin); the first
+/// action that either refuses fails the whole outcome.
+pub(crate) fn check_outcome_with_policy(
+    plugin: &str,
+    registration: &Registration,
+    policy: Option<&PluginPolicy>,
     outcome: &Outcome,
     clusters: &[ClusterInfo],
 ) -> Result<(), CallError> {
@@ -250,6 +269,23 @@ pub(crate) fn check_outcome(
                 cluster = %cluster,
                 reason = %reason,
                 "refused a plugin action outside its permissions"
+            );
+            return Err(CallError::Forbidden {
+                plugin: plugin.to_string(),
+                action: label.to_string(),
+                resource: describe_resource(&resource),
+                cluster,
+                reason,
+            });
+        }
+        if let Some(reason) = policy.and_then(|p| p.refusal(&resource, verb, &cluster)) {
+            tracing::warn!(
+                plugin,
+                action = label,
+                resource = %describe_resource(&resource),
+                cluster = %cluster,
+                reason = %reason,
+                "operator policy refused a plugin action"
             );
             return Err(CallError::Forbidden {
                 plugin: plugin.to_string(),
@@ -485,5 +521,53 @@ mod tests {
                 .contains("no permission declared for ConfigMap"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn operator_policy_narrows_declared_permissions() {
+        let r = reg(vec![Permission {
+            resource: res("batch", "Job"),
+            verbs: vec!["create".into(), "patch".into()],
+            status: false,
+            clusters: ClusterSet::All,
+        }]);
+        let policy = crate::plugin::Policy::from_yaml(
+            "plugins: {t: {clusters: [main], deny: [{group: batch, kind: Job, verbs: [create]}]}}",
+            "/etc/rekon/policy.yaml",
+        )
+        .unwrap()
+        .for_plugin("t")
+        .unwrap();
+        let check = |actions| {
+            check_outcome_with_policy("t", &r, Some(&policy), &outcome(actions), &clusters())
+        };
+        assert!(check(vec![job_apply("main", false)]).is_ok());
+        // Declared for every cluster, but the operator allows only main.
+        let err = check(vec![job_apply("sub", false)]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("plugin t")
+                && text.contains("apply of Job.batch in cluster sub")
+                && text.contains("refused by operator policy /etc/rekon/policy.yaml"),
+            "{text}"
+        );
+        let create = Action::Create(CreateAction {
+            cluster: "main".into(),
+            object: r#"{"apiVersion":"batch/v1","kind":"Job"}"#.into(),
+        });
+        let err = check(vec![job_apply("main", false), create]).unwrap_err();
+        assert!(
+            matches!(&err, CallError::Forbidden { action, reason, .. }
+                if action == "create" && reason.contains("denies create on Job.batch")),
+            "{err}"
+        );
+        assert!(!err.is_retryable());
+        // The declared check comes first: the policy never widens.
+        let cm = Action::Create(CreateAction {
+            cluster: "main".into(),
+            object: r#"{"apiVersion":"v1","kind":"ConfigMap"}"#.into(),
+        });
+        let err = check(vec![cm]).unwrap_err();
+        assert!(err.to_string().contains("no permission declared"), "{err}");
     }
 }

@@ -80,6 +80,15 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+    /// The operator policy refuses the plugin (it watches a resource the
+    /// policy denies `list`/`watch` on).
+    #[error("refused plugin {origin}: {reason}")]
+    Policy {
+        /// The file or label the bytes came from.
+        origin: String,
+        /// Which policy entry refuses what.
+        reason: String,
+    },
 }
 
 /// A failed call into a plugin. Fails that call only: the host, other calls
@@ -139,8 +148,9 @@ pub enum CallError {
         /// The panic message.
         message: String,
     },
-    /// The plugin returned an action outside its declared permissions.
-    /// Nothing of that outcome is written.
+    /// The plugin returned an action outside its declared permissions, or
+    /// one the operator policy refuses (`reason` then starts with `refused
+    /// by operator policy`). Nothing of that outcome is written.
     #[error(
         "plugin {plugin} returned a forbidden action: {action} of {resource} in cluster {cluster}: {reason}"
     )]

@@ -1,9 +1,12 @@
-//! `rekon plugin inspect FILE`: load a plugin file and describe it.
+//! `rekon plugin inspect FILE [--policy F]`: load a plugin file and
+//! describe it (with its permissions narrowed by an operator policy).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::bindings::types::{ClusterSet, Permission, Resource, Watch};
 use super::error::LoadError;
+use super::policy::{Policy, PolicyEntry};
 use super::runtime::{PluginRuntime, RuntimeConfig, RuntimeError};
 
 /// Output format of `plugin inspect`.
@@ -39,12 +42,31 @@ pub struct InspectReport {
     pub watches: Vec<Watch>,
     /// Finalizer, if any.
     pub finalizer: Option<String>,
-    /// Permissions.
+    /// Permissions: the effective ones when an operator policy applies.
     pub permissions: Vec<Permission>,
+    /// What the plugin declared, when an operator policy narrowed it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub declared_permissions: Option<Vec<Permission>>,
+    /// The operator policy entries that apply (`"*"` and the plugin's own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<InspectPolicy>,
     /// Concurrency bound.
     pub max_concurrent_reconciles: Option<u32>,
     /// CRD manifests, decoded.
     pub crds: Vec<serde_json::Value>,
+}
+
+/// The operator policy as it applies to one plugin.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InspectPolicy {
+    /// The policy file.
+    pub source: String,
+    /// The clusters the plugin may write in (`None`: any).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<Vec<String>>,
+    /// The entries that apply, by key (`*` and/or the plugin's name).
+    pub entries: std::collections::BTreeMap<String, PolicyEntry>,
 }
 
 /// Why `plugin inspect` failed.
@@ -64,12 +86,38 @@ pub enum InspectError {
 /// Loads `file` in a throwaway runtime (no cache, no pool) and renders its
 /// registration in `format`.
 pub fn inspect_file(file: &Path, format: OutputFormat) -> Result<String, InspectError> {
+    inspect_file_with_policy(file, format, None)
+}
+
+/// [`inspect_file`] with the operator `policy` applied: `permissions` are
+/// the effective ones, `declaredPermissions` what the plugin declared.
+pub fn inspect_file_with_policy(
+    file: &Path,
+    format: OutputFormat,
+    policy: Option<Arc<Policy>>,
+) -> Result<String, InspectError> {
     let runtime = PluginRuntime::new(RuntimeConfig {
         pooling: false,
+        policy: policy.clone(),
         ..RuntimeConfig::default()
     })?;
     let plugin = runtime.load_file(file)?;
-    let reg = plugin.registration().clone();
+    let reg = plugin.effective_registration().clone();
+    let narrowed = plugin.policy().is_some();
+    let declared_permissions = narrowed.then(|| plugin.registration().permissions.clone());
+    let policy = plugin
+        .policy()
+        .zip(policy.as_deref())
+        .map(|(p, full)| InspectPolicy {
+            source: full.source().to_string(),
+            clusters: p.clusters(),
+            entries: full
+                .entries()
+                .iter()
+                .filter(|(key, _)| *key == "*" || **key == reg.name)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        });
     let report = InspectReport {
         name: reg.name,
         version: reg.version,
@@ -81,6 +129,8 @@ pub fn inspect_file(file: &Path, format: OutputFormat) -> Result<String, Inspect
         watches: reg.watches,
         finalizer: reg.finalizer,
         permissions: reg.permissions,
+        declared_permissions,
+        policy,
         max_concurrent_reconciles: reg.max_concurrent_reconciles,
         crds: reg
             .crds

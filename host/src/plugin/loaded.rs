@@ -25,6 +25,11 @@ pub struct LoadedPlugin {
 struct Inner {
     name: Arc<str>,
     registration: Registration,
+    /// The operator policy entries that apply to this plugin (resolved at
+    /// load from the runtime's policy; a reload resolves them again).
+    policy: Option<super::PluginPolicy>,
+    /// `registration` with its permissions narrowed by `policy`.
+    effective: Registration,
     digest: String,
     origin: String,
     path: Option<PathBuf>,
@@ -82,6 +87,32 @@ impl LoadedPlugin {
             origin: origin.clone(),
             reason,
         })?;
+        let policy = runtime
+            .config
+            .policy
+            .as_ref()
+            .and_then(|p| p.for_plugin(&registration.name));
+        let effective = match &policy {
+            Some(policy) => {
+                policy
+                    .check_reads(&registration)
+                    .map_err(|reason| LoadError::Policy {
+                        origin: origin.clone(),
+                        reason,
+                    })?;
+                let effective = policy.narrow_registration(&registration, None);
+                if effective.permissions != registration.permissions {
+                    tracing::info!(
+                        plugin = %registration.name,
+                        declared = ?registration.permissions,
+                        effective = ?effective.permissions,
+                        "operator policy narrowed the plugin's permissions"
+                    );
+                }
+                effective
+            }
+            None => registration.clone(),
+        };
         tracing::debug!(
             plugin = %registration.name,
             plugin.version = %registration.version,
@@ -93,6 +124,8 @@ impl LoadedPlugin {
             inner: Arc::new(Inner {
                 name: Arc::from(registration.name.as_str()),
                 registration,
+                policy,
+                effective,
                 digest,
                 origin,
                 path,
@@ -120,6 +153,21 @@ impl LoadedPlugin {
     #[must_use]
     pub fn registration(&self) -> &Registration {
         &self.inner.registration
+    }
+
+    /// The registration with its permissions narrowed by the operator
+    /// policy (the same as [`Self::registration`] when no policy applies).
+    /// A `primary` permission stays `primary` here; the per-action check
+    /// refuses clusters the policy does not allow.
+    #[must_use]
+    pub fn effective_registration(&self) -> &Registration {
+        &self.inner.effective
+    }
+
+    /// The operator policy entries that apply to this plugin, if any.
+    #[must_use]
+    pub fn policy(&self) -> Option<&super::PluginPolicy> {
+        self.inner.policy.as_ref()
     }
 
     /// Hex sha256 of the component file.
@@ -153,9 +201,10 @@ impl LoadedPlugin {
     }
 
     /// Reconciles one request in a fresh sandbox on a blocking thread, then
-    /// checks every returned action against the registered permissions: an
-    /// action outside them fails the whole reconcile with
-    /// [`CallError::Forbidden`] (nothing of that outcome is to be written).
+    /// checks every returned action against the registered permissions and
+    /// the operator policy: an action outside them fails the whole
+    /// reconcile with [`CallError::Forbidden`] (nothing of that outcome is
+    /// to be written).
     pub async fn reconcile(
         &self,
         req: Request,
@@ -193,7 +242,13 @@ impl LoadedPlugin {
             message: e.message,
             retryable: e.retryable,
         })?;
-        capability::check_outcome(self.name(), &self.inner.registration, &outcome, clusters)?;
+        capability::check_outcome_with_policy(
+            self.name(),
+            &self.inner.registration,
+            self.inner.policy.as_ref(),
+            &outcome,
+            clusters,
+        )?;
         Ok(outcome)
     }
 

@@ -20,7 +20,9 @@
 //! - `loaded`: [`LoadedPlugin`] (calls, error classification) and
 //!   [`PluginSession`] (a reused instance, for benchmarks and dry runs).
 //! - `capability`: checks every returned action against the plugin's
-//!   declared permissions.
+//!   declared permissions and the operator policy.
+//! - `policy`: [`Policy`], the operator's narrowing of what each plugin may
+//!   do (`rekon run --policy`), resolved per plugin at load.
 //! - `registry`: [`PluginRegistry`]: the set of loaded plugins, keyed by
 //!   name, fed by a directory scan and a notify watcher (hot reload).
 //! - `inspect`: what `rekon plugin inspect` prints.
@@ -53,6 +55,7 @@ mod contract;
 mod error;
 mod inspect;
 mod loaded;
+mod policy;
 mod registry;
 mod runtime;
 mod sandbox;
@@ -66,8 +69,12 @@ pub use bindings::types::{
 pub use capability::{Required, Verb, permits, required_permission};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 pub use error::{CallError, LoadError, RegistryError};
-pub use inspect::{InspectError, InspectReport, OutputFormat, inspect_file};
+pub use inspect::{
+    InspectError, InspectPolicy, InspectReport, OutputFormat, inspect_file,
+    inspect_file_with_policy,
+};
 pub use loaded::{LoadedPlugin, PluginSession};
+pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
 pub use registry::{PluginRegistry, PluginStatus, RegistryEvent};
 pub use runtime::{LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats};
 

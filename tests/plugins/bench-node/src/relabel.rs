@@ -26,8 +26,9 @@ pub fn relabel(node: &mut Node) {
 
 /// Parse, relabel, serialize: what one reconcile of the plugin does to the
 /// Node it reads. The SDK's `Action::apply` turns the typed object into a
-/// `serde_json::Value` (adding apiVersion/kind) and the value into text when
-/// the action crosses to the host; the same two steps are done here.
+/// `serde_json::Value` (adding apiVersion/kind) and the value into text
+/// (`serde_json::to_string`) when the action crosses to the host; the same
+/// two steps are done here.
 pub fn relabel_json(node_json: &str) -> Result<String, serde_json::Error> {
     let mut node: Node = serde_json::from_str(node_json)?;
     relabel(&mut node);
@@ -36,5 +37,5 @@ pub fn relabel_json(node_json: &str) -> Result<String, serde_json::Error> {
         map.insert("apiVersion".into(), "v1".into());
         map.insert("kind".into(), "Node".into());
     }
-    Ok(value.to_string())
+    serde_json::to_string(&value)
 }
