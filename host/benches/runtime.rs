@@ -4,11 +4,26 @@
 //! same logic compiled natively.
 //!
 //! ```text
-//! make plugins   # builds dist/test-plugins/bench-node.wasm
+//! make test-plugins   # builds dist/test-plugins/bench-node.wasm
 //! cargo bench -p rekon-host --bench runtime
 //! ```
 //!
-//! Prints a table; asserts nothing about time.
+//! Prints a table; asserts nothing about time. Besides wall-clock median and
+//! p90 per call, each call row shows this thread's CPU time per call (user +
+//! kernel: page faults and `madvise` of instantiation included), which moves
+//! far less than wall-clock time when the machine is busy. For comparisons
+//! that must not depend on load, count instructions of one section:
+//!
+//! ```text
+//! REKON_BENCH_ONLY=reused REKON_BENCH_SCALE=20 valgrind --tool=callgrind \
+//!     --toggle-collect='*PluginSession*reconcile*' target/release/deps/runtime-<hash>
+//! ```
+//!
+//! `REKON_BENCH_ONLY` takes a comma list of sections (`compile`, `load`,
+//! `fresh`, `reused`, `empty-fresh`, `empty-reused`, `async`, `native`);
+//! `REKON_BENCH_SCALE` divides the iteration counts; `REKON_TEST_PLUGINS`
+//! points at another directory holding `bench-node.wasm` (e.g. another
+//! build profile).
 
 #[path = "../../tests/plugins/bench-node/src/relabel.rs"]
 mod relabel;
@@ -71,7 +86,7 @@ fn plugin_file() -> anyhow::Result<PathBuf> {
     let path = dir.join("bench-node.wasm");
     if !path.is_file() {
         bail!(
-            "{} is missing: run `make plugins` first (cargo build -p rekon-bench-node \
+            "{} is missing: run `make test-plugins` first (cargo build -p rekon-bench-node \
              --target wasm32-wasip2 --profile wasm, copied to dist/test-plugins/bench-node.wasm)",
             path.display()
         );

@@ -245,6 +245,9 @@ struct PlanArgs {
     /// Only this primary: `name` or `namespace/name`.
     #[arg(long)]
     only: Option<String>,
+    /// Operator policy narrowing the plugin's permissions, as for `rekon run`.
+    #[arg(long, env = "REKON_POLICY")]
+    policy: Option<PathBuf>,
     /// Seconds to wait for the caches' initial lists.
     #[arg(long, default_value_t = 30)]
     sync_timeout: u64,
@@ -355,6 +358,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
             context: args.context,
             primary_name: args.primary_name,
             clusters: args.clusters,
+            policy_file: args.policy,
             ..rekon::app::Config::new(PathBuf::new())
         },
         only: args.only,

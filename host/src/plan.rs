@@ -18,7 +18,9 @@ use crate::app::{AppError, Config, connect_clusters};
 use crate::cache::{CacheManager, Resolver};
 use crate::controller::reads::{CacheMap, PluginReads};
 use crate::controller::resolve_set;
-use crate::plugin::{Action, ClusterSet, HostReads, PluginRuntime, Request, RuntimeConfig, Scope};
+use crate::plugin::{
+    Action, ClusterSet, HostReads, PluginRuntime, Policy, Request, RuntimeConfig, Scope,
+};
 use crate::writer::resource_id;
 
 /// Errors of a dry run.
@@ -67,7 +69,8 @@ pub enum PlanError {
 pub struct PlanConfig {
     /// The plugin component.
     pub file: PathBuf,
-    /// Clusters, as for `rekon run` (only the cluster fields are used).
+    /// Clusters, as for `rekon run` (only the cluster fields, the compiled
+    /// cache and the operator policy are used).
     pub clusters: Config,
     /// Only this primary (`name` or `namespace/name`); all when `None`.
     pub only: Option<String>,
@@ -123,8 +126,18 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
     let clusters = connect_clusters(&config.clusters)
         .await
         .map_err(|e| PlanError::Clusters(Box::new(e)))?;
+    let policy = match &config.clusters.policy_file {
+        Some(path) => Some(Arc::new(Policy::from_file(path).map_err(|e| {
+            PlanError::Load {
+                path: path.clone(),
+                message: e.to_string(),
+            }
+        })?)),
+        None => None,
+    };
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: config.clusters.cache_dir.clone(),
+        policy,
         ..RuntimeConfig::default()
     })
     .map_err(|e| PlanError::Load {
