@@ -275,6 +275,12 @@ impl PluginRegistry {
                             tracing::debug!(dir = %dir.display(), "plugin directory events overflowed; rescanning");
                             self.mark_all(&dir, &mut pending)?;
                         }
+                        // Reads (our own hashing of a file included) are no
+                        // change: reacting to them would re-read the file
+                        // forever. A writer closing the file is one.
+                        if !is_change(&event.kind) {
+                            continue;
+                        }
                         for path in event.paths {
                             if is_plugin_file(&path) {
                                 tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin file event");
@@ -520,6 +526,19 @@ impl PluginRuntime {
     }
 }
 
+/// Whether a notify event can change what a plugin file holds: creation,
+/// modification, removal, renames, and a writer closing the file. Opens and
+/// reads are not (the registry itself opens files to hash them).
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{AccessKind, AccessMode};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// `x.wasm`, not hidden (editors and `cp --backup` leave dot files).
 fn is_plugin_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "wasm")
@@ -545,5 +564,29 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_not_changes_but_writes_are() {
+        use notify::EventKind;
+        use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RemoveKind};
+        assert!(!is_change(&EventKind::Access(AccessKind::Open(
+            AccessMode::Any
+        ))));
+        assert!(!is_change(&EventKind::Access(AccessKind::Close(
+            AccessMode::Read
+        ))));
+        assert!(!is_change(&EventKind::Access(AccessKind::Read)));
+        assert!(is_change(&EventKind::Access(AccessKind::Close(
+            AccessMode::Write
+        ))));
+        assert!(is_change(&EventKind::Create(CreateKind::File)));
+        assert!(is_change(&EventKind::Modify(ModifyKind::Any)));
+        assert!(is_change(&EventKind::Remove(RemoveKind::File)));
     }
 }
