@@ -22,7 +22,7 @@ wasm-target:
 	@rustup target list --installed 2>/dev/null | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
 
 build:
-	$(CARGO) build --workspace
+	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
 
 # Seed plugins -> dist/plugins/<crate_name>.wasm
 plugins: wasm-target
@@ -52,15 +52,17 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Every test: nextest runs tests in parallel processes and prints a summary;
-# doctests are run separately since nextest does not run them.
+# Every test: doctests first (nextest does not run them), then every unit,
+# integration and end-to-end test with nextest (parallel processes, one
+# summary line at the end); plain `cargo test` where nextest is missing.
 unit: plugins test-plugins
+	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
+	$(CARGO) test --workspace --doc
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
 	  $(CARGO) nextest run --workspace --no-fail-fast; \
 	else \
 	  $(CARGO) test --workspace --no-fail-fast; \
 	fi
-	$(CARGO) test --workspace --doc
 
 test: fmt-check clippy unit
 
