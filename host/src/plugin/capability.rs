@@ -260,32 +260,25 @@ pub(crate) fn check_outcome_with_policy(
         else {
             continue;
         };
-        if !permits(registration, &resource, verb, status, &cluster, clusters) {
-            let reason = why_not(registration, &resource, verb, status, &cluster, clusters);
+        // The plugin's own declaration first, then the operator's policy.
+        let refusal = if permits(registration, &resource, verb, status, &cluster, clusters) {
+            policy
+                .and_then(|p| p.refusal(&resource, verb, &cluster))
+                .map(|reason| ("operator policy refused a plugin action", reason))
+        } else {
+            Some((
+                "refused a plugin action outside its permissions",
+                why_not(registration, &resource, verb, status, &cluster, clusters),
+            ))
+        };
+        if let Some((what, reason)) = refusal {
             tracing::warn!(
                 plugin,
                 action = label,
                 resource = %describe_resource(&resource),
                 cluster = %cluster,
                 reason = %reason,
-                "refused a plugin action outside its permissions"
-            );
-            return Err(CallError::Forbidden {
-                plugin: plugin.to_string(),
-                action: label.to_string(),
-                resource: describe_resource(&resource),
-                cluster,
-                reason,
-            });
-        }
-        if let Some(reason) = policy.and_then(|p| p.refusal(&resource, verb, &cluster)) {
-            tracing::warn!(
-                plugin,
-                action = label,
-                resource = %describe_resource(&resource),
-                cluster = %cluster,
-                reason = %reason,
-                "operator policy refused a plugin action"
+                "{what}"
             );
             return Err(CallError::Forbidden {
                 plugin: plugin.to_string(),
