@@ -30,6 +30,11 @@ pub struct RuntimeConfig {
     /// Where compiled components are cached (`None`: no cache; every load
     /// compiles). Created if missing.
     pub cache_dir: Option<PathBuf>,
+    /// Compiled artifacts not used for this long are removed when a runtime
+    /// starts (a cache hit refreshes a file's age); artifacts of another
+    /// engine configuration or wasmtime version are removed at once, since
+    /// this host can never load them. `None`: keep everything.
+    pub cache_max_age: Option<Duration>,
     /// Linear-memory cap of one call (all memories of the instance).
     pub memory_limit_bytes: usize,
     /// Deadline of one `reconcile` or `map` call.
@@ -55,6 +60,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            cache_max_age: Some(Duration::from_secs(30 * 24 * 3600)),
             memory_limit_bytes: 64 << 20,
             call_timeout: Duration::from_secs(2),
             register_timeout: Duration::from_secs(10),
@@ -165,6 +171,9 @@ impl PluginRuntime {
             WASMTIME_VERSION.hash(&mut hasher);
             hex::encode(&hasher.0.finalize()[..12])
         };
+        if let (Some(dir), Some(max_age)) = (&config.cache_dir, config.cache_max_age) {
+            prune_cache(dir, &engine_key, max_age, SystemTime::now());
+        }
         let ticker = EpochTicker::start(&engine, config.epoch_tick);
         Ok(Self {
             inner: Arc::new(RuntimeInner {
@@ -290,6 +299,12 @@ impl PluginRuntime {
             match loaded {
                 Ok(component) => {
                     self.inner.cache_hits.fetch_add(1, Ordering::Relaxed);
+                    // In use: keep it young for the pruning at start-up.
+                    // (Only the timestamp changes; the mapped bytes do not.)
+                    let _ = std::fs::File::options()
+                        .write(true)
+                        .open(file)
+                        .and_then(|f| f.set_modified(SystemTime::now()));
                     tracing::debug!(
                         plugin.origin = origin,
                         cache.file = %file.display(),
@@ -353,6 +368,50 @@ impl PluginRuntime {
 
 /// Serializes `component` to `file` via a temporary file in the same
 /// directory and an atomic rename.
+/// Removes what can no longer be used from the compiled cache: artifacts of
+/// another engine configuration or wasmtime version, artifacts unused for
+/// `max_age`, and temporary files a crashed writer left (older than an hour).
+/// Unlinking a file another process has mapped is safe: the mapping keeps
+/// the inode alive. Failures are logged, never fatal: the cache is an
+/// optimisation.
+fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let age = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default();
+        let stale = if name.starts_with('.') && name.ends_with(".tmp") {
+            age > Duration::from_secs(3600)
+        } else if name.ends_with(".cwasm") {
+            !name.contains(&format!("-{engine_key}-")) || age > max_age
+        } else {
+            false
+        };
+        if stale {
+            match std::fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) => {
+                    tracing::warn!(cache.file = %path.display(), error = %e, "failed to prune compiled plugin cache")
+                }
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!(cache.dir = %dir.display(), removed, "pruned compiled plugin cache");
+    }
+    removed
+}
+
 fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
     let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
     let dir = file.parent().ok_or("cache file has no directory")?;
@@ -508,6 +567,47 @@ mod tests {
     use wasmtime::component::{Component, Linker};
 
     use super::*;
+
+    #[test]
+    fn pruning_removes_foreign_old_and_abandoned_files_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = |name: &str, age_days: u64| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, b"x").expect("write");
+            let when = SystemTime::now() - Duration::from_secs(age_days * 24 * 3600);
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_modified(when))
+                .expect("set mtime");
+        };
+        file("aaa-KEY-48.0.8.cwasm", 1); // ours, recent: kept
+        file("bbb-KEY-48.0.8.cwasm", 40); // ours, unused for 40 days: pruned
+        file("ccc-OTHER-47.0.0.cwasm", 0); // another engine: pruned
+        file(".ddd-KEY-48.0.8.cwasm.123.tmp", 1); // abandoned write: pruned
+        file(".eee-KEY-48.0.8.cwasm.124.tmp", 0); // maybe being written: kept
+        file("notes.txt", 400); // not ours: kept
+        let removed = prune_cache(
+            dir.path(),
+            "KEY",
+            Duration::from_secs(30 * 24 * 3600),
+            SystemTime::now(),
+        );
+        assert_eq!(removed, 3);
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".eee-KEY-48.0.8.cwasm.124.tmp",
+                "aaa-KEY-48.0.8.cwasm",
+                "notes.txt"
+            ]
+        );
+    }
 
     /// A component whose `bump` increments a counter initialized by a data
     /// segment (41) and adds a word of a page that starts zeroed, then
