@@ -345,10 +345,6 @@ fn resource(kind: &str, plural: &str) -> Resource {
 struct FanOut(Registration);
 
 impl Reconciler for FanOut {
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
     fn registration(&self) -> &Registration {
         &self.0
     }
@@ -395,16 +391,6 @@ impl Reconciler for FanOut {
             })
         }
         .boxed()
-    }
-
-    fn map(
-        &self,
-        _cluster: &str,
-        _resource: &Resource,
-        _object: String,
-        _reads: Arc<dyn HostReads>,
-    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>> {
-        async { Ok(vec![]) }.boxed()
     }
 }
 

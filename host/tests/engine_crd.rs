@@ -29,10 +29,6 @@ fn widgets() -> Resource {
 struct Marker(Registration);
 
 impl Reconciler for Marker {
-    fn name(&self) -> &str {
-        &self.0.name
-    }
-
     fn registration(&self) -> &Registration {
         &self.0
     }
@@ -82,16 +78,6 @@ impl Reconciler for Marker {
             })
         }
         .boxed()
-    }
-
-    fn map(
-        &self,
-        _cluster: &str,
-        _resource: &Resource,
-        _object: String,
-        _reads: Arc<dyn HostReads>,
-    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>> {
-        async { Ok(vec![]) }.boxed()
     }
 }
 

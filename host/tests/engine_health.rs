@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use rekon::cluster::Health;
 use rekon::controller::Reconciler;
 use rekon::plugin::{
-    CallError, ClusterHealth, ClusterSet, HostReads, Outcome, Registration, Request, Resource,
+    CallError, ClusterHealth, ClusterSet, HostReads, Outcome, Registration, Request,
 };
 
 /// Within this, a health change must have requeued every covered primary.
@@ -53,10 +53,6 @@ impl Counter {
 }
 
 impl Reconciler for Counter {
-    fn name(&self) -> &str {
-        &self.registration.name
-    }
-
     fn registration(&self) -> &Registration {
         &self.registration
     }
@@ -81,16 +77,6 @@ impl Reconciler for Counter {
             })
         }
         .boxed()
-    }
-
-    fn map(
-        &self,
-        _cluster: &str,
-        _resource: &Resource,
-        _object: String,
-        _reads: Arc<dyn HostReads>,
-    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>> {
-        async { Ok(vec![]) }.boxed()
     }
 }
 

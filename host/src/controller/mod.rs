@@ -72,8 +72,10 @@ use reads::{CacheMap, PluginReads};
 /// What the controller needs from a plugin. [`LoadedPlugin`] is the real
 /// one; tests and benchmarks can drive the engine with native code.
 pub trait Reconciler: Send + Sync + 'static {
-    /// Plugin name.
-    fn name(&self) -> &str;
+    /// Plugin name (by default the registration's).
+    fn name(&self) -> &str {
+        &self.registration().name
+    }
     /// Its registration.
     fn registration(&self) -> &Registration;
     /// Reconcile one request.
@@ -83,14 +85,18 @@ pub trait Reconciler: Send + Sync + 'static {
         reads: Arc<dyn HostReads>,
         time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>>;
-    /// The `custom` mapping.
+    /// The `custom` mapping. By default nothing: only plugins that declare a
+    /// watch with the `custom` mapping are ever asked.
     fn map(
         &self,
         cluster: &str,
         resource: &Resource,
         object: String,
         reads: Arc<dyn HostReads>,
-    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>>;
+    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>> {
+        let _ = (cluster, resource, object, reads);
+        async { Ok(Vec::new()) }.boxed()
+    }
 }
 
 impl Reconciler for LoadedPlugin {

@@ -422,10 +422,6 @@ impl FanOut {
 }
 
 impl Reconciler for FanOut {
-    fn name(&self) -> &str {
-        &self.registration.name
-    }
-
     fn registration(&self) -> &Registration {
         &self.registration
     }
@@ -456,16 +452,6 @@ impl Reconciler for FanOut {
             result
         }
         .boxed()
-    }
-
-    fn map(
-        &self,
-        _cluster: &str,
-        _resource: &Resource,
-        _object: String,
-        _reads: Arc<dyn HostReads>,
-    ) -> BoxFuture<'static, Result<Vec<Request>, CallError>> {
-        async { Ok(vec![]) }.boxed()
     }
 }
 
