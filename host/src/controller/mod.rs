@@ -58,7 +58,7 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 use crate::cache::{
     CacheEvent, CacheManager, Change, ResourceId, SharedCache, Subscription, selector,
 };
-use crate::cluster::{ClusterEvent, ClusterRegistry, Health, HealthChange};
+use crate::cluster::{ClusterEvent, ClusterRegistry, Health};
 use crate::ops::metrics::{Metrics, QueueMetrics, ReconcileResult};
 use crate::plugin::{
     Action, CallError, ClusterSet, HostReads, LoadedPlugin, Mapping, ObjectRef, Outcome,
@@ -161,24 +161,20 @@ impl Default for ControllerConfig {
 pub const HEALTH_DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Coalesces cluster health changes per cluster. Hand-written because the
-/// decision needs the whole window (kube-runtime's debounce works on the
-/// reconciler's own trigger stream, not on side channels like this): a
-/// window opens with a cluster's first change and closes [`HEALTH_DEBOUNCE`]
-/// later; the cluster is then requeued if its health differs from the
-/// start of the window, or if it was not Ready at any point in it (a plugin
-/// may have acted on that: a short `Ready → Syncing → Ready` blip of a new
-/// watch listing requeues once, after the window, when it is Ready again).
+/// window belongs to a side channel (kube-runtime's debounce works on the
+/// reconciler's own trigger stream): a window opens with a cluster's first
+/// change and closes [`HEALTH_DEBOUNCE`] later; the cluster is then requeued
+/// once, with its health at that moment, if it is still engaged. Every
+/// change passes through Syncing or Unreachable, which a plugin may have
+/// read and acted on (a Test reports a Syncing cluster and waits), so even
+/// a flap that ends where it started, or a short `Ready → Syncing → Ready`
+/// blip of a new watch listing, requeues once. Blips are rare: they come
+/// from caches starting in that cluster (a plugin load or swap).
 #[derive(Debug)]
 struct HealthDebounce {
     window: Duration,
-    pending: BTreeMap<String, PendingHealth>,
-}
-
-#[derive(Debug)]
-struct PendingHealth {
-    due: Instant,
-    start: Health,
-    not_ready_seen: bool,
+    /// Cluster → when its window closes.
+    pending: BTreeMap<String, Instant>,
 }
 
 impl HealthDebounce {
@@ -189,39 +185,17 @@ impl HealthDebounce {
         }
     }
 
-    fn record(&mut self, change: &HealthChange, now: Instant) {
-        let window = self.window;
-        let p = self
-            .pending
-            .entry(change.cluster.clone())
-            .or_insert_with(|| PendingHealth {
-                due: now + window,
-                start: change.from,
-                not_ready_seen: false,
-            });
-        // Any state but Ready may have been read by a plugin (a Test reports
-        // a Syncing cluster as such and waits), so even a short blip through
-        // Syncing requeues once when the window closes. Blips are rare: they
-        // come from caches starting in that cluster (a plugin load or swap).
-        p.not_ready_seen |= change.from != Health::Ready || change.to != Health::Ready;
-    }
-
-    /// Changes of `cluster` were missed (the channel lagged): requeue it
-    /// when the window closes whatever its health.
-    fn record_missed(&mut self, cluster: &str, now: Instant) {
+    /// `cluster` changed health (or its changes were missed because the
+    /// channel lagged): requeue it when its window closes.
+    fn record(&mut self, cluster: &str, now: Instant) {
         let window = self.window;
         self.pending
             .entry(cluster.to_owned())
-            .or_insert_with(|| PendingHealth {
-                due: now + window,
-                start: Health::Ready,
-                not_ready_seen: true,
-            })
-            .not_ready_seen = true;
+            .or_insert_with(|| now + window);
     }
 
     fn next_due(&self) -> Option<Instant> {
-        self.pending.values().map(|p| p.due).min()
+        self.pending.values().min().copied()
     }
 
     /// Close the windows due at `now`; returns the clusters to requeue with
@@ -235,21 +209,15 @@ impl HealthDebounce {
         let due: Vec<String> = self
             .pending
             .iter()
-            .filter(|(_, p)| p.due <= now)
+            .filter(|(_, due)| **due <= now)
             .map(|(c, _)| c.clone())
             .collect();
-        let mut requeue = Vec::new();
-        for cluster in due {
-            let Some(p) = self.pending.remove(&cluster) else {
-                continue;
-            };
-            if let Some(health) = current(&cluster)
-                && (health != p.start || p.not_ready_seen)
-            {
-                requeue.push((cluster, health));
-            }
-        }
-        requeue
+        due.into_iter()
+            .filter_map(|cluster| {
+                self.pending.remove(&cluster);
+                current(&cluster).map(|health| (cluster, health))
+            })
+            .collect()
     }
 }
 
@@ -823,12 +791,12 @@ impl Controller {
     fn start(plugin: Arc<dyn Reconciler>, ctx: Ctx) -> Self {
         let (events_tx, events_rx) = mpsc::unbounded_channel();
         let max = max_concurrent(plugin.registration(), ctx.config.max_concurrent_reconciles);
-        let plugin_name = plugin.name().to_owned();
-        let plugin_name = plugin_name.as_str();
+        let name = plugin.name().to_owned();
         Metrics::global()
-            .set_max_concurrent_reconciles(plugin_name, u32::try_from(max).unwrap_or(u32::MAX));
+            .set_max_concurrent_reconciles(&name, u32::try_from(max).unwrap_or(u32::MAX));
         let shared = Arc::new(Shared {
-            name: plugin.name().to_owned(),
+            metrics: Metrics::global().queue(&name),
+            name,
             primary: RwLock::new(resource_id(&plugin.registration().primary)),
             plugin: RwLock::new(plugin),
             watches: Mutex::new(HashMap::new()),
@@ -840,7 +808,6 @@ impl Controller {
             events_tx,
             max_concurrent: AtomicUsize::new(max),
             next_tag: AtomicU64::new(0),
-            metrics: Metrics::global().queue(plugin_name),
             ctx,
         });
         let (stop, stop_rx) = watch::channel(false);
@@ -947,11 +914,11 @@ impl Manager {
                         Self { inner }.on_cluster_event(&event);
                     }
                     change = health.recv(), if health_open => match change {
-                        Ok(change) => debounce.record(&change, Instant::now()),
+                        Ok(change) => debounce.record(&change.cluster, Instant::now()),
                         Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                             warn!(missed = n, "missed cluster health changes; requeueing every cluster");
                             for name in clusters.names() {
-                                debounce.record_missed(&name, Instant::now());
+                                debounce.record(&name, Instant::now());
                             }
                         }
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => health_open = false,
@@ -1155,14 +1122,6 @@ mod tests {
         );
     }
 
-    fn change(cluster: &str, from: Health, to: Health) -> HealthChange {
-        HealthChange {
-            cluster: cluster.to_owned(),
-            from,
-            to,
-        }
-    }
-
     #[test]
     fn health_changes_are_coalesced_per_cluster() {
         use Health::{Ready, Syncing, Unreachable};
@@ -1171,11 +1130,11 @@ mod tests {
         let mut d = HealthDebounce::new(HEALTH_DEBOUNCE);
         assert_eq!(d.next_due(), None);
         // edge flaps three times within the window; sub blips to Syncing.
-        d.record(&change("edge", Ready, Unreachable), t0);
-        d.record(&change("edge", Unreachable, Ready), t0 + ms(200));
-        d.record(&change("edge", Ready, Unreachable), t0 + ms(400));
-        d.record(&change("sub", Ready, Syncing), t0 + ms(300));
-        d.record(&change("sub", Syncing, Ready), t0 + ms(500));
+        d.record("edge", t0);
+        d.record("edge", t0 + ms(200));
+        d.record("edge", t0 + ms(400));
+        d.record("sub", t0 + ms(300));
+        d.record("sub", t0 + ms(500));
         assert_eq!(d.next_due(), Some(t0 + HEALTH_DEBOUNCE));
         let now = |c: &str| match c {
             "edge" => Some(Unreachable),
@@ -1202,23 +1161,23 @@ mod tests {
         // A flap that ends where it started still requeues once: plugins
         // may have seen the cluster unreachable.
         let t1 = t0 + ms(5000);
-        d.record(&change("edge", Unreachable, Syncing), t1);
-        d.record(&change("edge", Syncing, Unreachable), t1 + ms(100));
+        d.record("edge", t1);
+        d.record("edge", t1 + ms(100));
         assert_eq!(
             d.take_due(t1 + HEALTH_DEBOUNCE, now),
             vec![("edge".to_owned(), Unreachable)]
         );
         // A lasting move to Syncing requeues; a disengaged cluster does not.
         let t2 = t1 + ms(5000);
-        d.record(&change("sub", Ready, Syncing), t2);
-        d.record(&change("gone", Ready, Unreachable), t2);
+        d.record("sub", t2);
+        d.record("gone", t2);
         let syncing = |c: &str| (c == "sub").then_some(Syncing);
         assert_eq!(
             d.take_due(t2 + HEALTH_DEBOUNCE, syncing),
             vec![("sub".to_owned(), Syncing)]
         );
         // Missed changes requeue whatever the health.
-        d.record_missed("sub", t2);
+        d.record("sub", t2);
         assert_eq!(
             d.take_due(t2 + HEALTH_DEBOUNCE, syncing),
             vec![("sub".to_owned(), Syncing)]
