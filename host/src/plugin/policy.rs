@@ -121,6 +121,26 @@ pub struct PolicyRule {
     pub verbs: Vec<String>,
 }
 
+impl PolicyEntry {
+    /// Why this entry refuses `verb` on `resource` (its allow list does not
+    /// cover it, or a deny rule matches); `None` if it keeps the verb.
+    fn verb_refusal(&self, resource: &Resource, verb: &str) -> Option<String> {
+        if let Some(allow) = &self.allow
+            && !allow.iter().any(|r| r.matches(resource, verb))
+        {
+            return Some(format!(
+                "{verb} on {} is not in its allow list",
+                describe_resource(resource)
+            ));
+        }
+        let i = self.deny.iter().position(|r| r.matches(resource, verb))?;
+        Some(format!(
+            "deny[{i}] denies {verb} on {}",
+            describe_resource(resource)
+        ))
+    }
+}
+
 impl PolicyRule {
     fn matches_resource(&self, resource: &Resource) -> bool {
         if self.group != ANY && self.group != resource.group {
@@ -271,7 +291,6 @@ impl PluginPolicy {
     /// it permits it. The message names the policy file and the entry.
     #[must_use]
     pub fn refusal(&self, resource: &Resource, verb: Verb, cluster: &str) -> Option<String> {
-        let what = describe_resource(resource);
         let verb = verb.as_str();
         for (key, entry) in &self.entries {
             let by = format!("refused by operator policy {} (entry {key:?})", self.source);
@@ -284,13 +303,8 @@ impl PluginPolicy {
                     clusters.join(", ")
                 ));
             }
-            if let Some(allow) = &entry.allow
-                && !allow.iter().any(|r| r.matches(resource, verb))
-            {
-                return Some(format!("{by}: {verb} on {what} is not in its allow list"));
-            }
-            if let Some(i) = entry.deny.iter().position(|r| r.matches(resource, verb)) {
-                return Some(format!("{by}: deny[{i}] denies {verb} on {what}"));
+            if let Some(why) = entry.verb_refusal(resource, verb) {
+                return Some(format!("{by}: {why}"));
             }
         }
         None
@@ -314,12 +328,9 @@ impl PluginPolicy {
     }
 
     fn keeps_verb(&self, resource: &Resource, verb: &str) -> bool {
-        self.entries.iter().all(|(_, e)| {
-            e.allow
-                .as_ref()
-                .is_none_or(|allow| allow.iter().any(|r| r.matches(resource, verb)))
-                && !e.deny.iter().any(|r| r.matches(resource, verb))
-        })
+        self.entries
+            .iter()
+            .all(|(_, e)| e.verb_refusal(resource, verb).is_none())
     }
 
     /// The declared permissions intersected with the policy: verbs it
