@@ -279,12 +279,12 @@ impl PluginRuntime {
         origin: &str,
     ) -> Result<Component, LoadError> {
         let engine = &self.inner.engine;
-        let cached = self.inner.config.cache_dir.as_ref().map(|dir| {
-            dir.join(format!(
-                "{digest}-{}-{WASMTIME_VERSION}.cwasm",
-                self.inner.engine_key
-            ))
-        });
+        let cached = self
+            .inner
+            .config
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{digest}{}", cache_suffix(&self.inner.engine_key))));
         if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
             let started = Instant::now();
             // SAFETY: `deserialize_file` maps the file and trusts it to be a
@@ -366,8 +366,12 @@ impl PluginRuntime {
     }
 }
 
-/// Serializes `component` to `file` via a temporary file in the same
-/// directory and an atomic rename.
+/// How the name of a compiled artifact of this engine ends: the sha256 of
+/// the component comes before it.
+fn cache_suffix(engine_key: &str) -> String {
+    format!("-{engine_key}-{WASMTIME_VERSION}.cwasm")
+}
+
 /// Removes what can no longer be used from the compiled cache: artifacts of
 /// another engine configuration or wasmtime version, artifacts unused for
 /// `max_age`, and temporary files a crashed writer left (older than an hour).
@@ -378,6 +382,7 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };
+    let ours = cache_suffix(engine_key);
     let mut removed = 0;
     for entry in entries.flatten() {
         let path = entry.path();
@@ -393,7 +398,7 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
         let stale = if name.starts_with('.') && name.ends_with(".tmp") {
             age > Duration::from_secs(3600)
         } else if name.ends_with(".cwasm") {
-            !name.contains(&format!("-{engine_key}-")) || age > max_age
+            !name.ends_with(&ours) || age > max_age
         } else {
             false
         };
@@ -412,6 +417,8 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
     removed
 }
 
+/// Serializes `component` to `file` via a temporary file in the same
+/// directory and an atomic rename.
 fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
     let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
     let dir = file.parent().ok_or("cache file has no directory")?;
