@@ -173,14 +173,10 @@ impl App {
     /// is reported and skipped, not an error.)
     pub async fn build(config: Config) -> Result<Self, AppError> {
         // The policy first: a broken policy must not start anything.
-        let policy = match &config.policy_file {
-            Some(path) => {
-                let policy = crate::plugin::Policy::from_file(path)?;
-                info!(policy = %path.display(), plugins = ?policy.entries().keys().collect::<Vec<_>>(), "operator policy loaded");
-                Some(Arc::new(policy))
-            }
-            None => None,
-        };
+        let policy = crate::plugin::Policy::load(config.policy_file.as_deref())?;
+        if let Some(policy) = &policy {
+            info!(policy = %policy.source(), plugins = ?policy.entries().keys().collect::<Vec<_>>(), "operator policy loaded");
+        }
         let clusters = connect_clusters(&config).await?;
         info!(primary = %clusters.primary(), clusters = ?clusters.names(), "clusters configured");
 

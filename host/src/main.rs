@@ -275,7 +275,7 @@ fn main() -> anyhow::Result<()> {
             output,
             policy,
         }) => {
-            let policy = load_policy(policy.as_deref())?;
+            let policy = rekon::plugin::Policy::load(policy.as_deref())?;
             print!(
                 "{}",
                 rekon::plugin::inspect_file_with_policy(&file, output, policy)?
@@ -283,7 +283,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Rbac(args) => {
-            let policy = load_policy(args.policy.as_deref())?;
+            let policy = rekon::plugin::Policy::load(args.policy.as_deref())?;
             let primary = (!args.remote).then_some(args.cluster.as_str());
             let registrations =
                 rekon::ops::manifests::load_registrations_with_policy(&args.dir, policy, primary)?;
@@ -309,15 +309,6 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn load_policy(
-    path: Option<&std::path::Path>,
-) -> anyhow::Result<Option<std::sync::Arc<rekon::plugin::Policy>>> {
-    Ok(match path {
-        Some(path) => Some(std::sync::Arc::new(rekon::plugin::Policy::from_file(path)?)),
-        None => None,
-    })
 }
 
 /// `rekon run`: logging from `RUST_LOG` (default `info`) in the chosen format.

@@ -29,6 +29,9 @@ pub enum PlanError {
     /// The clusters could not be connected.
     #[error("failed to connect the clusters")]
     Clusters(#[source] Box<AppError>),
+    /// The operator policy file could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] crate::plugin::PolicyError),
     /// The plugin file could not be loaded.
     #[error("failed to load plugin {path}: {message}")]
     Load {
@@ -126,15 +129,7 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
     let clusters = connect_clusters(&config.clusters)
         .await
         .map_err(|e| PlanError::Clusters(Box::new(e)))?;
-    let policy = match &config.clusters.policy_file {
-        Some(path) => Some(Arc::new(Policy::from_file(path).map_err(|e| {
-            PlanError::Load {
-                path: path.clone(),
-                message: e.to_string(),
-            }
-        })?)),
-        None => None,
-    };
+    let policy = Policy::load(config.clusters.policy_file.as_deref())?;
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: config.clusters.cache_dir.clone(),
         policy,

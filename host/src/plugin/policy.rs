@@ -184,6 +184,16 @@ impl Policy {
         Self::from_yaml(&text, &path.display().to_string())
     }
 
+    /// The policy of an optional file (`rekon run --policy`), shared by the
+    /// runtime and every plugin it loads; `None` without a file.
+    ///
+    /// # Errors
+    /// As [`Self::from_file`].
+    pub fn load(path: Option<&Path>) -> Result<Option<Arc<Self>>, PolicyError> {
+        path.map(|path| Self::from_file(path).map(Arc::new))
+            .transpose()
+    }
+
     /// Parses and validates a policy; `source` names it in errors.
     ///
     /// # Errors
