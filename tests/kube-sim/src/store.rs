@@ -367,22 +367,21 @@ fn validate_meta(res: &ResourceInfo, obj: &Value) -> ApiResult<()> {
                     let key_ok = crate::selectors::valid_key(k);
                     let value_ok = f == "annotations" || crate::selectors::valid_value(v);
                     if !key_ok || !value_ok {
-                        let (field, msg) = if key_ok {
-                            (
-                                format!("metadata.{f}"),
-                                format!(
-                                    "Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-                                ),
+                        let msg = if key_ok {
+                            format!(
+                                "Invalid value: \"{v}\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
                             )
                         } else {
-                            (
-                                format!("metadata.{f}"),
-                                format!(
-                                    "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
-                                ),
+                            format!(
+                                "Invalid value: \"{k}\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"
                             )
                         };
-                        return Err(ApiError::invalid_field(res, name, &field, msg));
+                        return Err(ApiError::invalid_field(
+                            res,
+                            name,
+                            &format!("metadata.{f}"),
+                            msg,
+                        ));
                     }
                 }
             }
