@@ -79,6 +79,7 @@ pub mod faults;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;
+mod scale;
 pub mod selectors;
 pub mod server;
 pub mod store;

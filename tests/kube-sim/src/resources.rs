@@ -45,8 +45,34 @@ pub struct ResourceInfo {
     pub conversion: Conversion,
     /// A CRD version's `additionalPrinterColumns`.
     pub printer_columns: Option<Arc<Value>>,
+    /// The `/scale` subresource (autoscaling/v1 Scale), if served.
+    pub scale: Option<Arc<ScalePaths>>,
     /// List semantics for patches and apply, built on first use.
     type_info: Arc<OnceLock<TypeInfo>>,
+}
+
+/// Where a resource keeps what its `/scale` subresource shows: JSON paths
+/// in the `.spec.replicas` form of a CRD's `subresources.scale`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// `specReplicasPath`.
+    pub spec_replicas: String,
+    /// `statusReplicasPath`.
+    pub status_replicas: String,
+    /// `labelSelectorPath`: a string field for CRDs; for built-ins the
+    /// `.spec.selector` LabelSelector (or RC map) formatted as a string.
+    pub label_selector: Option<String>,
+}
+
+impl ScalePaths {
+    /// The built-in workloads' paths.
+    fn builtin() -> Self {
+        Self {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: Some(".spec.selector".into()),
+        }
+    }
 }
 
 /// Field conversion between storage and a served version.
@@ -138,6 +164,7 @@ struct Builtin {
     status: bool,
     generation: bool,
     drop_status: bool,
+    scale: bool,
 }
 
 const fn b(
@@ -158,6 +185,7 @@ const fn b(
         status: false,
         generation: false,
         drop_status: false,
+        scale: false,
     }
 }
 
@@ -171,6 +199,16 @@ const fn workload(mut x: Builtin) -> Builtin {
 
 const fn with_status(mut x: Builtin) -> Builtin {
     x.status = true;
+    x
+}
+
+const fn with_scale(mut x: Builtin) -> Builtin {
+    x.scale = true;
+    x
+}
+
+const fn version(mut x: Builtin, v: &'static str) -> Builtin {
+    x.version = v;
     x
 }
 
@@ -201,9 +239,27 @@ const BUILTINS: &[Builtin] = &[
     )),
     b("events.k8s.io", "events", "Event", true, &["ev"]),
     b("coordination.k8s.io", "leases", "Lease", true, &[]),
-    workload(b("apps", "deployments", "Deployment", true, &["deploy"])),
-    workload(b("apps", "replicasets", "ReplicaSet", true, &["rs"])),
-    workload(b("apps", "statefulsets", "StatefulSet", true, &["sts"])),
+    with_scale(workload(b(
+        "apps",
+        "deployments",
+        "Deployment",
+        true,
+        &["deploy"],
+    ))),
+    with_scale(workload(b(
+        "apps",
+        "replicasets",
+        "ReplicaSet",
+        true,
+        &["rs"],
+    ))),
+    with_scale(workload(b(
+        "apps",
+        "statefulsets",
+        "StatefulSet",
+        true,
+        &["sts"],
+    ))),
     workload(b("apps", "daemonsets", "DaemonSet", true, &["ds"])),
     workload(b("batch", "jobs", "Job", true, &[])),
     workload(b("batch", "cronjobs", "CronJob", true, &["cj"])),
@@ -219,6 +275,93 @@ const BUILTINS: &[Builtin] = &[
         c.generation = true;
         c
     },
+    with_scale(workload(b(
+        "",
+        "replicationcontrollers",
+        "ReplicationController",
+        true,
+        &["rc"],
+    ))),
+    with_status(b(
+        "",
+        "persistentvolumes",
+        "PersistentVolume",
+        false,
+        &["pv"],
+    )),
+    b("", "podtemplates", "PodTemplate", true, &[]),
+    b("", "limitranges", "LimitRange", true, &["limits"]),
+    with_status(b("", "resourcequotas", "ResourceQuota", true, &["quota"])),
+    b(
+        "discovery.k8s.io",
+        "endpointslices",
+        "EndpointSlice",
+        true,
+        &[],
+    ),
+    with_status(b(
+        "networking.k8s.io",
+        "ingresses",
+        "Ingress",
+        true,
+        &["ing"],
+    )),
+    b(
+        "networking.k8s.io",
+        "networkpolicies",
+        "NetworkPolicy",
+        true,
+        &["netpol"],
+    ),
+    b(
+        "networking.k8s.io",
+        "ingressclasses",
+        "IngressClass",
+        false,
+        &[],
+    ),
+    with_status(b(
+        "policy",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+    )),
+    {
+        let mut h = workload(version(
+            b(
+                "autoscaling",
+                "horizontalpodautoscalers",
+                "HorizontalPodAutoscaler",
+                true,
+                &["hpa"],
+            ),
+            "v2",
+        ));
+        h.generation = false;
+        h
+    },
+    with_status(b(
+        "apiregistration.k8s.io",
+        "apiservices",
+        "APIService",
+        false,
+        &[],
+    )),
+    b(
+        "scheduling.k8s.io",
+        "priorityclasses",
+        "PriorityClass",
+        false,
+        &["pc"],
+    ),
+    b(
+        "storage.k8s.io",
+        "storageclasses",
+        "StorageClass",
+        false,
+        &["sc"],
+    ),
     b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
     b(
         "rbac.authorization.k8s.io",
@@ -279,6 +422,7 @@ impl Registry {
                 },
                 type_info: Arc::default(),
                 printer_columns: None,
+                scale: x.scale.then(|| Arc::new(ScalePaths::builtin())),
             };
             r.insert(info);
         }
@@ -472,6 +616,17 @@ impl Registry {
                     "verbs": ["get", "patch", "update"],
                 }));
             }
+            if r.scale.is_some() {
+                resources.push(json!({
+                    "name": format!("{}/scale", r.plural),
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }));
+            }
         }
         Some(json!({
             "kind": "APIResourceList",
@@ -623,6 +778,17 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             conversion: Conversion::None,
             type_info: Arc::default(),
             printer_columns: v.get("additionalPrinterColumns").cloned().map(Arc::new),
+            scale: v
+                .pointer("/subresources/scale")
+                .or_else(|| spec.pointer("/subresources/scale"))
+                .map(|sc| {
+                    let path = |k: &str| sc.get(k).and_then(Value::as_str).map(str::to_string);
+                    Arc::new(ScalePaths {
+                        spec_replicas: path("specReplicasPath").unwrap_or_default(),
+                        status_replicas: path("statusReplicasPath").unwrap_or_default(),
+                        label_selector: path("labelSelectorPath"),
+                    })
+                }),
         });
     }
     if out.is_empty() {

@@ -186,6 +186,7 @@ fn route(cs: &ClusterState, path: &str) -> Route {
             }
             if let Some(s) = sub
                 && !(*s == "status" && res.status_subresource)
+                && !(*s == "scale" && res.scale.is_some())
             {
                 return Route::NotFound;
             }
@@ -608,6 +609,11 @@ async fn resource(
         shape
     };
     let nsr = ns.as_deref();
+    if sub.as_deref() == Some("scale")
+        && let Some(name) = &name
+    {
+        return scale(cs, req, &params, &res, nsr, name, &sub).await;
+    }
     match (method, name) {
         (Method::GET, name) if params.bool("watch")? => {
             let field = match &name {
@@ -916,6 +922,68 @@ async fn resource(
         }
         _ => Err(ApiError::method_not_allowed()),
     }
+}
+
+/// `GET`, `PUT` and `PATCH` of `/scale` (autoscaling/v1 Scale).
+async fn scale(
+    cs: &Arc<ClusterState>,
+    req: Request,
+    params: &Params,
+    res: &ResourceInfo,
+    ns: Option<&str>,
+    name: &str,
+    sub: &Option<String>,
+) -> ApiResult<Response> {
+    let method = req.method().clone();
+    if method == Method::GET {
+        let scale = cs
+            .store
+            .write(|i| i.scale(res, ns, name, |_| Ok(None), &WriteOpts::default()))?;
+        return Ok(json_response(200, &scale));
+    }
+    let (headers, _, body) = read_body(req).await?;
+    let ct = content_type(&headers);
+    let opts = write_opts(params, &headers, sub)?;
+    let edit: Box<dyn FnOnce(&Value) -> ApiResult<Option<Value>>> = match method {
+        Method::PUT => {
+            let body = parse_body(&ct, &body)?;
+            if let Some(k) = body.get("kind").and_then(Value::as_str)
+                && k != "Scale"
+            {
+                return Err(ApiError::bad_request(format!(
+                    "the kind in the data ({k}) does not match the expected kind (Scale)"
+                )));
+            }
+            Box::new(move |_| Ok(Some(body)))
+        }
+        Method::PATCH => {
+            let patch: Value = match ct.as_str() {
+                "application/apply-patch+yaml" => serde_yaml::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?,
+                _ => serde_json::from_slice(&body)
+                    .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?,
+            };
+            match ct.as_str() {
+                // A Scale has no lists: strategic merge and apply act as merge.
+                "application/merge-patch+json"
+                | "application/strategic-merge-patch+json"
+                | "application/apply-patch+yaml" => Box::new(move |cur: &Value| {
+                    let mut s = cur.clone();
+                    crate::patch::merge_patch_in_place(&mut s, &patch);
+                    Ok(Some(s))
+                }),
+                "application/json-patch+json" => Box::new(move |cur: &Value| {
+                    crate::patch::json_patch(cur, &patch)
+                        .map(Some)
+                        .map_err(|e| ApiError::unprocessable(e.to_string()))
+                }),
+                _ => return Err(ApiError::unsupported_media(&ct)),
+            }
+        }
+        _ => return Err(ApiError::method_not_allowed()),
+    };
+    let scale = cs.store.write(|i| i.scale(res, ns, name, edit, &opts))?;
+    Ok(json_response(200, &scale))
 }
 
 /// Rejects a body whose apiVersion/kind names another type.

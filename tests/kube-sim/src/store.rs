@@ -1257,6 +1257,49 @@ impl Inner {
         Ok(self.commit_update(res, key, old, new, opts.dry_run))
     }
 
+    /// Reads and writes the `/scale` subresource: `f` turns the current
+    /// Scale into the one the client wants (a PUT body, a patched Scale).
+    pub(crate) fn scale(
+        &mut self,
+        res: &ResourceInfo,
+        ns: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&Value) -> ApiResult<Option<Value>>,
+        opts: &WriteOpts,
+    ) -> ApiResult<Value> {
+        let Some(paths) = res.scale.clone() else {
+            return Err(ApiError::not_found(res, name));
+        };
+        let old = self.get(res, ns, name)?;
+        let served = if res.needs_conversion() {
+            crate::resources::to_served(res, &old)
+        } else {
+            (*old).clone()
+        };
+        let current = crate::scale::to_scale(&paths, &served);
+        let Some(wanted) = f(&current)? else {
+            return Ok(current);
+        };
+        if let Some(rv) = meta_str(&wanted, "resourceVersion")
+            && !rv.is_empty()
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(res, name));
+        }
+        let replicas = crate::scale::replicas(name, &wanted)?;
+        let mut new = served;
+        crate::scale::set_replicas(&paths, &mut new, replicas);
+        let new = self.prepare_update(res, &old, new, opts, true)?;
+        let key = Self::obj_key(res, ns, name);
+        let stored = self.commit_update(res, key, old, new, opts.dry_run);
+        let served = if res.needs_conversion() {
+            crate::resources::to_served(res, &stored)
+        } else {
+            (*stored).clone()
+        };
+        Ok(crate::scale::to_scale(&paths, &served))
+    }
+
     pub(crate) fn patch(
         &mut self,
         res: &ResourceInfo,
