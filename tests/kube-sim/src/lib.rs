@@ -74,6 +74,7 @@
 //! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to JSON.
 
 pub mod cluster;
+mod defaults;
 pub mod error;
 pub mod faults;
 pub mod patch;

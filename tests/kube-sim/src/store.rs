@@ -211,6 +211,8 @@ pub(crate) struct Inner {
     dropped: HashMap<StorageKey, u64>,
     /// The last persisted object and its serialization.
     last_written: Option<(Arc<Value>, Bytes)>,
+    /// Service cluster IPs and node ports handed out.
+    alloc: std::cell::RefCell<crate::defaults::Allocations>,
 }
 
 /// The store of one cluster.
@@ -558,6 +560,7 @@ impl Inner {
             compacted_floor: start_rv,
             dropped: HashMap::new(),
             last_written: None,
+            alloc: std::cell::RefCell::default(),
         };
         inner.seed();
         inner
@@ -754,6 +757,9 @@ impl Inner {
         };
         let uid = meta_str(&obj, "uid").unwrap_or_default().to_string();
         self.uids.remove(&uid);
+        if &**sk == "/services" {
+            self.alloc.get_mut().release(&obj);
+        }
         let owners = owner_uids(&obj);
         for o in &owners {
             if let Some(set) = self.dependents.get_mut(o) {
@@ -936,6 +942,7 @@ impl Inner {
                 _ => {}
             }
         }
+        crate::defaults::apply(res, obj, None, &mut self.alloc.borrow_mut());
         self.finish_object(res, &key.1, obj, None)?;
         Ok(key)
     }
@@ -948,6 +955,7 @@ impl Inner {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> ApiResult<()> {
+        crate::defaults::drop_empty_metadata(obj);
         if !res.builtin
             && let Some(schema) = &res.schema
         {
@@ -1164,6 +1172,7 @@ impl Inner {
                 ));
             }
         }
+        crate::defaults::apply(res, &mut new, Some(old), &mut self.alloc.borrow_mut());
         self.finish_object(res, &name, &mut new, Some(old))?;
         if record {
             self.record_update(res, Some(old), &mut new, opts);

@@ -1,0 +1,738 @@
+//! Defaulting of built-in kinds, as the apiserver's generated defaulters
+//! (`k8s.io/kubernetes/pkg/apis/*/v1/defaults.go`, `SetDefaults_*`) and the
+//! admission plugins every cluster runs (ServiceAccount,
+//! DefaultTolerationSeconds) fill them in, plus the conversions a typed
+//! decode does (Secret `stringData` merged into `data`, empty `omitempty`
+//! maps and lists dropped).
+//!
+//! Why hand-written: the upstream defaults are Go code, not data; neither
+//! the OpenAPI spec nor k8s-openapi carries them. Each function names the
+//! upstream function it follows.
+
+use std::collections::BTreeSet;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+
+use crate::resources::ResourceInfo;
+
+/// What defaulting needs from the store: cluster IPs and node ports
+/// already in use.
+#[derive(Debug, Default)]
+pub struct Allocations {
+    /// Allocated Service cluster IPs (last octets of 10.96.x.y as u32).
+    pub cluster_ips: BTreeSet<u32>,
+    /// Allocated node ports.
+    pub node_ports: BTreeSet<i64>,
+}
+
+impl Allocations {
+    fn next_ip(&mut self) -> String {
+        // 10.96.0.0/12; .1 is the `kubernetes` Service of a real cluster.
+        let mut n = 10u32;
+        while self.cluster_ips.contains(&n) {
+            n += 1;
+        }
+        self.cluster_ips.insert(n);
+        format!("10.96.{}.{}", (n >> 8) & 0xff, n & 0xff)
+    }
+
+    fn next_node_port(&mut self) -> i64 {
+        let mut p = 30_000 + (self.node_ports.len() as i64 * 7919) % 2768;
+        while self.node_ports.contains(&p) {
+            p = if p >= 32_767 { 30_000 } else { p + 1 };
+        }
+        self.node_ports.insert(p);
+        p
+    }
+
+    /// Records the IP and node ports of a stored Service.
+    pub fn record(&mut self, svc: &Value) {
+        if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str)
+            && let Some(n) = ip_index(ip)
+        {
+            self.cluster_ips.insert(n);
+        }
+        for p in svc
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(np) = p.get("nodePort").and_then(Value::as_i64) {
+                self.node_ports.insert(np);
+            }
+        }
+    }
+
+    /// Releases the IP and node ports of a removed Service.
+    pub fn release(&mut self, svc: &Value) {
+        if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str)
+            && let Some(n) = ip_index(ip)
+        {
+            self.cluster_ips.remove(&n);
+        }
+        for p in svc
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(np) = p.get("nodePort").and_then(Value::as_i64) {
+                self.node_ports.remove(&np);
+            }
+        }
+    }
+}
+
+fn ip_index(ip: &str) -> Option<u32> {
+    let rest = ip.strip_prefix("10.96.")?;
+    let (a, b) = rest.split_once('.')?;
+    Some((a.parse::<u32>().ok()? << 8) | b.parse::<u32>().ok()?)
+}
+
+fn obj_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>> {
+    let o = v.as_object_mut()?;
+    o.entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+}
+
+fn set_default(m: &mut Map<String, Value>, k: &str, v: Value) {
+    let absent = match m.get(k) {
+        None | Some(Value::Null) => true,
+        Some(Value::String(s)) => s.is_empty(),
+        _ => false,
+    };
+    if absent {
+        m.insert(k.to_string(), v);
+    }
+}
+
+/// Defaults a built-in object on create (`old` is `None`) or update.
+pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &mut Allocations) {
+    if !res.builtin {
+        return;
+    }
+    match (res.group.as_str(), res.kind.as_str()) {
+        ("", "Secret") => secret(obj),
+        ("", "Service") => service(obj, old, alloc),
+        ("", "Pod") => {
+            if let Some(spec) = obj.get_mut("spec") {
+                pod_spec(spec);
+            }
+            if old.is_none() {
+                pod_admission(obj);
+                let qos = qos_class(obj);
+                if let Some(st) = obj_mut(obj, "status") {
+                    set_default(st, "phase", json!("Pending"));
+                    set_default(st, "qosClass", json!(qos));
+                }
+            }
+        }
+        ("", "PodTemplate") => {
+            if let Some(t) = obj.get_mut("template") {
+                pod_template(t);
+            }
+        }
+        ("", "ReplicationController") => {
+            let tl = obj.pointer("/spec/template/metadata/labels").cloned();
+            if let Some(spec) = obj_mut(obj, "spec") {
+                set_default(spec, "replicas", json!(1));
+                if let Some(l) = &tl {
+                    set_default(spec, "selector", l.clone());
+                }
+                if let Some(t) = spec.get_mut("template") {
+                    pod_template(t);
+                }
+            }
+            if let Some(l) = tl
+                && let Some(m) = obj_mut(obj, "metadata")
+            {
+                set_default(m, "labels", l);
+            }
+            status_struct(obj);
+        }
+        ("", "PersistentVolume") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+                set_default(spec, "volumeMode", json!("Filesystem"));
+            }
+            if let Some(st) = obj_mut(obj, "status") {
+                set_default(st, "phase", json!("Pending"));
+            }
+        }
+        ("", "PersistentVolumeClaim") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                set_default(spec, "volumeMode", json!("Filesystem"));
+            }
+            if let Some(st) = obj_mut(obj, "status") {
+                set_default(st, "phase", json!("Pending"));
+            }
+        }
+        ("", "Endpoints") => {
+            for s in arr_mut(obj, "/subsets") {
+                for p in arr_mut(s, "/ports") {
+                    if let Some(m) = p.as_object_mut() {
+                        set_default(m, "protocol", json!("TCP"));
+                    }
+                }
+            }
+        }
+        ("discovery.k8s.io", "EndpointSlice") => {
+            for p in arr_mut(obj, "/ports") {
+                if let Some(m) = p.as_object_mut() {
+                    set_default(m, "protocol", json!("TCP"));
+                }
+            }
+        }
+        ("apps", "Deployment") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                // SetDefaults_Deployment (apps/v1).
+                set_default(spec, "replicas", json!(1));
+                set_default(spec, "revisionHistoryLimit", json!(10));
+                set_default(spec, "progressDeadlineSeconds", json!(600));
+                if let Some(st) = spec
+                    .entry("strategy")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                {
+                    set_default(st, "type", json!("RollingUpdate"));
+                    if st.get("type").and_then(Value::as_str) == Some("RollingUpdate")
+                        && let Some(ru) = st
+                            .entry("rollingUpdate")
+                            .or_insert_with(|| json!({}))
+                            .as_object_mut()
+                    {
+                        set_default(ru, "maxUnavailable", json!("25%"));
+                        set_default(ru, "maxSurge", json!("25%"));
+                    }
+                }
+                if let Some(t) = spec.get_mut("template") {
+                    pod_template(t);
+                }
+            }
+            status_struct(obj);
+        }
+        ("apps", "ReplicaSet") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                set_default(spec, "replicas", json!(1));
+                if let Some(t) = spec.get_mut("template") {
+                    pod_template(t);
+                }
+            }
+            status_struct(obj);
+        }
+        ("apps", "StatefulSet") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                // SetDefaults_StatefulSet (apps/v1).
+                set_default(spec, "replicas", json!(1));
+                set_default(spec, "podManagementPolicy", json!("OrderedReady"));
+                set_default(spec, "revisionHistoryLimit", json!(10));
+                if let Some(us) = spec
+                    .entry("updateStrategy")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                {
+                    set_default(us, "type", json!("RollingUpdate"));
+                    if us.get("type").and_then(Value::as_str) == Some("RollingUpdate")
+                        && let Some(ru) = us
+                            .entry("rollingUpdate")
+                            .or_insert_with(|| json!({}))
+                            .as_object_mut()
+                    {
+                        set_default(ru, "partition", json!(0));
+                    }
+                }
+                if let Some(p) = spec
+                    .entry("persistentVolumeClaimRetentionPolicy")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                {
+                    set_default(p, "whenDeleted", json!("Retain"));
+                    set_default(p, "whenScaled", json!("Retain"));
+                }
+                for c in spec
+                    .get_mut("volumeClaimTemplates")
+                    .and_then(Value::as_array_mut)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(s) = obj_mut(c, "spec") {
+                        set_default(s, "volumeMode", json!("Filesystem"));
+                    }
+                    if let Some(st) = obj_mut(c, "status") {
+                        set_default(st, "phase", json!("Pending"));
+                    }
+                }
+                if let Some(t) = spec.get_mut("template") {
+                    pod_template(t);
+                }
+            }
+            status_struct(obj);
+        }
+        ("apps", "DaemonSet") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                // SetDefaults_DaemonSet (apps/v1).
+                set_default(spec, "revisionHistoryLimit", json!(10));
+                if let Some(us) = spec
+                    .entry("updateStrategy")
+                    .or_insert_with(|| json!({}))
+                    .as_object_mut()
+                {
+                    set_default(us, "type", json!("RollingUpdate"));
+                    if us.get("type").and_then(Value::as_str) == Some("RollingUpdate")
+                        && let Some(ru) = us
+                            .entry("rollingUpdate")
+                            .or_insert_with(|| json!({}))
+                            .as_object_mut()
+                    {
+                        set_default(ru, "maxUnavailable", json!(1));
+                        set_default(ru, "maxSurge", json!(0));
+                    }
+                }
+                if let Some(t) = spec.get_mut("template") {
+                    pod_template(t);
+                }
+            }
+            status_struct(obj);
+        }
+        ("batch", "Job") => job(obj, old),
+        ("batch", "CronJob") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                // SetDefaults_CronJob (batch/v1).
+                set_default(spec, "concurrencyPolicy", json!("Allow"));
+                set_default(spec, "suspend", json!(false));
+                set_default(spec, "successfulJobsHistoryLimit", json!(3));
+                set_default(spec, "failedJobsHistoryLimit", json!(1));
+                if let Some(t) = spec
+                    .get_mut("jobTemplate")
+                    .and_then(|j| j.pointer_mut("/spec/template"))
+                {
+                    pod_template(t);
+                }
+            }
+            status_struct(obj);
+        }
+        ("networking.k8s.io", "NetworkPolicy") => {
+            let egress = obj.pointer("/spec/egress").is_some();
+            if let Some(spec) = obj_mut(obj, "spec")
+                && !spec.contains_key("policyTypes")
+            {
+                let mut t = vec![json!("Ingress")];
+                if egress {
+                    t.push(json!("Egress"));
+                }
+                spec.insert("policyTypes".into(), Value::Array(t));
+            }
+        }
+        ("networking.k8s.io", "Ingress") | ("policy", "PodDisruptionBudget") => {
+            status_struct(obj);
+        }
+        _ => {}
+    }
+}
+
+/// `status: {}`: a struct status is always encoded, even before a controller fills it.
+fn status_struct(obj: &mut Value) {
+    if let Some(o) = obj.as_object_mut() {
+        o.entry("status").or_insert_with(|| json!({}));
+    }
+}
+
+fn arr_mut<'a>(v: &'a mut Value, ptr: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.pointer_mut(ptr)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+}
+
+/// Secret: `stringData` is write-only; its entries overwrite `data`.
+fn secret(obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(sd) = o.remove("stringData") else {
+        return;
+    };
+    let Some(sd) = sd.as_object() else {
+        return;
+    };
+    if sd.is_empty() {
+        return;
+    }
+    let data = o.entry("data").or_insert_with(|| Value::Object(Map::new()));
+    if !data.is_object() {
+        *data = Value::Object(Map::new());
+    }
+    if let Some(d) = data.as_object_mut() {
+        for (k, v) in sd {
+            let s = v.as_str().unwrap_or_default();
+            d.insert(
+                k.clone(),
+                json!(base64::engine::general_purpose::STANDARD.encode(s)),
+            );
+        }
+    }
+}
+
+/// SetDefaults_Service plus the allocators of the Service REST storage.
+fn service(obj: &mut Value, old: Option<&Value>, alloc: &mut Allocations) {
+    let Some(spec) = obj_mut(obj, "spec") else {
+        return;
+    };
+    set_default(spec, "type", json!("ClusterIP"));
+    let ty = spec
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+        .to_string();
+    set_default(spec, "sessionAffinity", json!("None"));
+    // Allocated fields survive an update that leaves them out.
+    if let Some(os) = old.and_then(|o| o.get("spec")).and_then(Value::as_object) {
+        for k in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+            if let Some(v) = os.get(k) {
+                set_default(spec, k, v.clone());
+            }
+        }
+    }
+    if ty != "ExternalName" {
+        if spec
+            .get("clusterIP")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            let ip = alloc.next_ip();
+            spec.insert("clusterIP".into(), json!(ip));
+        }
+        let ip = spec.get("clusterIP").cloned().unwrap_or(Value::Null);
+        set_default(spec, "clusterIPs", json!([ip]));
+        set_default(spec, "ipFamilies", json!(["IPv4"]));
+        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+        set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if ty == "NodePort" || ty == "LoadBalancer" {
+        set_default(spec, "externalTrafficPolicy", json!("Cluster"));
+    }
+    if ty == "LoadBalancer" {
+        set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
+    }
+    let old_ports: Vec<Value> = old
+        .and_then(|o| o.pointer("/spec/ports"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for p in spec
+        .get_mut("ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let Some(m) = p.as_object_mut() else {
+            continue;
+        };
+        set_default(m, "protocol", json!("TCP"));
+        if !m.contains_key("targetPort")
+            && let Some(port) = m.get("port").cloned()
+        {
+            m.insert("targetPort".into(), port);
+        }
+        if (ty == "NodePort" || ty == "LoadBalancer")
+            && m.get("nodePort").and_then(Value::as_i64).unwrap_or(0) == 0
+        {
+            let kept = old_ports
+                .iter()
+                .find(|o| o.get("port") == m.get("port") && o.get("protocol") == m.get("protocol"))
+                .and_then(|o| o.get("nodePort"))
+                .and_then(Value::as_i64);
+            let np = kept.unwrap_or_else(|| alloc.next_node_port());
+            m.insert("nodePort".into(), json!(np));
+        }
+    }
+    if let Some(st) = obj_mut(obj, "status") {
+        st.entry("loadBalancer").or_insert_with(|| json!({}));
+    }
+    alloc.record(obj);
+}
+
+/// SetDefaults_Job (batch/v1) and the Job REST strategy's selector.
+fn job(obj: &mut Value, old: Option<&Value>) {
+    let uid = obj
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let Some(spec) = obj_mut(obj, "spec") else {
+        return;
+    };
+    let completions_set = spec.get("completions").is_some_and(|v| !v.is_null());
+    let parallelism_set = spec.get("parallelism").is_some_and(|v| !v.is_null());
+    if !completions_set && !parallelism_set {
+        spec.insert("completions".into(), json!(1));
+        spec.insert("parallelism".into(), json!(1));
+    }
+    set_default(spec, "parallelism", json!(1));
+    set_default(spec, "backoffLimit", json!(6));
+    set_default(spec, "completionMode", json!("NonIndexed"));
+    set_default(spec, "suspend", json!(false));
+    let pod_failure = spec.get("podFailurePolicy").is_some();
+    set_default(
+        spec,
+        "podReplacementPolicy",
+        json!(if pod_failure {
+            "Failed"
+        } else {
+            "TerminatingOrFailed"
+        }),
+    );
+    let manual = spec.get("manualSelector").and_then(Value::as_bool) == Some(true);
+    if old.is_none() && !manual && !uid.is_empty() {
+        spec.insert(
+            "selector".into(),
+            json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+        );
+        if let Some(t) = spec.get_mut("template")
+            && let Some(m) = obj_mut(t, "metadata")
+            && let Some(l) = m
+                .entry("labels")
+                .or_insert_with(|| json!({}))
+                .as_object_mut()
+        {
+            l.insert("batch.kubernetes.io/controller-uid".into(), json!(uid));
+            l.insert("batch.kubernetes.io/job-name".into(), json!(name));
+            l.insert("controller-uid".into(), json!(uid));
+            l.insert("job-name".into(), json!(name));
+        }
+    }
+    if let Some(t) = spec.get_mut("template") {
+        pod_template(t);
+    }
+    status_struct(obj);
+}
+
+fn pod_template(t: &mut Value) {
+    if let Some(spec) = t.get_mut("spec") {
+        pod_spec(spec);
+    }
+}
+
+/// SetDefaults_PodSpec, SetDefaults_Container, SetDefaults_Volume (core/v1).
+fn pod_spec(spec: &mut Value) {
+    let Some(m) = spec.as_object_mut() else {
+        return;
+    };
+    set_default(m, "restartPolicy", json!("Always"));
+    set_default(m, "dnsPolicy", json!("ClusterFirst"));
+    set_default(m, "schedulerName", json!("default-scheduler"));
+    set_default(m, "terminationGracePeriodSeconds", json!(30));
+    set_default(m, "securityContext", json!({}));
+    for key in ["containers", "initContainers"] {
+        for c in m
+            .get_mut(key)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            container(c);
+        }
+    }
+    for v in m
+        .get_mut("volumes")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let Some(v) = v.as_object_mut() else {
+            continue;
+        };
+        for (k, mode_key) in [
+            ("configMap", "defaultMode"),
+            ("secret", "defaultMode"),
+            ("downwardAPI", "defaultMode"),
+            ("projected", "defaultMode"),
+        ] {
+            if let Some(src) = v.get_mut(k).and_then(Value::as_object_mut) {
+                set_default(src, mode_key, json!(420));
+            }
+        }
+        if let Some(hp) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
+            set_default(hp, "type", json!(""));
+        }
+    }
+}
+
+fn container(c: &mut Value) {
+    let image = c
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let Some(m) = c.as_object_mut() else {
+        return;
+    };
+    set_default(m, "terminationMessagePath", json!("/dev/termination-log"));
+    set_default(m, "terminationMessagePolicy", json!("File"));
+    set_default(m, "imagePullPolicy", json!(image_pull_policy(&image)));
+    m.entry("resources").or_insert_with(|| json!({}));
+    for p in m
+        .get_mut("ports")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(p) = p.as_object_mut() {
+            set_default(p, "protocol", json!("TCP"));
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(p) = m.get_mut(probe).and_then(Value::as_object_mut) {
+            set_default(p, "timeoutSeconds", json!(1));
+            set_default(p, "periodSeconds", json!(10));
+            set_default(p, "successThreshold", json!(1));
+            set_default(p, "failureThreshold", json!(3));
+        }
+    }
+    for e in m
+        .get_mut("env")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(fr) = e
+            .pointer_mut("/valueFrom/fieldRef")
+            .and_then(Value::as_object_mut)
+        {
+            set_default(fr, "apiVersion", json!("v1"));
+        }
+    }
+}
+
+/// `Always` for `:latest` or no tag, else `IfNotPresent` (digests too).
+fn image_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+/// The ServiceAccount and DefaultTolerationSeconds admission plugins.
+fn pod_admission(obj: &mut Value) {
+    let Some(spec) = obj_mut(obj, "spec") else {
+        return;
+    };
+    set_default(spec, "serviceAccountName", json!("default"));
+    let sa = spec.get("serviceAccountName").cloned().unwrap_or_default();
+    set_default(spec, "serviceAccount", sa);
+    set_default(spec, "enableServiceLinks", json!(true));
+    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    set_default(spec, "priority", json!(0));
+    let tol = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if let Some(t) = tol.as_array_mut() {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            if !t
+                .iter()
+                .any(|x| x.get("key").and_then(Value::as_str) == Some(key))
+            {
+                t.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
+    }
+}
+
+/// `status.qosClass` (GetPodQOS): BestEffort without requests or limits,
+/// Guaranteed when every container's limits equal its requests for cpu
+/// and memory, else Burstable.
+fn qos_class(pod: &Value) -> &'static str {
+    let cs: Vec<&Value> = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let res = |c: &Value, k: &str| -> Map<String, Value> {
+        c.pointer(&format!("/resources/{k}"))
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default()
+    };
+    if cs
+        .iter()
+        .all(|c| res(c, "requests").is_empty() && res(c, "limits").is_empty())
+    {
+        return "BestEffort";
+    }
+    let guaranteed = cs.iter().all(|c| {
+        let l = res(c, "limits");
+        let r = res(c, "requests");
+        ["cpu", "memory"]
+            .iter()
+            .all(|k| l.get(*k).is_some() && r.get(*k).is_none_or(|v| Some(v) == l.get(*k)))
+    });
+    if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Drops the empty maps and lists of `metadata` that Go's typed encoding
+/// omits (`labels: {}`, `annotations: {}`, `finalizers: []`, ...).
+pub fn drop_empty_metadata(obj: &mut Value) {
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.retain(|k, v| {
+            !(matches!(
+                k.as_str(),
+                "labels" | "annotations" | "finalizers" | "ownerReferences" | "managedFields"
+            ) && (v.is_null()
+                || v.as_object().is_some_and(Map::is_empty)
+                || v.as_array().is_some_and(Vec::is_empty)))
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_pull_policy_follows_the_tag() {
+        assert_eq!(image_pull_policy("nginx"), "Always");
+        assert_eq!(image_pull_policy("nginx:latest"), "Always");
+        assert_eq!(image_pull_policy("nginx:1.27"), "IfNotPresent");
+        assert_eq!(image_pull_policy("registry:5000/nginx"), "Always");
+        assert_eq!(image_pull_policy("nginx@sha256:abc"), "IfNotPresent");
+    }
+
+    #[test]
+    fn secret_string_data_is_merged_into_data() {
+        let mut s =
+            json!({"data": {"a": "eA==", "b": "eQ=="}, "stringData": {"b": "new", "c": "z"}});
+        secret(&mut s);
+        assert_eq!(s, json!({"data": {"a": "eA==", "b": "bmV3", "c": "eg=="}}));
+    }
+
+    #[test]
+    fn qos_classes() {
+        let pod = |r: Value| json!({"spec": {"containers": [{"name": "c", "resources": r}]}});
+        assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(
+            qos_class(&pod(json!({"limits": {"cpu": "1", "memory": "1Gi"}}))),
+            "Guaranteed"
+        );
+        assert_eq!(
+            qos_class(&pod(json!({"requests": {"cpu": "1"}}))),
+            "Burstable"
+        );
+    }
+}
