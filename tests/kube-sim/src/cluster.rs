@@ -12,12 +12,15 @@ use axum::serve::ListenerExt;
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
+use crate::auth::{ADMIN_USER, Security, TokenUser};
 use crate::error::ApiError;
 use crate::faults::{FaultRule, Faults};
+use crate::rbac::Mode;
 use crate::resources::{ResourceInfo, split_api_version};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::{ClusterState, handle};
 use crate::store::{DeleteOpts, ListOpts, PatchKind, WriteOpts};
+use crate::tls::{CertifiedKey, Peer, Pki, TlsError, TlsListener};
 
 /// Errors of starting or stopping clusters.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +48,15 @@ pub enum SimError {
     /// Two clusters share a name.
     #[error("failed to start clusters: duplicate cluster name {0}")]
     DuplicateName(String),
+    /// Creating the certificates or the TLS configuration failed.
+    #[error("failed to set up TLS for cluster {cluster}")]
+    Tls {
+        /// Cluster name.
+        cluster: String,
+        /// Cause.
+        #[source]
+        source: TlsError,
+    },
 }
 
 /// Configuration of one cluster.
@@ -61,6 +73,14 @@ pub struct SimConfig {
     pub channel_capacity: usize,
     /// Interval of periodic watch bookmarks.
     pub bookmark_interval: Duration,
+    /// Serve HTTPS with a generated CA (kubeconfigs carry the CA).
+    pub tls: bool,
+    /// Require authentication (401 without credentials).
+    pub authenticate: bool,
+    /// How requests are authorized.
+    pub authorization: Mode,
+    /// Static bearer-token users (with authentication).
+    pub users: Vec<TokenUser>,
 }
 
 impl SimConfig {
@@ -73,7 +93,47 @@ impl SimConfig {
             history_limit: 10_000,
             channel_capacity: 4096,
             bookmark_interval: Duration::from_secs(30),
+            tls: false,
+            authenticate: false,
+            authorization: Mode::AlwaysAllow,
+            users: Vec::new(),
         }
+    }
+
+    /// Serves HTTPS with a generated CA.
+    #[must_use]
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
+    }
+
+    /// Requires authentication and authorizes with RBAC (`on`), or
+    /// neither. The kubeconfig's user becomes `kubernetes-admin` in
+    /// `system:masters`.
+    #[must_use]
+    pub fn auth(mut self, on: bool) -> Self {
+        self.authenticate = on;
+        self.authorization = if on { Mode::Rbac } else { Mode::AlwaysAllow };
+        self
+    }
+
+    /// Sets the authorization mode alone.
+    #[must_use]
+    pub fn authorization(mut self, mode: Mode) -> Self {
+        self.authorization = mode;
+        self
+    }
+
+    /// Adds a user authenticated by `token` (the apiserver's
+    /// `--token-auth-file`).
+    #[must_use]
+    pub fn token_user(mut self, token: &str, name: &str, groups: &[&str]) -> Self {
+        self.users.push(TokenUser {
+            token: token.to_string(),
+            name: name.to_string(),
+            groups: groups.iter().map(|g| (*g).to_string()).collect(),
+        });
+        self
     }
 
     /// Listens on this port.
@@ -103,6 +163,33 @@ pub struct SimCluster {
     state: Arc<ClusterState>,
     addr: SocketAddr,
     task: Option<JoinHandle<()>>,
+    /// The credentials kubeconfigs carry.
+    admin: Credentials,
+}
+
+/// A user's credentials in a kubeconfig.
+#[derive(Debug, Clone, Default)]
+pub enum Credentials {
+    /// None (`user: {}`).
+    #[default]
+    None,
+    /// A bearer token.
+    Token(String),
+    /// A client certificate and key.
+    ClientCert(CertifiedKey),
+}
+
+/// One cluster of a kubeconfig: context, cluster and user share `name`.
+#[derive(Debug, Clone)]
+pub struct KubeconfigEntry {
+    /// Context, cluster and user name.
+    pub name: String,
+    /// `http://` or `https://` URL.
+    pub server: String,
+    /// CA certificate (PEM) for `certificate-authority-data`.
+    pub ca_pem: Option<String>,
+    /// The user's credentials.
+    pub credentials: Credentials,
 }
 
 impl std::fmt::Debug for SimCluster {
@@ -141,33 +228,78 @@ impl SimCluster {
             port: cfg.port,
             source,
         })?;
-        let state = Arc::new(ClusterState::new(
+        let tls_err = |source| SimError::Tls {
+            cluster: cfg.name.clone(),
+            source,
+        };
+        let (pki, server_config, admin) = if cfg.tls {
+            let pki = Pki::generate(&cfg.name).map_err(tls_err)?;
+            let server_config = pki.server_config().map_err(tls_err)?;
+            let admin = pki
+                .client_cert(ADMIN_USER, &["system:masters"])
+                .map_err(tls_err)?;
+            (Some(pki), Some(server_config), Some(admin))
+        } else {
+            (None, None, None)
+        };
+        let mut state = ClusterState::new(
             &cfg.name,
             cfg.history_limit,
             cfg.channel_capacity,
             cfg.bookmark_interval,
-        ));
+        );
+        state.security = Security::new(pki, cfg.authenticate, cfg.authorization, &cfg.users);
+        // With TLS the admin always has a certificate: kubectl prompts for
+        // a password when an https cluster's user has no credentials.
+        let admin = match admin {
+            Some(cert) => Credentials::ClientCert(cert),
+            None if cfg.authenticate => Credentials::Token(state.security.admin_token.clone()),
+            None => Credentials::None,
+        };
+        let state = Arc::new(state);
         *state.address.lock() = addr.to_string();
         let app = Router::new().fallback(handle).with_state(state.clone());
         let mut stop = state.shutdown.subscribe();
+        let stopped = async move {
+            let _ = stop.wait_for(|s| *s).await;
+        };
         let name = cfg.name.clone();
-        let listener = listener.tap_io(|tcp| {
-            // Small request/response pairs: Nagle would add 40 ms stalls.
-            let _ = tcp.set_nodelay(true);
-        });
-        let task = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!(cluster = %name, error = %e, "failed to serve cluster");
+        let task = match server_config {
+            Some(server_config) => {
+                let listener =
+                    TlsListener::new(listener, server_config).map_err(|source| SimError::Bind {
+                        cluster: cfg.name.clone(),
+                        port: cfg.port,
+                        source,
+                    })?;
+                let app = app.into_make_service_with_connect_info::<Peer>();
+                tokio::spawn(async move {
+                    let serve = axum::serve(listener, app).with_graceful_shutdown(stopped);
+                    if let Err(e) = serve.await {
+                        tracing::error!(cluster = %name, error = %e, "failed to serve cluster");
+                    }
+                })
             }
-        });
-        tracing::info!(cluster = %cfg.name, url = %format!("http://{addr}"), "cluster started");
+            None => {
+                let listener = listener.tap_io(|tcp| {
+                    // Small request/response pairs: Nagle would add 40 ms stalls.
+                    let _ = tcp.set_nodelay(true);
+                });
+                tokio::spawn(async move {
+                    let serve = axum::serve(listener, app).with_graceful_shutdown(stopped);
+                    if let Err(e) = serve.await {
+                        tracing::error!(cluster = %name, error = %e, "failed to serve cluster");
+                    }
+                })
+            }
+        };
+        let scheme = if cfg.tls { "https" } else { "http" };
+        tracing::info!(cluster = %cfg.name, url = %format!("{scheme}://{addr}"), "cluster started");
         Ok(Self {
             state,
             addr,
             task: Some(task),
+            admin,
         })
     }
 
@@ -181,14 +313,87 @@ impl SimCluster {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://` with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.state.security.pki.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
-    /// A kubeconfig with this cluster only (context = cluster name).
+    /// A kubeconfig with this cluster only (context = cluster name), with
+    /// the CA and the administrator's credentials when security is on.
     pub fn kubeconfig_yaml(&self) -> String {
-        kubeconfig_yaml(&[(self.name(), &self.url())], self.name())
+        kubeconfig_entries_yaml(&[self.kubeconfig_entry()], self.name())
+    }
+
+    /// This cluster's kubeconfig entry with the administrator's credentials.
+    pub fn kubeconfig_entry(&self) -> KubeconfigEntry {
+        self.entry_with(self.admin.clone())
+    }
+
+    fn entry_with(&self, credentials: Credentials) -> KubeconfigEntry {
+        KubeconfigEntry {
+            name: self.name().to_string(),
+            server: self.url(),
+            ca_pem: self.ca_pem().map(str::to_string),
+            credentials,
+        }
+    }
+
+    /// A kubeconfig for this cluster that authenticates with `credentials`.
+    pub fn kubeconfig_for(&self, credentials: Credentials) -> String {
+        kubeconfig_entries_yaml(&[self.entry_with(credentials)], self.name())
+    }
+
+    /// The CA certificate (PEM) when TLS is on.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.state.security.pki.as_ref().map(Pki::ca_pem)
+    }
+
+    /// The credentials of `kubernetes-admin` (`system:masters`) when
+    /// authentication is on: a client certificate with TLS, else a token.
+    pub fn admin_credentials(&self) -> &Credentials {
+        &self.admin
+    }
+
+    /// Adds a user authenticated by a new random bearer token; returns
+    /// the token.
+    pub fn add_token_user(&self, name: &str, groups: &[&str]) -> String {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        self.state.security.add_user(TokenUser {
+            token: token.clone(),
+            name: name.to_string(),
+            groups: groups.iter().map(|g| (*g).to_string()).collect(),
+        });
+        token
+    }
+
+    /// A client certificate for `user` in `groups` (at most two), signed
+    /// by the cluster's CA.
+    ///
+    /// # Errors
+    /// Without TLS, or with more than two groups.
+    pub fn client_cert(&self, user: &str, groups: &[&str]) -> Result<CertifiedKey, TlsError> {
+        let pki = self.state.security.pki.as_ref().ok_or(TlsError::NoTls)?;
+        pki.client_cert(user, groups)
+    }
+
+    /// Issues a token for ServiceAccount `ns/name` as TokenRequest does.
+    ///
+    /// # Errors
+    /// 404 when the ServiceAccount does not exist.
+    pub fn service_account_token(
+        &self,
+        ns: &str,
+        name: &str,
+        expiration: Duration,
+    ) -> Result<String, ApiError> {
+        let secs = i64::try_from(expiration.as_secs()).unwrap_or(i64::MAX);
+        let audiences = ["https://kubernetes.default.svc.cluster.local".to_string()];
+        crate::auth::issue_token(&self.state, ns, name, secs, &audiences).map(|(t, _)| t)
     }
 
     /// Fault injection state.
@@ -419,18 +624,52 @@ impl Drop for SimCluster {
 /// A kubeconfig (contract section 10) with one context per cluster;
 /// context, cluster and user names equal the cluster name.
 pub fn kubeconfig_yaml(clusters: &[(&str, &str)], current: &str) -> String {
+    let entries: Vec<KubeconfigEntry> = clusters
+        .iter()
+        .map(|(name, url)| KubeconfigEntry {
+            name: (*name).to_string(),
+            server: (*url).to_string(),
+            ca_pem: None,
+            credentials: Credentials::None,
+        })
+        .collect();
+    kubeconfig_entries_yaml(&entries, current)
+}
+
+/// A kubeconfig with one context per entry, carrying CAs and credentials.
+pub fn kubeconfig_entries_yaml(entries: &[KubeconfigEntry], current: &str) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let mut s = String::from("apiVersion: v1\nkind: Config\nclusters:\n");
-    for (name, url) in clusters {
+    for e in entries {
         s.push_str(&format!(
-            "- name: {name}\n  cluster:\n    server: \"{url}\"\n"
+            "- name: {}\n  cluster:\n    server: \"{}\"\n",
+            e.name, e.server
         ));
+        if let Some(ca) = &e.ca_pem {
+            s.push_str(&format!("    certificate-authority-data: {}\n", b64(ca)));
+        }
     }
     s.push_str("users:\n");
-    for (name, _) in clusters {
-        s.push_str(&format!("- name: {name}\n  user: {{}}\n"));
+    for e in entries {
+        match &e.credentials {
+            Credentials::None => s.push_str(&format!("- name: {}\n  user: {{}}\n", e.name)),
+            Credentials::Token(t) => {
+                s.push_str(&format!(
+                    "- name: {}\n  user:\n    token: \"{t}\"\n",
+                    e.name
+                ));
+            }
+            Credentials::ClientCert(c) => s.push_str(&format!(
+                "- name: {}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+                e.name,
+                b64(&c.cert_pem),
+                b64(&c.key_pem)
+            )),
+        }
     }
     s.push_str("contexts:\n");
-    for (name, _) in clusters {
+    for name in entries.iter().map(|e| e.name.as_str()) {
         s.push_str(&format!(
             "- name: {name}\n  context:\n    cluster: {name}\n    user: {name}\n    namespace: default\n"
         ));
@@ -441,18 +680,13 @@ pub fn kubeconfig_yaml(clusters: &[(&str, &str)], current: &str) -> String {
 
 /// Writes a kubeconfig for `clusters`; the first is the current context.
 pub fn write_kubeconfig(path: &Path, clusters: &[&SimCluster]) -> Result<(), SimError> {
-    let pairs: Vec<(String, String)> = clusters
-        .iter()
-        .map(|c| (c.name().to_string(), c.url()))
-        .collect();
-    let refs: Vec<(&str, &str)> = pairs
-        .iter()
-        .map(|(a, b)| (a.as_str(), b.as_str()))
-        .collect();
-    let current = refs.first().map(|(n, _)| *n).unwrap_or_default();
-    std::fs::write(path, kubeconfig_yaml(&refs, current)).map_err(|source| SimError::Kubeconfig {
-        path: path.to_path_buf(),
-        source,
+    let entries: Vec<KubeconfigEntry> = clusters.iter().map(|c| c.kubeconfig_entry()).collect();
+    let current = clusters.first().map(|c| c.name()).unwrap_or_default();
+    std::fs::write(path, kubeconfig_entries_yaml(&entries, current)).map_err(|source| {
+        SimError::Kubeconfig {
+            path: path.to_path_buf(),
+            source,
+        }
     })
 }
 
@@ -536,16 +770,13 @@ impl Sim {
 
     /// The kubeconfig text.
     pub fn kubeconfig_yaml(&self) -> String {
-        let pairs: Vec<(String, String)> = self
+        let entries: Vec<KubeconfigEntry> = self
             .clusters
             .iter()
-            .map(|c| (c.name().to_string(), c.url()))
+            .map(SimCluster::kubeconfig_entry)
             .collect();
-        let refs: Vec<(&str, &str)> = pairs
-            .iter()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            .collect();
-        kubeconfig_yaml(&refs, refs.first().map(|(n, _)| *n).unwrap_or_default())
+        let current = self.clusters.first().map(|c| c.name()).unwrap_or_default();
+        kubeconfig_entries_yaml(&entries, current)
     }
 
     /// Stops every cluster.

@@ -37,9 +37,21 @@
 //!   generic|serviceaccount` sends); other kinds get 415. Responses are
 //!   always JSON (kubectl also accepts `application/json`).
 //! - Not served: protobuf responses, CBOR, aggregated discovery, OpenAPI documents
-//!   (`/openapi/v2` answers an empty document), admission, RBAC, workload
+//!   (`/openapi/v2` answers an empty document), admission, workload
 //!   controllers (no Pods for Jobs), conversion between CRD versions
 //!   (only `apiVersion` is rewritten).
+//!
+//! # Security (off by default)
+//!
+//! [`SimConfig::tls`] serves HTTPS with a per-cluster CA that kubeconfigs
+//! carry; [`SimConfig::auth`] requires authentication (client
+//! certificates, static tokens, ServiceAccount tokens from TokenRequest;
+//! 401 otherwise) and authorizes with RBAC (403 with the apiserver's
+//! message). The kubeconfig's user is then `kubernetes-admin` in
+//! `system:masters`. The review APIs (`kubectl auth can-i`, `auth can-i
+//! --list`, `auth whoami`) answer in every mode; without RBAC everything
+//! is allowed. See [`auth`] and [`rbac`]. The `/_sim` API needs no
+//! credentials.
 //!
 //! # Test API over HTTP (`/_sim/...`)
 //!
@@ -69,24 +81,32 @@
 //! - `selectors`: label and field selectors.
 //! - `table`: server-side printing (`as=Table`) for `kubectl get`.
 //! - `faults`: fault injection and request counters.
+//! - [`tls`]: the cluster CA, serving and client certificates, the TLS listener.
+//! - [`auth`]: authentication, ServiceAccount tokens, the review APIs.
+//! - [`rbac`]: request attributes and the RBAC authorizer.
 //! - `error`: `metav1.Status` errors.
 //! - [`patch`]: patch algebra and managedFields.
 //! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to JSON.
 
+pub mod auth;
 pub mod cluster;
 mod defaults;
 pub mod error;
 pub mod faults;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
 pub mod resources;
 mod scale;
 pub mod selectors;
 pub mod server;
 pub mod store;
 mod table;
+pub mod tls;
 pub mod watch;
 
+pub use auth::{ADMIN_USER, TokenUser, UserInfo};
 pub use cluster::{Sim, SimCluster, SimConfig, SimError, kubeconfig_yaml, write_kubeconfig};
 pub use error::ApiError;
 pub use faults::{FaultRule, Faults};
+pub use rbac::Mode as AuthorizationMode;

@@ -1,5 +1,6 @@
-//! `kube-sim --clusters main,sub --kubeconfig FILE [--port-base N]`: runs
-//! simulated clusters until killed.
+//! `kube-sim --clusters main,sub --kubeconfig FILE [--port-base N]
+//! [--tls] [--auth] [--token-auth-file FILE]`: runs simulated clusters
+//! until killed.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,6 +28,47 @@ struct Args {
     /// Watch bookmark interval in seconds.
     #[arg(long, default_value_t = 30)]
     bookmark_seconds: u64,
+    /// Serve HTTPS with a generated CA (written into the kubeconfig).
+    #[arg(long)]
+    tls: bool,
+    /// Require authentication and authorize with RBAC; the kubeconfig's
+    /// user is `kubernetes-admin` in `system:masters`.
+    #[arg(long)]
+    auth: bool,
+    /// Static token users, as the apiserver's `--token-auth-file`: CSV
+    /// lines `token,user,uid,"group1,group2"`.
+    #[arg(long, requires = "auth")]
+    token_auth_file: Option<PathBuf>,
+}
+
+/// Parses a `--token-auth-file` (`token,user,uid[,"g1,g2"]` per line).
+fn token_users(path: &std::path::Path) -> anyhow::Result<Vec<(String, String, Vec<String>)>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read {}", path.display()))?;
+    let mut users = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields = line.splitn(4, ',');
+        let (Some(token), Some(user), Some(_uid)) = (fields.next(), fields.next(), fields.next())
+        else {
+            anyhow::bail!("{}:{}: want token,user,uid[,groups]", path.display(), n + 1);
+        };
+        let groups = fields
+            .next()
+            .map(|g| {
+                g.trim_matches('"')
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        users.push((token.to_string(), user.to_string(), groups));
+    }
+    Ok(users)
 }
 
 #[tokio::main]
@@ -39,6 +81,10 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let users = match &args.token_auth_file {
+        Some(path) => token_users(path)?,
+        None => Vec::new(),
+    };
     let mut clusters = Vec::new();
     for (i, name) in args.clusters.iter().enumerate() {
         let port = if args.port_base == 0 {
@@ -52,7 +98,13 @@ async fn main() -> anyhow::Result<()> {
         let cfg = SimConfig::new(name.clone())
             .port(port)
             .history_limit(args.history)
-            .bookmark_interval(Duration::from_secs(args.bookmark_seconds.max(1)));
+            .bookmark_interval(Duration::from_secs(args.bookmark_seconds.max(1)))
+            .tls(args.tls)
+            .auth(args.auth);
+        let cfg = users.iter().fold(cfg, |cfg, (token, user, groups)| {
+            let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+            cfg.token_user(token, user, &groups)
+        });
         clusters.push(SimCluster::start_with(cfg).await?);
     }
     write_kubeconfig(&args.kubeconfig, &clusters.iter().collect::<Vec<_>>())?;

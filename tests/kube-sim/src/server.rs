@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Query, Request, State};
+use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::FutureExt;
@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use crate::error::{ApiError, ApiResult};
 use crate::faults::{FaultRule, Faults};
 use crate::protobuf::ProtoError;
+use crate::rbac::Attributes;
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, ListOpts, PatchKind, Propagation, Store, WriteOpts};
@@ -42,6 +43,8 @@ pub struct ClusterState {
     bookmark_interval: Mutex<Duration>,
     /// `host:port` for `/api` serverAddressByClientCIDRs.
     pub(crate) address: Mutex<String>,
+    /// TLS, authentication and authorization (contract section 14).
+    pub(crate) security: crate::auth::Security,
 }
 
 impl ClusterState {
@@ -54,6 +57,7 @@ impl ClusterState {
             shutdown: watch::channel(false).0,
             bookmark_interval: Mutex::new(bookmark),
             address: Mutex::new(String::new()),
+            security: crate::auth::Security::default(),
         }
     }
 
@@ -329,7 +333,7 @@ fn verb_of(method: &Method, route: &Route, watch: bool) -> &'static str {
 }
 
 /// The single entry point of every request.
-pub(crate) async fn handle(State(cs): State<Arc<ClusterState>>, req: Request) -> Response {
+pub(crate) async fn handle(State(cs): State<Arc<ClusterState>>, mut req: Request) -> Response {
     let path = req.uri().path().to_string();
     if path == "/_sim" || path.starts_with("/_sim/") {
         return match sim_api(&cs, req).await {
@@ -365,6 +369,12 @@ pub(crate) async fn handle(State(cs): State<Arc<ClusterState>>, req: Request) ->
             rule.retry_after,
         ));
     }
+    if cs.security.enforcing() || path.starts_with("/apis/auth") || path.ends_with("/token") {
+        match secure(&cs, &rt, req).await {
+            Ok(r) => req = r,
+            Err(r) => return r,
+        }
+    }
     // A bug must cost one request a 500, never the connection.
     match AssertUnwindSafe(dispatch(&cs, rt, req))
         .catch_unwind()
@@ -382,6 +392,62 @@ pub(crate) async fn handle(State(cs): State<Arc<ClusterState>>, req: Request) ->
             error_response(&ApiError::internal(msg))
         }
     }
+}
+
+/// Authenticates and authorizes a request (contract section 14) and serves
+/// the review APIs and TokenRequest; `Ok` hands the request on.
+async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, Response> {
+    let path = req.uri().path();
+    let peer = req.extensions().get::<ConnectInfo<crate::tls::Peer>>();
+    let user = crate::auth::authenticate(cs, req.headers(), peer, path)
+        .and_then(|u| crate::auth::impersonate(cs, u, req.headers()))
+        .map_err(|e| error_response(&e))?;
+    let attrs = Attributes::from_request(req.method().as_str(), path, req.uri().query());
+    let mode = cs.security.mode;
+    let decision = crate::rbac::authorize(mode, &cs.store, &user, &attrs);
+    if !decision.allowed {
+        return Err(error_response(
+            &attrs.forbidden(&user.name, &decision.reason),
+        ));
+    }
+    // An apply that creates needs `create` as well (create-on-update).
+    if let Route::Resource {
+        res,
+        ns,
+        name: Some(name),
+        sub: None,
+    } = rt
+        && attrs.verb == "patch"
+        && content_type(req.headers()).starts_with("application/apply-patch")
+        && cs.store.read(|i| i.get(res, ns.as_deref(), name)).is_err()
+    {
+        let create = crate::rbac::authorize(mode, &cs.store, &user, &attrs.with_verb("create"));
+        if !create.allowed {
+            let mut e = attrs.with_verb("create").forbidden(&user.name, "");
+            e.message = format!(
+                "{} {name:?} is forbidden: {}",
+                crate::error::qualified(res),
+                create.reason
+            );
+            return Err(error_response(&e));
+        }
+    }
+    if !crate::auth::is_virtual(&attrs) {
+        return Ok(req);
+    }
+    let served = async {
+        let (headers, _, body) = read_body(req).await?;
+        let body = if body.iter().all(u8::is_ascii_whitespace) {
+            Value::Null
+        } else {
+            parse_body(&content_type(&headers), &body)?
+        };
+        crate::auth::serve_virtual(cs, &user, &attrs, body)
+    };
+    Err(match served.await {
+        Ok((code, v)) => json_response(code, &v),
+        Err(e) => error_response(&e),
+    })
 }
 
 async fn read_body(req: Request) -> ApiResult<(HeaderMap, axum::http::Uri, Vec<u8>)> {
@@ -442,19 +508,22 @@ async fn dispatch(cs: &Arc<ClusterState>, rt: Route, req: Request) -> ApiResult<
             ))
         }
         Route::Apis if is_get => {
-            let v = cs.store.read(|i| i.registry.api_group_list());
+            let mut v = cs.store.read(|i| i.registry.api_group_list());
+            crate::auth::discovery_group_list(&mut v);
             Ok(json_response(200, &v))
         }
         Route::Group(g) if is_get => cs
             .store
             .read(|i| i.registry.api_group(&g))
+            .or_else(|| crate::auth::discovery_group(&g))
             .map(|v| json_response(200, &v))
             .ok_or_else(ApiError::unknown_path),
-        Route::ResourceList(g, v) if is_get => cs
-            .store
-            .read(|i| i.registry.api_resource_list(&g, &v))
-            .map(|v| json_response(200, &v))
-            .ok_or_else(ApiError::unknown_path),
+        Route::ResourceList(g, v) if is_get => {
+            let served = cs.store.read(|i| i.registry.api_resource_list(&g, &v));
+            crate::auth::discovery_resources(&g, &v, served)
+                .map(|v| json_response(200, &v))
+                .ok_or_else(ApiError::unknown_path)
+        }
         Route::Resource { res, ns, name, sub } => {
             resource(cs, req, params, res, ns, name, sub).await
         }
