@@ -518,6 +518,7 @@ impl SimCluster {
             dry_run: false,
             manager: Some("kube-sim".into()),
             subresource: sub.map(str::to_string),
+            field_validation: Default::default(),
         }
     }
 

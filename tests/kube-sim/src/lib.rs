@@ -93,6 +93,7 @@ pub mod cluster;
 mod defaults;
 pub mod error;
 pub mod faults;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod rbac;
@@ -103,6 +104,7 @@ pub mod server;
 pub mod store;
 mod table;
 pub mod tls;
+pub mod validate;
 pub mod watch;
 
 pub use auth::{ADMIN_USER, TokenUser, UserInfo};

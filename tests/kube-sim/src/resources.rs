@@ -454,7 +454,24 @@ impl Registry {
             .cloned()
     }
 
-    /// Whether any resource is served for this group/version.
+    /// Every served resource.
+    pub fn all(&self) -> Vec<Arc<ResourceInfo>> {
+        self.by_gvr.values().cloned().collect()
+    }
+
+    /// Changes whenever the set of served resources changes (OpenAPI
+    /// document URLs carry it, so clients' caches refresh).
+    pub fn generation_hash(&self) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for (k, r) in &self.by_gvr {
+            k.hash(&mut h);
+            r.schema.as_deref().map(Value::to_string).hash(&mut h);
+        }
+        format!("{:016X}", h.finish())
+    }
+
+    /// Whether any resource is served at `group/version`.
     pub fn has_group_version(&self, group: &str, version: &str) -> bool {
         self.by_gvr
             .keys()

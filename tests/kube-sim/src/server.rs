@@ -149,6 +149,8 @@ enum Route {
     Group(String),
     ResourceList(String, String),
     OpenApiV2,
+    OpenApiV3Index,
+    OpenApiV3(String, String),
     Health,
     Resource {
         res: Arc<ResourceInfo>,
@@ -169,6 +171,11 @@ fn route(cs: &ClusterState, path: &str) -> Route {
         ["version"] => return Route::Version,
         ["healthz" | "readyz" | "livez", ..] => return Route::Health,
         ["openapi", "v2"] => return Route::OpenApiV2,
+        ["openapi", "v3"] => return Route::OpenApiV3Index,
+        ["openapi", "v3", "api", v] => return Route::OpenApiV3(String::new(), (*v).to_string()),
+        ["openapi", "v3", "apis", g, v] => {
+            return Route::OpenApiV3((*g).to_string(), (*v).to_string());
+        }
         ["api"] => return Route::Api,
         ["apis"] => return Route::Apis,
         ["apis", g] => return Route::Group((*g).to_string()),
@@ -489,6 +496,25 @@ async fn dispatch(cs: &Arc<ClusterState>, rt: Route, req: Request) -> ApiResult<
             );
             Ok(r)
         }
+        Route::OpenApiV2
+            if is_get
+                && req
+                    .headers()
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|a| a.starts_with("application/json")) =>
+        {
+            Ok(bytes_response(200, crate::openapi::v2_document().to_vec()))
+        }
+        Route::OpenApiV3Index if is_get => {
+            let v = cs.store.read(|i| crate::openapi::v3_index(&i.registry));
+            Ok(json_response(200, &v))
+        }
+        Route::OpenApiV3(g, v) if is_get => cs
+            .store
+            .read(|i| crate::openapi::v3_document(&i.registry, &g, &v))
+            .map(|d| json_response(200, &d))
+            .ok_or_else(ApiError::unknown_path),
         Route::OpenApiV2 if is_get => {
             let mut r = Response::new(Body::empty());
             r.headers_mut().insert(
@@ -533,14 +559,16 @@ async fn dispatch(cs: &Arc<ClusterState>, rt: Route, req: Request) -> ApiResult<
 }
 
 fn write_opts(params: &Params, headers: &HeaderMap, sub: &Option<String>) -> ApiResult<WriteOpts> {
-    match params.get("fieldValidation") {
-        None | Some("" | "Strict" | "Warn" | "Ignore") => {}
+    let field_validation = match params.get("fieldValidation") {
+        Some("Strict") => crate::validate::FieldValidation::Strict,
+        Some("Ignore") => crate::validate::FieldValidation::Ignore,
+        None | Some("" | "Warn") => crate::validate::FieldValidation::Warn,
         Some(v) => {
             return Err(ApiError::bad_request(format!(
                 "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {v:?}"
             )));
         }
-    }
+    };
     let manager = match params.non_empty("fieldManager") {
         Some(m) if m.len() > 128 => {
             return Err(ApiError::bad_request(
@@ -554,6 +582,7 @@ fn write_opts(params: &Params, headers: &HeaderMap, sub: &Option<String>) -> Api
         dry_run: params.dry_run()?,
         manager,
         subresource: sub.clone(),
+        field_validation,
     })
     .map(|mut o| {
         if o.manager.is_none() {
@@ -561,6 +590,18 @@ fn write_opts(params: &Params, headers: &HeaderMap, sub: &Option<String>) -> Api
         }
         o
     })
+}
+
+/// Adds `Warning: 299 - "..."` headers, as the apiserver reports dropped
+/// unknown fields under `fieldValidation=Warn`.
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 /// An object response; `cached` is the object's serialization from the
@@ -856,12 +897,17 @@ async fn resource(
             let obj = parse_body(&ct, &body)?;
             check_type(&res, &obj)?;
             let opts = write_opts(&params, &headers, &sub)?;
-            let (created, cached) = cs.store.write(|i| {
-                let o = i.create(&res, nsr, obj, &opts)?;
+            let (created, cached, warnings) = cs.store.write(|i| {
+                let o = i.create(&res, nsr, obj, &opts);
+                let w = i.warnings.take();
+                let o = o?;
                 let b = i.cached_bytes(&o);
-                Ok::<_, ApiError>((o, b))
+                Ok::<_, ApiError>((o, b, w))
             })?;
-            Ok(written_response(201, &res, shape, &created, cached))
+            Ok(with_warnings(
+                written_response(201, &res, shape, &created, cached),
+                &warnings,
+            ))
         }
         (Method::PUT, Some(name)) => {
             let (headers, _, body) = read_body(req).await?;
@@ -869,12 +915,17 @@ async fn resource(
             let obj = parse_body(&ct, &body)?;
             check_type(&res, &obj)?;
             let opts = write_opts(&params, &headers, &sub)?;
-            let (updated, cached) = cs.store.write(|i| {
-                let o = i.update(&res, nsr, &name, obj, &opts)?;
+            let (updated, cached, warnings) = cs.store.write(|i| {
+                let o = i.update(&res, nsr, &name, obj, &opts);
+                let w = i.warnings.take();
+                let o = o?;
                 let b = i.cached_bytes(&o);
-                Ok::<_, ApiError>((o, b))
+                Ok::<_, ApiError>((o, b, w))
             })?;
-            Ok(written_response(200, &res, shape, &updated, cached))
+            Ok(with_warnings(
+                written_response(200, &res, shape, &updated, cached),
+                &warnings,
+            ))
         }
         (Method::PATCH, Some(name)) => {
             let (headers, _, body) = read_body(req).await?;
@@ -914,17 +965,16 @@ async fn resource(
                 ));
             }
             let opts = write_opts(&params, &headers, &sub)?;
-            let (obj, created, cached) = cs.store.write(|i| {
-                let (o, created) = i.patch(&res, nsr, &name, kind, &patch_body, &opts)?;
+            let (obj, created, cached, warnings) = cs.store.write(|i| {
+                let r = i.patch(&res, nsr, &name, kind, &patch_body, &opts);
+                let w = i.warnings.take();
+                let (o, created) = r?;
                 let b = i.cached_bytes(&o);
-                Ok::<_, ApiError>((o, created, b))
+                Ok::<_, ApiError>((o, created, b, w))
             })?;
-            Ok(written_response(
-                if created { 201 } else { 200 },
-                &res,
-                shape,
-                &obj,
-                cached,
+            Ok(with_warnings(
+                written_response(if created { 201 } else { 200 }, &res, shape, &obj, cached),
+                &warnings,
             ))
         }
         (Method::DELETE, name) => {
@@ -993,6 +1043,9 @@ async fn resource(
     }
 }
 
+/// Turns the current Scale into the one a PUT or PATCH asks for.
+type ScaleEdit = dyn FnOnce(&Value) -> ApiResult<Option<Value>>;
+
 /// `GET`, `PUT` and `PATCH` of `/scale` (autoscaling/v1 Scale).
 async fn scale(
     cs: &Arc<ClusterState>,
@@ -1013,7 +1066,7 @@ async fn scale(
     let (headers, _, body) = read_body(req).await?;
     let ct = content_type(&headers);
     let opts = write_opts(params, &headers, sub)?;
-    let edit: Box<dyn FnOnce(&Value) -> ApiResult<Option<Value>>> = match method {
+    let edit: Box<ScaleEdit> = match method {
         Method::PUT => {
             let body = parse_body(&ct, &body)?;
             if let Some(k) = body.get("kind").and_then(Value::as_str)

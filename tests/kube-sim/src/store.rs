@@ -22,6 +22,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::patch;
 use crate::resources::{Registry, ResourceInfo, StorageKey, prune, storage_key_of};
 use crate::selectors::{FieldSelector, LabelSelector};
+use crate::validate::FieldValidation;
 
 /// (namespace, name); namespace is empty for cluster-scoped objects.
 pub type ObjKey = (String, String);
@@ -107,6 +108,8 @@ pub struct WriteOpts {
     pub manager: Option<String>,
     /// `Some("status")` for status subresource writes.
     pub subresource: Option<String>,
+    /// `fieldValidation`: what unknown fields do.
+    pub field_validation: crate::validate::FieldValidation,
 }
 
 /// `propagationPolicy`.
@@ -213,6 +216,8 @@ pub(crate) struct Inner {
     last_written: Option<(Arc<Value>, Bytes)>,
     /// Service cluster IPs and node ports handed out.
     alloc: std::cell::RefCell<crate::defaults::Allocations>,
+    /// `Warning` headers of the current request (unknown fields).
+    pub(crate) warnings: std::cell::RefCell<Vec<String>>,
 }
 
 /// The store of one cluster.
@@ -561,6 +566,7 @@ impl Inner {
             dropped: HashMap::new(),
             last_written: None,
             alloc: std::cell::RefCell::default(),
+            warnings: std::cell::RefCell::default(),
         };
         inner.seed();
         inner
@@ -824,6 +830,7 @@ impl Inner {
         res: &ResourceInfo,
         ns: Option<&str>,
         obj: &mut Value,
+        fv: FieldValidation,
     ) -> ApiResult<ObjKey> {
         if !obj.is_object() {
             return Err(ApiError::bad_request(
@@ -943,7 +950,7 @@ impl Inner {
             }
         }
         crate::defaults::apply(res, obj, None, &mut self.alloc.borrow_mut());
-        self.finish_object(res, &key.1, obj, None)?;
+        self.finish_object(res, &key.1, obj, None, fv)?;
         Ok(key)
     }
 
@@ -954,8 +961,10 @@ impl Inner {
         name: &str,
         obj: &mut Value,
         old: Option<&Value>,
+        fv: FieldValidation,
     ) -> ApiResult<()> {
         crate::defaults::drop_empty_metadata(obj);
+        self.validate_fields(res, name, obj, fv)?;
         if !res.builtin
             && let Some(schema) = &res.schema
         {
@@ -1032,6 +1041,57 @@ impl Inner {
         Ok(())
     }
 
+    /// Unknown fields per `fieldValidation`; a custom resource's value
+    /// constraints (422).
+    fn validate_fields(
+        &self,
+        res: &ResourceInfo,
+        name: &str,
+        obj: &mut Value,
+        fv: FieldValidation,
+    ) -> ApiResult<()> {
+        let Some((schema, defs)) = crate::openapi::schema_of(res) else {
+            return Ok(());
+        };
+        let mut f = crate::validate::Findings::default();
+        crate::validate::walk(obj, schema, defs, "", true, !res.builtin, &mut f);
+        if !f.unknown.is_empty() {
+            match fv {
+                FieldValidation::Strict => {
+                    return Err(ApiError::bad_request(crate::validate::strict_message(
+                        &res.kind,
+                        &res.version,
+                        &f.unknown,
+                    )));
+                }
+                FieldValidation::Warn => {
+                    let mut w = self.warnings.borrow_mut();
+                    for u in &f.unknown {
+                        w.push(format!("unknown field \"{u}\""));
+                    }
+                }
+                FieldValidation::Ignore => {}
+            }
+        }
+        if !f.invalid.is_empty() {
+            let kind = if res.group.is_empty() {
+                res.kind.clone()
+            } else {
+                format!("{}.{}", res.kind, res.group)
+            };
+            return Err(ApiError::invalid(
+                &kind,
+                &res.group,
+                name,
+                &f.invalid
+                    .iter()
+                    .map(|(r, p, m)| (*r, p.clone(), m.clone()))
+                    .collect::<Vec<_>>(),
+            ));
+        }
+        Ok(())
+    }
+
     pub(crate) fn create(
         &mut self,
         res: &ResourceInfo,
@@ -1041,7 +1101,7 @@ impl Inner {
     ) -> ApiResult<Arc<Value>> {
         crate::resources::to_storage(res, &mut obj);
         set_type(&mut obj, res);
-        let key = self.prepare_create(res, ns, &mut obj)?;
+        let key = self.prepare_create(res, ns, &mut obj, opts.field_validation)?;
         self.record_update(res, None, &mut obj, opts);
         if opts.dry_run {
             return Ok(Arc::new(obj));
@@ -1173,7 +1233,7 @@ impl Inner {
             }
         }
         crate::defaults::apply(res, &mut new, Some(old), &mut self.alloc.borrow_mut());
-        self.finish_object(res, &name, &mut new, Some(old))?;
+        self.finish_object(res, &name, &mut new, Some(old), opts.field_validation)?;
         if record {
             self.record_update(res, Some(old), &mut new, opts);
         }
@@ -1419,7 +1479,7 @@ impl Inner {
                     let m = meta_mut(&mut applied);
                     m.insert("name".into(), json!(name));
                 }
-                let key = self.prepare_create(res, ns, &mut applied)?;
+                let key = self.prepare_create(res, ns, &mut applied, opts.field_validation)?;
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
@@ -1563,7 +1623,9 @@ impl Inner {
         }
         if is_crd {
             let name = key.1.clone();
-            if let Err(e) = self.finish_object(res, &name, &mut new, Some(&obj)) {
+            if let Err(e) =
+                self.finish_object(res, &name, &mut new, Some(&obj), FieldValidation::Ignore)
+            {
                 tracing::warn!(error = %e, "failed to refresh crd status");
             }
         }

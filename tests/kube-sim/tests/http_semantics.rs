@@ -154,16 +154,16 @@ async fn writes_errors_and_no_op() {
         let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", JSON)], Some("{not json")).await;
         assert_eq!(r.status, 400);
         assert_eq!(r.json()["kind"], "Status");
-        // Protobuf: a body without the envelope is a 400 Status; a kind
-        // outside the decoded set is 415 naming it; a ConfigMap is created.
+        // Protobuf: a body without the envelope is a 400 Status; a ConfigMap is created.
         const PB: &str = "application/vnd.kubernetes.protobuf";
         let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB)], Some("\x00")).await;
         assert_eq!((r.status, r.json()["kind"].as_str()), (400, Some("Status")));
         let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB)], Some("k8s\0\n\x05\n\x03")).await;
         assert_eq!((r.status, r.json()["reason"].as_str()), (400, Some("BadRequest")), "truncated envelope");
-        let r = raw(&u, "POST", "/apis/apps/v1/namespaces/default/deployments", &[("Content-Type", PB)], Some("k8s\0\n\x15\n\x07apps/v1\x12\x0aDeployment")).await;
-        assert_eq!(r.status, 415);
-        assert!(r.json()["message"].as_str().unwrap().contains("\"Deployment\""), "{}", r.text());
+        // A kind without a protobuf message (a custom resource's) is 415 naming it.
+        let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB)], Some("k8s\0\n\x18\n\x0eexample.com/v1\x12\x06Widget")).await;
+        assert_eq!(r.status, 415, "{}", r.text());
+        assert!(r.json()["message"].as_str().unwrap().contains("\"Widget\""), "{}", r.text());
         let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB), ("Accept", "application/vnd.kubernetes.protobuf,application/json")], Some("k8s\0\n\x0f\n\x02v1\x12\x09ConfigMap\x12\x07\n\x05\n\x03pbc")).await;
         assert_eq!(r.status, 201, "{}", r.text());
         assert_eq!((r.header("content-type"), r.json()["metadata"]["name"].as_str()), (Some("application/json"), Some("pbc")));

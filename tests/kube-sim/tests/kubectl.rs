@@ -359,20 +359,6 @@ async fn kubectl_imperative_creates_send_protobuf() {
             "{}",
             dup.stderr
         );
-        // A kind outside the table: 415 naming it, suggesting JSON.
-        let dep = kubectl(&sim, &["create", "deployment", "d", "--image=nginx"], None).await;
-        assert!(!dep.ok);
-        assert!(
-            dep.stderr.contains("\"Deployment\"") && dep.stderr.contains("kubectl apply"),
-            "{}",
-            dep.stderr
-        );
-        assert_eq!(
-            c.get("apps/v1", "deployments", Some("default"), "d")
-                .unwrap_err()
-                .code,
-            404
-        );
         sim.shutdown().await;
     })
     .await;

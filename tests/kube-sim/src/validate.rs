@@ -1,0 +1,335 @@
+//! Field validation against OpenAPI schemas: unknown fields (the
+//! `fieldValidation` query parameter decides whether they fail the request,
+//! warn or are dropped silently) and, for custom resources, the structural
+//! schema's value constraints (type, required, enum, minimum/maximum,
+//! length, items, pattern) → 422 Invalid with the apiserver's messages.
+
+use serde_json::{Map, Value};
+
+use crate::openapi::resolve;
+
+/// `fieldValidation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    /// Unknown fields fail the request (400).
+    Strict,
+    /// Unknown fields are dropped with a `Warning` header (the default).
+    #[default]
+    Warn,
+    /// Unknown fields are dropped silently.
+    Ignore,
+}
+
+/// What a walk found.
+#[derive(Debug, Default)]
+pub struct Findings {
+    /// Paths of unknown fields (`spec.replica`, `spec.containers[0].x`).
+    pub unknown: Vec<String>,
+    /// (reason, field, message) of constraint violations.
+    pub invalid: Vec<(&'static str, String, String)>,
+}
+
+fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        other => other.to_string(),
+    }
+}
+
+/// Walks `v` against `schema`: drops unknown fields (recording their paths)
+/// and, with `constraints`, records value constraint violations.
+pub fn walk(
+    v: &mut Value,
+    schema: &Value,
+    defs: Option<&Map<String, Value>>,
+    path: &str,
+    root: bool,
+    constraints: bool,
+    out: &mut Findings,
+) {
+    let schema = resolve(schema, defs);
+    if constraints && !check_value(v, schema, path, out) {
+        return;
+    }
+    let preserve = schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let embedded = schema
+        .get("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        == Some(true);
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties");
+            if constraints && let Some(req) = schema.get("required").and_then(Value::as_array) {
+                for r in req.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(r) {
+                        out.invalid.push((
+                            "FieldValueRequired",
+                            join(path, r),
+                            "Required value".into(),
+                        ));
+                    }
+                }
+            }
+            let keys: Vec<String> = map.keys().cloned().collect();
+            for k in keys {
+                let meta_key = k == "apiVersion" || k == "kind" || k == "metadata";
+                if (root || embedded) && meta_key && defs.is_none() {
+                    continue;
+                }
+                let sub_path = join(path, &k);
+                if let Some(sub) = props.and_then(|p| p.get(&k)) {
+                    if let Some(x) = map.get_mut(&k) {
+                        walk(x, sub, defs, &sub_path, false, constraints, out);
+                    }
+                } else if let Some(add) = additional.filter(|a| a.is_object()) {
+                    if let Some(x) = map.get_mut(&k) {
+                        walk(x, add, defs, &sub_path, false, constraints, out);
+                    }
+                } else if props.is_some() && !preserve && additional != Some(&Value::Bool(true)) {
+                    out.unknown.push(sub_path);
+                    map.remove(&k);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, x) in items.iter_mut().enumerate() {
+                    walk(
+                        x,
+                        item_schema,
+                        defs,
+                        &format!("{path}[{i}]"),
+                        false,
+                        constraints,
+                        out,
+                    );
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Checks type, enum, bounds and pattern; `false` stops the walk below.
+fn check_value(v: &Value, schema: &Value, path: &str, out: &mut Findings) -> bool {
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let nullable = schema.get("nullable").and_then(Value::as_bool) == Some(true);
+    if v.is_null() && nullable {
+        return false;
+    }
+    if let Some(t) = schema.get("type").and_then(Value::as_str) {
+        let actual = type_name(v);
+        let ok = match t {
+            "number" => matches!(actual, "number" | "integer"),
+            other => other == actual,
+        } || (int_or_string && matches!(actual, "integer" | "string"));
+        if !ok {
+            out.invalid.push((
+                "FieldValueTypeInvalid",
+                path.to_string(),
+                format!(
+                    "Invalid value: \"{actual}\": {path} in body must be of type {t}: \"{actual}\""
+                ),
+            ));
+            return false;
+        }
+    }
+    if let Some(e) = schema.get("enum").and_then(Value::as_array)
+        && !e.contains(v)
+    {
+        let allowed: Vec<String> = e.iter().map(go_value).collect();
+        out.invalid.push((
+            "FieldValueNotSupported",
+            path.to_string(),
+            format!(
+                "Unsupported value: {}: supported values: {}",
+                go_value(v),
+                allowed.join(", ")
+            ),
+        ));
+    }
+    if let Some(n) = v.as_f64() {
+        let excl_min = schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
+        let excl_max = schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
+        if let Some(min) = schema.get("minimum").and_then(Value::as_f64)
+            && (n < min || (excl_min && n == min))
+        {
+            let op = if excl_min {
+                "greater than"
+            } else {
+                "greater than or equal to"
+            };
+            out.invalid.push((
+                "FieldValueInvalid",
+                path.to_string(),
+                format!(
+                    "Invalid value: {v}: {path} in body should be {op} {}",
+                    schema["minimum"]
+                ),
+            ));
+        }
+        if let Some(max) = schema.get("maximum").and_then(Value::as_f64)
+            && (n > max || (excl_max && n == max))
+        {
+            let op = if excl_max {
+                "less than"
+            } else {
+                "less than or equal to"
+            };
+            out.invalid.push((
+                "FieldValueInvalid",
+                path.to_string(),
+                format!(
+                    "Invalid value: {v}: {path} in body should be {op} {}",
+                    schema["maximum"]
+                ),
+            ));
+        }
+    }
+    if let Some(s) = v.as_str() {
+        let len = s.chars().count() as u64;
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+            && len > max
+        {
+            out.invalid.push((
+                "FieldValueTooLong",
+                path.to_string(),
+                format!("Too long: may not be more than {max} bytes"),
+            ));
+        }
+        if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+            && len < min
+        {
+            out.invalid.push((
+                "FieldValueInvalid",
+                path.to_string(),
+                format!("Invalid value: {s:?}: {path} in body should be at least {min} chars long"),
+            ));
+        }
+        if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+            && let Ok(re) = regex::Regex::new(p)
+            && !re.is_match(s)
+        {
+            out.invalid.push((
+                "FieldValueInvalid",
+                path.to_string(),
+                format!("Invalid value: {s:?}: {path} in body should match '{p}'"),
+            ));
+        }
+    }
+    if let Some(a) = v.as_array() {
+        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+            && a.len() as u64 > max
+        {
+            out.invalid.push((
+                "FieldValueTooMany",
+                path.to_string(),
+                format!("Too many: {}: must have at most {max} items", a.len()),
+            ));
+        }
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+            && (a.len() as u64) < min
+        {
+            out.invalid.push((
+                "FieldValueInvalid",
+                path.to_string(),
+                format!(
+                    "Invalid value: {}: {path} in body should have at least {min} items",
+                    a.len()
+                ),
+            ));
+        }
+    }
+    true
+}
+
+/// The message of a strict decoding error.
+pub fn strict_message(kind: &str, version: &str, unknown: &[String]) -> String {
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    format!(
+        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {}",
+        fields.join(", ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_fields_and_constraints_of_a_structural_schema() {
+        let schema = json!({"type": "object", "properties": {
+        "spec": {"type": "object", "required": ["size"], "properties": {
+            "size": {"type": "integer", "minimum": 1, "maximum": 10},
+            "color": {"type": "string", "enum": ["red", "blue"]},
+            "name": {"type": "string", "pattern": "^[a-z]+$"},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        }}}});
+        let mut obj = json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"name": "w"},
+            "spec": {"size": "big", "color": "pink", "name": "X1", "extra": 1,
+                "tags": [{"k": "a", "v": "b"}], "free": {"anything": 1}}});
+        let mut f = Findings::default();
+        walk(&mut obj, &schema, None, "", true, true, &mut f);
+        assert_eq!(f.unknown, vec!["spec.extra", "spec.tags[0].v"]);
+        let msgs: Vec<String> = f
+            .invalid
+            .iter()
+            .map(|(_, p, m)| format!("{p}: {m}"))
+            .collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "spec.size: Invalid value: \"string\": spec.size in body must be of type integer: \"string\"",
+                "spec.color: Unsupported value: \"pink\": supported values: \"red\", \"blue\"",
+                "spec.name: Invalid value: \"X1\": spec.name in body should match '^[a-z]+$'",
+            ]
+        );
+        assert!(obj["spec"].get("extra").is_none() && obj["spec"]["free"]["anything"] == 1);
+        let mut obj = json!({"spec": {"size": 11}});
+        let mut f = Findings::default();
+        walk(&mut obj, &schema, None, "", true, true, &mut f);
+        assert_eq!(
+            f.invalid[0].2,
+            "Invalid value: 11: spec.size in body should be less than or equal to 10"
+        );
+        let mut obj = json!({"spec": {}});
+        let mut f = Findings::default();
+        walk(&mut obj, &schema, None, "", true, true, &mut f);
+        assert_eq!(
+            (f.invalid[0].1.as_str(), f.invalid[0].2.as_str()),
+            ("spec.size", "Required value")
+        );
+    }
+}
