@@ -213,19 +213,30 @@ fn kustomize_base_renders_a_hardened_deployment() {
     );
 }
 
+/// The server-side dry run runs against a kube-sim with TLS, authentication
+/// and RBAC on, as a token user `deployer`: refused (403) until a
+/// ClusterRoleBinding grants it `cluster-admin`, as it would be on a real
+/// cluster (the manifests create cluster-scoped RBAC and CRDs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_sim_accepts_the_rendered_base_in_a_server_side_dry_run() -> anyhow::Result<()> {
     assert!(kubectl_available(), "kubectl is needed for the dry run");
     let rendered = render();
-    let sim = kube_sim::SimCluster::start("main").await?;
+    let sim =
+        kube_sim::SimCluster::start_with(kube_sim::SimConfig::new("main").tls(true).auth(true))
+            .await?;
     let dir = tempfile::tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, sim.kubeconfig_yaml())?;
+    let deployer = sim.add_token_user("deployer", &[]);
+    std::fs::write(
+        &kubeconfig,
+        sim.kubeconfig_for(kube_sim::Credentials::Token(deployer)),
+    )?;
     let manifest = dir.path().join("rendered.yaml");
     std::fs::write(&manifest, &rendered)?;
     // As with a real API server, a dry run cannot create the namespace that
-    // the namespaced objects then go into: create it for real first.
-    let client = kube::Client::try_from(
+    // the namespaced objects then go into: the administrator creates it for
+    // real first.
+    let admin = kube::Client::try_from(
         kube::Config::from_custom_kubeconfig(
             kube::config::Kubeconfig::from_yaml(&sim.kubeconfig_yaml())?,
             &kube::config::KubeConfigOptions::default(),
@@ -234,19 +245,38 @@ async fn kube_sim_accepts_the_rendered_base_in_a_server_side_dry_run() -> anyhow
     )?;
     let ns: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(serde_json::json!({"metadata": {"name": "rekon-system"}}))?;
-    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+    kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
         .create(&kube::api::PostParams::default(), &ns)
         .await?;
-    let before = sim.current_rv();
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .args(["apply", "--dry-run=server", "-f"])
-        .arg(&manifest)
-        .output()
+    let dry_run = || {
+        tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--cache-dir")
+            .arg(dir.path().join("cache"))
+            .args(["apply", "--dry-run=server", "-f"])
+            .arg(&manifest)
+            .output()
+    };
+    let refused = dry_run().await?;
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("is forbidden: User \"deployer\" cannot get resource"),
+        "an unprivileged user's dry run must be refused: {stderr}"
+    );
+    let binding: k8s_openapi::api::rbac::v1::ClusterRoleBinding = serde_json::from_value(
+        serde_json::json!({
+            "metadata": {"name": "deployer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "deployer"}],
+        }),
+    )?;
+    kube::Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin)
+        .create(&kube::api::PostParams::default(), &binding)
         .await?;
+    let before = sim.current_rv();
+    let out = dry_run().await?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

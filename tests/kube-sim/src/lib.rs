@@ -108,7 +108,9 @@ pub mod validate;
 pub mod watch;
 
 pub use auth::{ADMIN_USER, TokenUser, UserInfo};
-pub use cluster::{Sim, SimCluster, SimConfig, SimError, kubeconfig_yaml, write_kubeconfig};
+pub use cluster::{
+    Credentials, Sim, SimCluster, SimConfig, SimError, kubeconfig_yaml, write_kubeconfig,
+};
 pub use error::ApiError;
 pub use faults::{FaultRule, Faults};
 pub use rbac::Mode as AuthorizationMode;
