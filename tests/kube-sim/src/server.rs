@@ -986,6 +986,9 @@ async fn resource(
             match name {
                 Some(name) => {
                     let d = cs.store.write(|i| i.delete(&res, nsr, &name, &dopts))?;
+                    if res.builtin && res.kind == "Namespace" && !d.gone && !dopts.dry_run {
+                        spawn_namespace_controller(cs);
+                    }
                     if d.gone {
                         let uid = d
                             .obj
@@ -1106,6 +1109,22 @@ async fn scale(
     };
     let scale = cs.store.write(|i| i.scale(res, ns, name, edit, &opts))?;
     Ok(json_response(200, &scale))
+}
+
+/// Runs the namespace controller once the delay after a namespace's
+/// DELETE has passed (the DELETE answers with the namespace Terminating).
+fn spawn_namespace_controller(cs: &Arc<ClusterState>) {
+    let cs = cs.clone();
+    let delay = cs.store.read(|i| i.namespace_delay());
+    tokio::spawn(async move {
+        let mut shutdown = cs.shutdown.subscribe();
+        tokio::select! {
+            _ = tokio::time::sleep(delay + Duration::from_millis(1)) => {
+                cs.store.write(|i| i.run_due_namespaces());
+            }
+            _ = shutdown.wait_for(|s| *s) => {}
+        }
+    });
 }
 
 /// Rejects a body whose apiVersion/kind names another type.
@@ -1271,6 +1290,12 @@ async fn sim_api(cs: &Arc<ClusterState>, req: Request) -> ApiResult<Response> {
         (Method::POST, "resume") => {
             cs.faults.resume();
             ok(json!({"stalled": false}))
+        }
+        (Method::POST, "namespace-delay") => {
+            let ms = num("ms")?.ok_or_else(|| ApiError::bad_request("ms is required"))?;
+            cs.store
+                .write(|i| i.set_namespace_delay(Duration::from_millis(ms)));
+            ok(json!({"ok": true}))
         }
         (Method::POST, "bookmark-interval") => {
             let ms = num("ms")?.ok_or_else(|| ApiError::bad_request("ms is required"))?;

@@ -216,6 +216,11 @@ pub(crate) struct Inner {
     last_written: Option<(Arc<Value>, Bytes)>,
     /// Service cluster IPs and node ports handed out.
     alloc: std::cell::RefCell<crate::defaults::Allocations>,
+    /// Terminating namespaces and when the namespace controller may start
+    /// on each (the DELETE answers first; contents go afterwards).
+    ns_due: HashMap<String, std::time::Instant>,
+    /// Delay between a namespace's DELETE and its controller pass.
+    ns_delay: std::time::Duration,
     /// `Warning` headers of the current request (unknown fields).
     pub(crate) warnings: std::cell::RefCell<Vec<String>>,
 }
@@ -224,6 +229,12 @@ pub(crate) struct Inner {
 pub struct Store {
     pub(crate) inner: Mutex<Inner>,
 }
+
+/// Default delay of the namespace controller: long enough that `kubectl
+/// delete -f` of a file listing a Namespace before its objects deletes them
+/// all itself (as against a real cluster, whose controller first runs
+/// discovery), short enough for tests that wait for the namespace to go.
+pub const DEFAULT_NAMESPACE_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
 const FG: &str = "foregroundDeletion";
@@ -547,6 +558,61 @@ fn decode_continue(tok: &str) -> Option<(u64, ObjKey)> {
     Some((rv, (ns, name)))
 }
 
+/// The namespace controller's status conditions: (type, status, reason, message).
+fn namespace_conditions(
+    remaining: Option<&str>,
+    finalizers: Option<&str>,
+) -> Vec<(&'static str, &'static str, &'static str, String)> {
+    vec![
+        (
+            "NamespaceDeletionDiscoveryFailure",
+            "False",
+            "ResourcesDiscovered",
+            "All resources successfully discovered".into(),
+        ),
+        (
+            "NamespaceDeletionGroupVersionParsingFailure",
+            "False",
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed".into(),
+        ),
+        (
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization".into(),
+        ),
+        match remaining {
+            Some(r) => (
+                "NamespaceContentRemaining",
+                "True",
+                "SomeResourcesRemain",
+                format!("Some resources are remaining: {r}"),
+            ),
+            None => (
+                "NamespaceContentRemaining",
+                "False",
+                "ContentRemoved",
+                "All content successfully removed".into(),
+            ),
+        },
+        match finalizers {
+            Some(f) => (
+                "NamespaceFinalizersRemaining",
+                "True",
+                "SomeFinalizersRemain",
+                format!("Some content in the namespace has finalizers remaining: {f}"),
+            ),
+            None => (
+                "NamespaceFinalizersRemaining",
+                "False",
+                "ContentHasNoFinalizers",
+                "All content-preserving finalizers finished".into(),
+            ),
+        },
+    ]
+}
+
 fn too_old(rv: u64, oldest: u64) -> ApiError {
     ApiError::expired(format!("too old resource version: {rv} ({oldest})"))
 }
@@ -567,6 +633,8 @@ impl Inner {
             last_written: None,
             alloc: std::cell::RefCell::default(),
             warnings: std::cell::RefCell::default(),
+            ns_due: HashMap::new(),
+            ns_delay: DEFAULT_NAMESPACE_DELAY,
         };
         inner.seed();
         inner
@@ -1643,6 +1711,10 @@ impl Inner {
             self.work.push_back(Work::Orphan(uid));
         }
         if is_ns {
+            if first {
+                self.ns_due
+                    .insert(key.1.clone(), std::time::Instant::now() + self.ns_delay);
+            }
             self.work.push_back(Work::Namespace(key.1.clone()));
         }
         if is_crd {
@@ -1850,63 +1922,7 @@ impl Inner {
                     }
                     self.remove_finalizer(&or, ORPHAN);
                 }
-                Work::Namespace(ns) => {
-                    let Some(nso) = self.namespace_obj(&ns) else {
-                        continue;
-                    };
-                    if !is_deleting(&nso) {
-                        continue;
-                    }
-                    let mut remaining = 0usize;
-                    let mut to_delete = Vec::new();
-                    for (sk, t) in &self.tables {
-                        for ((ons, name), o) in t.objects.range((ns.clone(), String::new())..) {
-                            if *ons != ns {
-                                break;
-                            }
-                            remaining += 1;
-                            if !is_deleting(o) {
-                                to_delete.push(ObjRef {
-                                    sk: sk.clone(),
-                                    ns: ns.clone(),
-                                    name: name.clone(),
-                                });
-                            }
-                        }
-                    }
-                    for r in &to_delete {
-                        self.delete_ref(r, Propagation::Background);
-                    }
-                    if !to_delete.is_empty() {
-                        remaining = self
-                            .tables
-                            .values()
-                            .map(|t| {
-                                t.objects
-                                    .range((ns.clone(), String::new())..)
-                                    .take_while(|((o, _), _)| *o == ns)
-                                    .count()
-                            })
-                            .sum();
-                    }
-                    if remaining == 0 {
-                        let r = ObjRef {
-                            sk: storage_key_of("", "namespaces"),
-                            ns: String::new(),
-                            name: ns.clone(),
-                        };
-                        self.edit_ref(&r, |o| {
-                            if let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut) {
-                                spec.remove("finalizers");
-                            }
-                        });
-                        if let Some(n) = self.lookup_ref(&r)
-                            && !has_pending_finalizers(&n)
-                        {
-                            self.remove(&r.sk.clone(), &(String::new(), ns.clone()), None);
-                        }
-                    }
-                }
+                Work::Namespace(ns) => self.namespace_controller(&ns),
                 Work::Crd(name) => {
                     let crd_sk: StorageKey = Arc::from(CRD_SK);
                     let Some(crd) = self.lookup(&crd_sk, &(String::new(), name.clone())) else {
@@ -1958,6 +1974,151 @@ impl Inner {
                 }
             }
         }
+    }
+
+    /// One pass of the namespace controller over a terminating namespace:
+    /// deletes its contents, reports progress in the status conditions,
+    /// and drops the `kubernetes` finalizer (removing the namespace) once
+    /// nothing is left. Waits until the namespace's start time (the delay
+    /// after its DELETE), as the real controller answers asynchronously.
+    fn namespace_controller(&mut self, ns: &str) {
+        let Some(nso) = self.namespace_obj(ns) else {
+            self.ns_due.remove(ns);
+            return;
+        };
+        if !is_deleting(&nso) {
+            self.ns_due.remove(ns);
+            return;
+        }
+        if self
+            .ns_due
+            .get(ns)
+            .is_some_and(|t| *t > std::time::Instant::now())
+        {
+            return;
+        }
+        let mut to_delete = Vec::new();
+        for (sk, t) in &self.tables {
+            for ((ons, name), o) in t.objects.range((ns.to_string(), String::new())..) {
+                if ons != ns {
+                    break;
+                }
+                if !is_deleting(o) {
+                    to_delete.push(ObjRef {
+                        sk: sk.clone(),
+                        ns: ns.to_string(),
+                        name: name.clone(),
+                    });
+                }
+            }
+        }
+        for r in &to_delete {
+            self.delete_ref(r, Propagation::Background);
+        }
+        // What is left: objects per resource, finalizers per name.
+        let mut by_resource: BTreeMap<String, usize> = BTreeMap::new();
+        let mut by_finalizer: BTreeMap<String, usize> = BTreeMap::new();
+        for (sk, t) in &self.tables {
+            let n = t
+                .objects
+                .range((ns.to_string(), String::new())..)
+                .take_while(|((o, _), _)| o == ns)
+                .inspect(|(_, o)| {
+                    for f in finalizers(o) {
+                        *by_finalizer.entry(f).or_default() += 1;
+                    }
+                })
+                .count();
+            if n > 0 {
+                // GroupResource.String(): `resource.group`, `resource` for core.
+                let gr = match sk.split_once('/') {
+                    Some(("", plural)) => plural.to_string(),
+                    Some((group, plural)) => format!("{plural}.{group}"),
+                    None => sk.to_string(),
+                };
+                *by_resource.entry(gr).or_default() += n;
+            }
+        }
+        let r = ObjRef {
+            sk: storage_key_of("", "namespaces"),
+            ns: String::new(),
+            name: ns.to_string(),
+        };
+        let now = now_rfc3339();
+        let remaining = (!by_resource.is_empty()).then(|| {
+            by_resource
+                .iter()
+                .map(|(gr, n)| format!("{gr} has {n} resource instances"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        let fins = (!by_finalizer.is_empty()).then(|| {
+            by_finalizer
+                .iter()
+                .map(|(f, n)| format!("{f} in {n} resource instances"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        let conditions = namespace_conditions(remaining.as_deref(), fins.as_deref());
+        self.edit_ref(&r, |o| {
+            let old: Vec<Value> = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let merged: Vec<Value> = conditions
+                .into_iter()
+                .map(|(ty, status, reason, message)| {
+                    // The transition time moves only when the status does.
+                    let prev = old.iter().find(|c| c["type"] == ty);
+                    let time = match prev {
+                        Some(p) if p["status"] == status => p["lastTransitionTime"].clone(),
+                        _ => json!(now),
+                    };
+                    json!({"type": ty, "status": status, "lastTransitionTime": time,
+                           "reason": reason, "message": message})
+                })
+                .collect();
+            if let Some(st) = o.get_mut("status").and_then(Value::as_object_mut) {
+                st.insert("conditions".into(), Value::Array(merged));
+            }
+            if by_resource.is_empty()
+                && let Some(spec) = o.get_mut("spec").and_then(Value::as_object_mut)
+            {
+                spec.remove("finalizers");
+            }
+        });
+        if by_resource.is_empty()
+            && let Some(n) = self.lookup_ref(&r)
+            && !has_pending_finalizers(&n)
+        {
+            self.ns_due.remove(ns);
+            self.remove(&r.sk.clone(), &(String::new(), ns.to_string()), None);
+        }
+    }
+
+    /// Runs the namespace controller for namespaces whose start time has come.
+    pub(crate) fn run_due_namespaces(&mut self) {
+        let now = std::time::Instant::now();
+        let due: Vec<String> = self
+            .ns_due
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for ns in due {
+            self.work.push_back(Work::Namespace(ns));
+        }
+    }
+
+    /// How long after its DELETE the namespace controller starts on a namespace.
+    pub(crate) fn namespace_delay(&self) -> std::time::Duration {
+        self.ns_delay
+    }
+
+    /// Sets the namespace controller's delay (tests, `/_sim/namespace-delay`).
+    pub(crate) fn set_namespace_delay(&mut self, d: std::time::Duration) {
+        self.ns_delay = d;
     }
 
     // ----- reads ---------------------------------------------------------
@@ -2196,6 +2357,10 @@ impl Store {
         let mut g = self.inner.lock();
         let out = f(&mut g);
         g.settle();
+        if !g.ns_due.is_empty() {
+            g.run_due_namespaces();
+            g.settle();
+        }
         out
     }
 
@@ -2217,6 +2382,7 @@ impl Store {
         let mut g = self.inner.lock();
         let (hl, cap) = (g.history_limit, g.channel_capacity);
         let mut fresh = Inner::new(hl, cap, g.rv);
+        fresh.ns_delay = g.ns_delay;
         let rv = fresh.rv;
         for t in fresh.tables.values_mut() {
             t.compacted_rv = rv;

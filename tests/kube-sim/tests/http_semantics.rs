@@ -758,9 +758,30 @@ async fn finalizers_gc_and_namespaces() {
         req(&u, "POST", "/api/v1/namespaces", JSON, Some(json!({"metadata": {"name": "tmp"}}))).await;
         req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "held", "finalizers": ["t/x"]}}))).await;
         req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "free"}}))).await;
+        req(&u, "POST", "/_sim/namespace-delay?ms=200", JSON, None).await;
+        // The DELETE answers with the namespace Terminating (its finalizer
+        // still in spec); the contents go afterwards, as the namespace
+        // controller deletes them.
         let (code, v) = req(&u, "DELETE", "/api/v1/namespaces/tmp", JSON, None).await;
         assert_eq!(code, 200);
         assert_eq!(v["status"]["phase"], "Terminating");
+        assert_eq!(v["spec"]["finalizers"], json!(["kubernetes"]));
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/tmp/configmaps/free", JSON, None).await;
+        assert_eq!(code, 200, "contents outlive the DELETE call");
+        let (code, _) = req(&u, "DELETE", "/api/v1/namespaces/tmp/configmaps/free", JSON, None).await;
+        assert_eq!(code, 200, "deleting inside a terminating namespace is allowed");
+        req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "free"}}))).await;
+        let ns = loop {
+            let (_, v) = req(&u, "GET", "/api/v1/namespaces/tmp", JSON, None).await;
+            if v["status"]["conditions"].is_array() {
+                break v;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let cond = |t: &str| ns["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).cloned().unwrap();
+        assert_eq!(cond("NamespaceContentRemaining")["message"], "Some resources are remaining: configmaps has 1 resource instances");
+        assert_eq!(cond("NamespaceFinalizersRemaining")["message"], "Some content in the namespace has finalizers remaining: t/x in 1 resource instances");
+        assert_eq!(cond("NamespaceDeletionContentFailure")["status"], "False");
         let (code, _) = req(&u, "GET", "/api/v1/namespaces/tmp/configmaps/free", JSON, None).await;
         assert_eq!(code, 404);
         let (code, v) = req(&u, "POST", "/api/v1/namespaces/tmp/configmaps", JSON, Some(json!({"metadata": {"name": "late"}}))).await;
