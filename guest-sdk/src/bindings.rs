@@ -165,6 +165,16 @@ impl From<Request> for wit::Request {
     }
 }
 
+impl From<wit::Phase> for rekon_rules::Phase {
+    fn from(p: wit::Phase) -> Self {
+        match p {
+            wit::Phase::Live => Self::Live,
+            wit::Phase::Deleting => Self::Deleting,
+            wit::Phase::Leaving => Self::Leaving,
+        }
+    }
+}
+
 impl From<ClusterSet> for wit::ClusterSet {
     fn from(c: ClusterSet) -> Self {
         match c {
@@ -198,6 +208,7 @@ impl From<Registration> for wit::Registration {
             version: r.version,
             primary: (&r.primary).into(),
             primary_clusters: r.primary_clusters.into(),
+            primary_selector: r.primary_selector,
             clusters: r.clusters.into(),
             watches: r
                 .watches

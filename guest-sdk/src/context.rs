@@ -31,6 +31,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ReadError;
 use crate::resource::{Kind, ResourceType};
+pub use rekon_rules::Phase;
 
 /// The key of one object to reconcile. Requests are level-based: they carry
 /// no event payload; the plugin reads current state through the [`Context`].
@@ -155,6 +156,7 @@ pub(crate) trait Backend {
 #[derive(Clone)]
 pub struct Context {
     backend: Rc<dyn Backend>,
+    phase: Phase,
 }
 
 impl fmt::Debug for Context {
@@ -165,7 +167,35 @@ impl fmt::Debug for Context {
 
 impl Context {
     pub(crate) fn new(backend: Rc<dyn Backend>) -> Self {
-        Self { backend }
+        Self {
+            backend,
+            phase: Phase::Live,
+        }
+    }
+
+    pub(crate) fn with_phase(mut self, phase: Phase) -> Self {
+        self.phase = phase;
+        self
+    }
+
+    /// Why the current reconcile runs: [`Phase::Live`] for a primary,
+    /// [`Phase::Deleting`] while it is being deleted, [`Phase::Leaving`]
+    /// when it carries the plugin's finalizer but no longer matches the
+    /// primary selector. `Live` outside `reconcile` (in `map`).
+    ///
+    /// ```no_run
+    /// # use rekon_sdk::prelude::*;
+    /// fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+    ///     if ctx.phase().is_cleanup() {
+    ///         // remove what this primary caused, then:
+    ///         return Ok(Outcome::done().finalized());
+    ///     }
+    ///     Ok(Outcome::done())
+    /// }
+    /// ```
+    #[must_use]
+    pub fn phase(&self) -> Phase {
+        self.phase
     }
 
     /// The object `name` of kind `K` in `cluster` (`namespace` for

@@ -141,7 +141,8 @@ pub use action::{
     PatchAction, PatchType, Propagation,
 };
 pub use context::{
-    ClusterHealth, ClusterInfo, Context, LogLevel, Request, selector_from_labels, status_changed,
+    ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request, selector_from_labels,
+    status_changed,
 };
 pub use error::{Error, ReadError};
 #[doc(hidden)]

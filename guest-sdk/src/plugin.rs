@@ -22,10 +22,17 @@ pub trait Plugin {
     /// the load and keeps the previously loaded version running.
     fn register() -> Result<Registration, Error>;
 
-    /// Decide what should change for the primary object `req` names. Called
-    /// also while the object is being deleted (it then has a
-    /// `deletionTimestamp`) when the plugin registered a finalizer: return
-    /// [`Outcome::finalized`] once cleanup is complete.
+    /// Decide what should change for the primary object `req` names.
+    /// [`Context::phase`] says why it is called: [`Phase::Live`] for a
+    /// primary; [`Phase::Deleting`] while it is being deleted (it has a
+    /// `deletionTimestamp`); [`Phase::Leaving`] when it carries the plugin's
+    /// finalizer but its labels stopped matching the primary selector. In the
+    /// last two, clean up and return [`Outcome::finalized`] once done: the
+    /// host then removes the finalizer.
+    ///
+    /// [`Phase::Live`]: crate::Phase::Live
+    /// [`Phase::Deleting`]: crate::Phase::Deleting
+    /// [`Phase::Leaving`]: crate::Phase::Leaving
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error>;
 
     /// For watches with [`Mapping::Custom`](crate::Mapping::Custom): the
@@ -63,7 +70,7 @@ pub trait Plugin {
 /// rekon_sdk::export_plugin!(MyPlugin);
 /// ```
 ///
-/// On wasm targets this exports `rekon:plugin/guest@0.1.0`; natively it only
+/// On wasm targets this exports `rekon:plugin/guest@0.2.0`; natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
 ///
@@ -87,11 +94,12 @@ macro_rules! export_plugin {
 
                 fn reconcile(
                     request: $crate::__private::WitRequest,
+                    phase: $crate::__private::WitPhase,
                 ) -> ::std::result::Result<
                     $crate::__private::WitOutcome,
                     $crate::__private::WitReconcileError,
                 > {
-                    $crate::__private::reconcile::<$plugin>(request)
+                    $crate::__private::reconcile::<$plugin>(request, phase)
                 }
 
                 fn map(
@@ -119,7 +127,7 @@ pub mod __private {
     pub use crate::bindings;
     pub use crate::bindings::exports::rekon::plugin::guest::Guest;
     pub use crate::bindings::rekon::plugin::types::{
-        Outcome as WitOutcome, ReconcileError as WitReconcileError,
+        Outcome as WitOutcome, Phase as WitPhase, ReconcileError as WitReconcileError,
         Registration as WitRegistration, Request as WitRequest, Resource as WitResource,
     };
 
@@ -138,9 +146,13 @@ pub mod __private {
     }
 
     /// `reconcile` of the component.
-    pub fn reconcile<P: Plugin>(request: WitRequest) -> Result<WitOutcome, WitReconcileError> {
+    pub fn reconcile<P: Plugin>(
+        request: WitRequest,
+        phase: WitPhase,
+    ) -> Result<WitOutcome, WitReconcileError> {
         let request = Request::from(request);
-        P::reconcile(&host_context(), &request)
+        let ctx = host_context().with_phase(phase.into());
+        P::reconcile(&ctx, &request)
             .map(Into::into)
             .map_err(Into::into)
     }

@@ -1,7 +1,7 @@
 //! `use rekon_sdk::prelude::*;` brings what almost every plugin uses.
 
 pub use crate::action::{Action, EventType, ObjectRef, Outcome, Propagation};
-pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Request};
+pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request};
 pub use crate::error::{Error, ReadError};
 pub use crate::plugin::Plugin;
 pub use crate::registration::{ClusterSet, Mapping, OwnerLabels, Registration};

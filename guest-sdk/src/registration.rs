@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+use rekon_rules::LabelSelector;
+
 use crate::Request;
 use crate::error::Error;
 use crate::resource::{Kind, ResourceType};
@@ -201,6 +203,9 @@ pub struct Registration {
     pub primary: ResourceType,
     /// Clusters whose primaries are reconciled (default: the primary cluster).
     pub primary_clusters: ClusterSet,
+    /// Label selector narrowing the primaries (default: every object of the
+    /// primary kind in the primary clusters).
+    pub primary_selector: Option<String>,
     /// Clusters the plugin reads and writes in (default: the primary cluster).
     pub clusters: ClusterSet,
     /// Other resources to watch.
@@ -231,6 +236,7 @@ impl Registration {
             version: version.to_owned(),
             primary,
             primary_clusters: ClusterSet::Primary,
+            primary_selector: None,
             clusters: ClusterSet::Primary,
             watches: Vec::new(),
             finalizer: None,
@@ -244,6 +250,24 @@ impl Registration {
     /// Clusters whose primaries are reconciled.
     pub fn primary_clusters(mut self, clusters: ClusterSet) -> Self {
         self.primary_clusters = clusters;
+        self
+    }
+
+    /// Only objects whose labels match `label_selector` (Kubernetes syntax,
+    /// `app=web,tier in (a,b)`) are primaries: reconciled and given the
+    /// finalizer. An object that stops matching while it carries the
+    /// finalizer is reconciled once more in [`Phase::Leaving`](crate::Phase::Leaving)
+    /// to clean up, then loses the finalizer.
+    ///
+    /// ```
+    /// use rekon_sdk::Registration;
+    /// use rekon_sdk::k8s_openapi::api::core::v1::ConfigMap;
+    /// let reg = Registration::new::<ConfigMap>("cm-sync", "0.1.0")
+    ///     .primary_selector("sync.example.com/source=true");
+    /// assert!(reg.validate().is_ok());
+    /// ```
+    pub fn primary_selector(mut self, label_selector: &str) -> Self {
+        self.primary_selector = Some(label_selector.to_owned());
         self
     }
 
@@ -374,6 +398,18 @@ impl Registration {
                 }
             }
         }
+        if let Some(s) = &self.primary_selector
+            && let Err(e) = LabelSelector::parse(s)
+        {
+            problems.push(format!("primary selector: {e}"));
+        }
+        for w in &self.watches {
+            if let Some(s) = &w.label_selector
+                && let Err(e) = LabelSelector::parse(s)
+            {
+                problems.push(format!("watch of {}: {e}", w.resource));
+            }
+        }
         if let Some(f) = &self.finalizer
             && (f.is_empty() || !f.contains('/'))
         {
@@ -403,6 +439,24 @@ impl Registration {
         self.permissions
             .iter()
             .any(|p| p.allows(resource, verb, status, cluster, primary))
+    }
+
+    /// Whether an object of the primary kind in `cluster` with `labels` is
+    /// one of the plugin's primaries: `cluster` is a primary cluster and the
+    /// labels match the primary selector. (An invalid selector matches
+    /// nothing; [`Registration::validate`] reports it.)
+    #[must_use]
+    pub fn in_primary_scope(
+        &self,
+        cluster: &str,
+        labels: &BTreeMap<String, String>,
+        primary: Option<&str>,
+    ) -> bool {
+        self.primary_clusters.contains(cluster, primary)
+            && self
+                .primary_selector
+                .as_deref()
+                .is_none_or(|s| LabelSelector::parse(s).is_ok_and(|sel| sel.matches(labels)))
     }
 
     /// Whether the plugin may read `resource` in `cluster`: it is the

@@ -41,7 +41,7 @@ use rekon::cache::{CacheManager, Resolver};
 use rekon::cluster::{ClusterRegistry, Source, connect};
 use rekon::controller::{ControllerConfig, Manager, Reconciler};
 use rekon::plugin::{
-    Action, ApplyAction, CallError, ClusterSet, HostReads, Mapping, Outcome, OwnerLabels,
+    Action, ApplyAction, CallError, ClusterSet, HostReads, Mapping, Outcome, OwnerLabels, Phase,
     Registration, Request, Resource, Scope, Watch,
 };
 use rekon::writer::{Writer, WriterConfig};
@@ -352,6 +352,7 @@ impl Reconciler for FanOut {
     fn reconcile(
         &self,
         req: Request,
+        _phase: Phase,
         reads: Arc<dyn HostReads>,
         _time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>> {
@@ -437,6 +438,7 @@ async fn start_rekon(
         version: "1.0.0".into(),
         primary: resource("ConfigMap", "configmaps"),
         primary_clusters: ClusterSet::Primary,
+        primary_selector: None,
         clusters: ClusterSet::All,
         watches: vec![Watch {
             resource: resource("Secret", "secrets"),

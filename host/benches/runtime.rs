@@ -35,8 +35,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
 use rekon::plugin::{
-    Action, ClusterHealth, ClusterInfo, HostReads, LoadedPlugin, PluginRuntime, ReadError, Request,
-    Resource, RuntimeConfig,
+    Action, ClusterHealth, ClusterInfo, HostReads, LoadedPlugin, Phase, PluginRuntime, ReadError,
+    Request, Resource, RuntimeConfig,
 };
 
 const NODE_JSON: &str = include_str!("../../tests/plugins/bench-node/node.json");
@@ -283,12 +283,12 @@ fn main() -> anyhow::Result<()> {
         name: NODE_NAME.into(),
     };
     let now = SystemTime::now();
-    check_outcome(&plugin.reconcile_blocking(&req, reads.clone(), now)?);
+    check_outcome(&plugin.reconcile_blocking(&req, Phase::Live, reads.clone(), now)?);
 
     if enabled("fresh") {
         let timed = per_call(2000, || {
             let outcome = plugin
-                .reconcile_blocking(&req, reads.clone(), now)
+                .reconcile_blocking(&req, Phase::Live, reads.clone(), now)
                 .expect("reconcile");
             black_box(outcome);
         });
@@ -318,7 +318,7 @@ fn main() -> anyhow::Result<()> {
         let timed = per_call(2000, || {
             black_box(
                 plugin
-                    .reconcile_blocking(&absent, reads.clone(), now)
+                    .reconcile_blocking(&absent, Phase::Live, reads.clone(), now)
                     .expect("reconcile"),
             );
         });
@@ -343,7 +343,7 @@ fn main() -> anyhow::Result<()> {
             .build()?;
         let timed = per_call(2000, || {
             let outcome = tokio
-                .block_on(plugin.reconcile(req.clone(), reads.clone(), now))
+                .block_on(plugin.reconcile(req.clone(), Phase::Live, reads.clone(), now))
                 .expect("reconcile");
             black_box(outcome);
         });

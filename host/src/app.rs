@@ -138,7 +138,7 @@ impl Config {
             cache_dir: None,
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
-            probe_interval: Duration::from_secs(5),
+            probe_interval: Duration::from_secs(2),
             ops: crate::ops::OpsConfig::default(),
             policy_file: None,
         }

@@ -8,4 +8,5 @@ pub mod ops;
 pub mod plan;
 pub mod plugin;
 pub mod plugin_crds;
+pub mod release;
 pub mod writer;

@@ -224,6 +224,41 @@ enum PluginCommand {
     /// Dry run: connect the clusters, fill the plugin's caches, reconcile
     /// every primary once and print the actions it would take. Writes nothing.
     Plan(Box<PlanArgs>),
+    /// List the objects that still carry a plugin's finalizer (after the
+    /// plugin was removed, they cannot finish deleting) and, with
+    /// `--remove`, remove that finalizer from them without cleanup.
+    Release(Box<ReleaseArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+struct ReleaseArgs {
+    /// The plugin's name.
+    name: String,
+    /// The plugin file: its finalizer and primary kind say what to search.
+    #[arg(long)]
+    from: Option<PathBuf>,
+    /// The finalizer to look for (without `--from`: searched in every
+    /// listable resource type).
+    #[arg(long)]
+    finalizer: Option<String>,
+    /// Remove the finalizer from every object found (its cleanup is skipped).
+    #[arg(long)]
+    remove: bool,
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
+    #[arg(long, env = "REKON_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the primary cluster (default: the current context).
+    #[arg(long, env = "REKON_CONTEXT")]
+    context: Option<String>,
+    /// Name of the primary cluster (default: the context name, or `main`).
+    #[arg(long, env = "REKON_PRIMARY_NAME")]
+    primary_name: Option<String>,
+    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
+    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
+    clusters: Vec<(String, String)>,
+    /// Output format.
+    #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
+    output: OutputFormat,
 }
 
 #[derive(Debug, clap::Args)]
@@ -282,6 +317,7 @@ fn main() -> anyhow::Result<()> {
             );
         }
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
+        Command::Plugin(PluginCommand::Release(args)) => release(*args)?,
         Command::Rbac(args) => {
             let policy = rekon::plugin::Policy::load(args.policy.as_deref())?;
             let primary = (!args.remote).then_some(args.cluster.as_str());
@@ -338,6 +374,52 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         app.run(rekon::app::shutdown_signal()).await?;
         anyhow::Ok(())
     })
+}
+
+/// `rekon plugin release`: list (and with `--remove`, release) the objects
+/// carrying a plugin's finalizer. Exits non-zero when a removal failed.
+fn release(args: ReleaseArgs) -> anyhow::Result<()> {
+    let remove = args.remove;
+    let config = rekon::release::ReleaseConfig {
+        name: args.name,
+        from: args.from,
+        finalizer: args.finalizer,
+        remove,
+        clusters: rekon::app::Config {
+            kubeconfig: args.kubeconfig,
+            context: args.context,
+            primary_name: args.primary_name,
+            clusters: args.clusters,
+            ..rekon::app::Config::new(PathBuf::new())
+        },
+    };
+    let report = tokio::runtime::Runtime::new()?.block_on(rekon::release::release(config))?;
+    match args.output {
+        OutputFormat::Yaml => print!("{}", serde_yaml::to_string(&report)?),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
+    let failed = report.objects.iter().filter(|o| o.error.is_some()).count();
+    let released = report.objects.iter().filter(|o| o.released).count();
+    if remove {
+        eprintln!(
+            "{} objects carried finalizer {}; {released} released, {failed} failed",
+            report.objects.len(),
+            report.finalizer
+        );
+    } else {
+        eprintln!(
+            "{} objects carry finalizer {} (run again with --remove to release them without cleanup)",
+            report.objects.len(),
+            report.finalizer
+        );
+    }
+    for s in &report.skipped {
+        eprintln!("not searched: {s}");
+    }
+    if failed > 0 {
+        anyhow::bail!("failed to release {failed} objects");
+    }
+    Ok(())
 }
 
 /// `rekon plugin plan`: print what the plugin would do now.

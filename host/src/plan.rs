@@ -18,10 +18,12 @@ use crate::app::{AppError, Config, connect_clusters};
 use crate::cache::{CacheManager, Resolver};
 use crate::controller::reads::{CacheMap, PluginReads};
 use crate::controller::resolve_set;
+use crate::controller::{PrimaryScope, WatchKey};
 use crate::plugin::{
-    Action, ClusterSet, HostReads, PluginRuntime, Policy, Request, RuntimeConfig, Scope,
+    Action, ClusterSet, HostReads, Phase, PluginRuntime, Policy, Request, RuntimeConfig, Scope,
 };
 use crate::writer::resource_id;
+use rekon_rules::Step;
 
 /// Errors of a dry run.
 #[derive(Debug, thiserror::Error)]
@@ -176,7 +178,7 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
                 resource: id.to_string(),
                 source: Box::new(source),
             })?;
-        tokio::time::timeout(config.sync_timeout, cache.wait_synced())
+        tokio::time::timeout(config.sync_timeout, cache.wait_settled())
             .await
             .map_err(|_| PlanError::SyncTimeout {
                 cluster: cluster.clone(),
@@ -186,51 +188,54 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
         if is_primary {
             primaries.push((cluster.clone(), Arc::clone(&cache)));
         }
-        map.insert(
-            (
-                cluster,
-                resource.group.clone(),
-                resource.version.clone(),
-                resource.kind.clone(),
-            ),
-            cache,
-        );
+        map.insert(WatchKey::of(&cluster, &resource), cache);
     }
     let reads: Arc<dyn HostReads> = Arc::new(PluginReads {
         caches: Arc::new(map),
         clusters: clusters.clone(),
     });
 
+    // Exactly the objects `rekon run` would reconcile, in the phase it would
+    // tell the plugin (the same scope rule as the controller).
+    let scope = PrimaryScope::of(&reg.name, &reg, &clusters);
     let namespaced = matches!(reg.primary.scope, Scope::Namespaced);
-    let mut requests: Vec<Request> = primaries
+    let mut requests: Vec<(Request, Phase)> = primaries
         .iter()
         .flat_map(|(cluster, cache)| {
             cache.read(|store| {
                 store
-                    .keys()
-                    .map(|key| Request {
-                        cluster: cluster.clone(),
-                        namespace: if namespaced {
-                            key.namespace().map(str::to_owned)
-                        } else {
-                            None
-                        },
-                        name: key.name.clone(),
+                    .objects()
+                    .filter_map(|obj| {
+                        let phase = match scope.step(cluster, obj) {
+                            Step::Ignore => return None,
+                            Step::AddFinalizer => Phase::Live,
+                            Step::Reconcile { phase, .. } => phase.into(),
+                        };
+                        let request = Request {
+                            cluster: cluster.clone(),
+                            namespace: if namespaced {
+                                obj.key.namespace().map(str::to_owned)
+                            } else {
+                                None
+                            },
+                            name: obj.key.name.clone(),
+                        };
+                        Some((request, phase))
                     })
                     .collect::<Vec<_>>()
             })
         })
-        .filter(|req| matches_only(config.only.as_deref(), req))
+        .filter(|(req, _)| matches_only(config.only.as_deref(), req))
         .collect();
-    requests.sort_by(|a, b| {
+    requests.sort_by(|(a, _), (b, _)| {
         (&a.cluster, &a.namespace, &a.name).cmp(&(&b.cluster, &b.namespace, &b.name))
     });
 
     let now = SystemTime::now();
     let mut reconciles = Vec::with_capacity(requests.len());
-    for request in requests {
+    for (request, phase) in requests {
         let planned = match plugin
-            .reconcile(request.clone(), Arc::clone(&reads), now)
+            .reconcile(request.clone(), phase, Arc::clone(&reads), now)
             .await
         {
             Ok(outcome) => PlannedReconcile {

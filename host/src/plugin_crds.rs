@@ -223,6 +223,7 @@ mod tests {
                 scope: Scope::Namespaced,
             },
             primary_clusters: ClusterSet::Primary,
+            primary_selector: None,
             clusters: ClusterSet::Primary,
             watches: vec![],
             finalizer: None,

@@ -11,7 +11,7 @@ use futures::FutureExt;
 use futures::future::BoxFuture;
 use rekon::controller::Reconciler;
 use rekon::plugin::{
-    Action, CallError, ClusterSet, HostReads, ObjectRef, Outcome, PatchAction, PatchType,
+    Action, CallError, ClusterSet, HostReads, ObjectRef, Outcome, PatchAction, PatchType, Phase,
     Registration, Request, Resource,
 };
 use serde_json::{Value, json};
@@ -36,6 +36,7 @@ impl Reconciler for Marker {
     fn reconcile(
         &self,
         req: Request,
+        _phase: Phase,
         reads: Arc<dyn HostReads>,
         _time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>> {
@@ -90,6 +91,7 @@ async fn a_crd_installed_after_start_is_discovered_and_reconciled() {
             version: "1.0.0".into(),
             primary: widgets(),
             primary_clusters: ClusterSet::Primary,
+            primary_selector: None,
             clusters: ClusterSet::Primary,
             watches: vec![],
             finalizer: None,

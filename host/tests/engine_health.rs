@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 use rekon::cluster::Health;
 use rekon::controller::Reconciler;
 use rekon::plugin::{
-    CallError, ClusterHealth, ClusterSet, HostReads, Outcome, Registration, Request,
+    CallError, ClusterHealth, ClusterSet, HostReads, Outcome, Phase, Registration, Request,
 };
 
 /// Within this, a health change must have requeued every covered primary.
@@ -39,6 +39,7 @@ impl Counter {
                 version: "1.0.0".into(),
                 primary: configmaps(),
                 primary_clusters: ClusterSet::Primary,
+                primary_selector: None,
                 clusters,
                 watches: vec![],
                 finalizer: None,
@@ -60,6 +61,7 @@ impl Reconciler for Counter {
     fn reconcile(
         &self,
         req: Request,
+        _phase: Phase,
         reads: Arc<dyn HostReads>,
         _time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>> {

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
 use rekon::plugin::{
-    CallError, LoadError, LoadedPlugin, Outcome, OutputFormat, PluginRegistry, PluginRuntime,
-    Policy, RegistryEvent, RuntimeConfig,
+    CallError, LoadError, LoadedPlugin, Outcome, OutputFormat, Phase, PluginRegistry,
+    PluginRuntime, Policy, RegistryEvent, RuntimeConfig,
 };
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -47,7 +47,12 @@ fn runtime_with(policy: Option<Arc<Policy>>) -> PluginRuntime {
 async fn reconcile(plugin: &LoadedPlugin, name: &str) -> Result<Outcome, CallError> {
     tokio::time::timeout(
         DEADLINE,
-        plugin.reconcile(request(name), FakeCache::new(), SystemTime::now()),
+        plugin.reconcile(
+            request(name),
+            Phase::Live,
+            FakeCache::new(),
+            SystemTime::now(),
+        ),
     )
     .await
     .expect("reconcile did not return: likely deadlocked")

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
 use rekon::plugin::{
-    Action, ClusterInfo, HostReads, LoadedPlugin, Outcome, PluginRegistry, ReadError,
+    Action, ClusterInfo, HostReads, LoadedPlugin, Outcome, Phase, PluginRegistry, ReadError,
     RegistryEvent, Resource,
 };
 use tokio::sync::{broadcast, oneshot};
@@ -153,7 +153,12 @@ fn replace_atomically(path: &Path, bytes: &[u8]) {
 async fn mark(plugin: &LoadedPlugin) -> String {
     let outcome = tokio::time::timeout(
         DEADLINE,
-        plugin.reconcile(request("ok"), FakeCache::new(), SystemTime::now()),
+        plugin.reconcile(
+            request("ok"),
+            Phase::Live,
+            FakeCache::new(),
+            SystemTime::now(),
+        ),
     )
     .await
     .expect("likely deadlocked")
@@ -196,7 +201,10 @@ async fn changed_plugin_replaces_the_old_version_without_restart() {
     let (gate, entered, release) = Gate::new();
     let in_flight = {
         let old = old.clone();
-        tokio::spawn(async move { old.reconcile(request("ok"), gate, SystemTime::now()).await })
+        tokio::spawn(async move {
+            old.reconcile(request("ok"), Phase::Live, gate, SystemTime::now())
+                .await
+        })
     };
     tokio::task::spawn_blocking(move || entered.recv().expect("call reaches the host read"))
         .await
@@ -244,7 +252,7 @@ async fn broken_files_are_refused_and_the_old_version_keeps_serving() {
         (
             "wrong world",
             component_of_other_world(),
-            "does not export `rekon:plugin/guest@0.1.0`",
+            "does not export `rekon:plugin/guest@0.2.0`",
         ),
         (
             "wrong version",

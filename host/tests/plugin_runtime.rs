@@ -8,14 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
-use rekon::plugin::{Action, CallError, LoadError, LoadedPlugin, Outcome, PatchType};
+use rekon::plugin::{Action, CallError, LoadError, LoadedPlugin, Outcome, PatchType, Phase};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
 async fn reconcile(plugin: &LoadedPlugin, name: &str) -> Result<Outcome, CallError> {
     tokio::time::timeout(
         DEADLINE,
-        plugin.reconcile(request(name), FakeCache::new(), SystemTime::now()),
+        plugin.reconcile(
+            request(name),
+            Phase::Live,
+            FakeCache::new(),
+            SystemTime::now(),
+        ),
     )
     .await
     .expect("reconcile did not return: likely deadlocked")
@@ -56,7 +61,7 @@ async fn host_reads_reach_the_plugin() {
     let cache = FakeCache::with_config_map("main", "default", "anything", "panic");
     let result = tokio::time::timeout(
         DEADLINE,
-        plugin.reconcile(request("anything"), cache, SystemTime::now()),
+        plugin.reconcile(request("anything"), Phase::Live, cache, SystemTime::now()),
     )
     .await
     .expect("likely deadlocked");
@@ -206,13 +211,13 @@ fn wrong_contract_version_is_refused_with_the_version() {
     assert_eq!(
         err.to_string(),
         "refused plugin v2-contract.wasm: plugin built for rekon:plugin@2.0.0; \
-         this host speaks rekon:plugin@0.1.x"
+         this host speaks rekon:plugin@0.2.x"
     );
     let err = rt
-        .load_bytes(&component_exporting_guest("0.2.0"), "minor.wasm")
+        .load_bytes(&component_exporting_guest("0.1.0"), "minor.wasm")
         .unwrap_err();
     assert!(
-        err.to_string().contains("built for rekon:plugin@0.2.0"),
+        err.to_string().contains("built for rekon:plugin@0.1.0"),
         "{err}"
     );
 }
@@ -240,7 +245,7 @@ fn wrong_world_is_refused_with_the_reason() {
         // Right interface name, nothing in it.
         (
             "hollow.wasm",
-            component_exporting_guest("0.1.0"),
+            component_exporting_guest("0.2.0"),
             "exports do not match",
         ),
     ];
@@ -349,7 +354,12 @@ fn public_futures_are_send(
     resource: &rekon::plugin::Resource,
 ) {
     fn assert_send<T: Send>(_: &T) {}
-    assert_send(&plugin.reconcile(request("x"), FakeCache::new(), SystemTime::now()));
+    assert_send(&plugin.reconcile(
+        request("x"),
+        Phase::Live,
+        FakeCache::new(),
+        SystemTime::now(),
+    ));
     assert_send(&plugin.map("main", resource, String::new(), FakeCache::new()));
     assert_send(&registry.watch_dir("/".into(), std::future::pending()));
 }
@@ -363,7 +373,7 @@ fn inspect_prints_the_registration() {
     assert_eq!(value["version"], "1.0.0");
     assert_eq!(value["primary"]["kind"], "ConfigMap");
     assert_eq!(value["permissions"][0]["resource"]["kind"], "ConfigMap");
-    assert_eq!(value["contract"], "rekon:plugin@0.1.x");
+    assert_eq!(value["contract"], "rekon:plugin@0.2.x");
     let yaml = inspect_file(&chaos_v1(), OutputFormat::Yaml).expect("inspects");
     let value: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("YAML output");
     assert_eq!(value["name"].as_str(), Some("chaos"));

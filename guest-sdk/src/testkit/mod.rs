@@ -83,14 +83,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::action::{Action, ObjectRef, Outcome, PatchType, Propagation, typed_to_json};
-use crate::context::{Backend, ClusterHealth, ClusterInfo, Context, LogLevel, Request};
+use crate::context::{Backend, ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request};
 use crate::error::{Error, ReadError};
 use crate::plugin::Plugin;
 use crate::registration::Registration;
 use crate::resource::{Kind, ResourceType, Scope};
+use rekon_rules::{LabelSelector, PrimaryState, Step, step};
 
 /// Why a test-kit operation failed. Most of these are what the real host
 /// would report as a failed reconcile.
@@ -575,14 +576,25 @@ impl World {
         Ok(reg)
     }
 
-    /// Runs `P::reconcile` for `req` as the host would: registers the
-    /// plugin, adds its finalizer to the primary (unless it is being
-    /// deleted), and serves only the reads the registration declares.
-    /// The outcome is returned, not applied (see [`World::apply`]).
+    /// Runs `P::reconcile` for `req` as the host would, deciding with the
+    /// host's own rule ([`rekon_rules::step`]): an object that is not a
+    /// primary (outside the primary clusters or the primary selector, and
+    /// without the plugin's finalizer), or that is gone, is not reconciled
+    /// at all (an empty outcome); a new primary first gets the finalizer;
+    /// the plugin is told the [`Phase`] (live, deleting, leaving) and served
+    /// only the reads its registration declares. The outcome is returned,
+    /// not applied (see [`World::apply`]).
     pub fn reconcile<P: Plugin>(&mut self, req: &Request) -> Result<Outcome, TestkitError> {
         let reg = Self::register::<P>()?;
-        self.ensure_finalizer(&reg, req);
-        let ctx = self.restricted_context(reg);
+        let phase = match self.step(&reg, req) {
+            None | Some(Step::Ignore) => return Ok(Outcome::done()),
+            Some(Step::AddFinalizer) => {
+                self.ensure_finalizer(&reg, req);
+                Phase::Live
+            }
+            Some(Step::Reconcile { phase, .. }) => phase,
+        };
+        let ctx = self.restricted_context(reg).with_phase(phase);
         let result = P::reconcile(&ctx, req);
         self.state.borrow_mut().reads = None;
         result.map_err(|error| TestkitError::Reconcile {
@@ -616,9 +628,9 @@ impl World {
     /// one is forbidden), performs the actions in order per cluster (a
     /// failure stops the remaining actions of that cluster; other clusters
     /// go on), records events, and — when the outcome is `finalized`, every
-    /// action succeeded and the primary is being deleted — removes the
-    /// plugin's finalizer. Returns whether the world changed (events do not
-    /// count).
+    /// action succeeded and the primary is being deleted or leaving the
+    /// primary scope — removes the plugin's finalizer. Returns whether the
+    /// world changed (events do not count).
     ///
     /// # Errors
     ///
@@ -631,6 +643,10 @@ impl World {
         outcome: &Outcome,
     ) -> Result<bool, TestkitError> {
         let reg = Self::register::<P>()?;
+        let release = matches!(
+            self.step(&reg, req),
+            Some(Step::Reconcile { release: true, .. })
+        );
         let primary_cluster = self.primary_cluster();
         for action in &outcome.actions {
             check_permission(&reg, action, primary_cluster.as_deref())?;
@@ -667,6 +683,7 @@ impl World {
             });
         }
         if outcome.finalized
+            && release
             && let Some(finalizer) = &reg.finalizer
         {
             let key = Key::of(&ObjectRef {
@@ -707,7 +724,8 @@ impl World {
     }
 
     /// Like [`World::converge`] for every primary object (of the plugin's
-    /// primary kind, in its primary clusters): each round reconciles and
+    /// primary kind, in its primary clusters, matching its primary selector,
+    /// or leaving that scope with the finalizer): each round reconciles and
     /// applies them all; stops after a round that changed nothing. Returns
     /// the number of rounds.
     pub fn converge_all<P: Plugin>(&mut self, max_rounds: usize) -> Result<usize, TestkitError> {
@@ -805,25 +823,57 @@ impl World {
     }
 
     fn primaries(&self, reg: &Registration) -> Vec<Request> {
-        let state = self.state.borrow();
-        let primary = self.primary_cluster();
-        state
+        let candidates: Vec<Request> = self
+            .state
+            .borrow()
             .objects
             .keys()
-            .filter(|k| {
-                k.group == reg.primary.group
-                    && k.kind == reg.primary.kind
-                    && state.clusters.iter().any(|c| c.name == k.cluster)
-                    && reg
-                        .primary_clusters
-                        .contains(&k.cluster, primary.as_deref())
-            })
+            .filter(|k| k.group == reg.primary.group && k.kind == reg.primary.kind)
             .map(|k| Request {
                 cluster: k.cluster.clone(),
                 namespace: k.namespace.clone(),
                 name: k.name.clone(),
             })
+            .collect();
+        candidates
+            .into_iter()
+            .filter(|req| !matches!(self.step(reg, req), None | Some(Step::Ignore)))
             .collect()
+    }
+
+    /// The host's decision for the object `req` names (`None`: absent or
+    /// in a cluster that is not engaged): the shared rule, fed the scope
+    /// (primary clusters and selector), deletion and finalizer.
+    fn step(&self, reg: &Registration, req: &Request) -> Option<Step> {
+        let primary = self.primary_cluster();
+        let state = self.state.borrow();
+        if !state.engaged(&req.cluster) {
+            return None;
+        }
+        let key = Key::of(&ObjectRef {
+            cluster: req.cluster.clone(),
+            resource: reg.primary.clone(),
+            namespace: req.namespace.clone(),
+            name: req.name.clone(),
+        });
+        let obj = &state.objects.get(&key)?.object;
+        let labels: BTreeMap<String, String> = obj
+            .pointer("/metadata/labels")
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default();
+        let has_finalizer = reg.finalizer.as_ref().is_some_and(|f| {
+            obj.pointer("/metadata/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|list| list.iter().any(|x| x == f))
+        });
+        Some(step(
+            reg.finalizer.is_some(),
+            PrimaryState {
+                in_scope: reg.in_primary_scope(&req.cluster, &labels, primary.as_deref()),
+                deleting: is_deleting(obj),
+                has_finalizer,
+            },
+        ))
     }
 
     fn restricted_context(&self, reg: Registration) -> Context {
@@ -1139,12 +1189,10 @@ impl State {
     }
 
     fn remove_finalizer(&mut self, key: &Key, finalizer: &str) -> bool {
+        // The caller decided (the shared scope rule): deleting or leaving.
         let Some(stored) = self.objects.get(key) else {
             return false;
         };
-        if !is_deleting(&stored.object) {
-            return false;
-        }
         let mut new = stored.object.clone();
         if let Some(list) = new
             .pointer_mut("/metadata/finalizers")
@@ -1292,6 +1340,11 @@ impl State {
     }
 }
 
+fn labels_match(selector: &LabelSelector, obj: &Value) -> bool {
+    let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
+    selector.matches_with(|k| labels.and_then(|l| l.get(k)).and_then(Value::as_str))
+}
+
 fn is_deleting(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
@@ -1431,16 +1484,13 @@ impl Backend for WorldBackend {
         state.check_read(cluster, resource)?;
         let selector = match label_selector {
             Some(s) => {
-                parse_selector(s).map_err(|e| ReadError::InvalidSelector(format!("{s:?}: {e}")))?
+                LabelSelector::parse(s).map_err(|e| ReadError::InvalidSelector(e.to_string()))?
             }
-            None => Vec::new(),
+            None => LabelSelector::default(),
         };
         Ok(state
             .matching(cluster, resource, namespace)
-            .filter(|obj| {
-                let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
-                selector.iter().all(|req| req.matches(labels))
-            })
+            .filter(|obj| labels_match(&selector, obj))
             .map(Value::to_string)
             .collect())
     }
@@ -1459,127 +1509,6 @@ impl Backend for WorldBackend {
 
     fn request_time(&self) -> Timestamp {
         self.0.borrow().time
-    }
-}
-
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Requirement {
-    Equals(String, String),
-    NotEquals(String, String),
-    Exists(String),
-    NotExists(String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-}
-
-impl Requirement {
-    fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        match self {
-            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
-            Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::NotExists(k) => get(k).is_none(),
-            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
-            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
-        }
-    }
-}
-
-/// Parses a Kubernetes label selector string. Hand-written because kube-core
-/// only builds selectors (no parser), and the grammar is small.
-fn parse_selector(s: &str) -> Result<Vec<Requirement>, String> {
-    let mut out = Vec::new();
-    for part in split_top_level(s)? {
-        let part = part.trim();
-        if part.is_empty() {
-            continue;
-        }
-        let req = if let Some(key) = part.strip_prefix('!') {
-            Requirement::NotExists(label_key(key)?)
-        } else if let Some((k, v)) = part.split_once("!=") {
-            Requirement::NotEquals(label_key(k)?, label_value(v)?)
-        } else if let Some((k, v)) = part.split_once("==") {
-            Requirement::Equals(label_key(k)?, label_value(v)?)
-        } else if let Some((k, v)) = part.split_once('=') {
-            Requirement::Equals(label_key(k)?, label_value(v)?)
-        } else if let Some((k, vs)) = split_set(part, " notin ")? {
-            Requirement::NotIn(label_key(k)?, vs)
-        } else if let Some((k, vs)) = split_set(part, " in ")? {
-            Requirement::In(label_key(k)?, vs)
-        } else {
-            Requirement::Exists(label_key(part)?)
-        };
-        out.push(req);
-    }
-    Ok(out)
-}
-
-fn split_top_level(s: &str) -> Result<Vec<&str>, String> {
-    let mut parts = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("unbalanced ')'".into());
-                }
-            }
-            ',' if depth == 0 => {
-                parts.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return Err("unbalanced '('".into());
-    }
-    parts.push(&s[start..]);
-    Ok(parts)
-}
-
-fn split_set<'a>(part: &'a str, op: &str) -> Result<Option<(&'a str, Vec<String>)>, String> {
-    let Some((k, rest)) = part.split_once(op) else {
-        return Ok(None);
-    };
-    let rest = rest.trim();
-    let inner = rest
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("expected a parenthesized set after {}", op.trim()))?;
-    let values = inner
-        .split(',')
-        .map(label_value)
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some((k, values)))
-}
-
-fn label_key(k: &str) -> Result<String, String> {
-    let k = k.trim();
-    let valid = !k.is_empty()
-        && k.len() <= 317
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-    if valid {
-        Ok(k.to_owned())
-    } else {
-        Err(format!("invalid label key {k:?}"))
-    }
-}
-
-fn label_value(v: &str) -> Result<String, String> {
-    let v = v.trim();
-    let valid = v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if valid {
-        Ok(v.to_owned())
-    } else {
-        Err(format!("invalid label value {v:?}"))
     }
 }
 

@@ -16,8 +16,23 @@
 //! connection cannot linger.
 //!
 //! Subscribers ([`SharedCache::subscribe`]) get a replay of the current
-//! contents followed by every change, as [`CacheEvent`]s on a channel.
+//! contents followed by every change, as [`CacheEvent`]s in their
+//! [`Inbox`], which coalesces per object (bounded memory under storms).
+//!
+//! **Read-your-writes**: the writer hands every successful response to
+//! [`CacheManager::observe_write`], which puts it into the cache at once.
+//! The store never goes back to an older resourceVersion, so the watch event
+//! that follows changes nothing and a late one cannot roll the write back.
+//!
+//! **Failure isolation**: a watch (or the discovery before it) that fails
+//! for a reason other than connectivity — 403 from RBAC, 404 for a CRD not
+//! installed, 401, 400 — puts its cache in [`WatchStatus::Failed`]: logged
+//! once per change, counted in `rekon_watch_failed`, announced on
+//! [`CacheManager::failures`], and *not* counted against the cluster's
+//! health. The watch keeps retrying with backoff and recovers by itself when
+//! the cause goes away.
 
+pub mod inbox;
 pub mod selector;
 pub mod store;
 
@@ -33,11 +48,11 @@ use kube::discovery::{ApiResource, Scope};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::cluster::{Cluster, ClusterRegistry, is_connectivity_error};
 use crate::ops::metrics::Metrics;
+pub use inbox::Inbox;
 pub use store::{CachedObject, ObjectKey, Store};
 
 /// Errors of the cache layer.
@@ -193,13 +208,52 @@ pub struct CacheEvent {
     pub object: Arc<CachedObject>,
 }
 
-/// A subscriber's channel: events carry the subscriber's tag.
-pub type EventSender = mpsc::UnboundedSender<(u64, Arc<CacheEvent>)>;
-
 struct Subscriber {
     id: u64,
     tag: u64,
-    tx: EventSender,
+    inbox: Arc<Inbox>,
+}
+
+/// Why a watch cannot serve, other than connectivity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchFailure {
+    /// HTTP status of the API's answer, when there was one (403, 404, ...).
+    pub code: Option<u16>,
+    /// The API's reason and message, or discovery's.
+    pub reason: String,
+}
+
+impl std::fmt::Display for WatchFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.code {
+            Some(code) => write!(f, "HTTP {code}: {}", self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
+}
+
+/// Where a cache stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchStatus {
+    /// Resolving the kind or listing for the first time.
+    Starting,
+    /// Listed; events flow.
+    Synced,
+    /// Failing for a reason other than connectivity; retried with backoff.
+    /// What was cached before stays readable.
+    Failed(WatchFailure),
+}
+
+/// A change of a watch's failure state, as announced on
+/// [`CacheManager::failures`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchFailureChange {
+    /// The cluster.
+    pub cluster: String,
+    /// The resource (`group/version/Kind`).
+    pub resource: ResourceId,
+    /// The failure, or `None` once the watch serves again.
+    pub failure: Option<WatchFailure>,
 }
 
 struct State {
@@ -207,16 +261,83 @@ struct State {
     resource: Arc<ResourceId>,
     store: RwLock<Store>,
     subscribers: Mutex<Vec<Subscriber>>,
-    synced: tokio::sync::watch::Sender<bool>,
+    status: tokio::sync::watch::Sender<WatchStatus>,
+    /// Whether this cache still counts against its cluster's health as
+    /// "not synced yet" (until it first syncs or fails).
+    counted_unsynced: std::sync::atomic::AtomicBool,
     next_sub: AtomicU64,
     /// `apiVersion/plural` once resolved: the metrics label.
     label: std::sync::OnceLock<String>,
+    /// apiVersion and kind once resolved (list items omit them).
+    types: std::sync::OnceLock<TypeMeta>,
+    failures: tokio::sync::broadcast::Sender<WatchFailureChange>,
 }
 
 impl State {
     fn report_size(&self, size: usize) {
         if let Some(label) = self.label.get() {
             Metrics::global().set_cache_objects(self.cluster.name(), label, size);
+        }
+    }
+
+    fn metric_label(&self) -> String {
+        self.label
+            .get()
+            .cloned()
+            .unwrap_or_else(|| self.resource.to_string())
+    }
+
+    /// Stop counting against the cluster's health (synced or failed).
+    fn uncount(&self) {
+        if self.counted_unsynced.swap(false, Ordering::Relaxed) {
+            self.cluster.cache_synced();
+        }
+    }
+
+    fn set_failed(&self, failure: WatchFailure) {
+        let changed = self.status.send_if_modified(|s| {
+            let next = WatchStatus::Failed(failure.clone());
+            (*s != next).then(|| *s = next).is_some()
+        });
+        self.uncount();
+        if changed {
+            warn!(
+                cluster = %self.cluster.name(),
+                resource = %self.resource,
+                code = ?failure.code,
+                reason = %failure.reason,
+                "watch failed for a reason other than connectivity; the plugins that need it are degraded in this cluster (retrying with backoff)"
+            );
+            Metrics::global().set_watch_failed(self.cluster.name(), &self.metric_label(), true);
+            let _ = self.failures.send(WatchFailureChange {
+                cluster: self.cluster.name().to_owned(),
+                resource: (*self.resource).clone(),
+                failure: Some(failure),
+            });
+        }
+    }
+
+    fn set_synced(&self) {
+        let previous = self.status.send_replace(WatchStatus::Synced);
+        self.uncount();
+        match previous {
+            WatchStatus::Synced => {}
+            WatchStatus::Starting => {
+                debug!(cluster = %self.cluster.name(), resource = %self.resource, "cache synced");
+            }
+            WatchStatus::Failed(_) => {
+                info!(cluster = %self.cluster.name(), resource = %self.resource, "watch recovered");
+                Metrics::global().set_watch_failed(
+                    self.cluster.name(),
+                    &self.metric_label(),
+                    false,
+                );
+                let _ = self.failures.send(WatchFailureChange {
+                    cluster: self.cluster.name().to_owned(),
+                    resource: (*self.resource).clone(),
+                    failure: None,
+                });
+            }
         }
     }
 
@@ -228,9 +349,30 @@ impl State {
             object,
         });
         for s in self.subscribers.lock().iter() {
-            let _ = s.tx.send((s.tag, Arc::clone(&event)));
+            s.inbox.push(s.tag, Arc::clone(&event));
         }
     }
+
+    /// Put a write's response into the store (read-your-writes).
+    fn observe(&self, obj: Arc<CachedObject>) {
+        let mut store = self.store.write();
+        if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
+            state_size_and_emit(self, &store, Change::Applied, obj);
+        }
+    }
+
+    /// An object is gone (a delete answered with a Status).
+    fn observe_gone(&self, key: &ObjectKey) {
+        let mut store = self.store.write();
+        if let Some(old) = store.remove(key) {
+            state_size_and_emit(self, &store, Change::Deleted, old);
+        }
+    }
+}
+
+fn state_size_and_emit(state: &State, store: &Store, change: Change, obj: Arc<CachedObject>) {
+    state.emit(change, obj);
+    state.report_size(store.len());
 }
 
 /// One (cluster, resource) watch and store. Dropping the last handle stops the watch.
@@ -251,9 +393,7 @@ impl std::fmt::Debug for SharedCache {
 impl Drop for SharedCache {
     fn drop(&mut self) {
         self.task.abort();
-        if !*self.state.synced.borrow() {
-            self.state.cluster.cache_synced();
-        }
+        self.state.uncount();
         if let Some(label) = self.state.label.get() {
             Metrics::global().forget_cache(self.state.cluster.name(), label);
         }
@@ -274,16 +414,32 @@ impl SharedCache {
         &self.state.resource
     }
 
-    /// Whether the initial list completed.
+    /// Whether the cache is synced (listed, events flowing).
     #[must_use]
     pub fn is_synced(&self) -> bool {
-        *self.state.synced.borrow()
+        *self.state.status.borrow() == WatchStatus::Synced
     }
 
-    /// Wait until the initial list completed.
-    pub async fn wait_synced(&self) {
-        let mut rx = self.state.synced.subscribe();
-        let _ = rx.wait_for(|s| *s).await;
+    /// Where the cache stands.
+    #[must_use]
+    pub fn status(&self) -> WatchStatus {
+        self.state.status.borrow().clone()
+    }
+
+    /// The failure of the watch, if it currently fails.
+    #[must_use]
+    pub fn failure(&self) -> Option<WatchFailure> {
+        match &*self.state.status.borrow() {
+            WatchStatus::Failed(f) => Some(f.clone()),
+            _ => None,
+        }
+    }
+
+    /// Wait until the cache synced or its watch failed (a failed watch is
+    /// not waited for: the plugins that need it are degraded, not stalled).
+    pub async fn wait_settled(&self) {
+        let mut rx = self.state.status.subscribe();
+        let _ = rx.wait_for(|s| *s != WatchStatus::Starting).await;
     }
 
     /// Read access to the store.
@@ -300,11 +456,11 @@ impl SharedCache {
             .get(&ObjectKey::new(namespace, name))
     }
 
-    /// Subscribe: `tx` receives `(tag, event)` for every current object
+    /// Subscribe: `inbox` receives `(tag, event)` for every current object
     /// (as [`Change::Applied`]) and then every change, until the returned
     /// guard is dropped.
     #[must_use]
-    pub fn subscribe(self: &Arc<Self>, tag: u64, tx: EventSender) -> Subscription {
+    pub fn subscribe(self: &Arc<Self>, tag: u64, inbox: Arc<Inbox>) -> Subscription {
         let id = self.state.next_sub.fetch_add(1, Ordering::Relaxed);
         {
             let store = self.state.store.read();
@@ -316,9 +472,9 @@ impl SharedCache {
                     change: Change::Applied,
                     object: Arc::clone(obj),
                 });
-                let _ = tx.send((tag, event));
+                inbox.push(tag, event);
             }
-            subs.push(Subscriber { id, tag, tx });
+            subs.push(Subscriber { id, tag, inbox });
         }
         Subscription {
             cache: Arc::clone(self),
@@ -364,6 +520,7 @@ struct ManagerInner {
     clusters: ClusterRegistry,
     resolver: Resolver,
     caches: Mutex<HashMap<CacheKey, std::sync::Weak<SharedCache>>>,
+    failures: tokio::sync::broadcast::Sender<WatchFailureChange>,
 }
 
 impl std::fmt::Debug for CacheManager {
@@ -383,7 +540,73 @@ impl CacheManager {
                 clusters,
                 resolver,
                 caches: Mutex::new(HashMap::new()),
+                failures: tokio::sync::broadcast::channel(256).0,
             }),
+        }
+    }
+
+    /// Changes of watches' failure states (a watch failing for a reason
+    /// other than connectivity, and recovering).
+    #[must_use]
+    pub fn failures(&self) -> tokio::sync::broadcast::Receiver<WatchFailureChange> {
+        self.inner.failures.subscribe()
+    }
+
+    /// Every watch that currently fails, with its failure.
+    #[must_use]
+    pub fn failing(&self) -> Vec<(String, ResourceId, WatchFailure)> {
+        let mut v: Vec<_> = self
+            .inner
+            .caches
+            .lock()
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter_map(|c| {
+                c.failure()
+                    .map(|f| (c.cluster().name().to_owned(), c.resource().clone(), f))
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        v
+    }
+
+    /// The running cache of `resource` in `cluster`, if any.
+    #[must_use]
+    pub fn running(&self, cluster: &str, resource: &ResourceId) -> Option<Arc<SharedCache>> {
+        self.inner
+            .caches
+            .lock()
+            .get(&(cluster.to_owned(), resource.type_key()))
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Read-your-writes: `object` (JSON) is what the API server answered to
+    /// a successful write of `resource` in `cluster`; the cache (if one
+    /// runs) takes it at once unless it already holds a newer version.
+    pub fn observe_write(&self, cluster: &str, resource: &ResourceId, object: DynamicObject) {
+        let Some(cache) = self.running(cluster, resource) else {
+            return;
+        };
+        let Some(types) = cache.state.types.get() else {
+            return;
+        };
+        match CachedObject::from_dynamic(object, types) {
+            Ok(obj) => cache.state.observe(Arc::new(obj)),
+            Err(e) => debug!(%cluster, %resource, error = %e, "write response not cached"),
+        }
+    }
+
+    /// Read-your-writes for a delete that answered with a Status: the
+    /// object is gone.
+    pub fn observe_gone(
+        &self,
+        cluster: &str,
+        resource: &ResourceId,
+        namespace: Option<&str>,
+        name: &str,
+    ) {
+        if let Some(cache) = self.running(cluster, resource) {
+            cache.state.observe_gone(&ObjectKey::new(namespace, name));
         }
     }
 
@@ -436,9 +659,12 @@ impl CacheManager {
             resource: Arc::new(resource.clone()),
             store: RwLock::new(Store::default()),
             subscribers: Mutex::new(Vec::new()),
-            synced: tokio::sync::watch::channel(false).0,
+            status: tokio::sync::watch::channel(WatchStatus::Starting).0,
+            counted_unsynced: std::sync::atomic::AtomicBool::new(true),
             next_sub: AtomicU64::new(0),
             label: std::sync::OnceLock::new(),
+            types: std::sync::OnceLock::new(),
+            failures: self.inner.failures.clone(),
         });
         let task = tokio::spawn(run_cache(Arc::clone(&state), self.inner.resolver.clone()));
         let cache = Arc::new(SharedCache {
@@ -454,16 +680,42 @@ impl CacheManager {
 /// Delay between discovery attempts for a kind that is not served (yet).
 const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 
+/// A non-connectivity failure of discovery or of a watch request: an answer
+/// from the API server that the plugins needing the watch must be told of
+/// (403 RBAC, 404 CRD not installed, 401, 400, ...), or discovery not
+/// knowing the kind.
+fn watch_failure(e: &kube::Error) -> Option<WatchFailure> {
+    match e {
+        kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429 && s.code != 410 => {
+            Some(WatchFailure {
+                code: Some(s.code),
+                reason: if s.reason.is_empty() {
+                    s.message.clone()
+                } else {
+                    format!("{}: {}", s.reason, s.message)
+                },
+            })
+        }
+        kube::Error::Discovery(d) => Some(WatchFailure {
+            code: None,
+            reason: format!("not served by the API server (CRD not installed?): {d}"),
+        }),
+        _ => None,
+    }
+}
+
 async fn run_cache(state: Arc<State>, resolver: Resolver) {
     let cluster = Arc::clone(&state.cluster);
     let resolved = loop {
         match resolver.resolve(&cluster, &state.resource).await {
             Ok(r) => break r,
             Err(e) => {
-                if let Error::Discovery { source, .. } = &e
-                    && is_connectivity_error(source)
-                {
-                    cluster.mark_unreachable(source);
+                if let Error::Discovery { source, .. } = &e {
+                    if is_connectivity_error(source) {
+                        cluster.mark_unreachable(source);
+                    } else if let Some(failure) = watch_failure(source) {
+                        state.set_failed(failure);
+                    }
                 }
                 debug!(cluster = %cluster.name(), resource = %state.resource, error = %e, "discovery failed; retrying");
                 tokio::time::sleep(DISCOVERY_RETRY).await;
@@ -478,6 +730,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
         api_version: resolved.api.api_version.clone(),
         kind: resolved.api.kind.clone(),
     };
+    let _ = state.types.set(types.clone());
     let mut recoveries = cluster.recoveries();
     loop {
         recoveries.mark_unchanged();
@@ -499,14 +752,20 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                             handle_event(&state, &types, ev, &mut relist);
                         }
                         Err(e) => {
-                            let connectivity = match &e {
+                            let cause = match &e {
                                 watcher::Error::InitialListFailed(c)
                                 | watcher::Error::WatchStartFailed(c)
-                                | watcher::Error::WatchFailed(c) => is_connectivity_error(c),
-                                _ => false,
+                                | watcher::Error::WatchFailed(c) => Some(c),
+                                _ => None,
                             };
-                            if connectivity {
-                                cluster.mark_unreachable(&e);
+                            if let Some(c) = cause {
+                                if is_connectivity_error(c) {
+                                    cluster.mark_unreachable(&e);
+                                } else if let Some(failure) = watch_failure(c) {
+                                    // The API answered: the cluster is up.
+                                    cluster.mark_reachable();
+                                    state.set_failed(failure);
+                                }
                             }
                             if let Some(label) = state.label.get() {
                                 Metrics::global().watch_restarted(cluster.name(), label);
@@ -561,8 +820,14 @@ fn handle_event(
         watcher::Event::Delete(obj) => {
             let Some(obj) = convert(obj) else { return };
             let mut store = state.store.write();
-            store.remove(&obj.key);
-            state.emit(Change::Deleted, obj);
+            // Emitted only when the store held it: a delete the writer
+            // already observed (read-your-writes) is not reported twice.
+            if store
+                .remove_deleted(&obj.key, obj.resource_version.as_deref())
+                .is_some()
+            {
+                state.emit(Change::Deleted, obj);
+            }
             state.report_size(store.len());
         }
         watcher::Event::InitDone => {
@@ -582,13 +847,7 @@ fn handle_event(
                 }
                 state.report_size(store.len());
             }
-            let first = state
-                .synced
-                .send_if_modified(|s| !std::mem::replace(s, true));
-            if first {
-                state.cluster.cache_synced();
-                debug!(cluster = %state.cluster.name(), resource = %state.resource, "cache synced");
-            }
+            state.set_synced();
         }
     }
 }

@@ -1,150 +1,36 @@
-//! Parsing of Kubernetes label selector strings (`a=b,c in (d,e),!f`).
+//! Label selectors in kube-core's model, for the cache's label index.
 //!
-//! Hand-written because kube-core has the selector *model*
-//! ([`kube::core::Selector`], [`kube::core::Expression`]) and matching, but no
-//! parser for the string syntax plugins pass to `list`.
-
-use std::collections::BTreeSet;
+//! The string syntax is parsed by [`rekon_rules::selector`], the one parser
+//! the host and the SDK's test kit share; this module converts the result to
+//! [`kube::core::Selector`] (matching, `selects_all`) and extracts the pairs
+//! an index can answer.
 
 use kube::core::{Expression, Selector};
+use rekon_rules::selector::{LabelSelector, Requirement};
 
-/// A selector string that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("failed to parse label selector {selector:?}: {reason}")]
-pub struct ParseError {
-    /// The selector.
-    pub selector: String,
-    /// What is wrong.
-    pub reason: String,
-}
+pub use rekon_rules::ParseError;
 
 /// Parse a label selector in the Kubernetes string syntax.
 ///
 /// # Errors
 /// When the string is not a valid selector.
 pub fn parse(selector: &str) -> Result<Selector, ParseError> {
-    let err = |reason: &str| ParseError {
-        selector: selector.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let mut exprs = Vec::new();
-    for term in split_terms(selector).map_err(&err)? {
-        let term = term.trim();
-        if term.is_empty() {
-            return Err(err("empty term"));
-        }
-        exprs.push(parse_term(term).map_err(|r| err(&r))?);
-    }
+    LabelSelector::parse(selector).map(|s| to_kube(&s))
+}
+
+/// The same selector in kube-core's model.
+#[must_use]
+pub fn to_kube(selector: &LabelSelector) -> Selector {
     let mut sel = Selector::default();
-    sel.extend(exprs);
-    Ok(sel)
-}
-
-/// Split at commas that are not inside parentheses.
-fn split_terms(s: &str) -> Result<Vec<&str>, &'static str> {
-    if s.trim().is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut terms = Vec::new();
-    let mut depth = 0_i32;
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err("unbalanced parentheses");
-                }
-            }
-            ',' if depth == 0 => {
-                terms.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    if depth != 0 {
-        return Err("unbalanced parentheses");
-    }
-    terms.push(&s[start..]);
-    Ok(terms)
-}
-
-fn parse_term(term: &str) -> Result<Expression, String> {
-    if let Some(key) = term.strip_prefix('!') {
-        return Ok(Expression::DoesNotExist(valid_key(key.trim())?));
-    }
-    if let Some((k, v)) = term.split_once("!=") {
-        return Ok(Expression::NotEqual(
-            valid_key(k.trim())?,
-            valid_value(v.trim())?,
-        ));
-    }
-    if let Some((k, v)) = term.split_once("==") {
-        return Ok(Expression::Equal(
-            valid_key(k.trim())?,
-            valid_value(v.trim())?,
-        ));
-    }
-    if let Some((k, v)) = term.split_once('=') {
-        return Ok(Expression::Equal(
-            valid_key(k.trim())?,
-            valid_value(v.trim())?,
-        ));
-    }
-    // set-based: `key in (a,b)` / `key notin (a,b)`
-    let mut parts = term.splitn(2, char::is_whitespace);
-    let key = parts.next().unwrap_or_default();
-    let rest = parts.next().unwrap_or_default().trim_start();
-    if rest.is_empty() {
-        return Ok(Expression::Exists(valid_key(key)?));
-    }
-    let (op, set) = if let Some(set) = rest.strip_prefix("notin") {
-        ("notin", set)
-    } else if let Some(set) = rest.strip_prefix("in") {
-        ("in", set)
-    } else {
-        return Err(format!("unknown operator in {term:?}"));
-    };
-    let set = set.trim();
-    let inner = set
-        .strip_prefix('(')
-        .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| format!("expected (values) after {op}"))?;
-    let values = inner
-        .split(',')
-        .map(|v| valid_value(v.trim()))
-        .collect::<Result<BTreeSet<_>, _>>()?;
-    let key = valid_key(key)?;
-    Ok(if op == "in" {
-        Expression::In(key, values)
-    } else {
-        Expression::NotIn(key, values)
-    })
-}
-
-fn valid_key(k: &str) -> Result<String, String> {
-    let ok = !k.is_empty()
-        && k.len() <= 317
-        && k.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-    if ok {
-        Ok(k.to_owned())
-    } else {
-        Err(format!("invalid label key {k:?}"))
-    }
-}
-
-fn valid_value(v: &str) -> Result<String, String> {
-    let ok = v.len() <= 63
-        && v.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(v.to_owned())
-    } else {
-        Err(format!("invalid label value {v:?}"))
-    }
+    sel.extend(selector.requirements.iter().map(|r| match r.clone() {
+        Requirement::Equals(k, v) => Expression::Equal(k, v),
+        Requirement::NotEquals(k, v) => Expression::NotEqual(k, v),
+        Requirement::Exists(k) => Expression::Exists(k),
+        Requirement::NotExists(k) => Expression::DoesNotExist(k),
+        Requirement::In(k, vs) => Expression::In(k, vs),
+        Requirement::NotIn(k, vs) => Expression::NotIn(k, vs),
+    }));
+    sel
 }
 
 /// The `key=value` pairs a selector requires (usable with a label index).
@@ -174,42 +60,36 @@ mod tests {
     }
 
     #[test]
-    fn parses_and_matches_all_operators() {
-        let sel = parse("app=web, tier in (a,b), !legacy, env!=prod, owner.name").unwrap();
-        assert!(sel.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("owner.name", "x")
-        ])));
-        assert!(!sel.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "c"),
-            ("owner.name", "x")
-        ])));
-        assert!(!sel.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("owner.name", "x"),
-            ("legacy", "1")
-        ])));
-        assert!(!sel.matches(&labels(&[
-            ("app", "web"),
-            ("tier", "a"),
-            ("owner.name", "x"),
-            ("env", "prod")
-        ])));
-        let sel = parse("x notin (1,2),y==z").unwrap();
-        assert!(sel.matches(&labels(&[("y", "z")])));
-        assert!(!sel.matches(&labels(&[("y", "z"), ("x", "1")])));
-    }
-
-    #[test]
-    fn empty_selects_all_and_garbage_fails() {
+    fn kube_model_matches_like_the_shared_rule() {
+        let text = "app=web, tier in (a,b), !legacy, env!=prod, owner.name, x notin (1)";
+        let shared = LabelSelector::parse(text).unwrap();
+        let kube = parse(text).unwrap();
+        for l in [
+            labels(&[("app", "web"), ("tier", "a"), ("owner.name", "x")]),
+            labels(&[("app", "web"), ("tier", "c"), ("owner.name", "x")]),
+            labels(&[
+                ("app", "web"),
+                ("tier", "a"),
+                ("owner.name", "x"),
+                ("legacy", "1"),
+            ]),
+            labels(&[
+                ("app", "web"),
+                ("tier", "b"),
+                ("owner.name", "x"),
+                ("env", "prod"),
+            ]),
+            labels(&[
+                ("app", "web"),
+                ("tier", "b"),
+                ("owner.name", "x"),
+                ("x", "1"),
+            ]),
+        ] {
+            assert_eq!(kube.matches(&l), shared.matches(&l), "{l:?}");
+        }
         assert!(parse("").unwrap().selects_all());
-        assert!(parse("a in (b").is_err());
         assert!(parse("a,,b").is_err());
-        assert!(parse("a maybe (b)").is_err());
-        assert!(parse("a=b c").is_err());
     }
 
     #[test]

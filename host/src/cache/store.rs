@@ -104,7 +104,15 @@ pub struct Store {
     objects: BTreeMap<ObjectKey, Arc<CachedObject>>,
     by_label: HashMap<(String, String), BTreeSet<ObjectKey>>,
     by_owner_uid: HashMap<String, BTreeSet<ObjectKey>>,
+    /// resourceVersions at which recently removed objects were last seen,
+    /// so a late write response cannot resurrect a deleted object. Bounded
+    /// to [`TOMBSTONES`] entries (oldest dropped first).
+    tombstones: HashMap<ObjectKey, u64>,
+    tombstone_order: std::collections::VecDeque<ObjectKey>,
 }
+
+/// How many removed objects' last resourceVersions a store remembers.
+pub const TOMBSTONES: usize = 4096;
 
 /// What an upsert did.
 #[derive(Debug, PartialEq, Eq)]
@@ -113,6 +121,16 @@ pub enum Upsert {
     Changed,
     /// Same resourceVersion as cached (a re-list of an unchanged object).
     Unchanged,
+    /// Older than what is cached (or than its recorded deletion): ignored,
+    /// so a late watch event never rolls back a write the host already saw.
+    Stale,
+}
+
+/// A resourceVersion as a number, when it is one. Kubernetes says they are
+/// opaque, but every etcd-backed server issues increasing integers; where one
+/// does not parse, no order is assumed and the newer arrival wins.
+fn rv_number(rv: Option<&str>) -> Option<u64> {
+    rv.and_then(|v| v.parse().ok())
 }
 
 impl Store {
@@ -128,15 +146,27 @@ impl Store {
         self.objects.is_empty()
     }
 
-    /// Insert or replace an object.
+    /// Insert or replace an object, unless the cached one (or its recorded
+    /// deletion) is newer.
     pub fn upsert(&mut self, obj: Arc<CachedObject>) -> Upsert {
         let key = obj.key.clone();
+        let new_rv = rv_number(obj.resource_version.as_deref());
         if let Some(old) = self.objects.get(&key) {
             if old.resource_version.is_some() && old.resource_version == obj.resource_version {
                 return Upsert::Unchanged;
             }
+            if let (Some(old_rv), Some(new_rv)) =
+                (rv_number(old.resource_version.as_deref()), new_rv)
+                && new_rv < old_rv
+            {
+                return Upsert::Stale;
+            }
             let old = Arc::clone(old);
             self.unindex(&old);
+        } else if let (Some(gone), Some(new_rv)) = (self.tombstones.get(&key), new_rv)
+            && new_rv <= *gone
+        {
+            return Upsert::Stale;
         }
         self.index(&obj);
         self.objects.insert(key, obj);
@@ -148,6 +178,27 @@ impl Store {
         let old = self.objects.remove(key)?;
         self.unindex(&old);
         Some(old)
+    }
+
+    /// Remove an object that was deleted at `resource_version` (the deleted
+    /// object's last version): it is remembered so that an older state
+    /// arriving later (a write response racing the watch) is refused.
+    pub fn remove_deleted(
+        &mut self,
+        key: &ObjectKey,
+        resource_version: Option<&str>,
+    ) -> Option<Arc<CachedObject>> {
+        if let Some(rv) = rv_number(resource_version) {
+            if self.tombstones.insert(key.clone(), rv).is_none() {
+                self.tombstone_order.push_back(key.clone());
+            }
+            while self.tombstone_order.len() > TOMBSTONES {
+                if let Some(old) = self.tombstone_order.pop_front() {
+                    self.tombstones.remove(&old);
+                }
+            }
+        }
+        self.remove(key)
     }
 
     /// The object at `key`.
@@ -288,6 +339,48 @@ pub(crate) mod tests {
         assert_eq!(s.upsert(obj("a", "x", "1", &[])), Upsert::Unchanged);
         assert_eq!(s.upsert(obj("a", "x", "2", &[])), Upsert::Changed);
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn older_states_never_roll_the_store_back() {
+        let mut s = Store::default();
+        // A write response (rv 7) lands before the watch event of an
+        // earlier change (rv 5): the event is stale, the write stays.
+        assert_eq!(
+            s.upsert(obj("a", "x", "7", &[("k", "new")])),
+            Upsert::Changed
+        );
+        assert_eq!(s.upsert(obj("a", "x", "5", &[("k", "old")])), Upsert::Stale);
+        assert_eq!(
+            s.get(&ObjectKey::new(Some("a"), "x")).unwrap().labels["k"],
+            "new"
+        );
+        // Deleted at rv 9: a late write response (rv 8) cannot resurrect it;
+        // a re-creation (rv 12) can.
+        assert!(
+            s.remove_deleted(&ObjectKey::new(Some("a"), "x"), Some("9"))
+                .is_some()
+        );
+        assert_eq!(s.upsert(obj("a", "x", "8", &[])), Upsert::Stale);
+        assert!(s.is_empty());
+        assert_eq!(s.upsert(obj("a", "x", "12", &[])), Upsert::Changed);
+        // Versions that are not numbers carry no order: the newer arrival wins.
+        assert_eq!(s.upsert(obj("a", "y", "b", &[])), Upsert::Changed);
+        assert_eq!(s.upsert(obj("a", "y", "a", &[])), Upsert::Changed);
+    }
+
+    #[test]
+    fn tombstones_are_bounded() {
+        let mut s = Store::default();
+        for i in 0..(TOMBSTONES + 10) {
+            let name = format!("o{i}");
+            s.upsert(obj("a", &name, "1", &[]));
+            s.remove_deleted(&ObjectKey::new(Some("a"), &name), Some("2"));
+        }
+        assert_eq!(s.tombstones.len(), TOMBSTONES);
+        assert_eq!(s.tombstone_order.len(), TOMBSTONES);
+        // The oldest were forgotten: their old state is accepted again.
+        assert_eq!(s.upsert(obj("a", "o0", "1", &[])), Upsert::Changed);
     }
 
     #[test]

@@ -130,6 +130,9 @@ pub struct Cluster {
     /// Bumped each time the cluster becomes reachable again; caches restart
     /// their watches on a change so a stalled connection cannot linger.
     recoveries: tokio::sync::watch::Sender<u64>,
+    /// Bumped each time the cluster becomes unreachable; writes in flight
+    /// give up at once so they do not hold workers other clusters need.
+    outage_events: tokio::sync::watch::Sender<u64>,
     /// The health last published on `health_events`.
     reported: Mutex<Health>,
     /// Where health changes go (the registry's channel).
@@ -167,6 +170,7 @@ impl Cluster {
             outages: AtomicU64::new(0),
             unsynced: AtomicU64::new(0),
             recoveries: tokio::sync::watch::channel(0).0,
+            outage_events: tokio::sync::watch::channel(0).0,
             reported: Mutex::new(Health::Ready),
             health_events,
         }
@@ -230,6 +234,7 @@ impl Cluster {
             self.outages.fetch_add(1, Ordering::Relaxed);
             Metrics::global().set_cluster_reachable(&self.name, false);
             warn!(cluster = %self.name, error = %why, "cluster unreachable");
+            self.outage_events.send_modify(|n| *n += 1);
             self.publish_health();
         }
     }
@@ -248,6 +253,12 @@ impl Cluster {
     #[must_use]
     pub fn outages(&self) -> u64 {
         self.outages.load(Ordering::Relaxed)
+    }
+
+    /// A receiver that changes each time the cluster becomes unreachable.
+    #[must_use]
+    pub fn outage_events(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.outage_events.subscribe()
     }
 
     /// A receiver that changes each time the cluster recovers from unreachable.

@@ -78,6 +78,9 @@ struct KeyState {
     queued: bool,
     running: bool,
     dirty: bool,
+    /// Its pending work was dropped while it ran: its `done` schedules
+    /// nothing (unless it was added again meanwhile: `dirty`).
+    forgotten: bool,
     reason: String,
     timer: Option<(Instant, u64)>,
     queued_at: Option<Instant>,
@@ -228,6 +231,11 @@ impl WorkQueue {
         self.running -= 1;
         let dirty = std::mem::take(&mut state.dirty);
         let reason = std::mem::take(&mut state.reason);
+        if std::mem::take(&mut state.forgotten) && !dirty {
+            self.failures.remove(key);
+            self.gc(key);
+            return;
+        }
         match result {
             Done::Success(after) => {
                 self.failures.remove(key);
@@ -282,25 +290,41 @@ impl WorkQueue {
         self.timers.first().map(|t| t.0)
     }
 
-    /// Drop every pending request of `cluster` (it was disengaged). Running
-    /// reconciles finish but are not requeued.
+    /// Drop every pending request of `cluster` (it was disengaged): queued
+    /// keys, timers, backoff. A running key stays known until its `done`
+    /// (which then requeues nothing), so the same key engaged again is not
+    /// handed out while the old reconcile still runs.
     pub fn forget_cluster(&mut self, cluster: &str) {
-        if let Some(lane) = self.lanes.remove(cluster) {
-            self.queued -= lane.len();
+        self.forget_where(|k| k.cluster == cluster);
+    }
+
+    /// Drop every pending request (the primary kind changed), keeping
+    /// running keys known until their `done` like [`WorkQueue::forget_cluster`].
+    pub fn forget_pending(&mut self) {
+        self.forget_where(|_| true);
+    }
+
+    fn forget_where(&mut self, forget: impl Fn(&ReqKey) -> bool) {
+        for lane in self.lanes.values_mut() {
+            let before = lane.len();
+            lane.retain(|k| !forget(k));
+            self.queued -= before - lane.len();
         }
-        self.round_robin.retain(|c| c != cluster);
-        self.timers.retain(|(_, _, k)| k.cluster != cluster);
-        self.failures.retain(|k, _| k.cluster != cluster);
-        let running = &mut self.running;
+        self.lanes.retain(|_, lane| !lane.is_empty());
+        let lanes = &self.lanes;
+        self.round_robin.retain(|c| lanes.contains_key(c));
+        self.timers.retain(|(_, _, k)| !forget(k));
+        self.failures.retain(|k, _| !forget(k));
         self.keys.retain(|k, s| {
-            if k.cluster == cluster {
-                if s.running {
-                    *running -= 1;
-                }
-                false
-            } else {
-                true
+            if !forget(k) {
+                return true;
             }
+            s.queued = false;
+            s.queued_at = None;
+            s.timer = None;
+            s.dirty = false;
+            s.forgotten = s.running;
+            s.running
         });
     }
 
@@ -460,12 +484,38 @@ mod tests {
         let (running, _) = q.pop().unwrap();
         assert_eq!(running.cluster, "gone");
         q.forget_cluster("gone");
-        assert_eq!(q.pending_in("gone"), 0);
+        // Only the running key is still known (until its done).
+        assert_eq!(q.pending_in("gone"), 1);
         assert_eq!(q.delayed(), 0);
-        assert_eq!(q.running(), 0);
+        assert_eq!(q.running(), 1);
         q.done(&running, Done::Retry, t0);
         assert_eq!(q.delayed(), 0, "a dropped key is not requeued");
+        assert_eq!(q.pending_in("gone"), 0);
         assert_eq!(q.pop().unwrap().0, k("stay", "a"));
         assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn a_key_engaged_again_waits_for_its_old_reconcile() {
+        // Cluster disengaged and re-engaged while a reconcile of one of its
+        // keys runs: the key must not be handed out twice at once.
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        q.add(k("edge", "a"), "e");
+        let (running, _) = q.pop().unwrap();
+        q.forget_cluster("edge");
+        q.add(k("edge", "a"), "re-engaged");
+        assert!(q.pop().is_none(), "handed out while still running");
+        q.done(&running, Done::Success(None), t0);
+        assert_eq!(q.pop().unwrap().0, k("edge", "a"));
+        // Same for a swap that changed the primary kind.
+        let (running, _) = (k("edge", "a"), ());
+        q.forget_pending();
+        q.add(k("edge", "a"), "swapped");
+        assert!(q.pop().is_none(), "handed out while still running");
+        q.done(&running, Done::Retry, t0);
+        assert_eq!(q.pop().unwrap().0, k("edge", "a"));
+        q.done(&k("edge", "a"), Done::Success(None), t0);
+        assert_eq!((q.ready(), q.running(), q.delayed()), (0, 0, 0));
     }
 }

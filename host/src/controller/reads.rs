@@ -4,12 +4,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::routing::WatchKey;
 use crate::cache::{SharedCache, selector};
 use crate::cluster::{ClusterRegistry, Health};
 use crate::plugin::{ClusterHealth, ClusterInfo, HostReads, ReadError, Resource};
 
-/// (cluster, group, version, kind) → cache.
-pub(crate) type CacheMap = HashMap<(String, String, String, String), Arc<SharedCache>>;
+/// The caches of one controller, by watch.
+pub(crate) type CacheMap = HashMap<WatchKey, Arc<SharedCache>>;
 
 /// The caches one plugin may read, snapshotted for one call.
 pub struct PluginReads {
@@ -30,13 +31,7 @@ impl PluginReads {
         if self.clusters.get(cluster).is_none() {
             return Err(ReadError::UnknownCluster(cluster.to_owned()));
         }
-        let key = (
-            cluster.to_owned(),
-            r.group.clone(),
-            r.version.clone(),
-            r.kind.clone(),
-        );
-        self.caches.get(&key).ok_or_else(|| {
+        self.caches.get(&WatchKey::of(cluster, r)).ok_or_else(|| {
             let api = if r.group.is_empty() {
                 r.version.clone()
             } else {
@@ -146,15 +141,7 @@ mod tests {
             .acquire("main", &crate::writer::resource_id(&cm))
             .unwrap();
         let mut map = CacheMap::new();
-        map.insert(
-            (
-                "main".into(),
-                String::new(),
-                "v1".into(),
-                "ConfigMap".into(),
-            ),
-            cache,
-        );
+        map.insert(WatchKey::of("main", &cm), cache);
         let reads = PluginReads {
             caches: Arc::new(map),
             clusters,

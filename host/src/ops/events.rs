@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::broadcast;
-use tracing::{debug, error, info, warn};
+use tracing::{debug, info, warn};
 
 use super::leader::LeaderGate;
 use super::metrics::Metrics;
@@ -288,7 +288,8 @@ async fn report_one(event: &RegistryEvent, metrics: &Metrics, host_events: &Host
         }
         RegistryEvent::Failed { path, error } => {
             let label = file_stem(path);
-            error!(plugin_file = %path.display(), error = %error, "failed to load plugin; the previous version (if any) keeps running");
+            // The registry logged it (once per change, saying what keeps
+            // serving); here it is counted and recorded as an Event.
             metrics.plugin_load_failed(&label);
             host_events
                 .publish_or_log(

@@ -588,6 +588,7 @@ mod tests {
             version: "0.1.0".into(),
             primary: res("nodes.lailin.xyz", "NodePool", Scope::Cluster),
             primary_clusters: ClusterSet::Primary,
+            primary_selector: None,
             clusters: ClusterSet::Primary,
             watches: vec![Watch {
                 resource: res("", "Node", Scope::Cluster),

@@ -185,6 +185,7 @@ struct Inner {
     leader_transitions: Family<NameLabels, Counter>,
     watch_restarts: Family<ClusterResourceLabels, Counter>,
     cache_objects: Family<ClusterResourceLabels, Gauge>,
+    watch_failed: Family<ClusterResourceLabels, Gauge>,
     cluster_engaged: Family<ClusterLabels, Gauge>,
     cluster_reachable: Family<ClusterLabels, Gauge>,
     plugin_loads: Family<PluginVersionLabels, Counter>,
@@ -303,6 +304,11 @@ impl Metrics {
             cache_objects: reg!(
                 "rekon_cache_objects",
                 "Objects in the shared cache per cluster and resource",
+                Family::default()
+            ),
+            watch_failed: reg!(
+                "rekon_watch_failed",
+                "1 while the watch of a resource in a cluster fails for a reason other than connectivity (403 RBAC, 404 CRD not installed, ...); the plugins that need it are degraded",
                 Family::default()
             ),
             cluster_engaged: reg!(
@@ -514,10 +520,24 @@ impl Metrics {
 
     /// The cache of `resource` in `cluster` was dropped.
     pub fn forget_cache(&self, cluster: &str, resource: &str) {
-        self.inner.cache_objects.remove(&ClusterResourceLabels {
+        let labels = ClusterResourceLabels {
             cluster: cluster.to_owned(),
             resource: resource.to_owned(),
-        });
+        };
+        self.inner.cache_objects.remove(&labels);
+        self.inner.watch_failed.remove(&labels);
+    }
+
+    /// The watch of `resource` in `cluster` fails for a non-connectivity
+    /// reason (`true`) or serves again (`false`).
+    pub fn set_watch_failed(&self, cluster: &str, resource: &str, failed: bool) {
+        self.inner
+            .watch_failed
+            .get_or_create(&ClusterResourceLabels {
+                cluster: cluster.to_owned(),
+                resource: resource.to_owned(),
+            })
+            .set(i64::from(failed));
     }
 
     /// `cluster` was engaged (`true`) or disengaged (`false`).
@@ -628,7 +648,8 @@ impl Metrics {
 
     /// The writer executed an `action` (`apply`, `patch`, `delete`, `create`,
     /// `event`) of `plugin` in `cluster`; `result` is `success`, `error`,
-    /// `denied` (capability check) or `not_leader`.
+    /// `denied` (capability check), `not_leader` or `unreachable` (refused
+    /// without a request: the cluster is known to be down).
     pub fn writer_action(&self, plugin: &str, cluster: &str, action: &str, result: &str) {
         self.inner
             .writer_actions

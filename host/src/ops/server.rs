@@ -71,11 +71,13 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+type Detail = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
 
 /// The named checks behind `/readyz`. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Readiness {
     checks: Vec<(String, Check)>,
+    details: Vec<(String, Detail)>,
 }
 
 impl std::fmt::Debug for Readiness {
@@ -120,6 +122,28 @@ impl Readiness {
                 Err(reason.clone())
             }
         })
+    }
+
+    /// Add a detail: lines shown on `/readyz` as `[!]name: line` that do not
+    /// fail readiness (a plugin degraded in one cluster leaves the host, and
+    /// every other plugin, serving).
+    #[must_use]
+    pub fn detail(
+        mut self,
+        name: impl Into<String>,
+        detail: impl Fn() -> Vec<String> + Send + Sync + 'static,
+    ) -> Self {
+        self.details.push((name.into(), Arc::new(detail)));
+        self
+    }
+
+    /// Every detail line, `(name, line)`.
+    #[must_use]
+    pub fn details(&self) -> Vec<(String, String)> {
+        self.details
+            .iter()
+            .flat_map(|(name, d)| d().into_iter().map(move |l| (name.clone(), l)))
+            .collect()
     }
 
     /// Run every check; `(name, result)` in the order they were added.
@@ -275,6 +299,9 @@ async fn readyz(
             Ok(()) => {}
             Err(reason) => body.push_str(&format!("[-]{name} failed: {reason}\n")),
         }
+    }
+    for (name, line) in state.readiness.details() {
+        body.push_str(&format!("[!]{name}: {line}\n"));
     }
     if ready {
         body.push_str(if verbose {

@@ -227,6 +227,11 @@ impl Ops {
             self.host_events.clone(),
             stopped(),
         ));
+        tasks.spawn(report_degraded(
+            engine.manager.degraded_changes(),
+            self.host_events.clone(),
+            stopped(),
+        ));
         if let Some(dir) = self.config.cluster_dir.clone() {
             let clusters = engine.clusters.clone();
             let stop = stopped();
@@ -279,6 +284,10 @@ fn readiness(engine: &EngineParts) -> Readiness {
                 None => Err(format!("primary cluster {primary} not engaged")),
             }
         })
+        .detail("degraded", {
+            let manager = engine.manager.clone();
+            move || manager.degraded().iter().map(ToString::to_string).collect()
+        })
         .check("plugins", move || {
             let running = manager.plugins();
             let missing: Vec<String> = plugins
@@ -296,4 +305,36 @@ fn readiness(engine: &EngineParts) -> Readiness {
                 ))
             }
         })
+}
+
+/// An Event on the host Pod for each plugin a failing watch degrades (the
+/// manager logs it and announces one change per plugin and failure).
+async fn report_degraded(
+    mut changes: tokio::sync::broadcast::Receiver<crate::controller::Degraded>,
+    host_events: HostEvents,
+    shutdown: impl Future<Output = ()>,
+) {
+    tokio::pin!(shutdown);
+    loop {
+        let change = tokio::select! {
+            () = &mut shutdown => return,
+            c = changes.recv() => c,
+        };
+        match change {
+            Ok(d) => {
+                host_events
+                    .publish_or_log(
+                        kube::runtime::events::EventType::Warning,
+                        "PluginDegraded",
+                        "Watch",
+                        d.to_string(),
+                    )
+                    .await;
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                warn!(missed = n, "degraded-plugin reporter lagged");
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
 }

@@ -374,6 +374,7 @@ mod tests {
             version: "1.0.0".into(),
             primary: res("job.lailin.xyz", "Test"),
             primary_clusters: ClusterSet::Primary,
+            primary_selector: None,
             clusters: ClusterSet::All,
             watches: vec![],
             finalizer: None,

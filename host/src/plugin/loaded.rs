@@ -13,7 +13,7 @@ use super::capability;
 use super::error::{CallError, LoadError};
 use super::runtime::{self, LoadTimings, PluginRuntime, RuntimeInner};
 use super::sandbox::CallState;
-use super::{ClusterInfo, HostReads, NoReads, Outcome, Registration, Request, Resource};
+use super::{ClusterInfo, HostReads, NoReads, Outcome, Phase, Registration, Request, Resource};
 
 /// A plugin that compiled, linked and registered. Cheap to clone; a call
 /// holds a clone, so a reload never disturbs in-flight calls.
@@ -208,12 +208,13 @@ impl LoadedPlugin {
     pub async fn reconcile(
         &self,
         req: Request,
+        phase: Phase,
         reads: Arc<dyn HostReads>,
         request_time: SystemTime,
     ) -> Result<Outcome, CallError> {
         let this = self.clone();
         self.blocking("reconcile", move || {
-            this.reconcile_blocking(&req, reads, request_time)
+            this.reconcile_blocking(&req, phase, reads, request_time)
         })
         .await
     }
@@ -222,12 +223,15 @@ impl LoadedPlugin {
     pub fn reconcile_blocking(
         &self,
         req: &Request,
+        phase: Phase,
         reads: Arc<dyn HostReads>,
         request_time: SystemTime,
     ) -> Result<Outcome, CallError> {
         let clusters = reads.clusters();
         let result = self.call_fresh("reconcile", reads, request_time, |store, plugin| {
-            plugin.rekon_plugin_guest().call_reconcile(store, req)
+            plugin
+                .rekon_plugin_guest()
+                .call_reconcile(store, req, phase)
         })?;
         self.finish_reconcile(result, &clusters)
     }
@@ -383,8 +387,8 @@ pub struct PluginSession {
 }
 
 impl PluginSession {
-    /// Reconciles `req` on the session's instance (same checks as
-    /// [`LoadedPlugin::reconcile`]).
+    /// Reconciles `req` (phase live) on the session's instance (same checks
+    /// as [`LoadedPlugin::reconcile`]).
     pub fn reconcile(&mut self, req: &Request) -> Result<Outcome, CallError> {
         let inner = &self.plugin.inner;
         if self.poisoned {
@@ -399,7 +403,7 @@ impl PluginSession {
         let result = self
             .instance
             .rekon_plugin_guest()
-            .call_reconcile(&mut self.store, req)
+            .call_reconcile(&mut self.store, req, Phase::Live)
             .map_err(|e| {
                 self.poisoned = true;
                 classify(&inner.name, "reconcile", &self.store, &e, timeout, false)

@@ -2,7 +2,7 @@
 //! checks, the plugin registry and hot reload.
 //!
 //! A plugin is a WebAssembly component of the world `rekon:plugin/plugin`
-//! (package `rekon:plugin@0.1.0`, see `wit/`). The runtime compiles it once
+//! (package `rekon:plugin@0.2.0`, see `wit/`). The runtime compiles it once
 //! (cached on disk by digest), validates that it speaks our contract, calls
 //! its `register` export, and then runs every `reconcile` / `map` call in a
 //! fresh, pre-instantiated store with a memory cap and an epoch deadline.
@@ -63,8 +63,8 @@ mod sandbox;
 pub use bindings::types::{
     Action, ApplyAction, ClusterHealth, ClusterInfo, ClusterSet, CreateAction, DeleteAction,
     EventAction, EventType, LogLevel, Mapping, ObjectRef, Outcome, OwnerLabels, PatchAction,
-    PatchType, Permission, Propagation, ReadError, ReconcileError, Registration, Request, Resource,
-    Scope, Timestamp, Watch,
+    PatchType, Permission, Phase, Propagation, ReadError, ReconcileError, Registration, Request,
+    Resource, Scope, Timestamp, Watch,
 };
 pub use capability::{Required, Verb, permits, required_permission};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
@@ -158,5 +158,15 @@ pub fn timestamp(time: std::time::SystemTime) -> Timestamp {
     Timestamp {
         seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
         nanoseconds: since.subsec_nanos(),
+    }
+}
+
+impl From<rekon_rules::Phase> for Phase {
+    fn from(p: rekon_rules::Phase) -> Self {
+        match p {
+            rekon_rules::Phase::Live => Self::Live,
+            rekon_rules::Phase::Deleting => Self::Deleting,
+            rekon_rules::Phase::Leaving => Self::Leaving,
+        }
     }
 }

@@ -482,6 +482,7 @@ plugins:
             version: "1.0.0".into(),
             primary: res("nodes.lailin.xyz", "NodePool"),
             primary_clusters: ClusterSet::Primary,
+            primary_selector: None,
             clusters: ClusterSet::All,
             watches: watches
                 .into_iter()

@@ -457,19 +457,30 @@ impl PluginRegistry {
     ) {
         let mut state = self.inner.state.lock();
         let entry = state.files.entry(path.to_path_buf()).or_default();
+        // Logged and announced once per change: the same file content
+        // refused for the same reason again (a touch, a rescan) is quiet.
+        let repeated =
+            entry.attempted == digest && entry.error.as_ref().is_some_and(|(e, _)| *e == error);
         entry.attempted = digest;
         entry.error = Some((error.clone(), SystemTime::now()));
         entry.conflict = conflict;
-        let serving = entry
-            .serving
-            .as_ref()
-            .map(|p| format!("{} {}", p.name(), p.version()));
-        tracing::warn!(
-            path = %path.display(),
-            error = %error,
-            still_serving = serving.as_deref().unwrap_or("nothing"),
-            "refused plugin file"
-        );
+        if repeated {
+            tracing::debug!(path = %path.display(), "plugin file refused again for the same reason");
+            return;
+        }
+        match entry.serving.as_ref() {
+            Some(p) => tracing::warn!(
+                path = %path.display(),
+                error = %error,
+                serving = %format!("{} {}", p.name(), p.version()),
+                "refused plugin file; the version loaded before from it keeps serving"
+            ),
+            None => tracing::warn!(
+                path = %path.display(),
+                error = %error,
+                "refused plugin file; nothing is served from it"
+            ),
+        }
         let _ = self.inner.events.send(RegistryEvent::Failed {
             path: path.to_path_buf(),
             error,

@@ -21,6 +21,14 @@
 //! few times inside the writer, honouring `retryAfterSeconds`; a 409 Conflict
 //! is retried only for actions without a precondition (a precondition that
 //! failed means the plugin decided on stale state: the reconcile is re-run).
+//!
+//! A cluster known to be unreachable is not written to at all (the action
+//! fails at once, retryable), and a request in flight when its cluster goes
+//! unreachable gives up at once: a stalled cluster never holds the workers
+//! that other clusters' keys need. Events are best-effort: a failed Event is
+//! logged and counted, and the outcome goes on. Every successful response is
+//! handed to the caches ([`CacheManager::observe_write`]) so the next
+//! reconcile reads what this one wrote.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,8 +44,8 @@ use parking_lot::Mutex;
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::cache::{Resolver, ResourceId};
-use crate::cluster::{Cluster, ClusterRegistry, is_connectivity_error};
+use crate::cache::{CacheManager, Resolver, ResourceId};
+use crate::cluster::{Cluster, ClusterRegistry, Health, is_connectivity_error};
 use crate::plugin::{
     Action, ApplyAction, CreateAction, DeleteAction, EventAction, EventType, PatchAction,
     PatchType, Propagation, Resource, Scope,
@@ -98,7 +106,10 @@ pub enum Error {
         source: Box<crate::cache::Error>,
     },
     /// The API server refused or the request failed.
-    #[error("failed to {action} {object} in cluster {cluster} for plugin {plugin}")]
+    #[error(
+        "failed to {action} {object} in cluster {cluster} for plugin {plugin}: {}",
+        describe_kube_error(source)
+    )]
     Api {
         /// Plugin.
         plugin: String,
@@ -111,6 +122,22 @@ pub enum Error {
         /// Cause.
         #[source]
         source: Box<kube::Error>,
+    },
+    /// The cluster is unreachable (known before the request, or it went
+    /// unreachable while the request was in flight): nothing was sent or
+    /// the answer was not awaited.
+    #[error(
+        "failed to {action} {object} in cluster {cluster} for plugin {plugin}: the cluster is unreachable"
+    )]
+    Unreachable {
+        /// Plugin.
+        plugin: String,
+        /// Action kind.
+        action: &'static str,
+        /// Cluster.
+        cluster: String,
+        /// Object.
+        object: String,
     },
     /// The request did not complete in time.
     #[error(
@@ -150,6 +177,23 @@ impl Error {
     }
 }
 
+/// A client error as a user reads it: the HTTP status, reason and message
+/// of an API answer, or the transport error.
+#[must_use]
+pub fn describe_kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => {
+            let reason = if s.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", s.reason)
+            };
+            format!("HTTP {}{reason}: {}", s.code, s.message)
+        }
+        other => other.to_string(),
+    }
+}
+
 /// The failures of one outcome (at most one per cluster).
 #[derive(Debug, thiserror::Error)]
 #[error("failed to perform {} of {total} actions: {}", failed.len(), list(failed))]
@@ -173,11 +217,14 @@ fn list(errors: &[Error]) -> String {
         .iter()
         .map(|e| {
             let mut s = e.to_string();
-            let mut src = std::error::Error::source(e);
-            while let Some(cause) = src {
-                s.push_str(": ");
-                s.push_str(&cause.to_string());
-                src = cause.source();
+            // The API error's text is already in the message.
+            if !matches!(e, Error::Api { .. }) {
+                let mut src = std::error::Error::source(e);
+                while let Some(cause) = src {
+                    s.push_str(": ");
+                    s.push_str(&cause.to_string());
+                    src = cause.source();
+                }
             }
             s
         })
@@ -212,7 +259,11 @@ pub struct Writer {
     clusters: ClusterRegistry,
     resolver: Resolver,
     config: WriterConfig,
-    recorders: Arc<Mutex<HashMap<(String, String), Recorder>>>,
+    /// Event recorders per (cluster, plugin), with the cluster they were
+    /// made for: a re-engaged cluster (new credentials) gets a new one.
+    recorders: Arc<Mutex<HashMap<(String, String), (Arc<Cluster>, Recorder)>>>,
+    /// Read-your-writes: where successful responses go.
+    caches: Option<CacheManager>,
     /// Leader election: nothing is written unless the gate is open (ops hook).
     leader: crate::ops::leader::LeaderGate,
 }
@@ -263,6 +314,20 @@ pub fn action_kind(action: &Action) -> &'static str {
     }
 }
 
+/// What a successful write left behind, for read-your-writes.
+enum Written {
+    /// The object as the API server answered.
+    Object(ResourceId, Box<DynamicObject>),
+    /// The object no longer exists.
+    Gone {
+        id: ResourceId,
+        namespace: Option<String>,
+        name: String,
+    },
+    /// Nothing to cache (an Event, an existing object left untouched).
+    Nothing,
+}
+
 struct Target {
     api: Api<DynamicObject>,
     name: String,
@@ -278,8 +343,18 @@ impl Writer {
             resolver,
             config,
             recorders: Arc::default(),
+            caches: None,
             leader: crate::ops::leader::LeaderGate::always_leader(),
         }
+    }
+
+    /// Hand every successful response to `caches` (read-your-writes). The
+    /// controller [`Manager`](crate::controller::Manager) sets this on the
+    /// writer it is given.
+    #[must_use]
+    pub fn observing(mut self, caches: CacheManager) -> Self {
+        self.caches = Some(caches);
+        self
     }
 
     /// Write only while `gate` is open (leader election; see `ops::leader`).
@@ -310,7 +385,15 @@ impl Writer {
         }
         let runs = per_cluster.into_iter().map(|(_, list)| async move {
             for action in list {
-                self.perform(plugin, action).await?;
+                match self.perform(plugin, action).await {
+                    Ok(()) => {}
+                    // Events are best-effort: logged and counted (in
+                    // `perform`), never a failure of the outcome.
+                    Err(e) if matches!(action, Action::Event(_)) => {
+                        warn!(%plugin, error = %e, "event not recorded (best-effort; the reconcile goes on)");
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             Ok::<(), Error>(())
         });
@@ -358,11 +441,27 @@ impl Writer {
             Action::Patch(p) => self.patch(plugin, p).await,
             Action::Delete(d) => self.delete(plugin, d).await,
             Action::Create(c) => self.create(plugin, c).await,
-            Action::Event(e) => self.event(plugin, e).await,
+            Action::Event(e) => self.event(plugin, e).await.map(|()| Written::Nothing),
         };
-        let outcome = if result.is_ok() { "success" } else { "error" };
+        let outcome = match &result {
+            Ok(_) => "success",
+            Err(Error::Unreachable { .. }) => "unreachable",
+            Err(_) => "error",
+        };
         metrics.writer_action(plugin, cluster, label, outcome);
-        result
+        let written = result?;
+        if let Some(caches) = &self.caches {
+            match written {
+                Written::Object(id, obj) => caches.observe_write(cluster, &id, *obj),
+                Written::Gone {
+                    id,
+                    namespace,
+                    name,
+                } => caches.observe_gone(cluster, &id, namespace.as_deref(), &name),
+                Written::Nothing => {}
+            }
+        }
+        Ok(())
     }
 
     fn cluster(
@@ -435,10 +534,26 @@ impl Writer {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, kube::Error>>,
     {
+        let unreachable = || Error::Unreachable {
+            plugin: plugin.to_owned(),
+            action,
+            cluster: cluster.name().to_owned(),
+            object: object.to_owned(),
+        };
         let mut attempt = 0_u32;
         loop {
             attempt += 1;
-            let result = tokio::time::timeout(self.config.request_timeout, op()).await;
+            if cluster.health() == Health::Unreachable {
+                return Err(unreachable());
+            }
+            let mut outages = cluster.outage_events();
+            outages.mark_unchanged();
+            let result = tokio::select! {
+                r = tokio::time::timeout(self.config.request_timeout, op()) => r,
+                // The cluster went unreachable meanwhile (probe, watch or
+                // another request): stop waiting; the reconcile is retried.
+                _ = outages.changed() => return Err(unreachable()),
+            };
             let err = match result {
                 Ok(Ok(v)) => {
                     cluster.mark_reachable();
@@ -464,7 +579,7 @@ impl Writer {
                 Some(wait)
                     if attempt < self.config.max_attempts && wait <= self.config.max_retry_wait =>
                 {
-                    debug!(%plugin, cluster = %cluster.name(), %object, attempt, ?wait, error = %err, "retrying {action}");
+                    debug!(%plugin, cluster = %cluster.name(), %object, attempt, ?wait, status = ?api_status(&err), error = %describe_kube_error(&err), "retrying {action}");
                     tokio::time::sleep(wait).await;
                 }
                 _ => {
@@ -480,7 +595,7 @@ impl Writer {
         }
     }
 
-    async fn apply(&self, plugin: &str, a: &ApplyAction) -> Result<(), Error> {
+    async fn apply(&self, plugin: &str, a: &ApplyAction) -> Result<Written, Error> {
         let action = if a.status { "apply status of" } else { "apply" };
         let cluster = self.cluster(plugin, action, &a.cluster, "object")?;
         let invalid = |reason: String| Error::Invalid {
@@ -498,25 +613,26 @@ impl Writer {
             params = params.force();
         }
         let patch = Patch::Apply(&obj);
-        self.call(
-            plugin,
-            action,
-            &cluster,
-            &target.describe,
-            false,
-            || async {
-                if a.status {
-                    target.api.patch_status(&target.name, &params, &patch).await
-                } else {
-                    target.api.patch(&target.name, &params, &patch).await
-                }
-            },
-        )
-        .await?;
-        Ok(())
+        let written = self
+            .call(
+                plugin,
+                action,
+                &cluster,
+                &target.describe,
+                false,
+                || async {
+                    if a.status {
+                        target.api.patch_status(&target.name, &params, &patch).await
+                    } else {
+                        target.api.patch(&target.name, &params, &patch).await
+                    }
+                },
+            )
+            .await?;
+        Ok(Written::Object(id, Box::new(written)))
     }
 
-    async fn patch(&self, plugin: &str, p: &PatchAction) -> Result<(), Error> {
+    async fn patch(&self, plugin: &str, p: &PatchAction) -> Result<Written, Error> {
         let action = if p.status { "patch status of" } else { "patch" };
         let t = &p.target;
         let cluster = self.cluster(plugin, action, &t.cluster, &t.name)?;
@@ -551,25 +667,26 @@ impl Writer {
                 Patch::Json(json_patch(body, p.resource_version.as_deref()).map_err(invalid)?)
             }
         };
-        self.call(
-            plugin,
-            action,
-            &cluster,
-            &target.describe,
-            !precondition,
-            || async {
-                if p.status {
-                    target.api.patch_status(&target.name, &params, &patch).await
-                } else {
-                    target.api.patch(&target.name, &params, &patch).await
-                }
-            },
-        )
-        .await?;
-        Ok(())
+        let written = self
+            .call(
+                plugin,
+                action,
+                &cluster,
+                &target.describe,
+                !precondition,
+                || async {
+                    if p.status {
+                        target.api.patch_status(&target.name, &params, &patch).await
+                    } else {
+                        target.api.patch(&target.name, &params, &patch).await
+                    }
+                },
+            )
+            .await?;
+        Ok(Written::Object(id, Box::new(written)))
     }
 
-    async fn delete(&self, plugin: &str, d: &DeleteAction) -> Result<(), Error> {
+    async fn delete(&self, plugin: &str, d: &DeleteAction) -> Result<Written, Error> {
         let action = "delete";
         let t = &d.target;
         let cluster = self.cluster(plugin, action, &t.cluster, &t.name)?;
@@ -595,19 +712,30 @@ impl Writer {
                 || async { target.api.delete(&target.name, &params).await },
             )
             .await;
+        let gone = || Written::Gone {
+            id: id.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+        };
         match result {
-            Ok(_) => Ok(()),
-            Err(e) if e.status() == Some(404) => Ok(()),
+            // Still there (finalizers, foreground deletion): cache its
+            // deletionTimestamp.
+            Ok(answer) => Ok(match answer.left() {
+                Some(obj) => Written::Object(id.clone(), Box::new(obj)),
+                None => gone(),
+            }),
+            // Already gone: done, not retried.
+            Err(e) if e.status() == Some(404) => Ok(gone()),
             // The UID precondition failed: the object we meant no longer exists.
             Err(e) if e.status() == Some(409) && d.uid.is_some() => {
                 debug!(%plugin, object = %target.describe, "delete skipped: the object was replaced (uid mismatch)");
-                Ok(())
+                Ok(Written::Nothing)
             }
             Err(e) => Err(e),
         }
     }
 
-    async fn create(&self, plugin: &str, c: &CreateAction) -> Result<(), Error> {
+    async fn create(&self, plugin: &str, c: &CreateAction) -> Result<Written, Error> {
         let action = "create";
         let cluster = self.cluster(plugin, action, &c.cluster, "object")?;
         let invalid = |reason: String| Error::Invalid {
@@ -633,9 +761,9 @@ impl Writer {
             )
             .await;
         match result {
-            Ok(_) => Ok(()),
+            Ok(obj) => Ok(Written::Object(id, Box::new(obj))),
             Err(Error::Api { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists") => {
-                Ok(())
+                Ok(Written::Nothing)
             }
             Err(e) => Err(e),
         }
@@ -648,18 +776,14 @@ impl Writer {
         let id = resource_id(&r.resource);
         let recorder = {
             let mut recorders = self.recorders.lock();
-            recorders
+            let entry = recorders
                 .entry((r.cluster.clone(), plugin.to_owned()))
-                .or_insert_with(|| {
-                    Recorder::new(
-                        cluster.client(),
-                        Reporter {
-                            controller: field_manager(plugin),
-                            instance: std::env::var("POD_NAME").ok(),
-                        },
-                    )
-                })
-                .clone()
+                .or_insert_with(|| (Arc::clone(&cluster), recorder_for(&cluster, plugin)));
+            // Re-engaged since (new client, maybe new credentials).
+            if !Arc::ptr_eq(&entry.0, &cluster) {
+                *entry = (Arc::clone(&cluster), recorder_for(&cluster, plugin));
+            }
+            entry.1.clone()
         };
         let reference = ObjectReference {
             api_version: Some(id.api_version()),
@@ -684,6 +808,23 @@ impl Writer {
         })
         .await
         .inspect_err(|err| warn!(%plugin, cluster = %r.cluster, %object, error = %err, "failed to record event"))
+    }
+}
+
+fn recorder_for(cluster: &Cluster, plugin: &str) -> Recorder {
+    Recorder::new(
+        cluster.client(),
+        Reporter {
+            controller: field_manager(plugin),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    )
+}
+
+fn api_status(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(s) => Some(s.code),
+        _ => None,
     }
 }
 

@@ -18,7 +18,7 @@ use rekon::cluster::{ClusterRegistry, Source, connect};
 use rekon::controller::{ControllerConfig, Manager, Reconciler};
 use rekon::plugin::{
     Action, ApplyAction, CallError, ClusterSet, DeleteAction, EventAction, EventType, HostReads,
-    Mapping, ObjectRef, Outcome, OwnerLabels, Registration, Request, Resource, Scope, Watch,
+    Mapping, ObjectRef, Outcome, OwnerLabels, Phase, Registration, Request, Resource, Scope, Watch,
 };
 use rekon::writer::{Writer, WriterConfig};
 use serde_json::{Value, json};
@@ -294,6 +294,7 @@ impl FanOut {
                 version: version.into(),
                 primary: configmaps(),
                 primary_clusters: ClusterSet::Primary,
+                primary_selector: None,
                 clusters: ClusterSet::All,
                 watches: vec![Watch {
                     resource: secrets(),
@@ -429,6 +430,7 @@ impl Reconciler for FanOut {
     fn reconcile(
         &self,
         req: Request,
+        _phase: Phase,
         reads: Arc<dyn HostReads>,
         _time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>> {

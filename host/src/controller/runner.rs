@@ -1,0 +1,517 @@
+//! The per-plugin runner: the controller's shared state, the loop that hands
+//! queued keys to reconcile tasks, and one reconcile of one key.
+//!
+//! One [`WorkQueue`] lives as long as the controller, across plugin swaps
+//! (even of the primary kind) and cluster disengage/re-engage: a running
+//! key stays known to the queue until its reconcile reports `done`, so a
+//! key is never reconciled twice at once. After a start or a swap the
+//! runner hands out nothing until the new version's watches have settled
+//! (synced, failed, or their cluster unreachable; bounded by
+//! `sync_timeout`), like controller-runtime's `WaitForCacheSync`.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
+
+use futures::FutureExt;
+use parking_lot::{Mutex, RwLock};
+use rekon_rules::Step;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{Instrument, debug, error, info, info_span, warn};
+
+use super::finalizer;
+use super::queue::{Done, ReqKey, WorkQueue};
+use super::reads::{CacheMap, PluginReads};
+use super::routing::{PrimaryScope, Route, WatchKey, desired_watches};
+use super::{ControllerConfig, QueueStats, Reconciler};
+use crate::cache::{CacheManager, Inbox, SharedCache, Subscription};
+use crate::cluster::{ClusterRegistry, Health};
+use crate::ops::metrics::{Metrics, QueueMetrics, ReconcileResult};
+use crate::plugin::{HostReads, ObjectRef, Request};
+use crate::writer::Writer;
+
+/// What every controller shares with the manager.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub(crate) clusters: ClusterRegistry,
+    pub(crate) caches: CacheManager,
+    pub(crate) writer: Writer,
+    pub(crate) config: ControllerConfig,
+}
+
+struct WatchEntry {
+    tag: u64,
+    sub: Subscription,
+}
+
+/// The state of one plugin's controller, shared by its runner, its event
+/// pump and the manager.
+pub(crate) struct Shared {
+    pub(crate) name: String,
+    plugin: RwLock<Arc<dyn Reconciler>>,
+    scope: RwLock<Arc<PrimaryScope>>,
+    watches: Mutex<HashMap<WatchKey, WatchEntry>>,
+    snapshot: RwLock<Arc<CacheMap>>,
+    routes: RwLock<HashMap<u64, Arc<Route>>>,
+    pub(crate) queue: Mutex<WorkQueue>,
+    pub(crate) wake: Notify,
+    pub(crate) inbox: Arc<Inbox>,
+    pub(crate) max_concurrent: AtomicUsize,
+    next_tag: AtomicU64,
+    /// True while the current version's watches settle (nothing is handed
+    /// out meanwhile); `generation` tells a stale settle task apart.
+    settling: AtomicBool,
+    generation: AtomicU64,
+    pub(crate) metrics: QueueMetrics,
+    pub(crate) ctx: Ctx,
+}
+
+impl Shared {
+    pub(crate) fn new(plugin: Arc<dyn Reconciler>, ctx: Ctx, max: usize) -> Self {
+        let name = plugin.name().to_owned();
+        Self {
+            metrics: Metrics::global().queue(&name),
+            scope: RwLock::new(Arc::new(PrimaryScope::of(
+                &name,
+                plugin.registration(),
+                &ctx.clusters,
+            ))),
+            name,
+            plugin: RwLock::new(plugin),
+            watches: Mutex::new(HashMap::new()),
+            snapshot: RwLock::new(Arc::new(CacheMap::new())),
+            routes: RwLock::new(HashMap::new()),
+            queue: Mutex::new(WorkQueue::new()),
+            wake: Notify::new(),
+            inbox: Inbox::new(),
+            max_concurrent: AtomicUsize::new(max),
+            next_tag: AtomicU64::new(0),
+            settling: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            ctx,
+        }
+    }
+
+    pub(crate) fn plugin(&self) -> Arc<dyn Reconciler> {
+        Arc::clone(&self.plugin.read())
+    }
+
+    pub(crate) fn set_plugin(&self, plugin: Arc<dyn Reconciler>) {
+        *self.plugin.write() = plugin;
+    }
+
+    pub(crate) fn scope(&self) -> Arc<PrimaryScope> {
+        Arc::clone(&self.scope.read())
+    }
+
+    pub(crate) fn route(&self, tag: u64) -> Option<Arc<Route>> {
+        self.routes.read().get(&tag).cloned()
+    }
+
+    pub(crate) fn reads(&self) -> Arc<dyn HostReads> {
+        Arc::new(PluginReads {
+            caches: Arc::clone(&self.snapshot.read()),
+            clusters: self.ctx.clusters.clone(),
+        })
+    }
+
+    /// The caches this controller reads, with their keys.
+    pub(crate) fn snapshot(&self) -> Arc<CacheMap> {
+        Arc::clone(&self.snapshot.read())
+    }
+
+    /// Bring the watches and the primary scope in line with the
+    /// registration and the engaged clusters.
+    pub(crate) fn sync_watches(&self) {
+        let plugin = self.plugin();
+        let reg = plugin.registration();
+        let desired = desired_watches(&self.name, reg, &self.ctx.clusters);
+        let scope = PrimaryScope::of(&self.name, reg, &self.ctx.clusters);
+        let mut watches = self.watches.lock();
+        let mut routes = self.routes.write();
+        watches.retain(|key, entry| {
+            let keep = desired.contains_key(key);
+            if !keep {
+                routes.remove(&entry.tag);
+                self.inbox.forget(entry.tag);
+                debug!(plugin = %self.name, cluster = %key.cluster, kind = %key.kind, "watch released");
+            }
+            keep
+        });
+        let mut snapshot = CacheMap::new();
+        for (key, want) in desired {
+            let route = Arc::new(want.route);
+            if let Some(entry) = watches.get(&key) {
+                routes.insert(entry.tag, route);
+                snapshot.insert(key, Arc::clone(entry.sub.cache()));
+                continue;
+            }
+            let cache: Arc<SharedCache> = match self.ctx.caches.acquire(&key.cluster, &want.id) {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(plugin = %self.name, error = %e, "failed to start a watch");
+                    continue;
+                }
+            };
+            let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+            routes.insert(tag, route);
+            let sub = cache.subscribe(tag, Arc::clone(&self.inbox));
+            debug!(plugin = %self.name, cluster = %key.cluster, kind = %key.kind, "watch acquired");
+            snapshot.insert(key.clone(), cache);
+            watches.insert(key, WatchEntry { tag, sub });
+        }
+        *self.snapshot.write() = Arc::new(snapshot);
+        *self.scope.write() = Arc::new(scope);
+    }
+
+    /// Drop every watch (the controller stops).
+    pub(crate) fn release_watches(&self) {
+        self.watches.lock().clear();
+        self.routes.write().clear();
+        *self.snapshot.write() = Arc::new(CacheMap::new());
+        self.inbox.close();
+    }
+
+    /// Hold reconciles until the current watches have settled (synced,
+    /// failed, or their cluster unreachable), at most `sync_timeout`.
+    pub(crate) fn begin_settling(self: &Arc<Self>) {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        self.settling.store(true, Ordering::SeqCst);
+        let caches: Vec<Arc<SharedCache>> = self.snapshot().values().cloned().collect();
+        let deadline = Instant::now() + self.ctx.config.sync_timeout;
+        let me = Arc::downgrade(self);
+        tokio::spawn(async move {
+            for cache in caches {
+                if cache.cluster().health() != Health::Unreachable {
+                    let _ = tokio::time::timeout_at(deadline, cache.wait_settled()).await;
+                }
+            }
+            if let Some(me) = me.upgrade()
+                && me.generation.load(Ordering::SeqCst) == generation
+            {
+                me.settling.store(false, Ordering::SeqCst);
+                debug!(plugin = %me.name, "watches settled; reconciling");
+                me.wake.notify_one();
+            }
+        });
+    }
+
+    fn settling(&self) -> bool {
+        self.settling.load(Ordering::SeqCst)
+    }
+
+    /// Queue `key` if it names a primary cluster of the plugin.
+    pub(crate) fn enqueue(&self, key: ReqKey, reason: &str) {
+        if !self.scope().covers_cluster(&key.cluster) {
+            debug!(plugin = %self.name, request = %key, "request for a cluster whose primaries the plugin does not reconcile; dropped");
+            return;
+        }
+        self.metrics.add();
+        let mut queue = self.queue.lock();
+        if queue.add(key, reason) {
+            self.metrics.set_depth(queue.ready());
+            drop(queue);
+            self.wake.notify_one();
+        }
+    }
+
+    /// Queue every object the primary scope says is ours: the primaries, and
+    /// the objects still carrying the finalizer (deleting or leaving).
+    pub(crate) fn requeue_all(&self, reason: &str) {
+        let scope = self.scope();
+        let snapshot = self.snapshot();
+        let mut added = 0_usize;
+        {
+            let mut queue = self.queue.lock();
+            for cluster in &scope.clusters {
+                let Some(cache) = snapshot.get(&WatchKey::new(cluster, &scope.resource)) else {
+                    continue;
+                };
+                cache.read(|store| {
+                    for obj in store.objects() {
+                        if scope.step(cluster, obj) == Step::Ignore {
+                            continue;
+                        }
+                        queue.add(
+                            ReqKey {
+                                cluster: cluster.clone(),
+                                namespace: obj.key.namespace().map(str::to_owned),
+                                name: obj.key.name.clone(),
+                            },
+                            reason,
+                        );
+                        added += 1;
+                    }
+                });
+            }
+            self.metrics.set_depth(queue.ready());
+        }
+        debug!(plugin = %self.name, count = added, %reason, "requeued every primary");
+        self.wake.notify_one();
+    }
+
+    /// Objects in the primary caches that carry the plugin's finalizer.
+    pub(crate) fn finalized_objects(&self) -> Vec<String> {
+        let scope = self.scope();
+        let snapshot = self.snapshot();
+        let mut out = Vec::new();
+        for (key, cache) in snapshot.iter() {
+            if !cache.resource().same_type(&scope.resource) {
+                continue;
+            }
+            cache.read(|store| {
+                for obj in store.objects().filter(|o| scope.has_finalizer(o)) {
+                    out.push(format!("{}:{}", key.cluster, describe_key(&obj.key)));
+                }
+            });
+        }
+        out.sort();
+        out
+    }
+
+    fn primary_cache(&self, cluster: &str) -> Option<Arc<SharedCache>> {
+        let scope = self.scope();
+        if !scope.covers_cluster(cluster) {
+            return None;
+        }
+        self.snapshot
+            .read()
+            .get(&WatchKey::new(cluster, &scope.resource))
+            .cloned()
+    }
+
+    pub(crate) fn stats(&self) -> QueueStats {
+        let q = self.queue.lock();
+        QueueStats {
+            ready: q.ready(),
+            running: q.running(),
+            delayed: q.delayed(),
+        }
+    }
+}
+
+fn describe_key(key: &crate::cache::ObjectKey) -> String {
+    match key.namespace() {
+        Some(ns) => format!("{ns}/{}", key.name),
+        None => key.name.clone(),
+    }
+}
+
+/// Hand keys to reconcile tasks, bounded, until `stop`; then finish in-flight work.
+pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let mut tasks: JoinSet<(ReqKey, Done)> = JoinSet::new();
+    // ops hook (leader election): only the leader reconciles; a follower
+    // keeps its caches warm and its requests queued until it leads.
+    let leader = shared.ctx.writer.leader_gate().clone();
+    let mut leader_changes = leader.subscribe();
+    let mut leader_alive = true;
+    let resync_every = shared.ctx.config.resync_period.filter(|d| !d.is_zero());
+    let mut next_resync = resync_every.map(|d| Instant::now() + d);
+    loop {
+        let limit = shared.max_concurrent.load(Ordering::Relaxed);
+        let open = leader.is_leader() && !shared.settling();
+        while open && tasks.len() < limit {
+            let Some((key, reason, waited)) = shared.queue.lock().pop_timed() else {
+                break;
+            };
+            shared.metrics.observe_queue_duration(waited);
+            let fut = reconcile_key(Arc::clone(&shared), key.clone(), reason);
+            tasks.spawn(async move {
+                let done = AssertUnwindSafe(fut)
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| {
+                        error!(request = %key, "reconcile task panicked");
+                        Done::Retry
+                    });
+                (key, done)
+            });
+        }
+        let deadline = shared.queue.lock().next_deadline();
+        tokio::select! {
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok((key, done)) = joined {
+                    let mut queue = shared.queue.lock();
+                    queue.done(&key, done, Instant::now());
+                    shared.metrics.set_depth(queue.ready());
+                }
+            }
+            changed = leader_changes.changed(), if leader_alive => {
+                // Leadership gained or lost: re-evaluate. An error means the
+                // elector stopped (the host is shutting down).
+                leader_alive = changed.is_ok();
+            }
+            () = shared.wake.notified() => {}
+            () = sleep_until(deadline) => {
+                shared.queue.lock().fire_due(Instant::now());
+            }
+            () = sleep_until(next_resync) => {
+                shared.requeue_all("periodic resync");
+                next_resync = resync_every.map(|d| Instant::now() + d);
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    let in_flight = tasks.len();
+    if in_flight > 0 {
+        info!(plugin = %shared.name, in_flight, "stopping: finishing in-flight reconciles");
+    }
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((key, done)) = joined {
+            shared.queue.lock().done(&key, done, Instant::now());
+        }
+    }
+}
+
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One reconcile of one key, inside its span.
+async fn reconcile_key(shared: Arc<Shared>, key: ReqKey, reason: String) -> Done {
+    let span = info_span!(
+        "reconcile",
+        plugin = %shared.name,
+        cluster = %key.cluster,
+        namespace = key.namespace.as_deref().unwrap_or(""),
+        name = %key.name,
+        reason = %reason,
+    );
+    let timer = Metrics::global().reconcile_started(&shared.name, &key.cluster);
+    let started = std::time::Instant::now();
+    let metrics = shared.metrics.clone();
+    let done = reconcile_inner(shared, key).instrument(span).await;
+    metrics.observe_work_duration(started.elapsed());
+    timer.finish(match done {
+        Done::Success(None) => ReconcileResult::Success,
+        Done::Success(Some(_)) => ReconcileResult::RequeueAfter,
+        Done::Retry => {
+            metrics.retry();
+            ReconcileResult::Error
+        }
+        Done::Terminal => ReconcileResult::TerminalError,
+    });
+    done
+}
+
+async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {
+    let plugin = shared.plugin();
+    let reg = plugin.registration();
+    let scope = shared.scope();
+    let Some(cache) = shared.primary_cache(&key.cluster) else {
+        debug!(
+            "not a primary cluster of the plugin (cluster disengaged or plugin changed); dropped"
+        );
+        return Done::Success(None);
+    };
+    let Some(obj) = cache.get(key.namespace.as_deref(), &key.name) else {
+        debug!("primary not found; nothing to do");
+        return Done::Success(None);
+    };
+    let target = ObjectRef {
+        cluster: key.cluster.clone(),
+        resource: reg.primary.clone(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+    };
+    let (phase, release) = match scope.step(&key.cluster, &obj) {
+        Step::Ignore => {
+            debug!(
+                deleting = obj.deleting,
+                "not a primary (outside the primary selector, or deleting without our finalizer); nothing to do"
+            );
+            return Done::Success(None);
+        }
+        Step::AddFinalizer => {
+            let Some(finalizer) = &scope.finalizer else {
+                return Done::Success(None);
+            };
+            let ops =
+                finalizer::add_patch(&obj.finalizers, obj.resource_version.as_deref(), finalizer);
+            return match shared
+                .ctx
+                .writer
+                .perform(&shared.name, &finalizer::patch_action(target, &ops))
+                .await
+            {
+                Ok(()) => {
+                    debug!(%finalizer, "finalizer added; reconciling on the resulting change");
+                    Done::Success(None)
+                }
+                Err(e) if e.status() == Some(404) => {
+                    debug!("primary gone before its finalizer was added");
+                    Done::Success(None)
+                }
+                Err(e) => {
+                    warn!(status = ?e.status(), error = %e, "failed to add the finalizer");
+                    Done::Retry
+                }
+            };
+        }
+        Step::Reconcile { phase, release } => (phase, release),
+    };
+    let request = Request {
+        cluster: key.cluster.clone(),
+        namespace: key.namespace.clone(),
+        name: key.name.clone(),
+    };
+    let started = std::time::Instant::now();
+    let outcome = match plugin
+        .reconcile(request, phase.into(), shared.reads(), SystemTime::now())
+        .await
+    {
+        Ok(o) => o,
+        Err(e) => {
+            let retry = e.is_retryable();
+            warn!(error = %e, kind = e.kind(), retry, phase = ?phase, "reconcile failed");
+            return if retry { Done::Retry } else { Done::Terminal };
+        }
+    };
+    let call = started.elapsed();
+    if let Err(e) = shared
+        .ctx
+        .writer
+        .execute(&shared.name, &outcome.actions)
+        .await
+    {
+        let statuses: Vec<u16> = e.failed.iter().filter_map(|f| f.status()).collect();
+        warn!(?statuses, error = %e, "failed to perform the outcome; will retry");
+        return if e.is_retryable() {
+            Done::Retry
+        } else {
+            Done::Terminal
+        };
+    }
+    if release
+        && outcome.finalized
+        && let Some(finalizer) = &scope.finalizer
+        && let Some(index) = obj.finalizers.iter().position(|f| f == finalizer)
+    {
+        let ops = finalizer::remove_patch(index, finalizer);
+        match shared
+            .ctx
+            .writer
+            .perform(&shared.name, &finalizer::patch_action(target, &ops))
+            .await
+        {
+            Ok(()) => info!(%finalizer, phase = ?phase, "cleanup done; finalizer removed"),
+            // Already gone (another finalizer-less deletion finished it).
+            Err(e) if e.status() == Some(404) => {
+                debug!("primary already gone; finalizer removal not needed");
+            }
+            Err(e) => {
+                warn!(status = ?e.status(), error = %e, "failed to remove the finalizer");
+                return Done::Retry;
+            }
+        }
+    }
+    debug!(actions = outcome.actions.len(), call_ms = call.as_millis(), requeue_after_ms = ?outcome.requeue_after_ms, phase = ?phase, "reconciled");
+    Done::Success(outcome.requeue_after_ms.map(Duration::from_millis))
+}

@@ -1,0 +1,18 @@
+//! The rules that rekon's host and the guest SDK must apply identically.
+//!
+//! A plugin that passes its native tests (the SDK's test kit) must behave the
+//! same in a cluster, so wherever the host and the test kit decide the same
+//! question they call the same function here rather than keeping two copies
+//! that drift apart.
+//!
+//! # Layout
+//! | module | rule |
+//! |---|---|
+//! | [`selector`] | Kubernetes label selector strings: parsing and matching |
+//! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
+
+pub mod scope;
+pub mod selector;
+
+pub use scope::{Phase, PrimaryState, Step, step};
+pub use selector::{LabelSelector, ParseError, Requirement};
