@@ -29,6 +29,8 @@ pub struct Builtins {
     pub defs: Map<String, Value>,
     /// (group, version, kind) → definition name.
     pub roots: BTreeMap<(String, String, String), String>,
+    /// (group, version, kind) → `{"$ref": ...}` to the root definition.
+    pub refs: BTreeMap<(String, String, String), Value>,
 }
 
 macro_rules! kinds {
@@ -103,12 +105,17 @@ pub fn builtins() -> &'static Builtins {
                 );
             }
         }
-        Builtins { defs, roots }
+        let refs = roots
+            .iter()
+            .map(|(k, n)| (k.clone(), json!({"$ref": format!("#/components/schemas/{n}")})))
+            .collect();
+        Builtins { defs, roots, refs }
     })
 }
 
-/// The schema of a stored object of `res` and the definitions its `$ref`s
-/// point into (`None` for a custom resource: its schema has no refs).
+/// The schema of a stored object of `res` (for a built-in, a `$ref` to its
+/// definition) and the definitions `$ref`s point into (`None` for a custom
+/// resource: its schema has no refs).
 pub fn schema_of(res: &ResourceInfo) -> Option<(&Value, Option<&'static Map<String, Value>>)> {
     if !res.builtin {
         return res.schema.as_deref().map(|s| (s, None));
@@ -116,16 +123,24 @@ pub fn schema_of(res: &ResourceInfo) -> Option<(&Value, Option<&'static Map<Stri
     let b = builtins();
     let storage = res.storage_api_version();
     let (group, version) = crate::resources::split_api_version(&storage);
-    let name = b
-        .roots
-        .get(&(group.to_string(), version.to_string(), res.kind.clone()))?;
-    b.defs.get(name).map(|s| (s, Some(&b.defs)))
+    b.refs
+        .get(&(group.to_string(), version.to_string(), res.kind.clone()))
+        .map(|r| (r, Some(&b.defs)))
 }
 
 /// Follows a `#/components/schemas/X` reference, also in the
 /// `{"allOf": [{"$ref": ...}], "description": ...}` form OpenAPI v3 uses.
 pub fn resolve<'a>(s: &'a Value, defs: Option<&'a Map<String, Value>>) -> &'a Value {
+    resolve_named(s, defs).0
+}
+
+/// [`resolve`], also naming the definition reached (if any).
+pub fn resolve_named<'a>(
+    s: &'a Value,
+    defs: Option<&'a Map<String, Value>>,
+) -> (&'a Value, Option<&'a str>) {
     let mut cur = s;
+    let mut name = None;
     for _ in 0..8 {
         if let Some([one]) = cur
             .get("allOf")
@@ -135,14 +150,17 @@ pub fn resolve<'a>(s: &'a Value, defs: Option<&'a Map<String, Value>>) -> &'a Va
             cur = one;
         }
         match (cur.get("$ref").and_then(Value::as_str), defs) {
-            (Some(r), Some(d)) => match r.rsplit('/').next().and_then(|n| d.get(n)) {
-                Some(next) => cur = next,
-                None => return cur,
+            (Some(r), Some(d)) => match r.rsplit('/').next().and_then(|n| d.get_key_value(n)) {
+                Some((n, next)) => {
+                    cur = next;
+                    name = Some(n.as_str());
+                }
+                None => return (cur, name),
             },
-            _ => return cur,
+            _ => return (cur, name),
         }
     }
-    cur
+    (cur, name)
 }
 
 fn collect_refs(v: &Value, out: &mut BTreeSet<String>) {

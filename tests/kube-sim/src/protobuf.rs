@@ -282,6 +282,19 @@ fn kind_message(api_version: &str, kind: &str) -> Option<&'static Message> {
     table().get(&format!("k8s.io.api.{package}.{version}.{kind}"))
 }
 
+/// Whether Go's JSON encoder keeps an empty value of field `json` in the
+/// type whose OpenAPI definition is `def` (`io.k8s.api.rbac.v1.Role`):
+/// true for fields without `omitempty` (`rules: []` stays `[]`).
+pub fn keeps_empty(def: &str, json: &str) -> bool {
+    let Some(rest) = def.strip_prefix("io.k8s.") else {
+        return false;
+    };
+    table()
+        .get(&format!("k8s.io.{rest}"))
+        .and_then(|m| m.fields.iter().find(|f| f.json == json))
+        .is_some_and(|f| f.keep_zero)
+}
+
 /// Whether a protobuf body of this kind can be decoded (built-in kinds).
 pub fn decodes(api_version: &str, kind: &str) -> bool {
     kind_message(api_version, kind).is_some()

@@ -25,6 +25,39 @@ enum Cell {
     JobCompletions,
     DeployReady,
     DataCount,
+    /// An integer at a path, 0 when absent.
+    Int(&'static str),
+    /// A string at a path, `""` when absent.
+    Text(&'static str),
+    /// `a,b` of the names (or images) of the containers under a pod spec path.
+    Containers(&'static str, &'static str),
+    /// `metav1.FormatLabelSelector` of the LabelSelector at a path.
+    Selector(&'static str),
+    /// `k=v,...` of a map at a path (`<none>` when empty).
+    MapSelector(&'static str),
+    PodReadinessGates,
+    ServiceClusterIp,
+    ServiceExternalIp,
+    ServicePorts,
+    JobDuration,
+    EventLastSeen,
+    EventFirstSeen,
+    EventObject,
+    EventSource,
+    EventCount,
+    /// Age since a timestamp at a path (`<none>` when absent).
+    Since(&'static str),
+    /// `ready/desired` from two integer paths (desired defaults to 1).
+    Ratio(&'static str, &'static str),
+    NodeAddress(&'static str),
+}
+
+fn wide(name: &str) -> Value {
+    col(name, "string", "", 1)
+}
+
+fn s(name: &str) -> Value {
+    col(name, "string", "", 0)
 }
 
 fn col(name: &str, ty: &str, format: &str, priority: i64) -> Value {
@@ -139,6 +172,94 @@ fn cell_text(v: Option<&Value>) -> Value {
     }
 }
 
+/// `metav1.FormatLabelSelector`: `<none>` for an empty selector.
+fn format_label_selector(sel: &Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(ml) = sel.get("matchLabels").and_then(Value::as_object) {
+        for (k, v) in ml {
+            parts.push(format!("{k}={}", v.as_str().unwrap_or_default()));
+        }
+    }
+    for e in sel
+        .get("matchExpressions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let key = e["key"].as_str().unwrap_or_default();
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        match e["operator"].as_str() {
+            Some("In") => parts.push(format!("{key} in ({})", values.join(","))),
+            Some("NotIn") => parts.push(format!("{key} notin ({})", values.join(","))),
+            Some("Exists") => parts.push(key.to_string()),
+            Some("DoesNotExist") => parts.push(format!("!{key}")),
+            _ => {}
+        }
+    }
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The EXTERNAL-IP column of a Service (`getServiceExternalIP`).
+fn service_external_ip(svc: &Value) -> String {
+    let external: Vec<&str> = svc
+        .pointer("/spec/externalIPs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match svc.pointer("/spec/type").and_then(Value::as_str) {
+        Some("ExternalName") => svc
+            .pointer("/spec/externalName")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        Some("LoadBalancer") => {
+            let mut ips: Vec<String> = svc
+                .pointer("/status/loadBalancer/ingress")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|i| i["ip"].as_str().or(i["hostname"].as_str()))
+                .map(str::to_string)
+                .collect();
+            ips.extend(external.iter().map(|s| (*s).to_string()));
+            if ips.is_empty() {
+                "<pending>".into()
+            } else {
+                ips.join(",")
+            }
+        }
+        _ if !external.is_empty() => external.join(","),
+        _ => "<none>".into(),
+    }
+}
+
+/// (first seen, last seen) of a core v1 Event (`printEvent`).
+fn event_times(ev: &Value) -> (String, String) {
+    let since = |p: &str| {
+        ev.pointer(p)
+            .and_then(Value::as_str)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| human_duration((Utc::now() - t.with_timezone(&Utc)).num_seconds()))
+    };
+    let unknown = || "<unknown>".to_string();
+    let first = since("/firstTimestamp")
+        .or_else(|| since("/eventTime"))
+        .unwrap_or_else(unknown);
+    let last = since("/series/lastObservedTime")
+        .or_else(|| since("/lastTimestamp"))
+        .unwrap_or_else(|| first.clone());
+    (first, last)
+}
+
 impl Printer {
     /// The printer of a resource.
     pub(crate) fn for_resource(res: &ResourceInfo, crd_columns: Option<&Value>) -> Self {
@@ -153,6 +274,11 @@ impl Printer {
                     col("Roles", "string", "", 0),
                     agec,
                     col("Version", "string", "", 0),
+                    wide("Internal-IP"),
+                    wide("External-IP"),
+                    wide("OS-Image"),
+                    wide("Kernel-Version"),
+                    wide("Container-Runtime"),
                 ],
                 vec![
                     Name,
@@ -160,19 +286,31 @@ impl Printer {
                     NodeRoles,
                     Age,
                     Path(".status.nodeInfo.kubeletVersion".into()),
+                    NodeAddress("InternalIP"),
+                    NodeAddress("ExternalIP"),
+                    Path(".status.nodeInfo.osImage".into()),
+                    Path(".status.nodeInfo.kernelVersion".into()),
+                    Path(".status.nodeInfo.containerRuntimeVersion".into()),
                 ],
             ),
             (true, "Namespace") => (
                 vec![name, col("Status", "string", "", 0), agec],
                 vec![Name, Path(".status.phase".into()), Age],
             ),
+            // The columns of k8s.io/kubernetes/pkg/printers/internalversion
+            // (the server always prints the wide cells; kubectl hides
+            // priority-1 columns without `-o wide`).
             (true, "Pod") => (
                 vec![
                     name,
-                    col("Ready", "string", "", 0),
-                    col("Status", "string", "", 0),
+                    s("Ready"),
+                    s("Status"),
                     col("Restarts", "string", "", 0),
                     agec,
+                    wide("IP"),
+                    wide("Node"),
+                    wide("Nominated Node"),
+                    wide("Readiness Gates"),
                 ],
                 vec![
                     Name,
@@ -180,20 +318,195 @@ impl Printer {
                     Path(".status.phase".into()),
                     PodRestarts,
                     Age,
+                    Path(".status.podIP".into()),
+                    Path(".spec.nodeName".into()),
+                    Path(".status.nominatedNodeName".into()),
+                    PodReadinessGates,
                 ],
             ),
             (true, "Job") => (
                 vec![
                     name,
-                    col("Status", "string", "", 0),
-                    col("Completions", "string", "", 0),
+                    s("Status"),
+                    s("Completions"),
+                    s("Duration"),
                     agec,
+                    wide("Containers"),
+                    wide("Images"),
+                    wide("Selector"),
                 ],
-                vec![Name, JobStatus, JobCompletions, Age],
+                vec![
+                    Name,
+                    JobStatus,
+                    JobCompletions,
+                    JobDuration,
+                    Age,
+                    Containers("/spec/template/spec/containers", "name"),
+                    Containers("/spec/template/spec/containers", "image"),
+                    Selector("/spec/selector"),
+                ],
             ),
-            (true, "Deployment" | "StatefulSet") => (
-                vec![name, col("Ready", "string", "", 0), agec],
-                vec![Name, DeployReady, Age],
+            (true, "CronJob") => (
+                vec![
+                    name,
+                    s("Schedule"),
+                    s("Timezone"),
+                    col("Suspend", "boolean", "", 0),
+                    col("Active", "integer", "", 0),
+                    s("Last Schedule"),
+                    agec,
+                    wide("Containers"),
+                    wide("Images"),
+                    wide("Selector"),
+                ],
+                vec![
+                    Name,
+                    Text("/spec/schedule"),
+                    Path(".spec.timeZone".into()),
+                    Path(".spec.suspend".into()),
+                    Int("/status/active"),
+                    Since("/status/lastScheduleTime"),
+                    Age,
+                    Containers("/spec/jobTemplate/spec/template/spec/containers", "name"),
+                    Containers("/spec/jobTemplate/spec/template/spec/containers", "image"),
+                    Selector("/spec/jobTemplate/spec/selector"),
+                ],
+            ),
+            (true, "Deployment") => (
+                vec![
+                    name,
+                    s("Ready"),
+                    col("Up-to-date", "integer", "", 0),
+                    col("Available", "integer", "", 0),
+                    agec,
+                    wide("Containers"),
+                    wide("Images"),
+                    wide("Selector"),
+                ],
+                vec![
+                    Name,
+                    DeployReady,
+                    Int("/status/updatedReplicas"),
+                    Int("/status/availableReplicas"),
+                    Age,
+                    Containers("/spec/template/spec/containers", "name"),
+                    Containers("/spec/template/spec/containers", "image"),
+                    Selector("/spec/selector"),
+                ],
+            ),
+            (true, "ReplicaSet" | "ReplicationController") => (
+                vec![
+                    name,
+                    col("Desired", "integer", "", 0),
+                    col("Current", "integer", "", 0),
+                    col("Ready", "integer", "", 0),
+                    agec,
+                    wide("Containers"),
+                    wide("Images"),
+                    wide("Selector"),
+                ],
+                vec![
+                    Name,
+                    Int("/spec/replicas"),
+                    Int("/status/replicas"),
+                    Int("/status/readyReplicas"),
+                    Age,
+                    Containers("/spec/template/spec/containers", "name"),
+                    Containers("/spec/template/spec/containers", "image"),
+                    if res.kind == "ReplicaSet" {
+                        Selector("/spec/selector")
+                    } else {
+                        MapSelector("/spec/selector")
+                    },
+                ],
+            ),
+            (true, "StatefulSet") => (
+                vec![name, s("Ready"), agec, wide("Containers"), wide("Images")],
+                vec![
+                    Name,
+                    Ratio("/status/readyReplicas", "/spec/replicas"),
+                    Age,
+                    Containers("/spec/template/spec/containers", "name"),
+                    Containers("/spec/template/spec/containers", "image"),
+                ],
+            ),
+            (true, "DaemonSet") => (
+                vec![
+                    name,
+                    col("Desired", "integer", "", 0),
+                    col("Current", "integer", "", 0),
+                    col("Ready", "integer", "", 0),
+                    col("Up-to-date", "integer", "", 0),
+                    col("Available", "integer", "", 0),
+                    s("Node Selector"),
+                    agec,
+                    wide("Containers"),
+                    wide("Images"),
+                    wide("Selector"),
+                ],
+                vec![
+                    Name,
+                    Int("/status/desiredNumberScheduled"),
+                    Int("/status/currentNumberScheduled"),
+                    Int("/status/numberReady"),
+                    Int("/status/updatedNumberScheduled"),
+                    Int("/status/numberAvailable"),
+                    MapSelector("/spec/template/spec/nodeSelector"),
+                    Age,
+                    Containers("/spec/template/spec/containers", "name"),
+                    Containers("/spec/template/spec/containers", "image"),
+                    Selector("/spec/selector"),
+                ],
+            ),
+            (true, "Service") => (
+                vec![
+                    name,
+                    s("Type"),
+                    s("Cluster-IP"),
+                    s("External-IP"),
+                    s("Port(s)"),
+                    agec,
+                    wide("Selector"),
+                ],
+                vec![
+                    Name,
+                    Text("/spec/type"),
+                    ServiceClusterIp,
+                    ServiceExternalIp,
+                    ServicePorts,
+                    Age,
+                    MapSelector("/spec/selector"),
+                ],
+            ),
+            (true, "Event") => (
+                vec![
+                    s("Last Seen"),
+                    s("Type"),
+                    s("Reason"),
+                    s("Object"),
+                    wide("Subobject"),
+                    wide("Source"),
+                    s("Message"),
+                    wide("First Seen"),
+                    wide("Count"),
+                    col("Name", "string", "name", 1),
+                ],
+                vec![
+                    EventLastSeen,
+                    Text("/type"),
+                    Text("/reason"),
+                    EventObject,
+                    Text("/involvedObject/fieldPath"),
+                    EventSource,
+                    Text("/message"),
+                    EventFirstSeen,
+                    EventCount,
+                    Name,
+                ],
+            ),
+            (true, "ServiceAccount") => (
+                vec![name, col("Secrets", "integer", "", 0), agec],
+                vec![Name, Int("/secrets"), Age],
             ),
             (true, "ConfigMap") => (
                 vec![name, col("Data", "integer", "", 0), agec],
@@ -352,6 +665,171 @@ impl Printer {
                         .unwrap_or(1);
                     Value::String(format!("{ready}/{want}"))
                 }
+                Cell::Int(p) => {
+                    let v = obj.pointer(p);
+                    json!(
+                        v.and_then(Value::as_i64)
+                            .or_else(|| v.and_then(Value::as_array).map(|a| a.len() as i64))
+                            .unwrap_or(0)
+                    )
+                }
+                Cell::Text(p) => json!(obj.pointer(p).and_then(Value::as_str).unwrap_or("")),
+                Cell::Containers(p, field) => {
+                    let names: Vec<&str> = obj
+                        .pointer(p)
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|c| c.get(*field).and_then(Value::as_str))
+                        .collect();
+                    json!(names.join(","))
+                }
+                Cell::Selector(p) => json!(
+                    obj.pointer(p)
+                        .map(format_label_selector)
+                        .unwrap_or_else(|| "<none>".into())
+                ),
+                Cell::MapSelector(p) => {
+                    let m = obj.pointer(p).and_then(Value::as_object);
+                    json!(match m {
+                        Some(m) if !m.is_empty() => m
+                            .iter()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                            .collect::<Vec<_>>()
+                            .join(","),
+                        _ => "<none>".to_string(),
+                    })
+                }
+                Cell::PodReadinessGates => {
+                    let gates = obj
+                        .pointer("/spec/readinessGates")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len);
+                    if gates == 0 {
+                        json!("<none>")
+                    } else {
+                        let conds = obj.pointer("/status/conditions").and_then(Value::as_array);
+                        let ok = obj
+                            .pointer("/spec/readinessGates")
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter(|g| {
+                                conds.is_some_and(|a| {
+                                    a.iter().any(|c| {
+                                        c["type"] == g["conditionType"] && c["status"] == "True"
+                                    })
+                                })
+                            })
+                            .count();
+                        json!(format!("{ok}/{gates}"))
+                    }
+                }
+                Cell::ServiceClusterIp => json!(
+                    obj.pointer("/spec/clusterIP")
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or("<none>")
+                ),
+                Cell::ServiceExternalIp => json!(service_external_ip(obj)),
+                Cell::ServicePorts => {
+                    let ports: Vec<String> = obj
+                        .pointer("/spec/ports")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .map(|p| {
+                            let port = p["port"].as_i64().unwrap_or(0);
+                            let proto = p["protocol"].as_str().unwrap_or("TCP");
+                            match p["nodePort"].as_i64().filter(|n| *n > 0) {
+                                Some(np) => format!("{port}:{np}/{proto}"),
+                                None => format!("{port}/{proto}"),
+                            }
+                        })
+                        .collect();
+                    json!(if ports.is_empty() {
+                        "<none>".to_string()
+                    } else {
+                        ports.join(",")
+                    })
+                }
+                Cell::JobDuration => {
+                    let t = |p: &str| {
+                        obj.pointer(p)
+                            .and_then(Value::as_str)
+                            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                            .map(|t| t.with_timezone(&Utc))
+                    };
+                    json!(
+                        match (t("/status/startTime"), t("/status/completionTime")) {
+                            (None, _) => String::new(),
+                            (Some(s), Some(c)) => human_duration((c - s).num_seconds()),
+                            (Some(s), None) => human_duration((Utc::now() - s).num_seconds()),
+                        }
+                    )
+                }
+                Cell::EventLastSeen => json!(event_times(obj).1),
+                Cell::EventFirstSeen => json!(event_times(obj).0),
+                Cell::EventObject => {
+                    let kind = obj
+                        .pointer("/involvedObject/kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_lowercase();
+                    json!(
+                        match obj.pointer("/involvedObject/name").and_then(Value::as_str) {
+                            Some(n) if !n.is_empty() => format!("{kind}/{n}"),
+                            _ => kind,
+                        }
+                    )
+                }
+                Cell::EventSource => {
+                    let comp = obj
+                        .pointer("/source/component")
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .or_else(|| obj.get("reportingComponent").and_then(Value::as_str))
+                        .unwrap_or_default();
+                    let host = obj
+                        .pointer("/source/host")
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .or_else(|| obj.get("reportingInstance").and_then(Value::as_str))
+                        .unwrap_or_default();
+                    json!(if host.is_empty() {
+                        comp.to_string()
+                    } else {
+                        format!("{comp}, {host}")
+                    })
+                }
+                Cell::EventCount => {
+                    let n = obj
+                        .pointer("/series/count")
+                        .and_then(Value::as_i64)
+                        .or_else(|| obj.get("count").and_then(Value::as_i64))
+                        .filter(|n| *n > 0)
+                        .unwrap_or(1);
+                    json!(n)
+                }
+                Cell::Since(p) => json!(
+                    obj.pointer(p)
+                        .and_then(Value::as_str)
+                        .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+                        .map(|t| human_duration((Utc::now() - t.with_timezone(&Utc)).num_seconds()))
+                        .unwrap_or_else(|| "<none>".into())
+                ),
+                Cell::Ratio(ready, want) => {
+                    let r = obj.pointer(ready).and_then(Value::as_i64).unwrap_or(0);
+                    let w = obj.pointer(want).and_then(Value::as_i64).unwrap_or(1);
+                    json!(format!("{r}/{w}"))
+                }
+                Cell::NodeAddress(ty) => json!(
+                    obj.pointer("/status/addresses")
+                        .and_then(Value::as_array)
+                        .and_then(|a| a.iter().find(|x| x["type"] == *ty))
+                        .and_then(|x| x["address"].as_str())
+                        .unwrap_or("<none>")
+                ),
                 Cell::DataCount => {
                     let n = ["data", "binaryData", "stringData"]
                         .iter()

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::openapi::resolve;
+use crate::openapi::{resolve, resolve_named};
 
 /// `fieldValidation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,7 +57,9 @@ fn go_value(v: &Value) -> String {
 }
 
 /// Walks `v` against `schema`: drops unknown fields (recording their paths)
-/// and, with `constraints`, records value constraint violations.
+/// and, with `constraints`, records value constraint violations. With
+/// `defs` (a built-in type) it also drops the empty maps and lists that
+/// Go's encoder omits (`omitempty`), as a typed decode and encode would.
 pub fn walk(
     v: &mut Value,
     schema: &Value,
@@ -67,7 +69,22 @@ pub fn walk(
     constraints: bool,
     out: &mut Findings,
 ) {
-    let schema = resolve(schema, defs);
+    walk_named(v, schema, defs, None, path, root, constraints, out);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk_named(
+    v: &mut Value,
+    schema: &Value,
+    defs: Option<&Map<String, Value>>,
+    name: Option<&str>,
+    path: &str,
+    root: bool,
+    constraints: bool,
+    out: &mut Findings,
+) {
+    let (schema, reached) = resolve_named(schema, defs);
+    let name = reached.or(name);
     if constraints && !check_value(v, schema, path, out) {
         return;
     }
@@ -103,7 +120,13 @@ pub fn walk(
                 let sub_path = join(path, &k);
                 if let Some(sub) = props.and_then(|p| p.get(&k)) {
                     if let Some(x) = map.get_mut(&k) {
-                        walk(x, sub, defs, &sub_path, false, constraints, out);
+                        walk_named(x, sub, defs, None, &sub_path, false, constraints, out);
+                        if defs.is_some()
+                            && is_empty_collection(x, resolve(sub, defs))
+                            && !name.is_some_and(|n| crate::protobuf::keeps_empty(n, &k))
+                        {
+                            map.remove(&k);
+                        }
                     }
                 } else if let Some(add) = additional.filter(|a| a.is_object()) {
                     if let Some(x) = map.get_mut(&k) {
@@ -118,10 +141,11 @@ pub fn walk(
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, x) in items.iter_mut().enumerate() {
-                    walk(
+                    walk_named(
                         x,
                         item_schema,
                         defs,
+                        None,
                         &format!("{path}[{i}]"),
                         false,
                         constraints,
@@ -131,6 +155,16 @@ pub fn walk(
             }
         }
         _ => {}
+    }
+}
+
+/// An empty list, or an empty map (a schema with `additionalProperties`;
+/// an empty struct such as `resources: {}` is kept, as Go encodes it).
+fn is_empty_collection(v: &Value, schema: &Value) -> bool {
+    match v {
+        Value::Array(a) => a.is_empty(),
+        Value::Object(m) => m.is_empty() && schema.get("additionalProperties").is_some(),
+        _ => false,
     }
 }
 
@@ -331,5 +365,50 @@ mod tests {
             (f.invalid[0].1.as_str(), f.invalid[0].2.as_str()),
             ("spec.size", "Required value")
         );
+    }
+
+    #[test]
+    fn built_ins_lose_empty_omitempty_maps_and_lists_only() {
+        let b = crate::openapi::builtins();
+        let root = |g: &str, k: &str| &b.refs[&(g.to_string(), "v1".to_string(), k.to_string())];
+        let mut role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "r", "labels": {}, "annotations": {}}, "rules": []});
+        let mut f = Findings::default();
+        walk(
+            &mut role,
+            root("rbac.authorization.k8s.io", "Role"),
+            Some(&b.defs),
+            "",
+            true,
+            false,
+            &mut f,
+        );
+        assert_eq!(
+            role,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "r"}, "rules": []}),
+            "rules has no omitempty"
+        );
+        let mut d = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"selector": {"matchLabels": {}}, "template": {"metadata": {}, "spec": {
+                "nodeSelector": {}, "containers": [{"name": "c", "env": [], "resources": {}}]}}},
+            "status": {}});
+        let mut f = Findings::default();
+        walk(
+            &mut d,
+            root("apps", "Deployment"),
+            Some(&b.defs),
+            "",
+            true,
+            false,
+            &mut f,
+        );
+        assert!(f.unknown.is_empty(), "{:?}", f.unknown);
+        assert_eq!(
+            d["spec"],
+            json!({"selector": {}, "template": {"metadata": {}, "spec": {
+            "containers": [{"name": "c", "resources": {}}]}}})
+        );
+        assert_eq!(d["status"], json!({}), "structs stay, even empty");
     }
 }

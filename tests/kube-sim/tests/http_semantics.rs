@@ -1123,7 +1123,9 @@ async fn tables_for_kubectl_get() {
         let t = r.json();
         assert_eq!((t["kind"].as_str(), t["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")));
         let cols: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
-        assert_eq!(cols, ["Name", "Status", "Roles", "Age", "Version"]);
+        assert_eq!(cols, ["Name", "Status", "Roles", "Age", "Version", "Internal-IP", "External-IP", "OS-Image", "Kernel-Version", "Container-Runtime"]);
+        let prio: Vec<i64> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["priority"].as_i64().unwrap()).collect();
+        assert_eq!(prio, [0, 0, 0, 0, 0, 1, 1, 1, 1, 1], "wide columns have priority 1");
         assert_eq!(t["rows"][0]["cells"][0], "n1");
         assert_eq!(t["rows"][0]["cells"][1], "Ready");
         assert_eq!(t["rows"][0]["cells"][2], "gpu");
