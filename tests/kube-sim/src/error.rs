@@ -141,7 +141,13 @@ impl ApiError {
         } else {
             format!("[{}]", parts.join(", "))
         };
-        let message = format!("{kind} \"{name}\" is invalid: {joined}");
+        // GroupKind.String(): `Deployment.apps`, `ConfigMap` for core.
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        let message = format!("{qualified} \"{name}\" is invalid: {joined}");
         let causes: Vec<Value> = causes
             .iter()
             .map(|(reason, field, msg)| json!({"reason": reason, "message": msg, "field": field}))

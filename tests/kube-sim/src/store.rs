@@ -1142,13 +1142,8 @@ impl Inner {
             }
         }
         if !f.invalid.is_empty() {
-            let kind = if res.group.is_empty() {
-                res.kind.clone()
-            } else {
-                format!("{}.{}", res.kind, res.group)
-            };
             return Err(ApiError::invalid(
-                &kind,
+                &res.kind,
                 &res.group,
                 name,
                 &f.invalid
