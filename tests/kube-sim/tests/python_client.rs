@@ -1,0 +1,158 @@
+//! The official Python client (`kubernetes` package) against kube-sim:
+//! a Service created through `CoreV1Api` reads back with the apiserver's
+//! defaults, and `utils.create_from_yaml` / `create_from_directory` create
+//! multi-document files and directories, then report every conflict.
+//! Skipped (with a note) where python3 or the package is missing.
+
+mod common;
+
+use std::time::Duration;
+
+use common::within;
+use kube_sim::Sim;
+
+async fn python_available() -> bool {
+    tokio::process::Command::new("python3")
+        .args(["-c", "import kubernetes"])
+        .output()
+        .await
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs `script` with the kubeconfig and `args`; returns stdout.
+async fn python(sim: &Sim, script: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(sim.kubeconfig_path())
+        .args(args)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), out)
+        .await
+        .expect("python client timed out")
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "python client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+async fn python_service_reads_back_the_apiserver_defaults() {
+    within(90, "python service", async {
+        if !python_available().await {
+            eprintln!("SKIP: python3 with the `kubernetes` package is not installed");
+            return;
+        }
+        let sim = Sim::start(&["main"]).await.unwrap();
+        let script = r#"
+import sys
+from kubernetes import client, config
+config.load_kube_config(config_file=sys.argv[1], context="main")
+v1 = client.CoreV1Api()
+svc = client.V1Service(
+    metadata=client.V1ObjectMeta(name="web"),
+    spec=client.V1ServiceSpec(selector={"app": "web"}, ports=[client.V1ServicePort(port=80)]))
+created = v1.create_namespaced_service("default", svc)
+s = v1.read_namespaced_service("web", "default")
+p = s.spec.ports[0]
+assert s.spec.type == "ClusterIP", s.spec.type
+assert s.spec.cluster_ip.startswith("10.96."), s.spec.cluster_ip
+assert s.spec.cluster_ips == [s.spec.cluster_ip], s.spec.cluster_ips
+assert s.spec.ip_families == ["IPv4"] and s.spec.ip_family_policy == "SingleStack"
+assert s.spec.session_affinity == "None" and s.spec.internal_traffic_policy == "Cluster"
+assert (p.protocol, p.target_port) == ("TCP", 80), (p.protocol, p.target_port)
+assert s.status.load_balancer is not None
+assert created.spec.cluster_ip == s.spec.cluster_ip
+# A second Service gets another address.
+svc.metadata.name = "other"
+o = v1.create_namespaced_service("default", svc)
+assert o.spec.cluster_ip != s.spec.cluster_ip
+print("ok", s.spec.cluster_ip)
+"#;
+        let out = python(&sim, script, &[]).await;
+        assert!(out.starts_with("ok 10.96."), "{out}");
+        sim.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn python_create_from_yaml_files_directories_and_conflicts() {
+    within(90, "python create_from_yaml", async {
+        if !python_available().await {
+            eprintln!("SKIP: python3 with the `kubernetes` package is not installed");
+            return;
+        }
+        let sim = Sim::start(&["main"]).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let multi = dir.path().join("multi.yaml");
+        std::fs::write(
+            &multi,
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cfg}\ndata: {a: b}\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web}\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec:\n      containers: [{name: c, image: nginx}]\n---\napiVersion: v1\nkind: Service\nmetadata: {name: web}\nspec:\n  selector: {app: web}\n  ports: [{port: 80, targetPort: 8080}]\n",
+        )
+        .unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        std::fs::write(
+            tree.join("a.yaml"),
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {k: v}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            tree.join("b.yaml"),
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers: [{name: c, image: busybox}]\n",
+        )
+        .unwrap();
+        let script = r#"
+import json, sys
+from kubernetes import client, config, utils
+config.load_kube_config(config_file=sys.argv[1], context="main")
+api = client.ApiClient()
+def flat(x):
+    return [o for y in x for o in flat(y)] if isinstance(x, list) else [x]
+created = utils.create_from_yaml(api, sys.argv[2], namespace="default")
+kinds = [o.kind for o in flat(created)]
+assert kinds == ["ConfigMap", "Deployment", "Service"], kinds
+dep = client.AppsV1Api().read_namespaced_deployment("web", "default")
+assert dep.spec.replicas == 1 and dep.spec.strategy.type == "RollingUpdate"
+try:
+    utils.create_from_yaml(api, sys.argv[2], namespace="default")
+    sys.exit("no conflict raised")
+except utils.FailToCreateError as e:
+    codes = [x.status for x in e.api_exceptions]
+    assert codes == [409, 409, 409], codes
+    body = json.loads(e.api_exceptions[1].body)
+    assert body["reason"] == "AlreadyExists", body
+    assert body["message"] == 'deployments.apps "web" already exists', body["message"]
+    assert body["details"] == {"name": "web", "group": "apps", "kind": "deployments"}, body["details"]
+created = utils.create_from_directory(api, sys.argv[3], namespace="default")
+kinds = sorted(o.kind for o in flat(created))
+assert kinds == ["Job", "Secret"], kinds
+s = client.CoreV1Api().read_namespaced_secret("s", "default")
+assert s.data == {"k": "dg=="} and s.string_data is None, (s.data, s.string_data)
+j = client.BatchV1Api().read_namespaced_job("j", "default")
+assert j.spec.backoff_limit == 6 and j.spec.completions == 1
+assert j.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": j.metadata.uid}
+try:
+    utils.create_from_directory(api, sys.argv[3], namespace="default")
+    sys.exit("no conflict raised")
+except utils.FailToCreateError as e:
+    assert sorted(x.status for x in e.api_exceptions) == [409, 409]
+print("ok")
+"#;
+        let out = python(
+            &sim,
+            script,
+            &[&multi.to_string_lossy(), &tree.to_string_lossy()],
+        )
+        .await;
+        assert_eq!(out.trim(), "ok");
+        sim.shutdown().await;
+    })
+    .await;
+}
