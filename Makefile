@@ -34,7 +34,8 @@ plugins: wasm-target
 	fi; true
 	@ls -l dist/plugins/ 2>/dev/null || true
 
-# Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench plugin).
+# Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
+# plugin, cm-sync: a third plugin written like one from outside the project).
 # Feature builds overwrite the same target file, hence one build per copy.
 test-plugins: wasm-target
 	@mkdir -p dist/test-plugins
@@ -42,9 +43,10 @@ test-plugins: wasm-target
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v2.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
-	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
+	cp $(WASM_OUT)/rekon_test_cm_sync.wasm dist/test-plugins/cm-sync.wasm
 
 fmt-check:
 	$(CARGO) fmt --all -- --check

@@ -113,8 +113,12 @@ pub struct Config {
     pub writer: WriterConfig,
     /// How long controllers wait for their caches before reconciling.
     pub sync_timeout: Duration,
-    /// Period of the cluster health probes.
+    /// Period of the cluster health probes (a stalled cluster is reported
+    /// unreachable within about two periods).
     pub probe_interval: Duration,
+    /// Requeue every primary this often even if nothing changed
+    /// (controller-runtime's `SyncPeriod`); `None`: never.
+    pub resync_period: Option<Duration>,
     /// Metrics and probe server, leader election, dynamic cluster providers
     /// (default: none of them; this process always leads).
     pub ops: crate::ops::OpsConfig,
@@ -139,6 +143,7 @@ impl Config {
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
             probe_interval: Duration::from_secs(2),
+            resync_period: ControllerConfig::default().resync_period,
             ops: crate::ops::OpsConfig::default(),
             policy_file: None,
         }
@@ -219,7 +224,7 @@ impl App {
             ControllerConfig {
                 max_concurrent_reconciles: config.max_concurrent_reconciles,
                 sync_timeout: config.sync_timeout,
-                ..ControllerConfig::default()
+                resync_period: config.resync_period,
             },
         );
         ops.bind(&crate::ops::EngineParts {

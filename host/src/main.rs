@@ -70,6 +70,14 @@ struct RunArgs {
     /// do beyond what it declares. A file that does not load refuses to start.
     #[arg(long, env = "REKON_POLICY")]
     policy: Option<PathBuf>,
+    /// Seconds between requeues of every primary even if nothing changed
+    /// (repairs drift no watch reported); 0 = never.
+    #[arg(long, env = "REKON_RESYNC_PERIOD", default_value_t = 600)]
+    resync_period: u64,
+    /// Seconds between cluster health probes; a stalled cluster is reported
+    /// unreachable (to plugins, metrics, logs) within about two.
+    #[arg(long, env = "REKON_PROBE_INTERVAL", default_value_t = 2)]
+    probe_interval: u64,
     #[command(flatten)]
     ops: OpsArgs,
 }
@@ -361,6 +369,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         cache_dir: args.cache_dir,
         ops: args.ops.into_config(),
         policy_file: args.policy,
+        resync_period: (args.resync_period > 0)
+            .then(|| std::time::Duration::from_secs(args.resync_period)),
+        probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),
         ..rekon::app::Config::new(args.plugins)
     };
     tokio::runtime::Runtime::new()?.block_on(async {

@@ -687,12 +687,18 @@ const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 fn watch_failure(e: &kube::Error) -> Option<WatchFailure> {
     match e {
         kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429 && s.code != 410 => {
+            let text = if s.reason.is_empty() {
+                s.message.clone()
+            } else {
+                format!("{}: {}", s.reason, s.message)
+            };
             Some(WatchFailure {
                 code: Some(s.code),
-                reason: if s.reason.is_empty() {
-                    s.message.clone()
-                } else {
-                    format!("{}: {}", s.reason, s.message)
+                reason: match s.code {
+                    404 => format!("resource not served (CRD not installed?): {text}"),
+                    401 => format!("unauthorized (credentials rejected): {text}"),
+                    403 => format!("forbidden (RBAC does not allow it): {text}"),
+                    _ => text,
                 },
             })
         }

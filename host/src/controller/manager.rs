@@ -15,7 +15,7 @@ use super::health::{HEALTH_DEBOUNCE, HealthDebounce};
 use super::routing::{WatchKey, run_events};
 use super::runner::{Ctx, Shared, run_queue, sleep_until};
 use super::{ControllerConfig, QueueStats, Reconciler, covers};
-use crate::cache::{CacheManager, Inbox, WatchFailure, WatchFailureChange};
+use crate::cache::{CacheManager, WatchFailure, WatchFailureChange};
 use crate::cluster::ClusterEvent;
 use crate::ops::metrics::Metrics;
 use crate::plugin::{LoadedPlugin, PluginRegistry, Registration, RegistryEvent};
@@ -71,7 +71,7 @@ impl Controller {
         let events = tokio::spawn(run_events(
             Arc::clone(&shared),
             Arc::clone(&shared.inbox),
-            Inbox::new(),
+            Arc::clone(&shared.custom_inbox),
         ));
         shared.sync_watches();
         shared.begin_settling();
@@ -345,6 +345,18 @@ impl Manager {
             .lock()
             .get(plugin)
             .map(|c| c.shared.stats())
+    }
+
+    /// Objects with cache events not yet routed (or waiting for the
+    /// plugin's `map`) in a plugin's controller: at most two events each,
+    /// so bounded by the watched objects, whatever the event rate.
+    #[must_use]
+    pub fn pending_events(&self, plugin: &str) -> Option<usize> {
+        self.inner
+            .controllers
+            .lock()
+            .get(plugin)
+            .map(|c| c.shared.pending_events())
     }
 
     /// Objects (`cluster:namespace/name`) in a plugin's primary caches that

@@ -60,6 +60,8 @@ pub(crate) struct Shared {
     pub(crate) queue: Mutex<WorkQueue>,
     pub(crate) wake: Notify,
     pub(crate) inbox: Arc<Inbox>,
+    /// Events waiting for the plugin's `map` (custom mappings).
+    pub(crate) custom_inbox: Arc<Inbox>,
     pub(crate) max_concurrent: AtomicUsize,
     next_tag: AtomicU64,
     /// True while the current version's watches settle (nothing is handed
@@ -88,6 +90,7 @@ impl Shared {
             queue: Mutex::new(WorkQueue::new()),
             wake: Notify::new(),
             inbox: Inbox::new(),
+            custom_inbox: Inbox::new(),
             max_concurrent: AtomicUsize::new(max),
             next_tag: AtomicU64::new(0),
             settling: AtomicBool::new(false),
@@ -282,6 +285,11 @@ impl Shared {
             .read()
             .get(&WatchKey::new(cluster, &scope.resource))
             .cloned()
+    }
+
+    /// Objects with events waiting in the inboxes (routing and `map`).
+    pub(crate) fn pending_events(&self) -> usize {
+        self.inbox.len() + self.custom_inbox.len()
     }
 
     pub(crate) fn stats(&self) -> QueueStats {

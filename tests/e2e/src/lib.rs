@@ -43,6 +43,8 @@ pub struct Paths {
     pub plugins: PathBuf,
     /// `deploy/samples`.
     pub samples: PathBuf,
+    /// The test plugins `make test-plugins` builds (`dist/test-plugins`).
+    pub test_plugins: PathBuf,
 }
 
 impl Paths {
@@ -77,6 +79,7 @@ impl Paths {
         }
         Ok(Self {
             samples: root.join("deploy/samples"),
+            test_plugins: root.join("dist/test-plugins"),
             root,
             rekon,
             plugins,
@@ -141,6 +144,8 @@ pub struct EnvOptions {
     /// Further clusters started but not engaged; `rekon` follows a cluster
     /// directory (`--cluster-dir`) and [`Env::engage`] adds them at runtime.
     pub standby_clusters: Vec<String>,
+    /// Further arguments of `rekon run` (`--resync-period 3`, ...).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for EnvOptions {
@@ -151,6 +156,7 @@ impl Default for EnvOptions {
             log_filter: "info,rekon=debug".to_owned(),
             serve_ops: false,
             standby_clusters: Vec::new(),
+            extra_args: Vec::new(),
         }
     }
 }
@@ -383,6 +389,7 @@ fn spawn_rekon(
     }
     let ops = ops_addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
     cmd.args(["--metrics-addr", &ops, "--probe-addr", &ops]);
+    cmd.args(&opts.extra_args);
     if let Some(extra) = std::env::var_os("REKON_E2E_ARGS") {
         cmd.args(extra.to_string_lossy().split_whitespace());
     }

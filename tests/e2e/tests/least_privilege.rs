@@ -1,0 +1,281 @@
+//! Least privilege, rule by rule: for each rule `rekon rbac` generates,
+//! the secured setup of `in_cluster.rs` runs with that one rule removed,
+//! and rekon must report the apiserver's 403 for the operation that needs
+//! it. A rule that could go with nothing failing would be a finding (remove
+//! it from `rekon rbac` or justify it there). The table must cover every
+//! generated rule: a new rule without a row fails
+//! `every_generated_rule_has_a_row`.
+//!
+//! The rows name what needs the rule; the failing operation is checked by
+//! the 403 message rekon logs, which names verb, resource and API group.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use rekon_e2e::{apply_manifests, mark_nodes_ready};
+use serde_json::{Value, json};
+use support::{Rekon, Secured};
+
+/// Bound of one row.
+const ROW_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Compiled plugins shared by the rows (keyed by digest; written
+/// atomically), so each row does not compile them again.
+fn compiled_cache() -> PathBuf {
+    std::env::temp_dir().join("rekon-e2e-least-privilege-compiled")
+}
+
+/// One rule of the generated RBAC: the role holding it, its API group and
+/// resource, and the 403 rekon reports without it.
+struct Row {
+    role: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    /// `User "…" cannot <verb> resource "<resource>"` as the apiserver words it.
+    refused: &'static str,
+}
+
+const ROWS: &[Row] = &[
+    // test-fanout creates a Test's namespace in sub before its Job.
+    Row {
+        role: "ClusterRole",
+        group: "",
+        resource: "namespaces",
+        refused: "cannot get resource \"namespaces\"",
+    },
+    // nodepool watches Nodes and patches their labels and taints.
+    Row {
+        role: "ClusterRole",
+        group: "",
+        resource: "nodes",
+        refused: "cannot list resource \"nodes\"",
+    },
+    // test-fanout watches and creates Jobs in every cluster.
+    Row {
+        role: "ClusterRole",
+        group: "batch",
+        resource: "jobs",
+        refused: "cannot list resource \"jobs\"",
+    },
+    // Events the plugins and the host record.
+    Row {
+        role: "ClusterRole",
+        group: "events.k8s.io",
+        resource: "events",
+        refused: "cannot create resource \"events\"",
+    },
+    // test-fanout's primary resource (watch, finalizer patch).
+    Row {
+        role: "ClusterRole",
+        group: "job.lailin.xyz",
+        resource: "tests",
+        refused: "cannot list resource \"tests\"",
+    },
+    // test-fanout's status writes.
+    Row {
+        role: "ClusterRole",
+        group: "job.lailin.xyz",
+        resource: "tests/status",
+        refused: "resource \"tests/status\"",
+    },
+    // nodepool's RuntimeClasses.
+    Row {
+        role: "ClusterRole",
+        group: "node.k8s.io",
+        resource: "runtimeclasses",
+        refused: "cannot list resource \"runtimeclasses\"",
+    },
+    // nodepool's primary resource.
+    Row {
+        role: "ClusterRole",
+        group: "nodes.lailin.xyz",
+        resource: "nodepools",
+        refused: "cannot list resource \"nodepools\"",
+    },
+    // nodepool's status writes.
+    Row {
+        role: "ClusterRole",
+        group: "nodes.lailin.xyz",
+        resource: "nodepools/status",
+        refused: "resource \"nodepools/status\"",
+    },
+    // The host reads its own Pod for the uid its Events regard.
+    Row {
+        role: "Role",
+        group: "",
+        resource: "pods",
+        refused: "cannot get resource \"pods\"",
+    },
+    // Kubeconfig Secrets (--cluster-secrets-namespace).
+    Row {
+        role: "Role",
+        group: "",
+        resource: "secrets",
+        refused: "cannot list resource \"secrets\"",
+    },
+    // Leader election (--leader-elect).
+    Row {
+        role: "Role",
+        group: "coordination.k8s.io",
+        resource: "leases",
+        refused: "cannot get resource \"leases\"",
+    },
+];
+
+/// `(role kind, group, resource)` of every rule in the rendered base.
+fn generated_rules(rendered: &[Value]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for doc in rendered {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if !matches!(kind, "ClusterRole" | "Role") {
+            continue;
+        }
+        for rule in doc["rules"].as_array().into_iter().flatten() {
+            for g in rule["apiGroups"].as_array().into_iter().flatten() {
+                for r in rule["resources"].as_array().into_iter().flatten() {
+                    out.push((
+                        kind.to_owned(),
+                        g.as_str().unwrap_or_default().to_owned(),
+                        r.as_str().unwrap_or_default().to_owned(),
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Removes the rule for `group`/`resource` from the role of kind `role`.
+fn without(rendered: &mut [Value], role: &str, group: &str, resource: &str) {
+    let doc = rendered
+        .iter_mut()
+        .find(|d| d["kind"] == role)
+        .unwrap_or_else(|| panic!("the base renders a {role}"));
+    let rules = doc["rules"].as_array_mut().expect("rules");
+    let before = rules.len();
+    rules.retain(|r| !(r["apiGroups"] == json!([group]) && r["resources"] == json!([resource])));
+    assert_eq!(
+        rules.len() + 1,
+        before,
+        "exactly one {role} rule for {group}/{resource}"
+    );
+}
+
+/// Drives both seed plugins through everything they do.
+fn drive(env: &Secured) {
+    let main = &env.main;
+    apply_manifests(
+        main,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: e2e\n",
+    )
+    .unwrap();
+    let test = json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test",
+                      "metadata": {"name": "t1", "namespace": "e2e"}, "spec": {"image": "busybox:1.36"}});
+    rekon_e2e::apply_object(main, test).unwrap();
+    let samples = &env.paths.samples;
+    apply_manifests(
+        main,
+        &std::fs::read_to_string(samples.join("nodes.yaml")).unwrap(),
+    )
+    .unwrap();
+    mark_nodes_ready(main).unwrap();
+    apply_manifests(
+        main,
+        &std::fs::read_to_string(samples.join("nodepools.yaml")).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Waits for a log line holding the apiserver's 403 with `refused`.
+async fn refused_line(rekon: &Rekon, refused: &str) -> Option<String> {
+    let deadline = Instant::now() + support::WAIT;
+    while Instant::now() < deadline {
+        if let Some(line) = rekon
+            .log()
+            .lines()
+            .find(|l| l.contains("forbidden") && l.contains(refused))
+        {
+            return Some(line.to_owned());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+async fn check(row: &Row) {
+    tokio::time::timeout(ROW_TIMEOUT, async {
+        let env = Secured::start(|docs| without(docs, row.role, row.group, row.resource)).await;
+        let rekon = env.spawn_in_cluster(&compiled_cache());
+        drive(&env);
+        let line = refused_line(&rekon, row.refused).await.unwrap_or_else(|| {
+            let forbidden: Vec<&str> = Vec::new();
+            let log = rekon.log();
+            let forbidden = log.lines().filter(|l| l.contains("forbidden")).fold(forbidden, |mut v, l| {
+                v.push(l);
+                v
+            });
+            panic!(
+                "without the {} rule for {:?}/{}, rekon reported no 403 with {:?}; 403s it did report:\n{}\nlog tail:\n{}",
+                row.role,
+                row.group,
+                row.resource,
+                row.refused,
+                forbidden.join("\n"),
+                rekon.tail()
+            )
+        });
+        assert!(
+            line.contains("User \\\"system:serviceaccount:rekon-system:rekon\\\"")
+                || line.contains("User \\\"system:serviceaccount:rekon-remote:rekon-remote\\\""),
+            "the 403 names the ServiceAccount: {line}"
+        );
+    })
+    .await
+    .expect("row timed out: likely deadlocked");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_generated_rule_has_a_row() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let env = Secured::start(|_| {}).await;
+        let mut generated = generated_rules(&env.rendered);
+        generated.sort();
+        let mut rows: Vec<(String, String, String)> = ROWS
+            .iter()
+            .map(|r| (r.role.to_owned(), r.group.to_owned(), r.resource.to_owned()))
+            .collect();
+        rows.sort();
+        assert_eq!(
+            generated, rows,
+            "generated rules vs. the least-privilege table"
+        );
+    })
+    .await
+    .expect("timed out: likely deadlocked");
+}
+
+macro_rules! rows {
+    ($($name:ident => $index:expr;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            check(&ROWS[$index]).await;
+        }
+    )*};
+}
+
+rows! {
+    without_namespaces => 0;
+    without_nodes => 1;
+    without_jobs => 2;
+    without_events => 3;
+    without_tests => 4;
+    without_tests_status => 5;
+    without_runtimeclasses => 6;
+    without_nodepools => 7;
+    without_nodepools_status => 8;
+    without_pods => 9;
+    without_secrets => 10;
+    without_leases => 11;
+}
