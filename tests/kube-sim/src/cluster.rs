@@ -452,6 +452,12 @@ impl SimCluster {
         self.state.set_bookmark_interval(d);
     }
 
+    /// Sets how long after a namespace's DELETE its contents are deleted
+    /// (the namespace controller's start; 500 ms by default).
+    pub fn set_namespace_delay(&self, d: Duration) {
+        self.state.store.write(|i| i.set_namespace_delay(d));
+    }
+
     /// Drops every object and CRD, closes watches, clears faults.
     pub fn reset(&self) {
         self.state.store.reset();

@@ -28,18 +28,33 @@
 //!   watchers through a per-resource broadcast channel; a watcher that falls
 //!   behind is resynced from the bounded history, or gets 410 if it fell
 //!   off the end.
-//! - Garbage collection, namespace finalization, CRD cleanup and CRD
-//!   establishment run synchronously after the write that triggers them.
+//! - Garbage collection, CRD cleanup and CRD establishment run
+//!   synchronously after the write that triggers them. Namespace deletion
+//!   is asynchronous, as the namespace controller does it: the DELETE
+//!   answers with the namespace Terminating, its contents go after a delay
+//!   (500 ms, `/_sim/namespace-delay`), with the controller's conditions.
+//! - Built-ins are defaulted as the apiserver's defaulters and admission
+//!   do it (`defaults`: Service IPs/ports, pod specs, workloads, Jobs,
+//!   Secret `stringData`), and pass through their OpenAPI schema
+//!   (`openapi`, from k8s-openapi): unknown fields follow
+//!   `fieldValidation` (Strict → 400, Warn → `Warning` header, Ignore),
+//!   empty `omitempty` maps and lists are dropped. Custom resources are
+//!   validated against their structural schema (type, required, enum,
+//!   bounds, length, pattern → 422); `x-kubernetes-validations` (CEL) is
+//!   not evaluated.
 //! - Lists with `limit`/`continue` or an Exact resourceVersion are served
 //!   from a snapshot rebuilt from the watch history.
-//! - Protobuf request bodies are decoded for Namespace, ConfigMap, Secret
-//!   and ServiceAccount (what `kubectl create namespace|configmap|secret
-//!   generic|serviceaccount` sends); other kinds get 415. Responses are
-//!   always JSON (kubectl also accepts `application/json`).
-//! - Not served: protobuf responses, CBOR, aggregated discovery, OpenAPI documents
-//!   (`/openapi/v2` answers an empty document), admission, workload
-//!   controllers (no Pods for Jobs), conversion between CRD versions
-//!   (only `apiVersion` is rewritten).
+//! - Protobuf request bodies are decoded for every built-in kind (what
+//!   kubectl's imperative `create` subcommands send); custom resources get
+//!   415. Responses are always JSON (kubectl also accepts
+//!   `application/json`).
+//! - OpenAPI: `/openapi/v3` and `/openapi/v3/{api/v1,apis/g/v}` with
+//!   built-in and CRD schemas (`kubectl explain`, kubectl's
+//!   query-parameter check); `/openapi/v2` as JSON when asked for JSON,
+//!   else an empty protobuf document.
+//! - Not served: protobuf responses, CBOR, aggregated discovery, admission
+//!   webhooks, workload controllers (no Pods for Jobs, no status updates),
+//!   conversion between CRD versions (only `apiVersion` is rewritten).
 //!
 //! # Security (off by default)
 //!
@@ -69,6 +84,7 @@
 //! | `POST /_sim/latency?ms=200` | delay every API request (0 disables) |
 //! | `POST /_sim/stall` / `POST /_sim/resume` | hold every API request (connections are accepted) / release |
 //! | `POST /_sim/bookmark-interval?ms=500` | bookmark period of new watches |
+//! | `POST /_sim/namespace-delay?ms=500` | delay between a namespace's DELETE and the deletion of its contents |
 //! | `GET /_sim/requests` / `DELETE /_sim/requests` | requests counted per verb / reset the counters |
 //! | `POST /_sim/reset` | drop all objects and CRDs, close watches, clear faults |
 //!
@@ -80,13 +96,18 @@
 //! - `resources`: built-in and CRD resources, discovery documents.
 //! - `selectors`: label and field selectors.
 //! - `table`: server-side printing (`as=Table`) for `kubectl get`.
+//! - `defaults`: built-in defaulting (defaults.go, admission), Secret `stringData`.
+//! - [`openapi`]: OpenAPI v2/v3 documents, schema lookups.
+//! - [`validate`]: unknown fields (`fieldValidation`), CR schema constraints.
+//! - `scale`: the `/scale` subresource (autoscaling/v1 Scale).
 //! - `faults`: fault injection and request counters.
 //! - [`tls`]: the cluster CA, serving and client certificates, the TLS listener.
 //! - [`auth`]: authentication, ServiceAccount tokens, the review APIs.
 //! - [`rbac`]: request attributes and the RBAC authorizer.
 //! - `error`: `metav1.Status` errors.
 //! - [`patch`]: patch algebra and managedFields.
-//! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to JSON.
+//! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to
+//!   JSON, driven by `data/protobuf-messages.txt` (generated from upstream).
 
 pub mod auth;
 pub mod cluster;
