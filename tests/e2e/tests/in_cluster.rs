@@ -92,7 +92,7 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
         // nodepool: labels, taints, RuntimeClasses and status in main.
         let samples = &env.paths.samples;
         apply_manifests(main, &fs::read_to_string(samples.join("nodes.yaml")).unwrap()).unwrap();
-        mark_nodes_ready(&main).unwrap();
+        mark_nodes_ready(main).unwrap();
         apply_manifests(main, &fs::read_to_string(samples.join("nodepools.yaml")).unwrap()).unwrap();
         rekon
             .wait_for("both node pools converged", || {

@@ -43,7 +43,7 @@ const ROWS: &[Row] = &[
         role: "ClusterRole",
         group: "",
         resource: "namespaces",
-        refused: "cannot get resource \"namespaces\"",
+        refused: "cannot create resource \"namespaces\"",
     },
     // nodepool watches Nodes and patches their labels and taints.
     Row {
@@ -78,7 +78,7 @@ const ROWS: &[Row] = &[
         role: "ClusterRole",
         group: "job.lailin.xyz",
         resource: "tests/status",
-        refused: "resource \"tests/status\"",
+        refused: "cannot patch resource \"tests/status\"",
     },
     // nodepool's RuntimeClasses.
     Row {
@@ -99,7 +99,7 @@ const ROWS: &[Row] = &[
         role: "ClusterRole",
         group: "nodes.lailin.xyz",
         resource: "nodepools/status",
-        refused: "resource \"nodepools/status\"",
+        refused: "cannot patch resource \"nodepools/status\"",
     },
     // The host reads its own Pod for the uid its Events regard.
     Row {
@@ -188,16 +188,37 @@ fn drive(env: &Secured) {
     .unwrap();
 }
 
-/// Waits for a log line holding the apiserver's 403 with `refused`.
-async fn refused_line(rekon: &Rekon, refused: &str) -> Option<String> {
+/// Rekon's own log records (JSON lines, target `rekon…`) as their
+/// message and fields joined, unescaped.
+fn rekon_records(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["target"].as_str().is_some_and(|t| t.starts_with("rekon")))
+        .map(|r| {
+            let fields = r["fields"].as_object().cloned().unwrap_or_default();
+            fields
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Waits for a record of rekon's holding the apiserver's 403 with `refused`.
+async fn refused_record(rekon: &Rekon, refused: &str) -> Option<String> {
     let deadline = Instant::now() + support::WAIT;
     while Instant::now() < deadline {
-        if let Some(line) = rekon
-            .log()
-            .lines()
-            .find(|l| l.contains("forbidden") && l.contains(refused))
+        if let Some(r) = rekon_records(&rekon.log())
+            .into_iter()
+            .find(|r| r.contains("is forbidden: User") && r.contains(refused))
         {
-            return Some(line.to_owned());
+            return Some(r);
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -209,13 +230,11 @@ async fn check(row: &Row) {
         let env = Secured::start(|docs| without(docs, row.role, row.group, row.resource)).await;
         let rekon = env.spawn_in_cluster(&compiled_cache());
         drive(&env);
-        let line = refused_line(&rekon, row.refused).await.unwrap_or_else(|| {
-            let forbidden: Vec<&str> = Vec::new();
-            let log = rekon.log();
-            let forbidden = log.lines().filter(|l| l.contains("forbidden")).fold(forbidden, |mut v, l| {
-                v.push(l);
-                v
-            });
+        let record = refused_record(&rekon, row.refused).await.unwrap_or_else(|| {
+            let forbidden: Vec<String> = rekon_records(&rekon.log())
+                .into_iter()
+                .filter(|r| r.contains("forbidden"))
+                .collect();
             panic!(
                 "without the {} rule for {:?}/{}, rekon reported no 403 with {:?}; 403s it did report:\n{}\nlog tail:\n{}",
                 row.role,
@@ -227,9 +246,9 @@ async fn check(row: &Row) {
             )
         });
         assert!(
-            line.contains("User \\\"system:serviceaccount:rekon-system:rekon\\\"")
-                || line.contains("User \\\"system:serviceaccount:rekon-remote:rekon-remote\\\""),
-            "the 403 names the ServiceAccount: {line}"
+            record.contains("User \"system:serviceaccount:rekon-system:rekon\"")
+                || record.contains("User \"system:serviceaccount:rekon-remote:rekon-remote\""),
+            "the 403 names the ServiceAccount: {record}"
         );
     })
     .await
