@@ -8,6 +8,10 @@
 //!
 //! The rows name what needs the rule; the failing operation is checked by
 //! the 403 message rekon logs, which names verb, resource and API group.
+//!
+//! The other way round: a plugin asking for more than the operator's
+//! policy (`rekon run --policy`) allows is refused inside rekon, although
+//! RBAC would allow the request: nothing reaches the server.
 
 mod support;
 
@@ -297,4 +301,93 @@ rows! {
     without_pods => 9;
     without_secrets => 10;
     without_leases => 11;
+}
+
+/// nodepool patches Nodes; the operator's policy denies it. RBAC would
+/// allow the patch, so only rekon can stop it: a tripwire on the server
+/// fails any Node patch with a message that would show in rekon's log.
+/// rekon refuses the whole outcome holding the denied action (not retried).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_beyond_the_operator_policy_is_refused_before_any_request_leaves() {
+    tokio::time::timeout(ROW_TIMEOUT, async {
+        let env = Secured::start(|_| {}).await;
+        let policy = env.work.path().join("policy.yaml");
+        std::fs::write(
+            &policy,
+            "plugins:\n  nodepool:\n    deny:\n      - {group: \"\", kind: Node, verbs: [patch]}\n",
+        )
+        .unwrap();
+        let mut tripwire = kube_sim::FaultRule::new(500, 10_000)
+            .verb("patch")
+            .path("/api/v1/nodes/");
+        tripwire.message = Some("tripwire: a Node patch reached the server".into());
+        env.main.fail_next(tripwire);
+        let rekon = env.spawn_in_cluster_with(
+            &compiled_cache(),
+            &[format!("--policy={}", policy.display())],
+        );
+        drive(&env);
+        let deadline = Instant::now() + support::WAIT;
+        let refusal = loop {
+            if let Some(r) = rekon_records(&rekon.log())
+                .into_iter()
+                .find(|r| r.contains("refused by operator policy") && r.contains("patch of Node"))
+            {
+                break r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "rekon did not report the policy refusal; log tail:\n{}",
+                rekon.tail()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(refusal.contains("plugin nodepool"), "{refusal}");
+        // RBAC would have allowed the patch: only rekon stopped it.
+        let sa = env.work.path().join("sa.kubeconfig");
+        std::fs::write(
+            &sa,
+            env.main
+                .kubeconfig_for(kube_sim::Credentials::Token(env.token.clone())),
+        )
+        .unwrap();
+        assert_eq!(
+            support::kubectl(&sa, &["auth", "can-i", "patch", "nodes"]).trim(),
+            "yes"
+        );
+        // Refused outcomes are not retried; give a stray request time to land.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(
+            !rekon.log().contains("tripwire"),
+            "a Node patch left rekon:\n{}",
+            rekon.tail()
+        );
+        let node = rekon_e2e::get(&env.main, "v1", "nodes", None, "node-a").unwrap();
+        assert!(
+            node.pointer("/metadata/labels/accelerator").is_none(),
+            "node-a was patched: {node}"
+        );
+        // The tripwire is live: a Node patch that does reach the server trips it.
+        let admin = env.work.path().join("main-admin.kubeconfig");
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&admin)
+            .args([
+                "patch",
+                "node",
+                "node-b",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"labels":{"x":"y"}}}"#,
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("tripwire"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    })
+    .await
+    .expect("timed out: likely deadlocked");
 }

@@ -265,13 +265,20 @@ impl Secured {
     /// mount namespace holding the ServiceAccount files (module docs);
     /// compiled plugins are cached in `cache`.
     pub fn spawn_in_cluster(&self, cache: &Path) -> Rekon {
+        self.spawn_in_cluster_with(cache, &[])
+    }
+
+    /// [`Secured::spawn_in_cluster`] with arguments added to the
+    /// Deployment's.
+    pub fn spawn_in_cluster_with(&self, cache: &Path, extra: &[String]) -> Rekon {
         let work = self.work.path();
         let plugins = work.join("plugins");
         fs::create_dir_all(&plugins).unwrap();
         for p in SEED_PLUGINS {
             fs::copy(self.paths.plugins.join(p), plugins.join(p)).unwrap();
         }
-        let args = self.deployment_args(&plugins, cache);
+        let mut args = self.deployment_args(&plugins, cache);
+        args.extend_from_slice(extra);
         assert!(args.iter().any(|a| a == "--leader-elect"), "{args:?}");
         let sa = work.join("serviceaccount");
         fs::create_dir_all(&sa).unwrap();
