@@ -291,13 +291,27 @@ impl Secured {
             .arg("-u")
             .output()
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-        let mut cmd = Command::new("unshare");
-        if !root {
-            cmd.arg("--map-root-user");
-        }
+        let unshare = || {
+            let mut cmd = Command::new("unshare");
+            if !root {
+                cmd.arg("--map-root-user");
+            }
+            cmd.args(["--mount", "--propagation", "private"]);
+            cmd
+        };
+        let probe = unshare()
+            .args(["sh", "-c", "mount -t tmpfs tmpfs /var/run"])
+            .output()
+            .expect("unshare is installed (util-linux)");
+        assert!(
+            probe.status.success(),
+            "running rekon as a Pod needs a private mount namespace (unshare --mount) where a tmpfs can be mounted: {}",
+            String::from_utf8_lossy(&probe.stderr)
+        );
+        let mut cmd = unshare();
         let log = work.join("rekon.log");
         let log_file = fs::File::create(&log).unwrap();
-        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        cmd.args(["sh", "-c"])
             .arg(format!(
                 "mount -t tmpfs tmpfs /var/run && mkdir -p {SA_DIR} && cp \"$0\"/token \"$0\"/ca.crt \"$0\"/namespace {SA_DIR}/ && exec \"$@\""
             ))
