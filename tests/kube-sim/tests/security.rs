@@ -811,3 +811,98 @@ async fn command_line_tls_auth_and_token_auth_file() {
     })
     .await;
 }
+
+async fn post(c: &SimCluster, who: As<'_>, path: &str, body: Value) -> Reply {
+    https(c, who, "POST", path, Some(body)).await
+}
+
+#[tokio::test]
+async fn subject_access_and_token_reviews() {
+    within(30, "reviews", async {
+        let c = secure("reviews").await;
+        let token = rbac_fixture(&c).await;
+        let admin = admin_cert(&c);
+        let sar = |spec: Value| {
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec})
+        };
+        let r = post(
+            &c,
+            As::Cert(admin),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            sar(json!({"user": "system:serviceaccount:rekon:rekon",
+                       "groups": ["system:serviceaccounts", "system:serviceaccounts:rekon"],
+                       "resourceAttributes": {"verb": "list", "resource": "configmaps", "namespace": "rekon"}})),
+        )
+        .await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        assert_eq!(r.body["kind"], "SubjectAccessReview");
+        assert_eq!(
+            r.body["status"],
+            json!({"allowed": true, "reason": "RBAC: allowed by RoleBinding \"cm-reader/rekon\" of Role \"cm-reader\" to ServiceAccount \"rekon/rekon\""})
+        );
+        // A group alone, and a non-resource URL.
+        let r = post(
+            &c,
+            As::Cert(admin),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            sar(json!({"groups": ["system:serviceaccounts:rekon"],
+                       "nonResourceAttributes": {"path": "/debug/flags", "verb": "get"}})),
+        )
+        .await;
+        assert_eq!(r.body["status"]["allowed"], true, "{}", r.body);
+        let r = post(
+            &c,
+            As::Cert(admin),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            sar(json!({"user": "nobody", "resourceAttributes": {"verb": "get", "resource": "nodes"}})),
+        )
+        .await;
+        assert_eq!(r.body["status"], json!({"allowed": false}));
+        let r = post(
+            &c,
+            As::Cert(admin),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            sar(json!({"resourceAttributes": {"verb": "get", "resource": "nodes"}})),
+        )
+        .await;
+        assert_eq!(r.status, 422, "{}", r.body);
+        // LocalSubjectAccessReview: the namespace must match the path's.
+        let local = |ns: &str| {
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "LocalSubjectAccessReview",
+                   "metadata": {"namespace": "rekon"},
+                   "spec": {"user": "system:serviceaccount:rekon:rekon",
+                            "resourceAttributes": {"verb": "watch", "resource": "configmaps", "namespace": ns}}})
+        };
+        let path = "/apis/authorization.k8s.io/v1/namespaces/rekon/localsubjectaccessreviews";
+        let r = post(&c, As::Cert(admin), path, local("rekon")).await;
+        assert_eq!(r.body["status"]["allowed"], true, "{}", r.body);
+        assert_eq!(post(&c, As::Cert(admin), path, local("other")).await.status, 422);
+        // Reviewing others needs permission the ServiceAccount lacks.
+        let r = post(
+            &c,
+            As::Token(&token),
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            sar(json!({"user": "x", "resourceAttributes": {"verb": "get", "resource": "pods"}})),
+        )
+        .await;
+        assert_eq!(r.status, 403);
+        assert_eq!(
+            r.body["message"],
+            "subjectaccessreviews.authorization.k8s.io is forbidden: User \"system:serviceaccount:rekon:rekon\" cannot create resource \"subjectaccessreviews\" in API group \"authorization.k8s.io\" at the cluster scope"
+        );
+        // TokenReview.
+        let review = |t: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": t}});
+        let r = post(&c, As::Cert(admin), "/apis/authentication.k8s.io/v1/tokenreviews", review(&token)).await;
+        assert_eq!(r.body["status"]["authenticated"], true, "{}", r.body);
+        assert_eq!(r.body["status"]["user"]["username"], "system:serviceaccount:rekon:rekon");
+        let r = post(&c, As::Cert(admin), "/apis/authentication.k8s.io/v1/tokenreviews", review("forged")).await;
+        assert_eq!(r.body["status"]["authenticated"], Value::Null, "{}", r.body);
+        // Discovery lists the review APIs and the TokenRequest subresource.
+        let r = https(&c, As::Token(&token), "GET", "/apis/authorization.k8s.io/v1", None).await;
+        assert!(r.body["resources"].as_array().unwrap().iter().any(|x| x["name"] == "selfsubjectaccessreviews"));
+        let r = https(&c, As::Token(&token), "GET", "/api/v1", None).await;
+        assert!(r.body["resources"].as_array().unwrap().iter().any(|x| x["name"] == "serviceaccounts/token"));
+        c.shutdown().await;
+    })
+    .await;
+}
