@@ -142,7 +142,7 @@ impl Config {
             cache_dir: None,
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
-            probe_interval: Duration::from_secs(2),
+            probe_interval: Duration::from_secs(1),
             resync_period: ControllerConfig::default().resync_period,
             ops: crate::ops::OpsConfig::default(),
             policy_file: None,
@@ -284,7 +284,10 @@ impl App {
         };
         let probes = tokio::spawn(self.clusters.clone().run_probes(
             self.config.probe_interval,
-            self.config.probe_interval.min(Duration::from_secs(5)),
+            // A probe may take two periods (the next waits for it): slow
+            // but answering clusters are not flagged; stalled ones are,
+            // within about two seconds at the default period.
+            (self.config.probe_interval * 2).min(Duration::from_secs(5)),
             stopped(),
         ));
         let manager = self.manager.clone();

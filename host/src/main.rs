@@ -76,7 +76,7 @@ struct RunArgs {
     resync_period: u64,
     /// Seconds between cluster health probes; a stalled cluster is reported
     /// unreachable (to plugins, metrics, logs) within about two.
-    #[arg(long, env = "REKON_PROBE_INTERVAL", default_value_t = 2)]
+    #[arg(long, env = "REKON_PROBE_INTERVAL", default_value_t = 1)]
     probe_interval: u64,
     #[command(flatten)]
     ops: OpsArgs,

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use super::health::{HEALTH_DEBOUNCE, HealthDebounce};
+use super::reads::cluster_infos;
 use super::routing::{WatchKey, run_events};
 use super::runner::{Ctx, Shared, run_queue, sleep_until};
 use super::{ControllerConfig, QueueStats, Reconciler, covers};
@@ -375,6 +376,18 @@ impl Manager {
     /// (watches follow the new registration, every primary is requeued once;
     /// in-flight reconciles finish on the version that started them).
     pub fn upsert(&self, plugin: Arc<dyn Reconciler>) {
+        // The writer's last gate for this plugin: every write done for it,
+        // the host's finalizer patches included, must be one it may do.
+        let gate_plugin = Arc::clone(&plugin);
+        let clusters = self.inner.ctx.clusters.clone();
+        self.inner.ctx.writer.set_gate(
+            plugin.name(),
+            Arc::new(move |action| {
+                gate_plugin
+                    .check_action(action, &cluster_infos(&clusters))
+                    .map_err(|e| e.to_string())
+            }),
+        );
         let mut controllers = self.inner.controllers.lock();
         match controllers.get(plugin.name()) {
             Some(ctl) => {
@@ -398,6 +411,7 @@ impl Manager {
             let finalizer = ctl.shared.scope().finalizer.clone();
             ctl.stop_and_report(finalizer).await;
         }
+        self.inner.ctx.writer.remove_gate(plugin);
     }
 
     /// Stop every controller gracefully.

@@ -62,7 +62,8 @@ use futures::future::BoxFuture;
 
 use crate::cluster::ClusterRegistry;
 use crate::plugin::{
-    CallError, ClusterSet, HostReads, LoadedPlugin, Outcome, Phase, Registration, Request, Resource,
+    Action, CallError, ClusterInfo, ClusterSet, HostReads, LoadedPlugin, Outcome, Phase,
+    Registration, Request, Resource,
 };
 
 pub use health::HEALTH_DEBOUNCE;
@@ -86,6 +87,18 @@ pub trait Reconciler: Send + Sync + 'static {
         reads: Arc<dyn HostReads>,
         time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>>;
+    /// Whether the plugin may perform `action`: the writer's last gate,
+    /// checked before every write done for the plugin (the host's own
+    /// finalizer patches included). By default everything (native
+    /// reconcilers in tests and benchmarks are trusted code).
+    ///
+    /// # Errors
+    /// Why the action is refused.
+    fn check_action(&self, action: &Action, clusters: &[ClusterInfo]) -> Result<(), CallError> {
+        let _ = (action, clusters);
+        Ok(())
+    }
+
     /// The `custom` mapping. By default nothing: only plugins that declare a
     /// watch with the `custom` mapping are ever asked.
     fn map(
@@ -118,6 +131,10 @@ impl Reconciler for LoadedPlugin {
     ) -> BoxFuture<'static, Result<Outcome, CallError>> {
         let this = self.clone();
         async move { LoadedPlugin::reconcile(&this, req, phase, reads, time).await }.boxed()
+    }
+
+    fn check_action(&self, action: &Action, clusters: &[ClusterInfo]) -> Result<(), CallError> {
+        LoadedPlugin::check_action(self, action, clusters)
     }
 
     fn map(

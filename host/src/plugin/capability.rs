@@ -243,6 +243,22 @@ pub(crate) fn check_outcome_with_policy(
     clusters: &[ClusterInfo],
 ) -> Result<(), CallError> {
     for action in &outcome.actions {
+        check_action_with_policy(plugin, registration, policy, action, clusters)?;
+    }
+    Ok(())
+}
+
+/// Checks one action against the declared permissions and then the
+/// operator `policy`: the writer's last gate, and the per-action step of
+/// [`check_outcome_with_policy`].
+pub(crate) fn check_action_with_policy(
+    plugin: &str,
+    registration: &Registration,
+    policy: Option<&PluginPolicy>,
+    action: &Action,
+    clusters: &[ClusterInfo],
+) -> Result<(), CallError> {
+    {
         let required = required_permission(action).map_err(|reason| CallError::Forbidden {
             plugin: plugin.to_string(),
             action: action_label(action).to_string(),
@@ -258,7 +274,7 @@ pub(crate) fn check_outcome_with_policy(
             cluster,
         }) = required
         else {
-            continue;
+            return Ok(());
         };
         // The plugin's own declaration first, then the operator's policy.
         let refusal = if permits(registration, &resource, verb, status, &cluster, clusters) {

@@ -13,7 +13,9 @@ use super::capability;
 use super::error::{CallError, LoadError};
 use super::runtime::{self, LoadTimings, PluginRuntime, RuntimeInner};
 use super::sandbox::CallState;
-use super::{ClusterInfo, HostReads, NoReads, Outcome, Phase, Registration, Request, Resource};
+use super::{
+    Action, ClusterInfo, HostReads, NoReads, Outcome, Phase, Registration, Request, Resource,
+};
 
 /// A plugin that compiled, linked and registered. Cheap to clone; a call
 /// holds a clone, so a reload never disturbs in-flight calls.
@@ -236,6 +238,22 @@ impl LoadedPlugin {
         self.finish_reconcile(result, &clusters)
     }
 
+    /// Whether this plugin may perform `action` (declared permissions, then
+    /// the operator policy): the check the writer makes before every write
+    /// done for it, the host's own finalizer patches included.
+    ///
+    /// # Errors
+    /// [`CallError::Forbidden`] naming the action and why.
+    pub fn check_action(&self, action: &Action, clusters: &[ClusterInfo]) -> Result<(), CallError> {
+        capability::check_action_with_policy(
+            self.name(),
+            &self.inner.registration,
+            self.inner.policy.as_ref(),
+            action,
+            clusters,
+        )
+    }
+
     fn finish_reconcile(
         &self,
         result: Result<Outcome, super::ReconcileError>,
@@ -359,7 +377,11 @@ impl LoadedPlugin {
         function: &'static str,
         f: impl FnOnce() -> Result<R, CallError> + Send + 'static,
     ) -> Result<R, CallError> {
-        match tokio::task::spawn_blocking(f).await {
+        // The caller's span (the reconcile's: plugin, cluster, namespace,
+        // name) follows the call to the blocking thread, so the plugin's
+        // log lines carry the request.
+        let span = tracing::Span::current();
+        match tokio::task::spawn_blocking(move || span.in_scope(f)).await {
             Ok(result) => result,
             Err(e) => Err(CallError::Host {
                 plugin: self.name().to_string(),

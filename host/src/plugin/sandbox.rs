@@ -235,17 +235,22 @@ impl host::Host for CallState {
     }
 
     fn log(&mut self, level: types::LogLevel, message: String, fields: Vec<(String, String)>) {
-        // Field names are plugin-chosen, so they cannot become tracing field
-        // names (those are static); they are rendered as one `fields` value.
-        let fields = DisplayFields(&fields);
+        // The request (cluster, namespace, name) comes from the reconcile's
+        // span, which the call runs in. Field names are plugin-chosen and
+        // tracing's are static, so the plugin's fields travel as one JSON
+        // object (`plugin_fields={"pool":"gpu"}`): structured for a JSON log
+        // pipeline, not a flattened `k=v` string.
+        let fields = JsonFields(&fields);
         let plugin = &*self.plugin;
         match level {
             types::LogLevel::Debug => {
-                tracing::debug!(plugin, %fields, "{message}");
+                tracing::debug!(plugin, plugin_fields = %fields, "{message}");
             }
-            types::LogLevel::Info => tracing::info!(plugin, %fields, "{message}"),
-            types::LogLevel::Warn => tracing::warn!(plugin, %fields, "{message}"),
-            types::LogLevel::Error => tracing::error!(plugin, %fields, "{message}"),
+            types::LogLevel::Info => tracing::info!(plugin, plugin_fields = %fields, "{message}"),
+            types::LogLevel::Warn => tracing::warn!(plugin, plugin_fields = %fields, "{message}"),
+            types::LogLevel::Error => {
+                tracing::error!(plugin, plugin_fields = %fields, "{message}");
+            }
         }
     }
 
@@ -254,17 +259,16 @@ impl host::Host for CallState {
     }
 }
 
-/// `k=v k2=v2`.
-struct DisplayFields<'a>(&'a [(String, String)]);
+/// The plugin's fields as a JSON object (later keys win on duplicates).
+struct JsonFields<'a>(&'a [(String, String)]);
 
-impl std::fmt::Display for DisplayFields<'_> {
+impl std::fmt::Display for JsonFields<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        for (i, (k, v)) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{k}={v:?}")?;
-        }
-        Ok(())
+        let map: serde_json::Map<String, serde_json::Value> = self
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        write!(f, "{}", serde_json::Value::Object(map))
     }
 }

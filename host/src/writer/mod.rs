@@ -139,6 +139,19 @@ pub enum Error {
         /// Object.
         object: String,
     },
+    /// The capability gate refused the action: outside the plugin's
+    /// declared permissions or the operator policy. Nothing was sent.
+    #[error("refused to {action} in cluster {cluster} for plugin {plugin}: {reason}")]
+    Forbidden {
+        /// Plugin.
+        plugin: String,
+        /// Action kind.
+        action: &'static str,
+        /// Cluster.
+        cluster: String,
+        /// Why.
+        reason: String,
+    },
     /// The request did not complete in time.
     #[error(
         "failed to {action} {object} in cluster {cluster} for plugin {plugin}: timed out after {timeout:?}"
@@ -161,7 +174,7 @@ impl Error {
     /// Whether a re-run of the reconcile may succeed (false for malformed actions).
     #[must_use]
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, Self::Invalid { .. })
+        !matches!(self, Self::Invalid { .. } | Self::Forbidden { .. })
     }
 
     /// HTTP status of an API error.
@@ -253,6 +266,11 @@ impl Default for WriterConfig {
     }
 }
 
+/// (cluster, plugin) of an Event recorder.
+type RecorderKey = (String, String);
+/// A recorder and the engaged cluster (client) it was made for.
+type ClusterRecorder = (Arc<Cluster>, Recorder);
+
 /// Performs actions. Cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
@@ -261,9 +279,11 @@ pub struct Writer {
     config: WriterConfig,
     /// Event recorders per (cluster, plugin), with the cluster they were
     /// made for: a re-engaged cluster (new credentials) gets a new one.
-    recorders: Arc<Mutex<HashMap<(String, String), (Arc<Cluster>, Recorder)>>>,
+    recorders: Arc<Mutex<HashMap<RecorderKey, ClusterRecorder>>>,
     /// Read-your-writes: where successful responses go.
     caches: Option<CacheManager>,
+    /// The last gate: per plugin, whether it may perform an action.
+    gates: Arc<parking_lot::RwLock<HashMap<String, Gate>>>,
     /// Leader election: nothing is written unless the gate is open (ops hook).
     leader: crate::ops::leader::LeaderGate,
 }
@@ -314,6 +334,10 @@ pub fn action_kind(action: &Action) -> &'static str {
     }
 }
 
+/// A plugin's capability check, as the writer's last gate: `Err(reason)`
+/// refuses the action.
+pub type Gate = Arc<dyn Fn(&Action) -> Result<(), String> + Send + Sync>;
+
 /// What a successful write left behind, for read-your-writes.
 enum Written {
     /// The object as the API server answered.
@@ -344,8 +368,20 @@ impl Writer {
             config,
             recorders: Arc::default(),
             caches: None,
+            gates: Arc::default(),
             leader: crate::ops::leader::LeaderGate::always_leader(),
         }
+    }
+
+    /// Check every write for `plugin` with `gate` first (its declared
+    /// permissions and the operator policy); replaces an earlier gate.
+    pub fn set_gate(&self, plugin: &str, gate: Gate) {
+        self.gates.write().insert(plugin.to_owned(), gate);
+    }
+
+    /// Forget the gate of a removed plugin.
+    pub fn remove_gate(&self, plugin: &str) {
+        self.gates.write().remove(plugin);
     }
 
     /// Hand every successful response to `caches` (read-your-writes). The
@@ -390,7 +426,7 @@ impl Writer {
                     // Events are best-effort: logged and counted (in
                     // `perform`), never a failure of the outcome.
                     Err(e) if matches!(action, Action::Event(_)) => {
-                        warn!(%plugin, error = %e, "event not recorded (best-effort; the reconcile goes on)");
+                        warn!(%plugin, cluster = %action_cluster(action), status = ?e.status(), error = %e, "failed to record event (best-effort; the reconcile goes on)");
                     }
                     Err(e) => return Err(e),
                 }
@@ -434,6 +470,18 @@ impl Writer {
                 plugin: plugin.to_owned(),
                 action: action_kind(action),
                 cluster: cluster.to_owned(),
+            });
+        }
+        let gate = self.gates.read().get(plugin).cloned();
+        if let Some(gate) = gate
+            && let Err(reason) = gate(action)
+        {
+            metrics.writer_action(plugin, cluster, label, "denied");
+            return Err(Error::Forbidden {
+                plugin: plugin.to_owned(),
+                action: action_kind(action),
+                cluster: cluster.to_owned(),
+                reason,
             });
         }
         let result = match action {
@@ -807,7 +855,6 @@ impl Writer {
             recorder.publish(&event, &reference)
         })
         .await
-        .inspect_err(|err| warn!(%plugin, cluster = %r.cluster, %object, error = %err, "failed to record event"))
     }
 }
 
@@ -1017,6 +1064,40 @@ mod tests {
                 Some(serde_json::from_value(json!({ "retryAfterSeconds": retry_after })).unwrap());
         }
         kube::Error::Api(s.boxed())
+    }
+
+    #[tokio::test]
+    async fn the_gate_refuses_before_anything_is_sent() {
+        // Nothing listens there: a request would fail differently.
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let clusters = ClusterRegistry::new("main", client);
+        let writer = Writer::new(clusters, Resolver::default(), WriterConfig::default());
+        writer.set_gate("p", Arc::new(|_| Err("not declared".to_owned())));
+        let action = Action::Delete(DeleteAction {
+            target: crate::plugin::ObjectRef {
+                cluster: "main".into(),
+                resource: Resource {
+                    group: String::new(),
+                    version: "v1".into(),
+                    kind: "Secret".into(),
+                    plural: "secrets".into(),
+                    scope: Scope::Namespaced,
+                },
+                namespace: Some("default".into()),
+                name: "x".into(),
+            },
+            uid: None,
+            propagation: None,
+        });
+        let err = writer.perform("p", &action).await.unwrap_err();
+        assert!(matches!(err, Error::Forbidden { .. }), "{err}");
+        assert!(!err.is_retryable());
+        assert_eq!(
+            err.to_string(),
+            "refused to delete in cluster main for plugin p: not declared"
+        );
     }
 
     #[test]
