@@ -291,7 +291,10 @@ impl ApiError {
         m.insert("metadata".into(), json!({}));
         m.insert("status".into(), "Failure".into());
         m.insert("message".into(), Value::String(self.message.clone()));
-        m.insert("reason".into(), Value::String(self.reason.clone()));
+        // Go omits an empty reason (an error that is not a StatusError).
+        if !self.reason.is_empty() {
+            m.insert("reason".into(), Value::String(self.reason.clone()));
+        }
         if let Some(d) = &self.details {
             m.insert("details".into(), (**d).clone());
         }

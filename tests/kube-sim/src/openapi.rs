@@ -142,10 +142,13 @@ pub fn resolve_named<'a>(
     let mut cur = s;
     let mut name = None;
     for _ in 0..8 {
+        // Only the `{allOf: [{$ref}]}` wrapper: a CRD schema's own `allOf`
+        // (value validations beside `properties`) is not a reference.
         if let Some([one]) = cur
             .get("allOf")
             .and_then(Value::as_array)
             .map(Vec::as_slice)
+            && one.get("$ref").is_some()
         {
             cur = one;
         }

@@ -304,6 +304,29 @@ fn check_value(v: &Value, schema: &Value, path: &str, out: &mut Findings) -> boo
     true
 }
 
+/// Splits a path of [`Findings::unknown`] (`spec.containers[0].x`) into segments.
+pub fn segments(path: &str) -> Vec<crate::patch::PathSegment> {
+    use crate::patch::PathSegment;
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        let mut rest = part;
+        if let Some(i) = rest.find('[') {
+            out.push(PathSegment::Field(rest[..i].to_string()));
+            rest = &rest[i..];
+            while let Some(r) = rest.strip_prefix('[') {
+                let end = r.find(']').unwrap_or(r.len());
+                if let Ok(n) = r[..end].parse() {
+                    out.push(PathSegment::Index(n));
+                }
+                rest = r.get(end + 1..).unwrap_or_default();
+            }
+        } else {
+            out.push(PathSegment::Field(rest.to_string()));
+        }
+    }
+    out
+}
+
 /// The message of a strict decoding error.
 pub fn strict_message(kind: &str, version: &str, unknown: &[String]) -> String {
     let fields: Vec<String> = unknown

@@ -415,6 +415,15 @@ async fn strict_field_validation_for_built_ins_and_custom_resources() {
                 "Error from server (BadRequest): error when creating \"{bad}\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.replica\", unknown field \"spec.template.spec.containers[0].imagex\""
             )
         );
+        // Server-side apply converts the patch to its typed form first; an
+        // undeclared field fails whatever fieldValidation says (1.32: a 500
+        // without reason), list items named by their keys.
+        let out = kubectl(&sim, &["apply", "--server-side", "-f", &bad]).await;
+        assert_eq!(out.code, 1);
+        assert_eq!(
+            out.stderr.trim(),
+            "Error from server: failed to create typed patch object (default/bad; apps/v1, Kind=Deployment): errors:\n  .spec.replica: field not declared in schema\n  .spec.template.spec.containers[name=\"c\"].imagex: field not declared in schema"
+        );
         // Warn: created, unknown fields dropped, a warning per field.
         let out = kubectl(&sim, &["create", "--validate=warn", "-f", &bad]).await;
         assert_eq!(out.code, 0, "{}", out.stderr);

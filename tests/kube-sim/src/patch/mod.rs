@@ -69,7 +69,7 @@ use std::fmt;
 pub use json::json_patch;
 pub use managed::{apply, record_update};
 pub use merge::{merge_patch, merge_patch_in_place};
-pub use schema::TypeInfo;
+pub use schema::{PathSegment, TypeInfo};
 pub use strategic::strategic_merge_patch;
 
 /// Why a patch could not be applied. Each variant maps to one HTTP status.

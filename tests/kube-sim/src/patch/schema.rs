@@ -17,6 +17,54 @@ pub struct TypeInfo {
     pub(crate) root: Schema,
 }
 
+impl TypeInfo {
+    /// A field path of `obj` in structured-merge-diff's notation: `.a.b`,
+    /// list items by their keys (`[name="c"]`, `[containerPort=80,protocol="TCP"]`)
+    /// or, in atomic lists, by index (`[0]`). `segments` are field names
+    /// and list indexes.
+    pub fn smd_path(&self, obj: &Value, segments: &[PathSegment]) -> String {
+        let mut out = String::new();
+        let mut schema = &self.root;
+        let mut cur = Some(obj);
+        for seg in segments {
+            match seg {
+                PathSegment::Field(f) => {
+                    out.push('.');
+                    out.push_str(f);
+                    schema = schema.field(f).0;
+                    cur = cur.and_then(|c| c.get(f));
+                }
+                PathSegment::Index(i) => {
+                    let (kind, items) = schema.list();
+                    let item = cur.and_then(|c| c.get(*i));
+                    match (kind, item) {
+                        (ListKind::Map(keys), Some(item)) => {
+                            let parts: Vec<String> = keys
+                                .iter()
+                                .filter_map(|k| item.get(k).map(|v| format!("{k}={v}")))
+                                .collect();
+                            out.push_str(&format!("[{}]", parts.join(",")));
+                        }
+                        _ => out.push_str(&format!("[{i}]")),
+                    }
+                    schema = items;
+                    cur = item;
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One step of a field path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathSegment {
+    /// An object field.
+    Field(String),
+    /// A list index.
+    Index(usize),
+}
+
 impl Default for TypeInfo {
     /// Same as [`TypeInfo::metadata_only`].
     fn default() -> Self {
