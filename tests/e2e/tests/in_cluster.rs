@@ -123,11 +123,63 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
             })
             .await;
 
-        // Nothing was refused along the way.
+        // Deletions: the finalizers clean up in both clusters.
+        main.delete("job.lailin.xyz/v1", "tests", Some("e2e"), "t1").unwrap();
+        main.delete("nodes.lailin.xyz/v1", "nodepools", None, "gpu").unwrap();
+        rekon
+            .wait_for("the Test, its Jobs, the gpu pool and its RuntimeClass gone", || {
+                (get(main, "job.lailin.xyz/v1", "tests", Some("e2e"), "t1").is_none()
+                    && get(main, "batch/v1", "jobs", Some("e2e"), "t1").is_none()
+                    && get(sub, "batch/v1", "jobs", Some("e2e"), "t1").is_none()
+                    && get(main, "nodes.lailin.xyz/v1", "nodepools", None, "gpu").is_none()
+                    && get(main, "node.k8s.io/v1", "runtimeclasses", None, "node-pool-gpu").is_none())
+                .then_some(())
+            })
+            .await;
+
+        // Nothing was refused along the way: every request the two
+        // ServiceAccounts made was allowed, and rekon logged no refusal.
+        let accounts = [
+            "system:serviceaccount:rekon-system:rekon",
+            "system:serviceaccount:rekon-remote:rekon-remote",
+        ];
+        let mut used = std::collections::BTreeSet::new();
+        for (cluster, c) in [("main", main), ("sub", sub)] {
+            for r in c.audit_log().iter().filter(|r| accounts.contains(&r.user.as_str())) {
+                let a = &r.attributes;
+                assert!(r.allowed, "{cluster}: {} was refused {a:?}", r.user);
+                if a.resource_request {
+                    let resource = if a.subresource.is_empty() {
+                        a.resource.clone()
+                    } else {
+                        format!("{}/{}", a.resource, a.subresource)
+                    };
+                    used.insert((a.group.clone(), resource, a.verb.clone()));
+                }
+            }
+        }
         let log = rekon.log();
         for refused in ["HTTP 403", "HTTP 401", "Forbidden", "forbidden", "Unauthorized"] {
             assert!(!log.contains(refused), "rekon's log mentions {refused:?}:\n{}", rekon.tail());
         }
+        // For the record (the least-privilege tests hold the rules to
+        // account): granted verbs this scenario did not use.
+        let mut unused = Vec::new();
+        for doc in env.rendered.iter().filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role") {
+            for rule in doc["rules"].as_array().into_iter().flatten() {
+                for (g, r, v) in rule["apiGroups"].as_array().into_iter().flatten().flat_map(|g| {
+                    rule["resources"].as_array().into_iter().flatten().flat_map(move |r| {
+                        rule["verbs"].as_array().into_iter().flatten().map(move |v| (g, r, v))
+                    })
+                }) {
+                    let key = (g.as_str().unwrap_or_default().to_owned(), r.as_str().unwrap_or_default().to_owned(), v.as_str().unwrap_or_default().to_owned());
+                    if !used.contains(&key) {
+                        unused.push(format!("{} {}/{}", key.2, key.0, key.1));
+                    }
+                }
+            }
+        }
+        eprintln!("granted but not used by this scenario: {unused:?}");
         drop(rekon);
     })
     .await

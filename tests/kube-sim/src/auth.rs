@@ -128,7 +128,23 @@ pub struct Security {
     issued: Mutex<HashMap<String, IssuedToken>>,
     /// The administrator's token.
     pub(crate) admin_token: String,
+    /// Authorization decisions, oldest first (at most [`AUDIT_LIMIT`]).
+    audit: Mutex<Vec<AuditRecord>>,
 }
+
+/// One authorization decision: who asked to do what, and the answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// The user name.
+    pub user: String,
+    /// What was asked.
+    pub attributes: Attributes,
+    /// Whether it was allowed.
+    pub allowed: bool,
+}
+
+/// Decisions kept per cluster; later ones are dropped.
+pub const AUDIT_LIMIT: usize = 100_000;
 
 /// A random URL-safe token.
 fn random_token(bytes: usize) -> String {
@@ -175,6 +191,23 @@ impl Security {
             }
             .authenticated(),
         );
+    }
+
+    /// Records a decision (while fewer than [`AUDIT_LIMIT`] are kept).
+    pub(crate) fn record(&self, user: &UserInfo, attributes: &Attributes, allowed: bool) {
+        let mut audit = self.audit.lock();
+        if audit.len() < AUDIT_LIMIT {
+            audit.push(AuditRecord {
+                user: user.name.clone(),
+                attributes: attributes.clone(),
+                allowed,
+            });
+        }
+    }
+
+    /// The decisions recorded so far.
+    pub(crate) fn audit_log(&self) -> Vec<AuditRecord> {
+        self.audit.lock().clone()
     }
 
     /// Whether authentication or RBAC is on.

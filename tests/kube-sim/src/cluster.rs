@@ -381,6 +381,13 @@ impl SimCluster {
         pki.client_cert(user, groups)
     }
 
+    /// Every authorization decision so far (user, attributes, allowed),
+    /// oldest first, when authentication or RBAC is on: what each client
+    /// actually did, e.g. to compare with the permissions it was granted.
+    pub fn audit_log(&self) -> Vec<crate::auth::AuditRecord> {
+        self.state.security.audit_log()
+    }
+
     /// Issues a token for ServiceAccount `ns/name` as TokenRequest does.
     ///
     /// # Errors

@@ -128,7 +128,7 @@ pub mod tls;
 pub mod validate;
 pub mod watch;
 
-pub use auth::{ADMIN_USER, TokenUser, UserInfo};
+pub use auth::{ADMIN_USER, AuditRecord, TokenUser, UserInfo};
 pub use cluster::{
     Credentials, Sim, SimCluster, SimConfig, SimError, kubeconfig_yaml, write_kubeconfig,
 };

@@ -412,6 +412,7 @@ async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, 
     let attrs = Attributes::from_request(req.method().as_str(), path, req.uri().query());
     let mode = cs.security.mode;
     let decision = crate::rbac::authorize(mode, &cs.store, &user, &attrs);
+    cs.security.record(&user, &attrs, decision.allowed);
     if !decision.allowed {
         return Err(error_response(
             &attrs.forbidden(&user.name, &decision.reason),
@@ -429,6 +430,8 @@ async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, 
         && cs.store.read(|i| i.get(res, ns.as_deref(), name)).is_err()
     {
         let create = crate::rbac::authorize(mode, &cs.store, &user, &attrs.with_verb("create"));
+        cs.security
+            .record(&user, &attrs.with_verb("create"), create.allowed);
         if !create.allowed {
             let mut e = attrs.with_verb("create").forbidden(&user.name, "");
             e.message = format!(

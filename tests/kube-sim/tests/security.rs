@@ -505,6 +505,19 @@ async fn rbac_enforces_roles_bindings_names_subresources_and_urls() {
                 assert_eq!(r.body["message"], message.as_str(), "{method} {path}");
             }
         }
+        // The audit log holds each decision.
+        let audit = c.audit_log();
+        let patched = |allowed: bool, sub: &str| {
+            audit.iter().any(|r| {
+                r.user == "system:serviceaccount:rekon:rekon"
+                    && r.allowed == allowed
+                    && r.attributes.verb == "patch"
+                    && r.attributes.resource == "nodes"
+                    && r.attributes.name == "n1"
+                    && r.attributes.subresource == sub
+            })
+        };
+        assert!(patched(true, "status") && patched(false, ""), "{audit:?}");
         // A binding to a missing role is reported in the denial.
         let carol = c.add_token_user("carol", &[]);
         let r = https(&c, As::Token(&carol), "GET", "/api/v1/pods", None).await;
