@@ -635,6 +635,55 @@ fn pod_admission(obj: &mut Value) {
     set_default(spec, "enableServiceLinks", json!(true));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
     set_default(spec, "priority", json!(0));
+    let automount = spec
+        .get("automountServiceAccountToken")
+        .and_then(Value::as_bool)
+        != Some(false);
+    let mount_path = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let mounted = ["containers", "initContainers"].iter().any(|k| {
+        spec.get(*k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c.get("volumeMounts")
+                    .and_then(Value::as_array)
+                    .is_some_and(|m| m.iter().any(|v| v["mountPath"] == mount_path))
+            })
+    });
+    if automount && !mounted {
+        // The ServiceAccount admission plugin's projected token volume.
+        let name = format!("kube-api-access-{}", crate::store::random_suffix());
+        let volume = json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+        ]}});
+        if let Some(v) = spec
+            .entry("volumes")
+            .or_insert_with(|| json!([]))
+            .as_array_mut()
+        {
+            v.push(volume);
+        }
+        for k in ["containers", "initContainers"] {
+            for c in spec
+                .get_mut(k)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(m) = c.as_object_mut().and_then(|c| {
+                    c.entry("volumeMounts")
+                        .or_insert_with(|| json!([]))
+                        .as_array_mut()
+                }) {
+                    m.push(json!({"name": name, "readOnly": true, "mountPath": mount_path}));
+                }
+            }
+        }
+    }
     let tol = spec.entry("tolerations").or_insert_with(|| json!([]));
     if let Some(t) = tol.as_array_mut() {
         for key in [

@@ -81,7 +81,11 @@ fn json_response(code: u16, v: &Value) -> Response {
     bytes_response(code, serde_json::to_vec(v).unwrap_or_default())
 }
 
-fn bytes_response(code: u16, body: Vec<u8>) -> Response {
+/// A JSON body ends with `\n`, as Go's encoder writes it.
+fn bytes_response(code: u16, mut body: Vec<u8>) -> Response {
+    if body.last() != Some(&b'\n') {
+        body.push(b'\n');
+    }
     let mut r = Response::new(Body::from(body));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(
@@ -620,7 +624,10 @@ fn written_response(
         && !res.needs_conversion()
         && let Some(b) = cached
     {
-        let mut r = Response::new(Body::from(b));
+        let mut body = Vec::with_capacity(b.len() + 1);
+        body.extend_from_slice(&b);
+        body.push(b'\n');
+        let mut r = Response::new(Body::from(body));
         *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
         r.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -492,6 +492,11 @@ fn validate_name(res: &ResourceInfo, name: &str) -> ApiResult<()> {
     }
 }
 
+/// Five characters of the apiserver's `generateName` alphabet.
+pub(crate) fn random_suffix() -> String {
+    generate_suffix()
+}
+
 fn generate_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();

@@ -167,8 +167,10 @@ async fn writes_errors_and_no_op() {
         let r = raw(&u, "POST", "/api/v1/namespaces/default/configmaps", &[("Content-Type", PB), ("Accept", "application/vnd.kubernetes.protobuf,application/json")], Some("k8s\0\n\x0f\n\x02v1\x12\x09ConfigMap\x12\x07\n\x05\n\x03pbc")).await;
         assert_eq!(r.status, 201, "{}", r.text());
         assert_eq!((r.header("content-type"), r.json()["metadata"]["name"].as_str()), (Some("application/json"), Some("pbc")));
+        assert!(r.body.ends_with(b"}\n"), "JSON bodies end with a newline, as Go's encoder writes them");
         let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps", &[("Accept", "application/vnd.kubernetes.protobuf")], None).await;
         assert_eq!(r.status, 406);
+        assert!(r.body.ends_with(b"}\n"), "error Status bodies too");
         let r = raw(&u, "PATCH", "/api/v1/namespaces/default/configmaps/a", &[("Content-Type", "text/plain")], Some("{}")).await;
         assert_eq!(r.status, 415);
         let r = raw(&u, "GET", "/api/v1/namespaces/default/configmaps?watch=maybe", &[], None).await;

@@ -221,6 +221,15 @@ async fn pods_get_admission_defaults_and_wide_columns_are_real() {
         );
         assert_eq!(spec["tolerations"][0]["tolerationSeconds"], 300);
         assert_eq!(spec["containers"][0]["imagePullPolicy"], "Always");
+        // The ServiceAccount admission plugin's token volume and mount.
+        let vol = &spec["volumes"][0];
+        let vname = vol["name"].as_str().unwrap();
+        assert!(vname.starts_with("kube-api-access-") && vname.len() == 21, "{vname}");
+        assert_eq!(vol["projected"]["sources"][0]["serviceAccountToken"], json!({"expirationSeconds": 3607, "path": "token"}));
+        assert_eq!(
+            spec["containers"][0]["volumeMounts"],
+            json!([{"name": vname, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}])
+        );
         assert_eq!(
             p["status"],
             json!({"phase": "Pending", "qosClass": "BestEffort"})
