@@ -195,6 +195,7 @@ impl From<Mapping> for wit::Mapping {
                 namespace: l.namespace,
                 name: l.name,
             }),
+            Mapping::LabelKeyPrefixes(p) => wit::Mapping::LabelKeyPrefixes(p),
             Mapping::AllPrimaries => wit::Mapping::AllPrimaries,
             Mapping::Custom => wit::Mapping::Custom,
         }

@@ -126,10 +126,39 @@ pub enum Mapping {
     OwnerReference,
     /// Owner labels naming a primary, possibly in another cluster.
     OwnerLabels(OwnerLabels),
-    /// Every primary of the plugin (e.g. any Node change wakes every NodePool).
+    /// Label keys that name primaries: every label of the object whose key
+    /// starts with one of the prefixes names the primary called by the rest
+    /// of the key (in the object's cluster, and namespace for a namespaced
+    /// primary). The host computes it without a wasm call, for the object's
+    /// new and previous labels, and wakes only the primaries named. Add the
+    /// prefix of a marker label the plugin writes itself to reach former
+    /// members too.
+    ///
+    /// ```
+    /// use rekon_sdk::{ClusterSet, Mapping, Registration};
+    /// use k8s_openapi::api::core::v1::{ConfigMap, Node};
+    /// // `node-role.kubernetes.io/gpu` on a Node wakes primary `gpu`.
+    /// let reg = Registration::new::<ConfigMap>("roles", "0.1.0").watch::<Node>(
+    ///     ClusterSet::Primary,
+    ///     Mapping::label_key_prefixes(&["node-role.kubernetes.io/"]),
+    /// );
+    /// assert!(reg.validate().is_ok());
+    /// ```
+    LabelKeyPrefixes(Vec<String>),
+    /// Every primary of the plugin: any event wakes them all. Prefer a
+    /// selective mapping where one can say which primaries an object
+    /// concerns.
     AllPrimaries,
     /// Ask the plugin: the host calls [`Plugin::map`](crate::Plugin::map).
     Custom,
+}
+
+impl Mapping {
+    /// [`Mapping::LabelKeyPrefixes`] from string slices.
+    #[must_use]
+    pub fn label_key_prefixes(prefixes: &[&str]) -> Self {
+        Self::LabelKeyPrefixes(prefixes.iter().map(|p| (*p).to_owned()).collect())
+    }
 }
 
 /// A resource the plugin needs to see, and how its events map to primaries.
@@ -404,6 +433,11 @@ impl Registration {
             problems.push(format!("primary selector: {e}"));
         }
         for w in &self.watches {
+            if let Mapping::LabelKeyPrefixes(prefixes) = &w.mapping
+                && let Some(problem) = rekon_rules::mapping::label_key_prefixes_problem(prefixes)
+            {
+                problems.push(format!("watch of {}: {problem}", w.resource));
+            }
             if let Some(s) = &w.label_selector
                 && let Err(e) = LabelSelector::parse(s)
             {

@@ -9,8 +9,10 @@
 //! | module | rule |
 //! |---|---|
 //! | [`selector`] | Kubernetes label selector strings: parsing and matching |
+//! | [`mapping`] | what makes a declarative mapping valid |
 //! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
 
+pub mod mapping;
 pub mod scope;
 pub mod selector;
 

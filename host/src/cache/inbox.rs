@@ -148,6 +148,7 @@ mod tests {
             }),
             change: Change::Applied,
             object: obj("ns", name, rv, &[]),
+            old: None,
         })
     }
 

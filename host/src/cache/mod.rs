@@ -206,6 +206,11 @@ pub struct CacheEvent {
     pub change: Change,
     /// The object (last state for deletions).
     pub object: Arc<CachedObject>,
+    /// For a change of a cached object, its state before (like
+    /// controller-runtime's `UpdateEvent.ObjectOld`): mappings map both, so
+    /// an object that stopped naming a primary (a label removed) still
+    /// wakes it once.
+    pub old: Option<Arc<CachedObject>>,
 }
 
 struct Subscriber {
@@ -341,12 +346,13 @@ impl State {
         }
     }
 
-    fn emit(&self, change: Change, object: Arc<CachedObject>) {
+    fn emit(&self, change: Change, object: Arc<CachedObject>, old: Option<Arc<CachedObject>>) {
         let event = Arc::new(CacheEvent {
             cluster: Arc::from(self.cluster.name()),
             resource: Arc::clone(&self.resource),
             change,
             object,
+            old,
         });
         for s in self.subscribers.lock().iter() {
             s.inbox.push(s.tag, Arc::clone(&event));
@@ -356,8 +362,10 @@ impl State {
     /// Put a write's response into the store (read-your-writes).
     fn observe(&self, obj: Arc<CachedObject>) {
         let mut store = self.store.write();
+        let old = store.get(&obj.key);
         if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
-            state_size_and_emit(self, &store, Change::Applied, obj);
+            self.emit(Change::Applied, obj, old);
+            self.report_size(store.len());
         }
     }
 
@@ -365,14 +373,10 @@ impl State {
     fn observe_gone(&self, key: &ObjectKey) {
         let mut store = self.store.write();
         if let Some(old) = store.remove(key) {
-            state_size_and_emit(self, &store, Change::Deleted, old);
+            self.emit(Change::Deleted, old, None);
+            self.report_size(store.len());
         }
     }
-}
-
-fn state_size_and_emit(state: &State, store: &Store, change: Change, obj: Arc<CachedObject>) {
-    state.emit(change, obj);
-    state.report_size(store.len());
 }
 
 /// One (cluster, resource) watch and store. Dropping the last handle stops the watch.
@@ -471,6 +475,7 @@ impl SharedCache {
                     resource: Arc::clone(&self.state.resource),
                     change: Change::Applied,
                     object: Arc::clone(obj),
+                    old: None,
                 });
                 inbox.push(tag, event);
             }
@@ -816,8 +821,9 @@ fn handle_event(
                 seen.push(obj.key.clone());
             }
             let mut store = state.store.write();
+            let old = store.get(&obj.key);
             if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
-                state.emit(Change::Applied, obj);
+                state.emit(Change::Applied, obj, old);
             }
             if relist.is_none() {
                 state.report_size(store.len());
@@ -832,7 +838,7 @@ fn handle_event(
                 .remove_deleted(&obj.key, obj.resource_version.as_deref())
                 .is_some()
             {
-                state.emit(Change::Deleted, obj);
+                state.emit(Change::Deleted, obj, None);
             }
             state.report_size(store.len());
         }
@@ -848,7 +854,7 @@ fn handle_event(
                     .collect();
                 for key in gone {
                     if let Some(old) = store.remove(&key) {
-                        state.emit(Change::Deleted, old);
+                        state.emit(Change::Deleted, old, None);
                     }
                 }
                 state.report_size(store.len());

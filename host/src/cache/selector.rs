@@ -33,6 +33,19 @@ pub fn to_kube(selector: &LabelSelector) -> Selector {
     sel
 }
 
+/// The label keys a selector requires to be present (`k`, `k=v`, `k in (…)`),
+/// usable with a label-key index.
+#[must_use]
+pub fn required_keys(sel: &Selector) -> Vec<String> {
+    sel.clone()
+        .into_iter()
+        .filter_map(|e| match e {
+            Expression::Exists(k) | Expression::Equal(k, _) | Expression::In(k, _) => Some(k),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The `key=value` pairs a selector requires (usable with a label index).
 #[must_use]
 pub fn required_pairs(sel: &Selector) -> Vec<(String, String)> {

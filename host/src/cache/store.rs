@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::core::{Selector, SelectorExt};
 
-use super::selector::required_pairs;
+use super::selector::{required_keys, required_pairs};
 
 /// Identity of an object inside one cache: namespace ("" at cluster scope) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -103,6 +103,8 @@ impl CachedObject {
 pub struct Store {
     objects: BTreeMap<ObjectKey, Arc<CachedObject>>,
     by_label: HashMap<(String, String), BTreeSet<ObjectKey>>,
+    /// Objects per label key (any value): `list` by `k` (exists) selectors.
+    by_key: HashMap<String, BTreeSet<ObjectKey>>,
     by_owner_uid: HashMap<String, BTreeSet<ObjectKey>>,
     /// resourceVersions at which recently removed objects were last seen,
     /// so a late write response cannot resurrect a deleted object. Bounded
@@ -217,8 +219,10 @@ impl Store {
         self.objects.values()
     }
 
-    /// Objects in `namespace` (all when `None`) matching `selector`. Uses the
-    /// label index when the selector requires a `key=value`.
+    /// Objects in `namespace` (all when `None`) matching `selector`. Served
+    /// from the narrowest index entry the selector allows (a required
+    /// `key=value`, or a required key), never by scanning the store when
+    /// the selector requires any label.
     #[must_use]
     pub fn list(
         &self,
@@ -227,18 +231,20 @@ impl Store {
     ) -> Vec<Arc<CachedObject>> {
         let in_ns = |k: &ObjectKey| namespace.is_none_or(|ns| k.namespace == ns);
         let matches = |o: &CachedObject| selector.is_none_or(|s| s.matches(&o.labels));
-        // Narrowest index entry among the required pairs.
-        let candidates = selector.and_then(|s| {
-            required_pairs(s)
+        // Narrowest index entry among the required pairs and keys.
+        let empty = BTreeSet::new();
+        let candidates: Option<&BTreeSet<ObjectKey>> = selector.and_then(|s| {
+            let pairs = required_pairs(s)
                 .into_iter()
-                .min_by_key(|pair| self.by_label.get(pair).map_or(0, BTreeSet::len))
+                .map(|pair| self.by_label.get(&pair).unwrap_or(&empty));
+            let keys = required_keys(s)
+                .into_iter()
+                .map(|key| self.by_key.get(&key).unwrap_or(&empty));
+            pairs.chain(keys).min_by_key(|set| set.len())
         });
         match candidates {
-            Some(pair) => self
-                .by_label
-                .get(&pair)
-                .into_iter()
-                .flatten()
+            Some(set) => set
+                .iter()
                 .filter(|k| in_ns(k))
                 .filter_map(|k| self.objects.get(k))
                 .filter(|o| matches(o))
@@ -276,6 +282,10 @@ impl Store {
                 .entry((k.clone(), v.clone()))
                 .or_default()
                 .insert(obj.key.clone());
+            self.by_key
+                .entry(k.clone())
+                .or_default()
+                .insert(obj.key.clone());
         }
         if let Some(owner) = &obj.controller {
             self.by_owner_uid
@@ -292,6 +302,12 @@ impl Store {
                 set.remove(&obj.key);
                 if set.is_empty() {
                     self.by_label.remove(&pair);
+                }
+            }
+            if let Some(set) = self.by_key.get_mut(k) {
+                set.remove(&obj.key);
+                if set.is_empty() {
+                    self.by_key.remove(k);
                 }
             }
         }
@@ -406,6 +422,33 @@ pub(crate) mod tests {
         assert!(s.list(None, Some(&sel)).is_empty());
         let not = parse("owner.name!=t2").unwrap();
         assert_eq!(names(s.list(None, Some(&not))), vec!["ab/z"]);
+    }
+
+    #[test]
+    fn exists_selectors_are_served_from_the_key_index() {
+        let mut s = Store::default();
+        for i in 0..1000 {
+            let role = format!("node-role.kubernetes.io/p{}", i % 100);
+            s.upsert(obj("", &format!("n{i}"), "1", &[(role.as_str(), "")]));
+        }
+        let sel = parse("node-role.kubernetes.io/p7").unwrap();
+        let names: Vec<String> = s
+            .list(None, Some(&sel))
+            .iter()
+            .map(|o| o.key.name.clone())
+            .collect();
+        assert_eq!(names.len(), 10);
+        assert!(
+            names
+                .iter()
+                .all(|n| n.trim_start_matches('n').parse::<usize>().unwrap() % 100 == 7)
+        );
+        // The key index follows relabels and removals.
+        s.upsert(obj("", "n7", "2", &[]));
+        s.remove(&ObjectKey::new(None, "n107"));
+        assert_eq!(s.list(None, Some(&sel)).len(), 8);
+        assert_eq!(s.by_key["node-role.kubernetes.io/p7"].len(), 8);
+        assert!(s.list(None, Some(&parse("absent").unwrap())).is_empty());
     }
 
     #[test]

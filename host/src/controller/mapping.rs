@@ -3,7 +3,7 @@
 //! `map` export and `all-primaries` reads the primary caches, both handled
 //! by the controller.
 
-use crate::cache::{CacheEvent, ResourceId};
+use crate::cache::{CacheEvent, CachedObject, ResourceId};
 use crate::plugin::{Mapping, OwnerLabels};
 
 use super::queue::ReqKey;
@@ -21,10 +21,39 @@ pub enum Mapped {
 
 /// Map one cache event with a native mapping. `primary` is the plugin's
 /// primary resource. The caller filters keys to the clusters whose primaries
-/// the plugin reconciles.
+/// the plugin reconciles. Mappings that read the object (owner reference,
+/// owner labels, label keys) map its previous state too, so a primary it
+/// stopped naming is woken once more.
 #[must_use]
 pub fn map_event(mapping: &Mapping, event: &CacheEvent, primary: &ResourceId) -> Mapped {
-    let obj = &event.object;
+    match mapping {
+        Mapping::Itself | Mapping::AllPrimaries | Mapping::Custom => {
+            map_object(mapping, event, &event.object, primary)
+        }
+        _ => {
+            let Mapped::Keys(mut keys) = map_object(mapping, event, &event.object, primary) else {
+                unreachable!("object mappings map to keys")
+            };
+            if let Some(old) = &event.old
+                && let Mapped::Keys(before) = map_object(mapping, event, old, primary)
+            {
+                for k in before {
+                    if !keys.contains(&k) {
+                        keys.push(k);
+                    }
+                }
+            }
+            Mapped::Keys(keys)
+        }
+    }
+}
+
+fn map_object(
+    mapping: &Mapping,
+    event: &CacheEvent,
+    obj: &CachedObject,
+    primary: &ResourceId,
+) -> Mapped {
     match mapping {
         Mapping::Itself => Mapped::Keys(vec![ReqKey {
             cluster: event.cluster.to_string(),
@@ -51,16 +80,39 @@ pub fn map_event(mapping: &Mapping, event: &CacheEvent, primary: &ResourceId) ->
                 .collect();
             Mapped::Keys(keys)
         }
-        Mapping::OwnerLabels(labels) => {
-            Mapped::Keys(owner_labels(labels, event, primary).into_iter().collect())
-        }
+        Mapping::OwnerLabels(labels) => Mapped::Keys(
+            owner_labels(labels, event, obj, primary)
+                .into_iter()
+                .collect(),
+        ),
+        Mapping::LabelKeyPrefixes(prefixes) => Mapped::Keys(
+            obj.labels
+                .keys()
+                .filter_map(|k| prefixes.iter().find_map(|p| k.strip_prefix(p.as_str())))
+                .filter(|name| !name.is_empty())
+                .map(|name| ReqKey {
+                    cluster: event.cluster.to_string(),
+                    namespace: if primary.namespaced {
+                        obj.key.namespace().map(str::to_owned)
+                    } else {
+                        None
+                    },
+                    name: name.to_owned(),
+                })
+                .collect(),
+        ),
         Mapping::AllPrimaries => Mapped::AllPrimaries,
         Mapping::Custom => Mapped::Custom,
     }
 }
 
-fn owner_labels(keys: &OwnerLabels, event: &CacheEvent, primary: &ResourceId) -> Option<ReqKey> {
-    let labels = &event.object.labels;
+fn owner_labels(
+    keys: &OwnerLabels,
+    event: &CacheEvent,
+    obj: &CachedObject,
+    primary: &ResourceId,
+) -> Option<ReqKey> {
+    let labels = &obj.labels;
     let name = labels.get(&keys.name).filter(|n| !n.is_empty())?;
     let cluster = labels
         .get(&keys.cluster)
@@ -72,7 +124,7 @@ fn owner_labels(keys: &OwnerLabels, event: &CacheEvent, primary: &ResourceId) ->
                 .get(&keys.namespace)
                 .filter(|n| !n.is_empty())
                 .cloned()
-                .or_else(|| event.object.key.namespace().map(str::to_owned))?,
+                .or_else(|| obj.key.namespace().map(str::to_owned))?,
         )
     } else {
         None
@@ -139,6 +191,7 @@ mod tests {
                 deleting: false,
                 json: Arc::from("{}"),
             }),
+            old: None,
         }
     }
 
@@ -224,6 +277,64 @@ mod tests {
         assert_eq!(
             map_event(&m, &e, &test_kind()),
             Mapped::Keys(vec![key("edge", Some("ns1"), "t2")])
+        );
+    }
+
+    #[test]
+    fn label_key_prefixes_name_primaries_now_and_before() {
+        let pool = ResourceId {
+            group: "nodes.lailin.xyz".into(),
+            kind: "NodePool".into(),
+            namespaced: false,
+            ..test_kind()
+        };
+        let m = Mapping::LabelKeyPrefixes(vec![
+            "node-role.kubernetes.io/".into(),
+            "applied.nodes.lailin.xyz/".into(),
+        ]);
+        let mut e = event(
+            "main",
+            &[
+                ("node-role.kubernetes.io/gpu", ""),
+                ("node-role.kubernetes.io/", ""),
+                ("applied.nodes.lailin.xyz/batch", "true"),
+                ("team", "a"),
+            ],
+            None,
+        );
+        assert_eq!(
+            map_event(&m, &e, &pool),
+            Mapped::Keys(vec![key("main", None, "batch"), key("main", None, "gpu")])
+        );
+        // Left pool `old` since the previous state: it is woken once more.
+        let before = event("main", &[("node-role.kubernetes.io/old", "")], None);
+        e.old = Some(Arc::clone(&before.object));
+        assert_eq!(
+            map_event(&m, &e, &pool),
+            Mapped::Keys(vec![
+                key("main", None, "batch"),
+                key("main", None, "gpu"),
+                key("main", None, "old")
+            ])
+        );
+    }
+
+    #[test]
+    fn owner_labels_map_the_previous_owner_too() {
+        let m = Mapping::OwnerLabels(OwnerLabels {
+            cluster: "owner.cluster".into(),
+            namespace: "owner.namespace".into(),
+            name: "owner.name".into(),
+        });
+        let mut e = event("edge", &[("owner.name", "t2")], None);
+        let before = event("edge", &[("owner.name", "t1")], None);
+        e.old = Some(Arc::clone(&before.object));
+        assert_eq!(
+            map_event(&m, &e, &test_kind()),
+            Mapped::Keys(vec![
+                key("edge", Some("ns1"), "t2"),
+                key("edge", Some("ns1"), "t1")
+            ])
         );
     }
 

@@ -631,6 +631,16 @@ fn validate(reg: &Registration) -> Result<(), String> {
             }
         }
     }
+    for w in &reg.watches {
+        if let super::Mapping::LabelKeyPrefixes(prefixes) = &w.mapping
+            && let Some(problem) = rekon_rules::mapping::label_key_prefixes_problem(prefixes)
+        {
+            return Err(format!(
+                "watch of {}: {problem}",
+                capability::describe_resource(&w.resource)
+            ));
+        }
+    }
     if reg.max_concurrent_reconciles == Some(0) {
         return Err("max-concurrent-reconciles must be at least 1".to_string());
     }

@@ -33,7 +33,13 @@
 //!
 //! - **Record.** Each pool records what it applied to a node in the node
 //!   annotation `applied.nodes.lailin.xyz/<pool>` (JSON [`Applied`]: labels
-//!   and taints). Only what is recorded there is ever removed by that pool.
+//!   and taints), and marks the node with the label of the same key
+//!   (`"true"`). Only what is recorded there is ever removed by that pool.
+//!   The marker makes a former member findable and mappable: a pool reads
+//!   only the nodes labelled with its role or its marker (indexed list),
+//!   and a node event wakes only the pools its role and marker labels name
+//!   (the host's `label-key-prefixes` mapping, old and new labels), never
+//!   every pool.
 //! - **Write.** A pool changes a node with one RFC 6902 JSON patch: `add` /
 //!   `remove` of single label keys, `add` of the whole new `spec.taints`
 //!   list, and the annotation, all **guarded by the node's
@@ -92,6 +98,10 @@ pub const FINALIZER: &str = "nodes.lailin.xyz/cleanup";
 pub const ROLE_PREFIX: &str = "node-role.kubernetes.io/";
 /// Prefix of the node annotation recording what a pool applied: `applied.nodes.lailin.xyz/<pool>`.
 pub const APPLIED_PREFIX: &str = "applied.nodes.lailin.xyz/";
+/// Value of the marker label `applied.nodes.lailin.xyz/<pool>` a pool puts
+/// on every node it recorded something on (beside the annotation of the
+/// same key): labels can be selected and mapped, annotations cannot.
+pub const MARKER_VALUE: &str = "true";
 /// Prefix of the RuntimeClass name: `node-pool-<pool>`.
 pub const RUNTIME_CLASS_PREFIX: &str = "node-pool-";
 /// Handler of the RuntimeClass when the spec names none.
@@ -252,8 +262,10 @@ pub struct NodePlan {
 ///     "taints": [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
 /// })).unwrap();
 /// let plan = plan_node("gpu", Some(&spec), &node, &[]);
-/// // label added, taint list = cordon taint + pool taint, ownership recorded
-/// assert_eq!(plan.ops.len(), 3);
+/// // label added, taint list = cordon taint + pool taint, marker label and
+/// // ownership record
+/// assert_eq!(plan.ops.len(), 4);
+/// assert_eq!(plan.ops[2]["path"], "/metadata/labels/applied.nodes.lailin.xyz~1gpu");
 /// assert_eq!(plan.ops[1]["value"][0]["key"], "node.kubernetes.io/unschedulable");
 /// ```
 #[must_use]
@@ -376,8 +388,22 @@ pub fn plan_node(
         }
     }
 
-    // The record of what this pool applied.
+    // The record of what this pool applied, and its marker label.
     let key = applied_annotation(pool);
+    let marked = labels.contains_key(&key);
+    if now.is_empty() && marked && !remove.contains(&key) {
+        plan.ops
+            .push(json!({"op": "remove", "path": format!("/metadata/labels/{}", escape(&key))}));
+    }
+    if !now.is_empty() && labels.get(&key).map(String::as_str) != Some(MARKER_VALUE) {
+        if node.metadata.labels.is_none() && set.is_empty() {
+            plan.ops.push(
+                json!({"op": "add", "path": "/metadata/labels", "value": {key.clone(): MARKER_VALUE}}),
+            );
+        } else {
+            plan.ops.push(json!({"op": "add", "path": format!("/metadata/labels/{}", escape(&key)), "value": MARKER_VALUE}));
+        }
+    }
     let annotations = node.metadata.annotations.as_ref();
     let recorded = annotations.and_then(|a| a.get(&key));
     if now.is_empty() {
@@ -515,9 +541,13 @@ impl Plugin for NodePoolPlugin {
     fn register() -> Result<Registration, Error> {
         Ok(
             Registration::new::<NodePool>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
-                // A node that lost its role label must still wake its former
-                // pool, so a label-selector mapping would not do.
-                .watch::<Node>(ClusterSet::Primary, Mapping::AllPrimaries)
+                // A node event wakes the pools its role labels name, and
+                // those its marker labels name (former members), computed
+                // by the host from the node's new and previous labels.
+                .watch::<Node>(
+                    ClusterSet::Primary,
+                    Mapping::label_key_prefixes(&[ROLE_PREFIX, APPLIED_PREFIX]),
+                )
                 .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
                 .finalizer(FINALIZER)
                 .permission::<NodePool>(
@@ -544,16 +574,36 @@ impl Plugin for NodePoolPlugin {
         let deleting = pool.metadata.deletion_timestamp.is_some();
         let problems = invalid_spec(&pool.spec);
 
-        let mut nodes = ctx.list::<Node>(cluster, None, None)?;
+        // Only the pool's nodes: members (role label) and nodes it recorded
+        // something on (marker label), both served from the host's index.
+        let mut nodes = ctx.list::<Node>(cluster, None, Some(&role_label(&name)))?;
+        for node in ctx.list::<Node>(cluster, None, Some(&applied_annotation(&name)))? {
+            if !nodes.iter().any(|n| n.metadata.name == node.metadata.name) {
+                nodes.push(node);
+            }
+        }
         nodes.sort_by_key(|n| n.name_any());
-        let pools = ctx.list::<NodePool>(cluster, None, None)?;
+        // Only the other pools that share one of these nodes.
+        let mut other_names = BTreeSet::new();
+        for node in &nodes {
+            for key in node.metadata.labels.iter().flat_map(|l| l.keys()) {
+                if let Some(other) = key.strip_prefix(ROLE_PREFIX)
+                    && other != name
+                    && !other.is_empty()
+                {
+                    other_names.insert(other.to_owned());
+                }
+            }
+        }
+        let mut pools = Vec::new();
+        for other in &other_names {
+            if let Some(p) = ctx.get::<NodePool>(cluster, None, other)? {
+                pools.push(p);
+            }
+        }
         let others: Vec<OtherPool<'_>> = pools
             .iter()
-            .filter(|p| {
-                p.metadata.deletion_timestamp.is_none()
-                    && p.name_any() != name
-                    && invalid_spec(&p.spec).is_empty()
-            })
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && invalid_spec(&p.spec).is_empty())
             .map(|p| OtherPool {
                 name: p.metadata.name.as_deref().unwrap_or_default(),
                 spec: &p.spec,

@@ -169,7 +169,11 @@ fn registration_declares_crd_watches_and_finalizer() {
         .iter()
         .find(|w| w.resource.kind == "Node")
         .unwrap();
-    assert_eq!(nodes.mapping, Mapping::AllPrimaries);
+    // Selective: a node wakes the pools its role and marker labels name.
+    assert_eq!(
+        nodes.mapping,
+        Mapping::label_key_prefixes(&["node-role.kubernetes.io/", "applied.nodes.lailin.xyz/"])
+    );
     let rcs = reg
         .watches
         .iter()
@@ -503,6 +507,9 @@ fn a_node_leaving_the_pool_loses_its_labels_and_taints() {
     insert_node(&mut world, "n2", &["gpu"], true);
     converge(&mut world);
     assert_eq!(pool(&world, "gpu").status.unwrap().node_count, 2);
+    // Members carry the pool's marker label: a former member is found (and
+    // mapped) by it after it lost its role label.
+    assert_eq!(labels(&world, "n1")["applied.nodes.lailin.xyz/gpu"], "true");
 
     assert!(world.modify(&node_ref("n1"), |n| {
         n["metadata"]["labels"]
@@ -524,6 +531,10 @@ fn a_node_leaving_the_pool_loses_its_labels_and_taints() {
             .annotations
             .unwrap_or_default()
             .contains_key(&applied_annotation("gpu"))
+    );
+    assert!(
+        !labels(&world, "n1").contains_key("applied.nodes.lailin.xyz/gpu"),
+        "the marker goes with the record"
     );
     assert_eq!(
         labels(&world, "n2")["accelerator"],

@@ -1,0 +1,592 @@
+//! NodePool benchmark: N Nodes spread over P NodePools (one pool per node,
+//! by its `node-role.kubernetes.io/<pool>` label). Measures the time until
+//! every node carries its pool's labels (create), then until a change of
+//! every pool's labels reached every node (update), for
+//! - `rekon-wasm`: the engine with the seed plugin `dist/plugins/nodepool.wasm`
+//!   (`make plugins`; skipped when missing),
+//! - `kube-rs`: a native kube-rs `Controller` with the seed's logic (the
+//!   same pure `nodepool::plan_node`): per pool it lists the pool's nodes by
+//!   label selector from the API (members and former members), patches them
+//!   with resourceVersion-guarded JSON patches, applies the RuntimeClass,
+//!   writes the status, holds a finalizer; `watches` Nodes mapped to the
+//!   pools their role and marker labels name; `owns` RuntimeClasses.
+//!
+//! Columns: converge time (create / update), writes (Events excluded) and
+//! writes per converged node per change, CPU seconds and peak RSS of the
+//! engine's process, the ratio to the native controller, and the ratio to
+//! the write floor: one patch per node per change at kube-sim's measured
+//! write rate over HTTP (`floor` row).
+//!
+//! Each engine runs in its own process against kube-sim in another one.
+//!
+//! ```text
+//! make plugins
+//! cargo bench -p rekon-host --bench nodepool
+//! REKON_BENCH_SCALES=1000/100,3000/300 cargo bench -p rekon-host --bench nodepool
+//! ```
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action as KubeAction, Config as ControllerRuntimeConfig, Controller};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::ObjectRef as KubeObjectRef;
+use kube::runtime::watcher;
+use kube::{CustomResourceExt, ResourceExt};
+use nodepool::{
+    APPLIED_PREFIX, FINALIZER, NodePool, OtherPool, ROLE_PREFIX, applied_annotation, plan_node,
+    role_label, runtime_class_for, runtime_class_name,
+};
+use rekon::cache::{CacheManager, Resolver};
+use rekon::cluster::{ClusterRegistry, Source, connect};
+use rekon::controller::{ControllerConfig, Manager, Reconciler};
+use rekon::writer::{Writer, WriterConfig};
+use serde_json::{Value, json};
+use support::{cpu_seconds, peak_rss_mib};
+
+const CONCURRENCY: usize = 4;
+/// A label every pool declares, with the generation as value: converged
+/// when every node carries `gen=<generation>`.
+const GEN_LABEL: &str = "bench.rekon.dev/gen";
+
+fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--list") {
+        return Ok(());
+    }
+    match std::env::var("REKON_BENCH_ROLE").as_deref() {
+        Ok("sim") => sim_main(),
+        Ok("scenario") => scenario_main(),
+        Ok("floor") => floor_main(),
+        _ => orchestrate(),
+    }
+}
+
+fn scales() -> Vec<(usize, usize)> {
+    std::env::var("REKON_BENCH_SCALES")
+        .ok()
+        .map(|s| {
+            s.split(',')
+                .filter_map(|p| {
+                    let (n, p) = p.split_once('/')?;
+                    Some((n.trim().parse().ok()?, p.trim().parse().ok()?))
+                })
+                .collect()
+        })
+        .unwrap_or_else(|| vec![(1000, 100), (3000, 300), (5000, 50), (10_000, 1000)])
+}
+
+fn plugin_path() -> std::path::PathBuf {
+    std::env::var_os("REKON_BENCH_NODEPOOL").map_or_else(
+        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/plugins/nodepool.wasm"),
+        std::path::PathBuf::from,
+    )
+}
+
+fn env_usize(name: &str) -> anyhow::Result<usize> {
+    Ok(std::env::var(name)?.parse()?)
+}
+
+// ---------------------------------------------------------------- orchestrator
+
+fn run_role(role: &str, envs: &[(&str, String)]) -> anyhow::Result<Option<Value>> {
+    let mut cmd = Command::new(std::env::current_exe()?);
+    cmd.env("REKON_BENCH_ROLE", role).stderr(Stdio::inherit());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output()?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    Ok(stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("RESULT "))
+        .and_then(|l| serde_json::from_str(l).ok()))
+}
+
+fn orchestrate() -> anyhow::Result<()> {
+    let floor = run_role("floor", &[])?.context("floor measurement failed")?;
+    let rate = floor["writes_per_second"].as_f64().unwrap_or(1.0).max(1.0);
+    println!("nodepool benchmark (concurrency {CONCURRENCY}); write floor: kube-sim takes {rate:.0} node patches/s over HTTP");
+    println!(
+        "{:<12} {:>12} {:>9} {:>9} {:>8} {:>13} {:>7} {:>8} {:>10} {:>10}",
+        "nodes/pools", "engine", "create s", "update s", "writes", "writes/node/Δ", "cpu s", "RSS MiB", "÷ native", "÷ floor"
+    );
+    for (nodes, pools) in scales() {
+        let floor_s = nodes as f64 / rate;
+        let mut native_total = None;
+        let mut rows = Vec::new();
+        for engine in ["kube-rs", "rekon-wasm"] {
+            if engine == "rekon-wasm" && !plugin_path().is_file() {
+                println!("{nodes}/{pools} {engine}: skipped, {} not built (make plugins)", plugin_path().display());
+                continue;
+            }
+            let r = run_role(
+                "scenario",
+                &[
+                    ("REKON_BENCH_ENGINE", engine.to_owned()),
+                    ("REKON_BENCH_NODES", nodes.to_string()),
+                    ("REKON_BENCH_POOLS", pools.to_string()),
+                ],
+            )?;
+            let Some(r) = r else {
+                println!("{nodes}/{pools} {engine}: failed");
+                continue;
+            };
+            let total = r["create_s"].as_f64().unwrap_or_default() + r["update_s"].as_f64().unwrap_or_default();
+            if engine == "kube-rs" {
+                native_total = Some(total);
+            }
+            rows.push((engine, r, total));
+        }
+        for (engine, r, total) in rows {
+            let writes = r["writes"].as_u64().unwrap_or_default();
+            println!(
+                "{:<12} {:>12} {:>9.2} {:>9.2} {:>8} {:>13.2} {:>7.2} {:>8.1} {:>10} {:>10.1}",
+                format!("{nodes}/{pools}"),
+                engine,
+                r["create_s"].as_f64().unwrap_or_default(),
+                r["update_s"].as_f64().unwrap_or_default(),
+                writes,
+                writes as f64 / (2.0 * nodes as f64),
+                r["cpu_seconds"].as_f64().unwrap_or_default(),
+                r["peak_rss_mib"].as_f64().unwrap_or_default(),
+                native_total.map_or_else(|| "-".to_owned(), |n| format!("{:.2}×", total / n.max(1e-9))),
+                total / (2.0 * floor_s).max(1e-9),
+            );
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- simulator
+
+fn pool_name(p: usize) -> String {
+    format!("pool-{p}")
+}
+
+fn pool_object(p: usize, generation: &str) -> Value {
+    json!({"apiVersion": "nodes.lailin.xyz/v1", "kind": "NodePool",
+           "metadata": {"name": pool_name(p)},
+           "spec": {"labels": {GEN_LABEL: generation, format!("bench.rekon.dev/{}", pool_name(p)): "true"},
+                    "handler": "runc"}})
+}
+
+/// Start one cluster with the NodePool CRD, N nodes and P pools; print
+/// `ready <kubeconfig>`. `start` → `converged <s>` once every node carries
+/// `gen=v1`; `update` → bump every pool to `v2`, `converged <s>` once every
+/// node carries it. Exits when stdin closes.
+fn sim_main() -> anyhow::Result<()> {
+    let nodes = env_usize("REKON_BENCH_NODES")?;
+    let pools = env_usize("REKON_BENCH_POOLS")?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let sim = kube_sim::Sim::start_with(vec![
+            kube_sim::SimConfig::new("main").history_limit(8 * nodes + 10_000),
+        ])
+        .await?;
+        let main = sim.cluster("main");
+        main.create(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            None,
+            serde_json::to_value(NodePool::crd())?,
+        )?;
+        for i in 0..nodes {
+            main.create(
+                "v1",
+                "nodes",
+                None,
+                json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": format!("n{i}"),
+                                    "labels": {role_label(&pool_name(i % pools)): "", "kubernetes.io/hostname": format!("n{i}")}},
+                       "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            )?;
+        }
+        for p in 0..pools {
+            main.create("nodes.lailin.xyz/v1", "nodepools", None, pool_object(p, "v1"))?;
+        }
+        println!("ready {}", sim.kubeconfig_path().display());
+        std::io::stdout().flush()?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        while let Some(line) = rx.recv().await {
+            let generation = match line.as_str() {
+                "start" => "v1",
+                "update" => {
+                    for p in 0..pools {
+                        main.merge_patch(
+                            "nodes.lailin.xyz/v1",
+                            "nodepools",
+                            None,
+                            &pool_name(p),
+                            &json!({"spec": {"labels": {GEN_LABEL: "v2"}}}),
+                            false,
+                        )?;
+                    }
+                    "v2"
+                }
+                _ => continue,
+            };
+            let t0 = Instant::now();
+            let selector = format!("{GEN_LABEL}={generation}");
+            loop {
+                if main.list("v1", "nodes", None, &selector)?.len() >= nodes {
+                    println!("converged {}", t0.elapsed().as_secs_f64());
+                    std::io::stdout().flush()?;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        sim.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+struct SimProcess {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl SimProcess {
+    fn spawn(envs: &[(&str, String)]) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.env("REKON_BENCH_ROLE", "sim")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().context("sim stdout")?).lines();
+        let kubeconfig = loop {
+            let line = lines.next().context("sim exited before it was ready")??;
+            if let Some(path) = line.strip_prefix("ready ") {
+                break std::path::PathBuf::from(path);
+            }
+        };
+        Ok(Self {
+            child,
+            lines,
+            kubeconfig,
+        })
+    }
+
+    fn send(&mut self, command: &str) -> anyhow::Result<()> {
+        let stdin = self.child.stdin.as_mut().context("sim stdin")?;
+        writeln!(stdin, "{command}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    fn converged(&mut self) -> anyhow::Result<f64> {
+        loop {
+            let line = self.lines.next().context("sim exited before convergence")??;
+            if let Some(s) = line.strip_prefix("converged ") {
+                return Ok(s.parse()?);
+            }
+        }
+    }
+
+    fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------- write floor
+
+/// kube-sim's rate for node label patches over HTTP with the benchmark's
+/// concurrency: the floor any engine pays for one patch per node.
+fn floor_main() -> anyhow::Result<()> {
+    let nodes = 2000;
+    let sim = SimProcess::spawn(&[
+        ("REKON_BENCH_NODES", nodes.to_string()),
+        ("REKON_BENCH_POOLS", "1".to_owned()),
+    ])?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let rate = rt.block_on(async {
+        let client = connect("main", &Source::Context { kubeconfig: Some(sim.kubeconfig.clone()), context: Some("main".into()) }).await?;
+        let api: Api<Node> = Api::all(client);
+        let t0 = Instant::now();
+        futures::stream::iter(0..nodes)
+            .map(|i| {
+                let api = api.clone();
+                async move {
+                    api.patch(&format!("n{i}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"floor": "x"}}})))
+                        .await
+                }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .for_each(|r| {
+                if let Err(e) = r {
+                    eprintln!("floor patch failed: {e}");
+                }
+                futures::future::ready(())
+            })
+            .await;
+        anyhow::Ok(nodes as f64 / t0.elapsed().as_secs_f64())
+    })?;
+    println!("RESULT {}", json!({"writes_per_second": rate}));
+    sim.stop();
+    Ok(())
+}
+
+// ---------------------------------------------------------------- scenario
+
+fn scenario_main() -> anyhow::Result<()> {
+    let nodes = env_usize("REKON_BENCH_NODES")?;
+    let pools = env_usize("REKON_BENCH_POOLS")?;
+    let engine = std::env::var("REKON_BENCH_ENGINE")?;
+    let mut sim = SimProcess::spawn(&[
+        ("REKON_BENCH_NODES", nodes.to_string()),
+        ("REKON_BENCH_POOLS", pools.to_string()),
+    ])?;
+    let rt = tokio::runtime::Runtime::new()?;
+    let client = rt.block_on(connect(
+        "main",
+        &Source::Context {
+            kubeconfig: Some(sim.kubeconfig.clone()),
+            context: Some("main".into()),
+        },
+    ))?;
+    // Compiling the component is a one-time cost (cached on disk by digest
+    // in production): done before the measurement starts.
+    let plugin: Option<Arc<dyn Reconciler>> = if engine == "rekon-wasm" {
+        let runtime = rekon::plugin::PluginRuntime::new(rekon::plugin::RuntimeConfig::default())?;
+        Some(Arc::new(runtime.load_file(plugin_path())?))
+    } else {
+        None
+    };
+    let writes = Arc::new(AtomicU64::new(0));
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    sim.send("start")?;
+    let stop = match (engine.as_str(), plugin) {
+        ("rekon-wasm", Some(plugin)) => rt.block_on(start_rekon(client, plugin))?,
+        ("kube-rs", _) => rt.block_on(start_kube_rs(client, Arc::clone(&writes))),
+        (other, _) => anyhow::bail!("unknown engine {other}"),
+    };
+    sim.converged()?;
+    let create_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    sim.send("update")?;
+    sim.converged()?;
+    let update_s = t1.elapsed().as_secs_f64();
+    let cpu = cpu_seconds() - cpu0;
+    let rss = peak_rss_mib();
+    let total_writes = if engine == "kube-rs" {
+        writes.load(Ordering::SeqCst)
+    } else {
+        rekon_writes()
+    };
+    println!(
+        "RESULT {}",
+        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "cpu_seconds": cpu, "peak_rss_mib": rss})
+    );
+    rt.block_on(stop);
+    sim.stop();
+    Ok(())
+}
+
+/// rekon's writes so far (Events excluded), from its own metrics.
+fn rekon_writes() -> u64 {
+    rekon::ops::metrics::Metrics::global()
+        .encode()
+        .lines()
+        .filter(|l| l.starts_with("rekon_writer_actions_total{") && !l.contains("action=\"event\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|v| v as u64)
+        .sum()
+}
+
+async fn start_rekon(
+    client: kube::Client,
+    plugin: Arc<dyn Reconciler>,
+) -> anyhow::Result<BoxFuture<'static, ()>> {
+    let registry = ClusterRegistry::new("main", client);
+    let resolver = Resolver::default();
+    let caches = CacheManager::new(registry.clone(), resolver.clone());
+    let writer = Writer::new(registry, resolver, WriterConfig::default());
+    let manager = Manager::new(
+        caches,
+        writer,
+        ControllerConfig {
+            max_concurrent_reconciles: CONCURRENCY,
+            resync_period: None,
+            ..ControllerConfig::default()
+        },
+    );
+    manager.upsert(plugin);
+    Ok(async move { manager.shutdown().await }.boxed())
+}
+
+// ---------------------------------------------------------------- kube-rs
+
+struct NpCtx {
+    client: kube::Client,
+    writes: Arc<AtomicU64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum NpError {
+    #[error("api: {0}")]
+    Api(#[from] kube::Error),
+    #[error("patch: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpError> {
+    let name = pool.name_any();
+    let nodes_api: Api<Node> = Api::all(ctx.client.clone());
+    let pools_api: Api<NodePool> = Api::all(ctx.client.clone());
+    let mut nodes = nodes_api.list(&ListParams::default().labels(&role_label(&name))).await?.items;
+    for node in nodes_api.list(&ListParams::default().labels(&applied_annotation(&name))).await?.items {
+        if !nodes.iter().any(|n| n.metadata.name == node.metadata.name) {
+            nodes.push(node);
+        }
+    }
+    let mut other_names = BTreeSet::new();
+    for node in &nodes {
+        for key in node.labels().keys() {
+            if let Some(other) = key.strip_prefix(ROLE_PREFIX).filter(|o| *o != name && !o.is_empty()) {
+                other_names.insert(other.to_owned());
+            }
+        }
+    }
+    let mut other_pools = Vec::new();
+    for other in &other_names {
+        if let Some(p) = pools_api.get_opt(other).await? {
+            other_pools.push(p);
+        }
+    }
+    let others: Vec<OtherPool<'_>> = other_pools
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| OtherPool { name: p.metadata.name.as_deref().unwrap_or_default(), spec: &p.spec })
+        .collect();
+    for node in &nodes {
+        let plan = plan_node(&name, Some(&pool.spec), node, &others);
+        if plan.ops.is_empty() {
+            continue;
+        }
+        let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version()})];
+        ops.extend(plan.ops);
+        let patch: kube_json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
+        ctx.writes.fetch_add(1, Ordering::Relaxed);
+        nodes_api
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await?;
+    }
+    let rc_api: Api<RuntimeClass> = Api::all(ctx.client.clone());
+    let want = runtime_class_for(&pool);
+    let existing = rc_api.get_opt(&runtime_class_name(&name)).await?;
+    let same = existing.is_some_and(|e| {
+        e.handler == want.handler
+            && serde_json::to_value(&e.scheduling).ok() == serde_json::to_value(&want.scheduling).ok()
+    });
+    if !same {
+        ctx.writes.fetch_add(1, Ordering::Relaxed);
+        rc_api
+            .patch(&runtime_class_name(&name), &PatchParams::apply("bench-nodepool").force(), &Patch::Apply(&want))
+            .await?;
+    }
+    let members = nodes.iter().filter(|n| n.labels().contains_key(&role_label(&name))).count();
+    let count = i32::try_from(members).unwrap_or(i32::MAX);
+    if pool.status.as_ref().is_none_or(|s| s.node_count != count) {
+        ctx.writes.fetch_add(1, Ordering::Relaxed);
+        pools_api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {"nodeCount": count}})))
+            .await?;
+    }
+    Ok(KubeAction::await_change())
+}
+
+async fn np_cleanup(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpError> {
+    let name = pool.name_any();
+    let nodes_api: Api<Node> = Api::all(ctx.client.clone());
+    for node in nodes_api.list(&ListParams::default().labels(&applied_annotation(&name))).await?.items {
+        let plan = plan_node(&name, None, &node, &[]);
+        if plan.ops.is_empty() {
+            continue;
+        }
+        let patch: kube_json_patch::Patch = serde_json::from_value(Value::Array(plan.ops))?;
+        ctx.writes.fetch_add(1, Ordering::Relaxed);
+        nodes_api.patch(&node.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
+    }
+    Ok(KubeAction::await_change())
+}
+
+async fn np_reconcile(
+    pool: Arc<NodePool>,
+    ctx: Arc<NpCtx>,
+) -> Result<KubeAction, kube::runtime::finalizer::Error<NpError>> {
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    if !pool.finalizers().iter().any(|f| f == FINALIZER) {
+        ctx.writes.fetch_add(1, Ordering::Relaxed);
+    }
+    finalizer(&api, FINALIZER, pool, |event| async {
+        match event {
+            FinalizerEvent::Apply(p) => np_apply(p, &ctx).await,
+            FinalizerEvent::Cleanup(p) => np_cleanup(p, &ctx).await,
+        }
+    })
+    .await
+}
+
+fn np_error_policy(
+    _pool: Arc<NodePool>,
+    _e: &kube::runtime::finalizer::Error<NpError>,
+    _ctx: Arc<NpCtx>,
+) -> KubeAction {
+    KubeAction::requeue(Duration::from_millis(50))
+}
+
+async fn start_kube_rs(client: kube::Client, writes: Arc<AtomicU64>) -> BoxFuture<'static, ()> {
+    let pools: Api<NodePool> = Api::all(client.clone());
+    let controller = Controller::new(pools, watcher::Config::default())
+        .with_config(ControllerRuntimeConfig::default().concurrency(u16::try_from(CONCURRENCY).unwrap_or(4)))
+        .owns(Api::<RuntimeClass>::all(client.clone()), watcher::Config::default())
+        .watches(Api::<Node>::all(client.clone()), watcher::Config::default(), |node: Node| {
+            node.labels()
+                .keys()
+                .filter_map(|k| k.strip_prefix(ROLE_PREFIX).or_else(|| k.strip_prefix(APPLIED_PREFIX)))
+                .filter(|p| !p.is_empty())
+                .map(|p| KubeObjectRef::<NodePool>::new(p))
+                .collect::<Vec<_>>()
+        });
+    let ctx = Arc::new(NpCtx { client, writes });
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        controller
+            .graceful_shutdown_on(async move {
+                let _ = stop_rx.await;
+            })
+            .run(np_reconcile, np_error_policy, ctx)
+            .for_each(|_| futures::future::ready(()))
+            .await;
+    });
+    async move {
+        let _ = stop_tx.send(());
+        let _ = task.await;
+    }
+    .boxed()
+}
