@@ -63,10 +63,13 @@
 //! certificates, static tokens, ServiceAccount tokens from TokenRequest;
 //! 401 otherwise) and authorizes with RBAC (403 with the apiserver's
 //! message). The kubeconfig's user is then `kubernetes-admin` in
-//! `system:masters`. The review APIs (`kubectl auth can-i`, `auth can-i
-//! --list`, `auth whoami`) answer in every mode; without RBAC everything
-//! is allowed. See [`auth`] and [`rbac`]. The `/_sim` API needs no
-//! credentials.
+//! `system:masters` (a client certificate with TLS, a token without).
+//! kubectl, like all client-go programs, sends credentials only over TLS:
+//! pair `auth` with `tls` for kubectl. The review APIs (`kubectl auth
+//! can-i`, `auth can-i --list`, `auth whoami`) answer in every mode;
+//! without RBAC everything is allowed. [`SimCluster::audit_log`] lists
+//! every authorization decision. See [`auth`] and [`rbac`]. The `/_sim`
+//! API needs no credentials.
 //!
 //! # Test API over HTTP (`/_sim/...`)
 //!

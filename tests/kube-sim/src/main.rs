@@ -32,7 +32,8 @@ struct Args {
     #[arg(long)]
     tls: bool,
     /// Require authentication and authorize with RBAC; the kubeconfig's
-    /// user is `kubernetes-admin` in `system:masters`.
+    /// user is `kubernetes-admin` in `system:masters`. kubectl sends
+    /// credentials only over TLS: use with --tls.
     #[arg(long)]
     auth: bool,
     /// Static token users, as the apiserver's `--token-auth-file`: CSV

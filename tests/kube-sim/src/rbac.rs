@@ -2,7 +2,7 @@
 //!
 //! [`Attributes::from_request`] derives what the apiserver's
 //! `RequestInfoFactory` derives (verb, API group, resource, subresource,
-//! name, namespace, or a non-resource path). [`Rbac`] evaluates them
+//! name, namespace, or a non-resource path). [`authorize`] evaluates them
 //! against the Roles, ClusterRoles, RoleBindings and ClusterRoleBindings
 //! in the store the way `plugin/pkg/auth/authorizer/rbac` does: verbs,
 //! groups and resources match exactly or by `*`, `*/sub` matches a

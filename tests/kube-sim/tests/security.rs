@@ -919,3 +919,66 @@ async fn subject_access_and_token_reviews() {
     })
     .await;
 }
+
+/// Authentication without TLS: tokens over plain HTTP. kube-rs sends them;
+/// kubectl, like every client-go program, sends no credentials to an
+/// `http://` server (clientcmd reads auth info only for TLS transports), so
+/// it is refused as the real apiserver refuses it.
+#[tokio::test]
+async fn authentication_over_plain_http_uses_tokens() {
+    within(60, "plain http auth", async {
+        use k8s_openapi::api::core::v1::Namespace;
+        let sim = Sim::start_with(vec![
+            SimConfig::new("a").auth(true),
+            SimConfig::new("b").auth(true),
+        ])
+        .await
+        .unwrap();
+        let a = sim.cluster("a");
+        assert!(a.url().starts_with("http://"));
+        let Credentials::Token(token_a) = a.admin_credentials().clone() else {
+            panic!("without TLS the admin authenticates with a token")
+        };
+        let (code, body) = common::req(
+            &a.url(),
+            "GET",
+            "/api/v1/namespaces",
+            "application/json",
+            None,
+        )
+        .await;
+        assert_eq!((code, body["reason"].as_str()), (401, Some("Unauthorized")));
+        // kube-rs with the kubeconfig's per-cluster token.
+        for ctx in ["a", "b"] {
+            let client = common::client(&sim, ctx).await;
+            let list = kube::Api::<Namespace>::all(client)
+                .list(&Default::default())
+                .await;
+            assert!(list.is_ok(), "{ctx}: {list:?}");
+        }
+        // The tokens are per cluster.
+        let b_with_a = kube::config::Kubeconfig::from_yaml(
+            &sim.cluster("b").kubeconfig_for(Credentials::Token(token_a)),
+        )
+        .unwrap();
+        let cfg = kube::Config::from_custom_kubeconfig(b_with_a, &Default::default())
+            .await
+            .unwrap();
+        let denied = kube::Api::<Namespace>::all(kube::Client::try_from(cfg).unwrap())
+            .list(&Default::default())
+            .await;
+        assert!(
+            matches!(denied, Err(kube::Error::Api(ref s)) if s.code == 401),
+            "{denied:?}"
+        );
+        // kubectl sends nothing over http://.
+        let out = kubectl(&sim.kubeconfig_yaml(), &["--context", "a", "get", "ns"]).await;
+        assert!(
+            !out.ok && out.stderr.contains("You must be logged in to the server"),
+            "{}",
+            out.stderr
+        );
+        sim.shutdown().await;
+    })
+    .await;
+}
