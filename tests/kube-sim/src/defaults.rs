@@ -314,6 +314,25 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
             }
             status_struct(obj);
         }
+        ("autoscaling", "HorizontalPodAutoscaler") => {
+            // SetDefaults_HorizontalPodAutoscaler (autoscaling/v2), on the
+            // stored v2 form whichever version was written.
+            if let Some(spec) = obj_mut(obj, "spec") {
+                set_default(spec, "minReplicas", json!(1));
+                if spec
+                    .get("metrics")
+                    .and_then(Value::as_array)
+                    .is_none_or(Vec::is_empty)
+                {
+                    spec.insert(
+                        "metrics".into(),
+                        json!([{"type": "Resource", "resource": {"name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 80}}}]),
+                    );
+                }
+            }
+            status_struct(obj);
+        }
         ("networking.k8s.io", "NetworkPolicy") => {
             let egress = obj.pointer("/spec/egress").is_some();
             if let Some(spec) = obj_mut(obj, "spec")

@@ -91,6 +91,7 @@ pub fn builtins() -> &'static Builtins {
             ("networking.k8s.io", "v1", "IngressClass", api::networking::v1::IngressClass),
             ("policy", "v1", "PodDisruptionBudget", api::policy::v1::PodDisruptionBudget),
             ("autoscaling", "v2", "HorizontalPodAutoscaler", api::autoscaling::v2::HorizontalPodAutoscaler),
+            ("autoscaling", "v1", "HorizontalPodAutoscaler", api::autoscaling::v1::HorizontalPodAutoscaler),
             ("autoscaling", "v1", "Scale", api::autoscaling::v1::Scale),
             ("apiregistration.k8s.io", "v1", "APIService", apireg::APIService),
             ("scheduling.k8s.io", "v1", "PriorityClass", api::scheduling::v1::PriorityClass),

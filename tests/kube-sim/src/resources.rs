@@ -82,6 +82,9 @@ pub enum Conversion {
     None,
     /// events.k8s.io/v1 Event served from core v1 Event storage.
     EventsV1,
+    /// autoscaling/v1 HorizontalPodAutoscaler served from autoscaling/v2
+    /// storage (`targetCPUUtilizationPercentage` ↔ a cpu Resource metric).
+    HpaV1,
 }
 
 impl ResourceInfo {
@@ -341,6 +344,17 @@ const BUILTINS: &[Builtin] = &[
         h.generation = false;
         h
     },
+    {
+        let mut h = workload(b(
+            "autoscaling",
+            "horizontalpodautoscalers",
+            "HorizontalPodAutoscaler",
+            true,
+            &["hpa"],
+        ));
+        h.generation = false;
+        h
+    },
     with_status(b(
         "apiregistration.k8s.io",
         "apiservices",
@@ -402,7 +416,11 @@ impl Registry {
             let info = ResourceInfo {
                 group: x.group.into(),
                 version: x.version.into(),
-                storage_version: x.version.into(),
+                storage_version: if x.kind == "HorizontalPodAutoscaler" {
+                    "v2".into()
+                } else {
+                    x.version.into()
+                },
                 plural: x.plural.into(),
                 singular: x.kind.to_lowercase(),
                 kind: x.kind.into(),
@@ -415,10 +433,10 @@ impl Registry {
                 generation: x.generation,
                 drop_status_on_create: x.drop_status,
                 schema: None,
-                conversion: if x.group == "events.k8s.io" {
-                    Conversion::EventsV1
-                } else {
-                    Conversion::None
+                conversion: match (x.group, x.version, x.kind) {
+                    ("events.k8s.io", _, _) => Conversion::EventsV1,
+                    ("autoscaling", "v1", "HorizontalPodAutoscaler") => Conversion::HpaV1,
+                    _ => Conversion::None,
                 },
                 type_info: Arc::default(),
                 printer_columns: None,
@@ -828,6 +846,9 @@ const EVENT_RENAMES: &[(&str, &str)] = &[
 /// Converts a stored object to the representation served by `res`.
 pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
     let mut out = obj.clone();
+    if res.conversion == Conversion::HpaV1 {
+        hpa_v2_to_v1(&mut out);
+    }
     if let Some(o) = out.as_object_mut() {
         o.insert("apiVersion".into(), res.api_version().into());
         if res.conversion == Conversion::EventsV1 {
@@ -843,6 +864,9 @@ pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
 
 /// Converts an object written at `res` into its stored representation.
 pub fn to_storage(res: &ResourceInfo, obj: &mut Value) {
+    if res.conversion == Conversion::HpaV1 {
+        hpa_v1_to_v2(obj);
+    }
     if let Some(o) = obj.as_object_mut() {
         o.insert("apiVersion".into(), res.storage_api_version().into());
         if res.conversion == Conversion::EventsV1 {
@@ -851,6 +875,67 @@ pub fn to_storage(res: &ResourceInfo, obj: &mut Value) {
                     o.insert((*core).to_string(), x);
                 }
             }
+        }
+    }
+}
+
+/// The cpu Resource metric that stands for v1's CPU utilization fields.
+fn is_cpu_metric(m: &Value) -> bool {
+    m["type"] == "Resource" && m.pointer("/resource/name") == Some(&json!("cpu"))
+}
+
+/// autoscaling/v1 → v2: `targetCPUUtilizationPercentage` becomes a cpu
+/// Resource metric, `currentCPUUtilizationPercentage` a current metric.
+fn hpa_v1_to_v2(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut)
+        && let Some(t) = spec.remove("targetCPUUtilizationPercentage")
+        && !t.is_null()
+    {
+        spec.insert(
+            "metrics".into(),
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                "target": {"type": "Utilization", "averageUtilization": t}}}]),
+        );
+    }
+    if let Some(st) = obj.get_mut("status").and_then(Value::as_object_mut)
+        && let Some(c) = st.remove("currentCPUUtilizationPercentage")
+        && !c.is_null()
+    {
+        st.insert(
+            "currentMetrics".into(),
+            json!([{"type": "Resource", "resource": {"name": "cpu",
+                "current": {"averageUtilization": c}}}]),
+        );
+    }
+}
+
+/// autoscaling/v2 → v1: the inverse of [`hpa_v1_to_v2`]; what v1 cannot
+/// express (other metrics, behavior, conditions) is not shown.
+fn hpa_v2_to_v1(obj: &mut Value) {
+    if let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) {
+        let cpu = spec
+            .remove("metrics")
+            .and_then(|m| {
+                m.as_array()
+                    .and_then(|a| a.iter().find(|m| is_cpu_metric(m)).cloned())
+            })
+            .and_then(|m| m.pointer("/resource/target/averageUtilization").cloned());
+        spec.remove("behavior");
+        if let Some(c) = cpu {
+            spec.insert("targetCPUUtilizationPercentage".into(), c);
+        }
+    }
+    if let Some(st) = obj.get_mut("status").and_then(Value::as_object_mut) {
+        let cpu = st
+            .remove("currentMetrics")
+            .and_then(|m| {
+                m.as_array()
+                    .and_then(|a| a.iter().find(|m| is_cpu_metric(m)).cloned())
+            })
+            .and_then(|m| m.pointer("/resource/current/averageUtilization").cloned());
+        st.remove("conditions");
+        if let Some(c) = cpu {
+            st.insert("currentCPUUtilizationPercentage".into(), c);
         }
     }
 }

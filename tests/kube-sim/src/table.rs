@@ -50,6 +50,10 @@ enum Cell {
     /// `ready/desired` from two integer paths (desired defaults to 1).
     Ratio(&'static str, &'static str),
     NodeAddress(&'static str),
+    HpaReference,
+    HpaTargets,
+    /// An integer at a path, `<unset>` when absent.
+    IntOrUnset(&'static str),
 }
 
 fn wide(name: &str) -> Value {
@@ -239,6 +243,72 @@ fn service_external_ip(svc: &Value) -> String {
         }
         _ if !external.is_empty() => external.join(","),
         _ => "<none>".into(),
+    }
+}
+
+/// The TARGETS column of a HorizontalPodAutoscaler (v2, or v1's
+/// `targetCPUUtilizationPercentage`): `cpu: <unknown>/80%`.
+fn hpa_targets(hpa: &Value) -> String {
+    if let Some(t) = hpa
+        .pointer("/spec/targetCPUUtilizationPercentage")
+        .and_then(Value::as_i64)
+    {
+        let cur = hpa
+            .pointer("/status/currentCPUUtilizationPercentage")
+            .and_then(Value::as_i64)
+            .map_or("<unknown>".to_string(), |c| format!("{c}%"));
+        return format!("cpu: {cur}/{t}%");
+    }
+    let current = hpa
+        .pointer("/status/currentMetrics")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let parts: Vec<String> = hpa
+        .pointer("/spec/metrics")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let ty = m["type"].as_str().unwrap_or_default();
+            let key = match ty {
+                "Resource" => "resource",
+                "ContainerResource" => "containerResource",
+                "Pods" => "pods",
+                "Object" => "object",
+                _ => "external",
+            };
+            let spec = &m[key];
+            let name = spec["name"]
+                .as_str()
+                .or(spec.pointer("/metric/name").and_then(Value::as_str))
+                .unwrap_or("<unknown>");
+            let cur = current
+                .iter()
+                .find(|c| c["type"] == ty && (c[key]["name"] == spec["name"]))
+                .map(|c| &c[key]["current"]);
+            let target = &spec["target"];
+            if let Some(u) = target["averageUtilization"].as_i64() {
+                let c = cur
+                    .and_then(|c| c["averageUtilization"].as_i64())
+                    .map_or("<unknown>".to_string(), |c| format!("{c}%"));
+                format!("{name}: {c}/{u}%")
+            } else {
+                let t = target["averageValue"]
+                    .as_str()
+                    .or(target["value"].as_str())
+                    .unwrap_or("<unknown>");
+                let c = cur
+                    .and_then(|c| c["averageValue"].as_str().or(c["value"].as_str()))
+                    .unwrap_or("<unknown>");
+                format!("{name}: {c}/{t}")
+            }
+        })
+        .collect();
+    if parts.is_empty() {
+        "<none>".into()
+    } else {
+        parts.join(", ")
     }
 }
 
@@ -502,6 +572,26 @@ impl Printer {
                     EventFirstSeen,
                     EventCount,
                     Name,
+                ],
+            ),
+            (true, "HorizontalPodAutoscaler") => (
+                vec![
+                    name,
+                    s("Reference"),
+                    s("Targets"),
+                    s("MinPods"),
+                    col("MaxPods", "integer", "", 0),
+                    col("Replicas", "integer", "", 0),
+                    agec,
+                ],
+                vec![
+                    Name,
+                    HpaReference,
+                    HpaTargets,
+                    IntOrUnset("/spec/minReplicas"),
+                    Int("/spec/maxReplicas"),
+                    Int("/status/currentReplicas"),
+                    Age,
                 ],
             ),
             (true, "ServiceAccount") => (
@@ -830,6 +920,20 @@ impl Printer {
                         .and_then(|x| x["address"].as_str())
                         .unwrap_or("<none>")
                 ),
+                Cell::HpaReference => json!(format!(
+                    "{}/{}",
+                    obj.pointer("/spec/scaleTargetRef/kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    obj.pointer("/spec/scaleTargetRef/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                )),
+                Cell::HpaTargets => json!(hpa_targets(obj)),
+                Cell::IntOrUnset(p) => match obj.pointer(p).and_then(Value::as_i64) {
+                    Some(n) => json!(n.to_string()),
+                    None => json!("<unset>"),
+                },
                 Cell::DataCount => {
                     let n = ["data", "binaryData", "stringData"]
                         .iter()

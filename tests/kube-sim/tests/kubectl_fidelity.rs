@@ -548,6 +548,24 @@ async fn scale_built_in_workloads_and_custom_resources() {
         let out = ok(&sim, &["scale", "widget", "w", "--replicas=4"]).await;
         assert_eq!(out.trim(), "widget.example.com/w scaled");
         assert_eq!(get_json(&sim, &["widget", "w"]).await["spec"]["replicas"], 4);
+        // autoscale writes autoscaling/v1; v2 (the stored version) shows a
+        // cpu metric, v1 reads it back as targetCPUUtilizationPercentage.
+        let out = ok(&sim, &["autoscale", "deployment", "web", "--max=5", "--cpu-percent=60"]).await;
+        assert_eq!(out.trim(), "horizontalpodautoscaler.autoscaling/web autoscaled");
+        let h = get_json(&sim, &["hpa", "web"]).await;
+        assert_eq!(h["apiVersion"], "autoscaling/v2");
+        assert_eq!(h["spec"]["minReplicas"], 1);
+        assert_eq!(
+            h["spec"]["metrics"],
+            json!([{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}}])
+        );
+        let c = sim.cluster("main");
+        let v1 = c.get("autoscaling/v1", "horizontalpodautoscalers", Some("default"), "web").unwrap();
+        assert_eq!(v1["spec"]["targetCPUUtilizationPercentage"], 60);
+        assert!(v1["spec"].get("metrics").is_none());
+        let out = ok(&sim, &["get", "hpa"]).await;
+        assert_eq!(header(&out), ["NAME", "REFERENCE", "TARGETS", "MINPODS", "MAXPODS", "REPLICAS", "AGE"]);
+        assert!(out.contains("web    Deployment/web   cpu: <unknown>/60%   1         5         0"), "{out}");
         let out = kubectl(&sim, &["scale", "configmap", "x", "--replicas=1"]).await;
         assert_ne!(out.code, 0);
         sim.shutdown().await;
