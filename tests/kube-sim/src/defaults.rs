@@ -407,8 +407,11 @@ fn service(obj: &mut Value, old: Option<&Value>, alloc: &mut Allocations) {
         .unwrap_or("ClusterIP")
         .to_string();
     set_default(spec, "sessionAffinity", json!("None"));
-    // Allocated fields survive an update that leaves them out.
-    if let Some(os) = old.and_then(|o| o.get("spec")).and_then(Value::as_object) {
+    // Allocated fields survive an update that leaves them out, while the
+    // type still needs them (`patchAllocatedValues`).
+    if ty != "ExternalName"
+        && let Some(os) = old.and_then(|o| o.get("spec")).and_then(Value::as_object)
+    {
         for k in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
             if let Some(v) = os.get(k) {
                 set_default(spec, k, v.clone());
@@ -801,6 +804,48 @@ mod tests {
         assert_eq!(
             qos_class(&pod(json!({"requests": {"cpu": "1"}}))),
             "Burstable"
+        );
+    }
+
+    #[test]
+    fn service_addresses_are_allocated_kept_and_released() {
+        let reg = crate::resources::Registry::builtin();
+        let res = reg.get("", "v1", "services").unwrap();
+        let mut alloc = Allocations::default();
+        let mut a = json!({"metadata": {"name": "a"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        apply(&res, &mut a, None, &mut alloc);
+        let ip = a["spec"]["clusterIP"].as_str().unwrap().to_string();
+        let np = a["spec"]["ports"][0]["nodePort"].as_i64().unwrap();
+        assert!((30000..=32767).contains(&np));
+        assert_eq!(a["spec"]["externalTrafficPolicy"], "Cluster");
+        // An update that leaves the allocated values out keeps them.
+        let mut upd = json!({"metadata": {"name": "a"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        apply(&res, &mut upd, Some(&a), &mut alloc);
+        assert_eq!(
+            (
+                upd["spec"]["clusterIP"].as_str(),
+                upd["spec"]["ports"][0]["nodePort"].as_i64()
+            ),
+            (Some(ip.as_str()), Some(np))
+        );
+        // A second Service gets other values; ExternalName gets none.
+        let mut b = json!({"metadata": {"name": "b"}, "spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        apply(&res, &mut b, None, &mut alloc);
+        assert_ne!(b["spec"]["clusterIP"], a["spec"]["clusterIP"]);
+        assert_ne!(
+            b["spec"]["ports"][0]["nodePort"],
+            a["spec"]["ports"][0]["nodePort"]
+        );
+        let mut en = json!({"metadata": {"name": "a"}, "spec": {"type": "ExternalName", "externalName": "x.example.com"}});
+        apply(&res, &mut en, Some(&a), &mut alloc);
+        assert!(en["spec"].get("clusterIP").is_none(), "{en}");
+        alloc.release(&a);
+        let mut c = json!({"metadata": {"name": "c"}, "spec": {"ports": [{"port": 80}]}});
+        apply(&res, &mut c, None, &mut alloc);
+        assert_eq!(
+            c["spec"]["clusterIP"].as_str(),
+            Some(ip.as_str()),
+            "a released address is reused"
         );
     }
 }

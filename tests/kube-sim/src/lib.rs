@@ -51,7 +51,10 @@
 //! - OpenAPI: `/openapi/v3` and `/openapi/v3/{api/v1,apis/g/v}` with
 //!   built-in and CRD schemas (`kubectl explain`, kubectl's
 //!   query-parameter check); `/openapi/v2` as JSON when asked for JSON,
-//!   else an empty protobuf document.
+//!   else an empty protobuf document. The schemas carry no
+//!   `x-kubernetes-patch-*` / `list-type` extensions (k8s-openapi drops
+//!   them), so kubectl builds strategic merge patches from its compiled-in
+//!   types, as it does for a server without OpenAPI.
 //! - Not served: protobuf responses, CBOR, aggregated discovery, admission
 //!   webhooks, workload controllers (no Pods for Jobs, no status updates),
 //!   conversion between CRD versions (only `apiVersion` is rewritten).
