@@ -159,7 +159,7 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
             }
         }
         let log = rekon.log();
-        for refused in ["HTTP 403", "HTTP 401", "Forbidden", "forbidden", "Unauthorized"] {
+        for refused in ["HTTP 403", "HTTP 401", "is forbidden: User", "Unauthorized"] {
             assert!(!log.contains(refused), "rekon's log mentions {refused:?}:\n{}", rekon.tail());
         }
         // For the record (the least-privilege tests hold the rules to

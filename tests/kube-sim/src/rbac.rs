@@ -650,6 +650,185 @@ pub fn authorize(mode: Mode, store: &Store, user: &UserInfo, a: &Attributes) -> 
     }
 }
 
+/// Whether [`confirm_no_escalation`] applies to a request: a create or
+/// replace of an RBAC object under RBAC authorization.
+pub fn checks_escalation(mode: Mode, a: &Attributes) -> bool {
+    mode == Mode::Rbac
+        && a.group == RBAC
+        && a.subresource.is_empty()
+        && matches!(a.verb.as_str(), "create" | "update")
+        && matches!(
+            a.resource.as_str(),
+            "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings"
+        )
+}
+
+/// Privilege-escalation prevention for RBAC writes
+/// (`rbac/validation.ConfirmNoEscalation`): creating or replacing a Role or
+/// ClusterRole needs `escalate` on it or every permission it grants;
+/// creating or replacing a binding needs `bind` on the role it references
+/// or every permission of that role, in the binding's namespace (cluster
+/// wide for ClusterRoleBindings). `system:masters` may do anything.
+/// Patches are not checked.
+///
+/// # Errors
+/// 403 naming the permissions not held, as the apiserver words it.
+pub fn confirm_no_escalation(
+    mode: Mode,
+    store: &Store,
+    user: &UserInfo,
+    a: &Attributes,
+    body: &Value,
+) -> Result<(), ApiError> {
+    if !checks_escalation(mode, a) || user.groups.iter().any(|g| g == "system:masters") {
+        return Ok(());
+    }
+    let kind = a.resource.as_str();
+    let allowed = |attrs: &Attributes| authorize(mode, store, user, attrs).allowed;
+    let name = body
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or(&a.name);
+    let namespace = a.namespace.clone();
+    let (rules, errors) = match kind {
+        "roles" | "clusterroles" => {
+            if allowed(&a.with_verb("escalate")) {
+                return Ok(());
+            }
+            (rules_of(body), Vec::new())
+        }
+        _ => {
+            let role_kind = body
+                .pointer("/roleRef/kind")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let role_name = body
+                .pointer("/roleRef/name")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let bind = Attributes {
+                verb: "bind".into(),
+                resource_request: true,
+                group: RBAC.into(),
+                resource: if role_kind == "Role" {
+                    "roles"
+                } else {
+                    "clusterroles"
+                }
+                .into(),
+                name: role_name.into(),
+                namespace: namespace.clone(),
+                ..Attributes::default()
+            };
+            if allowed(&bind) {
+                return Ok(());
+            }
+            let policy = Policy::load(store, &namespace);
+            let binding = Binding {
+                name: name.to_string(),
+                namespace: namespace.clone(),
+                role_kind: role_kind.into(),
+                role_name: role_name.into(),
+                subjects: Vec::new(),
+            };
+            match policy.binding_rules(&binding) {
+                Ok(rules) => (rules, Vec::new()),
+                Err(e) => (Vec::new(), vec![e]),
+            }
+        }
+    };
+    // Each permission granted, one verb (and name) at a time.
+    let mut missing: Vec<(String, Vec<String>)> = Vec::new();
+    let mut note = |key: String, verb: &str| match missing.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, verbs)) => {
+            if !verbs.iter().any(|v| v == verb) {
+                verbs.push(verb.to_string());
+            }
+        }
+        None => missing.push((key, vec![verb.to_string()])),
+    };
+    let q = |v: &[String]| {
+        v.iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for rule in &rules {
+        for verb in &rule.verbs {
+            for url in &rule.urls {
+                let atom = Attributes {
+                    verb: verb.clone(),
+                    path: url.clone(),
+                    ..Attributes::default()
+                };
+                if !allowed(&atom) {
+                    note(
+                        format!("NonResourceURLs:[{}]", q(std::slice::from_ref(url))),
+                        verb,
+                    );
+                }
+            }
+            for group in &rule.groups {
+                for resource in &rule.resources {
+                    let (res, sub) = resource.split_once('/').unwrap_or((resource, ""));
+                    let names: Vec<String> = if rule.names.is_empty() {
+                        vec![String::new()]
+                    } else {
+                        rule.names.clone()
+                    };
+                    for n in &names {
+                        let atom = Attributes {
+                            verb: verb.clone(),
+                            resource_request: true,
+                            group: group.clone(),
+                            resource: res.into(),
+                            subresource: sub.into(),
+                            name: n.clone(),
+                            namespace: namespace.clone(),
+                            ..Attributes::default()
+                        };
+                        if !allowed(&atom) {
+                            let mut key = format!(
+                                "APIGroups:[{}], Resources:[{}]",
+                                q(std::slice::from_ref(group)),
+                                q(std::slice::from_ref(resource))
+                            );
+                            if !n.is_empty() {
+                                key.push_str(&format!(", ResourceNames:[{n:?}]"));
+                            }
+                            note(key, verb);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if missing.is_empty() && errors.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = missing
+        .iter()
+        .map(|(k, verbs)| format!("{{{k}, Verbs:[{}]}}", q(verbs)))
+        .collect();
+    let mut msg = format!(
+        "user {:?} (groups=[{}]) is attempting to grant RBAC permissions not currently held:\n{}",
+        user.name,
+        q(&user.groups),
+        lines.join("\n")
+    );
+    if !errors.is_empty() {
+        msg.push_str(&format!("; resolution errors: [{}]", errors.join(", ")));
+    }
+    let gr = format!("{kind}.{RBAC}");
+    let mut e = ApiError::new(
+        403,
+        "Forbidden",
+        format!("{gr} {name:?} is forbidden: {msg}"),
+    );
+    e.details = Some(Box::new(json!({"name": name, "group": RBAC, "kind": kind})));
+    Err(e)
+}
+
 /// `SelfSubjectRulesReview` status: the rules that apply to `user` in
 /// `namespace`.
 pub fn rules_review(mode: Mode, store: &Store, user: &UserInfo, namespace: &str) -> Value {

@@ -446,6 +446,23 @@ async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, 
             return Err(error_response(&e));
         }
     }
+    // A subject cannot grant what it lacks (the body is read and put back).
+    let req = if crate::rbac::checks_escalation(mode, &attrs) {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
+            error_response(&ApiError::bad_request(format!(
+                "failed to read request body: {e}"
+            )))
+        })?;
+        // An unreadable body is left to the handler's 400.
+        if let Ok(obj) = parse_body(&content_type(&parts.headers), &bytes) {
+            crate::rbac::confirm_no_escalation(mode, &cs.store, &user, &attrs, &obj)
+                .map_err(|e| error_response(&e))?;
+        }
+        Request::from_parts(parts, Body::from(bytes))
+    } else {
+        req
+    };
     if !crate::auth::is_virtual(&attrs) {
         return Ok(req);
     }

@@ -982,3 +982,65 @@ async fn authentication_over_plain_http_uses_tokens() {
     })
     .await;
 }
+
+/// A subject cannot grant what it does not hold: roles and bindings beyond
+/// its own permissions are refused unless it may `escalate` / `bind`.
+#[tokio::test]
+async fn rbac_writes_cannot_escalate() {
+    within(30, "escalation", async {
+        let c = secure("escalate").await;
+        apply(&c, "v1", "namespaces", None, json!({"metadata": {"name": "team"}}));
+        let rbac = "rbac.authorization.k8s.io/v1";
+        // dave may manage Roles and RoleBindings in `team` and read pods there.
+        apply(&c, rbac, "roles", Some("team"), json!({"metadata": {"name": "rbac-manager"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "get"]},
+                      {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]}]}));
+        apply(&c, rbac, "rolebindings", Some("team"), json!({"metadata": {"name": "dave"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rbac-manager"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dave"}]}));
+        let dave = c.add_token_user("dave", &["dev"]);
+        let role = |name: &str, verbs: Value| {
+            json!({"apiVersion": rbac, "kind": "Role", "metadata": {"name": name},
+                   "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": verbs}]})
+        };
+        let path = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles";
+        // Within what dave holds: allowed.
+        let r = post(&c, As::Token(&dave), path, role("pod-reader", json!(["get"]))).await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        // Beyond it: refused, naming what is missing.
+        let r = post(&c, As::Token(&dave), path, role("pod-admin", json!(["get", "delete", "patch"]))).await;
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert_eq!(
+            r.body["message"],
+            "roles.rbac.authorization.k8s.io \"pod-admin\" is forbidden: user \"dave\" (groups=[\"dev\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"pods\"], Verbs:[\"delete\" \"patch\"]}"
+        );
+        // Binding a role dave cannot fully use: refused; one he holds: allowed.
+        let binding = |name: &str, kind: &str, role: &str| {
+            json!({"apiVersion": rbac, "kind": "RoleBinding", "metadata": {"name": name},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": role},
+                   "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "erin"}]})
+        };
+        let path = "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings";
+        let r = post(&c, As::Token(&dave), path, binding("erin-admin", "ClusterRole", "cluster-admin")).await;
+        assert_eq!(r.status, 403, "{}", r.body);
+        assert!(
+            r.body["message"].as_str().unwrap().starts_with(
+                "rolebindings.rbac.authorization.k8s.io \"erin-admin\" is forbidden: user \"dave\" (groups=[\"dev\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}"
+            ),
+            "{}",
+            r.body["message"]
+        );
+        let r = post(&c, As::Token(&dave), path, binding("erin-read", "Role", "pod-reader")).await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        // With `bind` on cluster-admin he may bind it.
+        apply(&c, rbac, "roles", Some("team"), json!({"metadata": {"name": "binder"},
+            "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["cluster-admin"]}]}));
+        apply(&c, rbac, "rolebindings", Some("team"), json!({"metadata": {"name": "dave-binder"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dave"}]}));
+        let r = post(&c, As::Token(&dave), path, binding("erin-admin", "ClusterRole", "cluster-admin")).await;
+        assert_eq!(r.status, 201, "{}", r.body);
+        c.shutdown().await;
+    })
+    .await;
+}
