@@ -1185,6 +1185,25 @@ impl Inner {
         };
         let mut f = crate::validate::Findings::default();
         crate::validate::walk(obj, schema, defs, "", true, !res.builtin, &mut f);
+        if !res.builtin {
+            // A custom resource's metadata is a typed ObjectMeta all the same.
+            let b = crate::openapi::builtins();
+            if let Some(meta_schema) = b
+                .defs
+                .get("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
+                && let Some(m) = obj.get_mut("metadata")
+            {
+                crate::validate::walk(
+                    m,
+                    meta_schema,
+                    Some(&b.defs),
+                    "metadata",
+                    false,
+                    false,
+                    &mut f,
+                );
+            }
+        }
         if !f.unknown.is_empty() {
             match fv {
                 FieldValidation::Strict => {

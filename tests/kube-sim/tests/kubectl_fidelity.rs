@@ -461,6 +461,17 @@ async fn strict_field_validation_for_built_ins_and_custom_resources() {
                 "Error from server (BadRequest): error when creating \"{w}\": Widget in version \"v1\" cannot be handled as a Widget: strict decoding error: unknown field \"spec.colour\""
             )
         );
+        let wm = write(
+            dir.path(),
+            "wm.yaml",
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: wm, labelz: {a: b}}\nspec: {size: 3}\n",
+        );
+        let out = kubectl(&sim, &["apply", "-f", &wm]).await;
+        assert!(
+            out.stderr.contains("strict decoding error: unknown field \"metadata.labelz\""),
+            "{}",
+            out.stderr
+        );
         let w2 = write(
             dir.path(),
             "w2.yaml",
@@ -520,6 +531,42 @@ async fn delete_of_a_file_that_lists_its_namespace_first() {
         );
         let out = kubectl(&sim, &["get", "namespace", "app"]).await;
         assert!(out.stderr.contains("namespaces \"app\" not found"), "{}", out.stderr);
+
+        // A namespace held by a finalizer stays Terminating; creating in it
+        // is forbidden with the apiserver's message.
+        ok(&sim, &["apply", "-f", &f]).await;
+        ok(&sim, &["-n", "app", "patch", "configmap", "cfg", "-p", r#"{"metadata":{"finalizers":["example.com/hold"]}}"#]).await;
+        let out = ok(&sim, &["delete", "namespace", "app", "--wait=false"]).await;
+        assert_eq!(out.trim(), "namespace \"app\" deleted");
+        let ns = get_json(&sim, &["namespace", "app"]).await;
+        assert_eq!(ns["status"]["phase"], "Terminating");
+        assert_eq!(ns["spec"]["finalizers"], json!(["kubernetes"]));
+        let out = kubectl(&sim, &["-n", "app", "create", "configmap", "late"]).await;
+        assert_eq!(
+            out.stderr.trim(),
+            "error: failed to create configmap: configmaps \"late\" is forbidden: unable to create new content in namespace app because it is being terminated"
+        );
+        let mut ns = ns;
+        for _ in 0..100 {
+            if ns["status"]["conditions"].is_array() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            ns = get_json(&sim, &["namespace", "app"]).await;
+        }
+        let remaining = ns["status"]["conditions"]
+            .as_array()
+            .expect("the namespace controller reports conditions")
+            .iter()
+            .find(|c| c["type"] == "NamespaceFinalizersRemaining")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            remaining["message"],
+            "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+        );
+        ok(&sim, &["-n", "app", "patch", "configmap", "cfg", "--type=json", "-p", r#"[{"op":"remove","path":"/metadata/finalizers"}]"#]).await;
+        ok(&sim, &["wait", "--for=delete", "namespace/app", "--timeout=10s"]).await;
         sim.shutdown().await;
     })
     .await;
