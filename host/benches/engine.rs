@@ -22,12 +22,11 @@
 //! Figures depend on the machine (2 cores here) and kube-sim's speed; both
 //! engines share the same simulator and the same concurrency (4).
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::Context as _;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -48,7 +47,7 @@ use rekon::writer::{Writer, WriterConfig};
 use serde_json::{Value, json};
 
 mod support;
-use support::{cpu_seconds, peak_rss_mib};
+use support::{SimProcess, cpu_seconds, peak_rss_mib};
 
 const CONCURRENCY: usize = 4;
 const CLUSTER_NAMES: [&str; 3] = ["main", "sub", "edge"];
@@ -199,69 +198,16 @@ fn sim_main() -> anyhow::Result<()> {
     })
 }
 
-struct SimProcess {
-    child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl SimProcess {
-    fn spawn(clusters: usize, objects: usize) -> anyhow::Result<Self> {
-        let mut child = Command::new(std::env::current_exe()?)
-            .env("REKON_BENCH_ROLE", "sim")
-            .env("REKON_BENCH_CLUSTERS", clusters.to_string())
-            .env("REKON_BENCH_OBJECTS", objects.to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let mut lines = BufReader::new(child.stdout.take().context("sim stdout")?).lines();
-        let kubeconfig = loop {
-            let line = lines.next().context("sim exited before it was ready")??;
-            if let Some(path) = line.strip_prefix("ready ") {
-                break std::path::PathBuf::from(path);
-            }
-        };
-        Ok(Self {
-            child,
-            lines,
-            kubeconfig,
-        })
-    }
-
-    fn start(&mut self) -> anyhow::Result<()> {
-        let stdin = self.child.stdin.as_mut().context("sim stdin")?;
-        writeln!(stdin, "start")?;
-        stdin.flush()?;
-        Ok(())
-    }
-
-    /// Blocks until the simulator reports convergence.
-    fn converged(&mut self) -> anyhow::Result<f64> {
-        loop {
-            let line = self
-                .lines
-                .next()
-                .context("sim exited before convergence")??;
-            if let Some(s) = line.strip_prefix("converged ") {
-                return Ok(s.parse()?);
-            }
-        }
-    }
-
-    fn stop(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------- scenario
 
 fn scenario_main() -> anyhow::Result<()> {
     let n = objects();
     let clusters: usize = std::env::var("REKON_BENCH_CLUSTERS")?.parse()?;
     let engine = std::env::var("REKON_BENCH_ENGINE")?;
-    let mut sim = SimProcess::spawn(clusters, n)?;
+    let mut sim = SimProcess::spawn(&[
+        ("REKON_BENCH_CLUSTERS", clusters.to_string()),
+        ("REKON_BENCH_OBJECTS", n.to_string()),
+    ])?;
     let rt = tokio::runtime::Runtime::new()?;
     let names: Vec<String> = CLUSTER_NAMES[..clusters]
         .iter()
@@ -288,7 +234,7 @@ fn scenario_main() -> anyhow::Result<()> {
     };
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
-    sim.start()?;
+    sim.send("start")?;
     let stop = match engine.as_str() {
         "rekon" | "rekon-wasm" => rt.block_on(start_rekon(&names, &clients, plugin))?,
         "kube-rs" => rt.block_on(start_kube_rs(&names, &clients)),

@@ -28,20 +28,23 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, Write};
+use std::process::{Command, Stdio};
+
+use anyhow::Context as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
+use futures::FutureExt;
 use futures::StreamExt;
 use futures::future::BoxFuture;
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action as KubeAction, Config as ControllerRuntimeConfig, Controller};
+use kube::runtime::controller::{
+    Action as KubeAction, Config as ControllerRuntimeConfig, Controller,
+};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef as KubeObjectRef;
 use kube::runtime::watcher;
@@ -55,7 +58,7 @@ use rekon::cluster::{ClusterRegistry, Source, connect};
 use rekon::controller::{ControllerConfig, Manager, Reconciler};
 use rekon::writer::{Writer, WriterConfig};
 use serde_json::{Value, json};
-use support::{cpu_seconds, peak_rss_mib};
+use support::{SimProcess, cpu_seconds, peak_rss_mib};
 
 const CONCURRENCY: usize = 4;
 /// A label every pool declares, with the generation as value: converged
@@ -90,7 +93,10 @@ fn scales() -> Vec<(usize, usize)> {
 
 fn plugin_path() -> std::path::PathBuf {
     std::env::var_os("REKON_BENCH_NODEPOOL").map_or_else(
-        || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/plugins/nodepool.wasm"),
+        || {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../dist/plugins/nodepool.wasm")
+        },
         std::path::PathBuf::from,
     )
 }
@@ -118,10 +124,21 @@ fn run_role(role: &str, envs: &[(&str, String)]) -> anyhow::Result<Option<Value>
 fn orchestrate() -> anyhow::Result<()> {
     let floor = run_role("floor", &[])?.context("floor measurement failed")?;
     let rate = floor["writes_per_second"].as_f64().unwrap_or(1.0).max(1.0);
-    println!("nodepool benchmark (concurrency {CONCURRENCY}); write floor: kube-sim takes {rate:.0} node patches/s over HTTP");
+    println!(
+        "nodepool benchmark (concurrency {CONCURRENCY}); write floor: kube-sim takes {rate:.0} node patches/s over HTTP"
+    );
     println!(
         "{:<12} {:>12} {:>9} {:>9} {:>8} {:>13} {:>7} {:>8} {:>10} {:>10}",
-        "nodes/pools", "engine", "create s", "update s", "writes", "writes/node/Δ", "cpu s", "RSS MiB", "÷ native", "÷ floor"
+        "nodes/pools",
+        "engine",
+        "create s",
+        "update s",
+        "writes",
+        "writes/node/Δ",
+        "cpu s",
+        "RSS MiB",
+        "÷ native",
+        "÷ floor"
     );
     for (nodes, pools) in scales() {
         let floor_s = nodes as f64 / rate;
@@ -129,7 +146,10 @@ fn orchestrate() -> anyhow::Result<()> {
         let mut rows = Vec::new();
         for engine in ["kube-rs", "rekon-wasm"] {
             if engine == "rekon-wasm" && !plugin_path().is_file() {
-                println!("{nodes}/{pools} {engine}: skipped, {} not built (make plugins)", plugin_path().display());
+                println!(
+                    "{nodes}/{pools} {engine}: skipped, {} not built (make plugins)",
+                    plugin_path().display()
+                );
                 continue;
             }
             let r = run_role(
@@ -144,7 +164,8 @@ fn orchestrate() -> anyhow::Result<()> {
                 println!("{nodes}/{pools} {engine}: failed");
                 continue;
             };
-            let total = r["create_s"].as_f64().unwrap_or_default() + r["update_s"].as_f64().unwrap_or_default();
+            let total = r["create_s"].as_f64().unwrap_or_default()
+                + r["update_s"].as_f64().unwrap_or_default();
             if engine == "kube-rs" {
                 native_total = Some(total);
             }
@@ -162,7 +183,10 @@ fn orchestrate() -> anyhow::Result<()> {
                 writes as f64 / (2.0 * nodes as f64),
                 r["cpu_seconds"].as_f64().unwrap_or_default(),
                 r["peak_rss_mib"].as_f64().unwrap_or_default(),
-                native_total.map_or_else(|| "-".to_owned(), |n| format!("{:.2}×", total / n.max(1e-9))),
+                native_total.map_or_else(
+                    || "-".to_owned(),
+                    |n| format!("{:.2}×", total / n.max(1e-9))
+                ),
                 total / (2.0 * floor_s).max(1e-9),
             );
         }
@@ -259,59 +283,6 @@ fn sim_main() -> anyhow::Result<()> {
     })
 }
 
-struct SimProcess {
-    child: Child,
-    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
-    kubeconfig: std::path::PathBuf,
-}
-
-impl SimProcess {
-    fn spawn(envs: &[(&str, String)]) -> anyhow::Result<Self> {
-        let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.env("REKON_BENCH_ROLE", "sim")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn()?;
-        let mut lines = BufReader::new(child.stdout.take().context("sim stdout")?).lines();
-        let kubeconfig = loop {
-            let line = lines.next().context("sim exited before it was ready")??;
-            if let Some(path) = line.strip_prefix("ready ") {
-                break std::path::PathBuf::from(path);
-            }
-        };
-        Ok(Self {
-            child,
-            lines,
-            kubeconfig,
-        })
-    }
-
-    fn send(&mut self, command: &str) -> anyhow::Result<()> {
-        let stdin = self.child.stdin.as_mut().context("sim stdin")?;
-        writeln!(stdin, "{command}")?;
-        stdin.flush()?;
-        Ok(())
-    }
-
-    fn converged(&mut self) -> anyhow::Result<f64> {
-        loop {
-            let line = self.lines.next().context("sim exited before convergence")??;
-            if let Some(s) = line.strip_prefix("converged ") {
-                return Ok(s.parse()?);
-            }
-        }
-    }
-
-    fn stop(mut self) {
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------- write floor
 
 /// kube-sim's rate for node label patches over HTTP with the benchmark's
@@ -324,15 +295,26 @@ fn floor_main() -> anyhow::Result<()> {
     ])?;
     let rt = tokio::runtime::Runtime::new()?;
     let rate = rt.block_on(async {
-        let client = connect("main", &Source::Context { kubeconfig: Some(sim.kubeconfig.clone()), context: Some("main".into()) }).await?;
+        let client = connect(
+            "main",
+            &Source::Context {
+                kubeconfig: Some(sim.kubeconfig.clone()),
+                context: Some("main".into()),
+            },
+        )
+        .await?;
         let api: Api<Node> = Api::all(client);
         let t0 = Instant::now();
         futures::stream::iter(0..nodes)
             .map(|i| {
                 let api = api.clone();
                 async move {
-                    api.patch(&format!("n{i}"), &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"floor": "x"}}})))
-                        .await
+                    api.patch(
+                        &format!("n{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"metadata": {"labels": {"floor": "x"}}})),
+                    )
+                    .await
                 }
             })
             .buffer_unordered(CONCURRENCY)
@@ -458,8 +440,15 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
     let name = pool.name_any();
     let nodes_api: Api<Node> = Api::all(ctx.client.clone());
     let pools_api: Api<NodePool> = Api::all(ctx.client.clone());
-    let mut nodes = nodes_api.list(&ListParams::default().labels(&role_label(&name))).await?.items;
-    for node in nodes_api.list(&ListParams::default().labels(&applied_annotation(&name))).await?.items {
+    let mut nodes = nodes_api
+        .list(&ListParams::default().labels(&role_label(&name)))
+        .await?
+        .items;
+    for node in nodes_api
+        .list(&ListParams::default().labels(&applied_annotation(&name)))
+        .await?
+        .items
+    {
         if !nodes.iter().any(|n| n.metadata.name == node.metadata.name) {
             nodes.push(node);
         }
@@ -467,7 +456,10 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
     let mut other_names = BTreeSet::new();
     for node in &nodes {
         for key in node.labels().keys() {
-            if let Some(other) = key.strip_prefix(ROLE_PREFIX).filter(|o| *o != name && !o.is_empty()) {
+            if let Some(other) = key
+                .strip_prefix(ROLE_PREFIX)
+                .filter(|o| *o != name && !o.is_empty())
+            {
                 other_names.insert(other.to_owned());
             }
         }
@@ -481,19 +473,28 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
     let others: Vec<OtherPool<'_>> = other_pools
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .map(|p| OtherPool { name: p.metadata.name.as_deref().unwrap_or_default(), spec: &p.spec })
+        .map(|p| OtherPool {
+            name: p.metadata.name.as_deref().unwrap_or_default(),
+            spec: &p.spec,
+        })
         .collect();
     for node in &nodes {
         let plan = plan_node(&name, Some(&pool.spec), node, &others);
         if plan.ops.is_empty() {
             continue;
         }
-        let mut ops = vec![json!({"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version()})];
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/resourceVersion", "value": node.resource_version()}),
+        ];
         ops.extend(plan.ops);
         let patch: kube_json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
         ctx.writes.fetch_add(1, Ordering::Relaxed);
         nodes_api
-            .patch(&node.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch))
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
             .await?;
     }
     let rc_api: Api<RuntimeClass> = Api::all(ctx.client.clone());
@@ -501,20 +502,32 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
     let existing = rc_api.get_opt(&runtime_class_name(&name)).await?;
     let same = existing.is_some_and(|e| {
         e.handler == want.handler
-            && serde_json::to_value(&e.scheduling).ok() == serde_json::to_value(&want.scheduling).ok()
+            && serde_json::to_value(&e.scheduling).ok()
+                == serde_json::to_value(&want.scheduling).ok()
     });
     if !same {
         ctx.writes.fetch_add(1, Ordering::Relaxed);
         rc_api
-            .patch(&runtime_class_name(&name), &PatchParams::apply("bench-nodepool").force(), &Patch::Apply(&want))
+            .patch(
+                &runtime_class_name(&name),
+                &PatchParams::apply("bench-nodepool").force(),
+                &Patch::Apply(&want),
+            )
             .await?;
     }
-    let members = nodes.iter().filter(|n| n.labels().contains_key(&role_label(&name))).count();
+    let members = nodes
+        .iter()
+        .filter(|n| n.labels().contains_key(&role_label(&name)))
+        .count();
     let count = i32::try_from(members).unwrap_or(i32::MAX);
     if pool.status.as_ref().is_none_or(|s| s.node_count != count) {
         ctx.writes.fetch_add(1, Ordering::Relaxed);
         pools_api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(json!({"status": {"nodeCount": count}})))
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"nodeCount": count}})),
+            )
             .await?;
     }
     Ok(KubeAction::await_change())
@@ -523,14 +536,24 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
 async fn np_cleanup(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpError> {
     let name = pool.name_any();
     let nodes_api: Api<Node> = Api::all(ctx.client.clone());
-    for node in nodes_api.list(&ListParams::default().labels(&applied_annotation(&name))).await?.items {
+    for node in nodes_api
+        .list(&ListParams::default().labels(&applied_annotation(&name)))
+        .await?
+        .items
+    {
         let plan = plan_node(&name, None, &node, &[]);
         if plan.ops.is_empty() {
             continue;
         }
         let patch: kube_json_patch::Patch = serde_json::from_value(Value::Array(plan.ops))?;
         ctx.writes.fetch_add(1, Ordering::Relaxed);
-        nodes_api.patch(&node.name_any(), &PatchParams::default(), &Patch::Json::<()>(patch)).await?;
+        nodes_api
+            .patch(
+                &node.name_any(),
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await?;
     }
     Ok(KubeAction::await_change())
 }
@@ -563,16 +586,28 @@ fn np_error_policy(
 async fn start_kube_rs(client: kube::Client, writes: Arc<AtomicU64>) -> BoxFuture<'static, ()> {
     let pools: Api<NodePool> = Api::all(client.clone());
     let controller = Controller::new(pools, watcher::Config::default())
-        .with_config(ControllerRuntimeConfig::default().concurrency(u16::try_from(CONCURRENCY).unwrap_or(4)))
-        .owns(Api::<RuntimeClass>::all(client.clone()), watcher::Config::default())
-        .watches(Api::<Node>::all(client.clone()), watcher::Config::default(), |node: Node| {
-            node.labels()
-                .keys()
-                .filter_map(|k| k.strip_prefix(ROLE_PREFIX).or_else(|| k.strip_prefix(APPLIED_PREFIX)))
-                .filter(|p| !p.is_empty())
-                .map(|p| KubeObjectRef::<NodePool>::new(p))
-                .collect::<Vec<_>>()
-        });
+        .with_config(
+            ControllerRuntimeConfig::default().concurrency(u16::try_from(CONCURRENCY).unwrap_or(4)),
+        )
+        .owns(
+            Api::<RuntimeClass>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .watches(
+            Api::<Node>::all(client.clone()),
+            watcher::Config::default(),
+            |node: Node| {
+                node.labels()
+                    .keys()
+                    .filter_map(|k| {
+                        k.strip_prefix(ROLE_PREFIX)
+                            .or_else(|| k.strip_prefix(APPLIED_PREFIX))
+                    })
+                    .filter(|p| !p.is_empty())
+                    .map(|p| KubeObjectRef::<NodePool>::new(p))
+                    .collect::<Vec<_>>()
+            },
+        );
     let ctx = Arc::new(NpCtx { client, writes });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {

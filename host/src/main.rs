@@ -38,18 +38,8 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 struct RunArgs {
-    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
-    #[arg(long, env = "REKON_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Context of the primary cluster (default: the current context).
-    #[arg(long, env = "REKON_CONTEXT")]
-    context: Option<String>,
-    /// Name of the primary cluster in requests (default: the context name, or `main`).
-    #[arg(long, env = "REKON_PRIMARY_NAME")]
-    primary_name: Option<String>,
-    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
-    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
-    clusters: Vec<(String, String)>,
+    #[command(flatten)]
+    clusters: ClusterArgs,
     /// Directory of plugin components (`*.wasm`), watched for changes.
     #[arg(long, env = "REKON_PLUGINS")]
     plugins: PathBuf,
@@ -183,6 +173,37 @@ impl OpsArgs {
     }
 }
 
+/// Which clusters to connect: the flags `run`, `plugin plan` and `plugin
+/// release` share.
+#[derive(Debug, clap::Args)]
+struct ClusterArgs {
+    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
+    #[arg(long, env = "REKON_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the primary cluster (default: the current context).
+    #[arg(long, env = "REKON_CONTEXT")]
+    context: Option<String>,
+    /// Name of the primary cluster in requests (default: the context name, or `main`).
+    #[arg(long, env = "REKON_PRIMARY_NAME")]
+    primary_name: Option<String>,
+    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
+    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
+    clusters: Vec<(String, String)>,
+}
+
+impl ClusterArgs {
+    /// The cluster fields of an app config (the rest defaulted).
+    fn config(self, plugins_dir: PathBuf) -> rekon::app::Config {
+        rekon::app::Config {
+            kubeconfig: self.kubeconfig,
+            context: self.context,
+            primary_name: self.primary_name,
+            clusters: self.clusters,
+            ..rekon::app::Config::new(plugins_dir)
+        }
+    }
+}
+
 fn parse_cluster(s: &str) -> Result<(String, String), String> {
     rekon::cluster::parse_cluster_spec(s).map_err(|e| e.to_string())
 }
@@ -252,18 +273,8 @@ struct ReleaseArgs {
     /// Remove the finalizer from every object found (its cleanup is skipped).
     #[arg(long)]
     remove: bool,
-    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
-    #[arg(long, env = "REKON_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Context of the primary cluster (default: the current context).
-    #[arg(long, env = "REKON_CONTEXT")]
-    context: Option<String>,
-    /// Name of the primary cluster (default: the context name, or `main`).
-    #[arg(long, env = "REKON_PRIMARY_NAME")]
-    primary_name: Option<String>,
-    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
-    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
-    clusters: Vec<(String, String)>,
+    #[command(flatten)]
+    clusters: ClusterArgs,
     /// Output format.
     #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
     output: OutputFormat,
@@ -273,18 +284,8 @@ struct ReleaseArgs {
 struct PlanArgs {
     /// The plugin component (`*.wasm`).
     file: PathBuf,
-    /// Kubeconfig file (default: KUBECONFIG, ~/.kube/config, else in-cluster).
-    #[arg(long, env = "REKON_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Context of the primary cluster (default: the current context).
-    #[arg(long, env = "REKON_CONTEXT")]
-    context: Option<String>,
-    /// Name of the primary cluster in requests (default: the context name, or `main`).
-    #[arg(long, env = "REKON_PRIMARY_NAME")]
-    primary_name: Option<String>,
-    /// Another cluster, NAME=CONTEXT (repeatable; env: comma-separated).
-    #[arg(long = "cluster", env = "REKON_CLUSTERS", value_delimiter = ',', value_parser = parse_cluster)]
-    clusters: Vec<(String, String)>,
+    #[command(flatten)]
+    clusters: ClusterArgs,
     /// Only this primary: `name` or `namespace/name`.
     #[arg(long)]
     only: Option<String>,
@@ -361,10 +362,6 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     rekon::app::init_tracing(args.log_format, filter.as_deref())?;
     let install_crds = args.install_crds;
     let config = rekon::app::Config {
-        kubeconfig: args.kubeconfig,
-        context: args.context,
-        primary_name: args.primary_name,
-        clusters: args.clusters,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         cache_dir: args.cache_dir,
         ops: args.ops.into_config(),
@@ -372,7 +369,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         resync_period: (args.resync_period > 0)
             .then(|| std::time::Duration::from_secs(args.resync_period)),
         probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),
-        ..rekon::app::Config::new(args.plugins)
+        ..args.clusters.config(args.plugins)
     };
     tokio::runtime::Runtime::new()?.block_on(async {
         let app = rekon::app::App::build(config).await?;
@@ -396,13 +393,7 @@ fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         from: args.from,
         finalizer: args.finalizer,
         remove,
-        clusters: rekon::app::Config {
-            kubeconfig: args.kubeconfig,
-            context: args.context,
-            primary_name: args.primary_name,
-            clusters: args.clusters,
-            ..rekon::app::Config::new(PathBuf::new())
-        },
+        clusters: args.clusters.config(PathBuf::new()),
     };
     let report = tokio::runtime::Runtime::new()?.block_on(rekon::release::release(config))?;
     match args.output {
@@ -438,12 +429,8 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let config = rekon::plan::PlanConfig {
         file: args.file,
         clusters: rekon::app::Config {
-            kubeconfig: args.kubeconfig,
-            context: args.context,
-            primary_name: args.primary_name,
-            clusters: args.clusters,
             policy_file: args.policy,
-            ..rekon::app::Config::new(PathBuf::new())
+            ..args.clusters.config(PathBuf::new())
         },
         only: args.only,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout),

@@ -1,5 +1,14 @@
-//! What the benchmark binaries share: process CPU and memory figures.
+//! What the benchmark binaries share: process CPU and memory figures, and
+//! the kube-sim child process (the same binary in role `sim`) with its
+//! line protocol: it prints `ready <kubeconfig>`, takes commands on stdin
+//! (`start`, ...) and answers `converged <seconds>`; it exits when stdin
+//! closes.
 #![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+
+use anyhow::Context as _;
 
 /// User+system CPU seconds of this process (USER_HZ = 100 on Linux).
 pub fn cpu_seconds() -> f64 {
@@ -25,4 +34,62 @@ pub fn peak_rss_mib() -> f64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// The kube-sim child process of a benchmark scenario.
+pub struct SimProcess {
+    child: Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+    /// The kubeconfig of its clusters.
+    pub kubeconfig: std::path::PathBuf,
+}
+
+impl SimProcess {
+    pub fn spawn(envs: &[(&str, String)]) -> anyhow::Result<Self> {
+        let mut cmd = Command::new(std::env::current_exe()?);
+        cmd.env("REKON_BENCH_ROLE", "sim")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn()?;
+        let mut lines = BufReader::new(child.stdout.take().context("sim stdout")?).lines();
+        let kubeconfig = loop {
+            let line = lines.next().context("sim exited before it was ready")??;
+            if let Some(path) = line.strip_prefix("ready ") {
+                break std::path::PathBuf::from(path);
+            }
+        };
+        Ok(Self {
+            child,
+            lines,
+            kubeconfig,
+        })
+    }
+
+    pub fn send(&mut self, command: &str) -> anyhow::Result<()> {
+        let stdin = self.child.stdin.as_mut().context("sim stdin")?;
+        writeln!(stdin, "{command}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    pub fn converged(&mut self) -> anyhow::Result<f64> {
+        loop {
+            let line = self
+                .lines
+                .next()
+                .context("sim exited before convergence")??;
+            if let Some(s) = line.strip_prefix("converged ") {
+                return Ok(s.parse()?);
+            }
+        }
+    }
+
+    pub fn stop(mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
 }

@@ -352,6 +352,17 @@ enum Written {
     Nothing,
 }
 
+/// Where a PATCH goes and how it is retried.
+#[derive(Clone, Copy)]
+struct PatchOn<'a> {
+    plugin: &'a str,
+    action: &'static str,
+    cluster: &'a Cluster,
+    target: &'a Target,
+    status: bool,
+    retry_conflict: bool,
+}
+
 struct Target {
     api: Api<DynamicObject>,
     name: String,
@@ -661,23 +672,41 @@ impl Writer {
             params = params.force();
         }
         let patch = Patch::Apply(&obj);
-        let written = self
-            .call(
-                plugin,
-                action,
-                &cluster,
-                &target.describe,
-                false,
-                || async {
-                    if a.status {
-                        target.api.patch_status(&target.name, &params, &patch).await
-                    } else {
-                        target.api.patch(&target.name, &params, &patch).await
-                    }
-                },
-            )
-            .await?;
+        let on = PatchOn {
+            plugin,
+            action,
+            cluster: &cluster,
+            target: &target,
+            status: a.status,
+            retry_conflict: false,
+        };
+        let written = self.send_patch(on, &params, &patch).await?;
         Ok(Written::Object(id, Box::new(written)))
+    }
+
+    /// PATCH the object or its `/status`, through [`Writer::call`].
+    async fn send_patch<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        on: PatchOn<'_>,
+        params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<DynamicObject, Error> {
+        let t = on.target;
+        self.call(
+            on.plugin,
+            on.action,
+            on.cluster,
+            &t.describe,
+            on.retry_conflict,
+            || async {
+                if on.status {
+                    t.api.patch_status(&t.name, params, patch).await
+                } else {
+                    t.api.patch(&t.name, params, patch).await
+                }
+            },
+        )
+        .await
     }
 
     async fn patch(&self, plugin: &str, p: &PatchAction) -> Result<Written, Error> {
@@ -715,22 +744,15 @@ impl Writer {
                 Patch::Json(json_patch(body, p.resource_version.as_deref()).map_err(invalid)?)
             }
         };
-        let written = self
-            .call(
-                plugin,
-                action,
-                &cluster,
-                &target.describe,
-                !precondition,
-                || async {
-                    if p.status {
-                        target.api.patch_status(&target.name, &params, &patch).await
-                    } else {
-                        target.api.patch(&target.name, &params, &patch).await
-                    }
-                },
-            )
-            .await?;
+        let on = PatchOn {
+            plugin,
+            action,
+            cluster: &cluster,
+            target: &target,
+            status: p.status,
+            retry_conflict: !precondition,
+        };
+        let written = self.send_patch(on, &params, &patch).await?;
         Ok(Written::Object(id, Box::new(written)))
     }
 

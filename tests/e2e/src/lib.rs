@@ -533,3 +533,17 @@ pub fn get(
 ) -> Option<Value> {
     cluster.get(api_version, plural, ns, name).ok()
 }
+
+/// A plain HTTP GET of `path` on `addr` (the host's `/metrics`, `/readyz`):
+/// the whole response, status line and headers included.
+///
+/// # Errors
+/// When the server cannot be reached or read.
+pub fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out)?;
+    Ok(out)
+}

@@ -5,11 +5,10 @@
 //! world converges after, and the writes per converged object are printed
 //! (rekon's own `rekon_writer_actions_total`, Events excluded).
 
-use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use kube_sim::{FaultRule, SimCluster};
-use rekon_e2e::{Env, EnvOptions, apply_object, get};
+use rekon_e2e::{Env, EnvOptions, apply_object, get, http_get};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -18,17 +17,10 @@ const NODES: usize = 200;
 const POOLS: usize = 10;
 const TESTS: usize = 50;
 
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the ops server");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    out
-}
-
 /// Writes rekon performed (successful or not), Events excluded.
 fn writes(addr: std::net::SocketAddr) -> u64 {
     http_get(addr, "/metrics")
+        .expect("GET /metrics")
         .lines()
         .filter(|l| l.starts_with("rekon_writer_actions_total{") && !l.contains("action=\"event\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

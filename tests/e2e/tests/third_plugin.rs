@@ -10,12 +10,11 @@
 //! reports the finalizers left behind and `rekon plugin release` lists and
 //! removes them.
 
-use std::io::{Read, Write};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube_sim::SimCluster;
-use rekon_e2e::{Env, EnvOptions, get};
+use rekon_e2e::{Env, EnvOptions, get, http_get};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -42,14 +41,6 @@ fn create_cm(c: &SimCluster, name: &str, labels: Value, data: Value) {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "apps", "labels": labels}, "data": data}),
     )
     .unwrap_or_else(|e| panic!("create configmap {name}: {e}"));
-}
-
-fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    let mut s = std::net::TcpStream::connect(addr).expect("connect to the ops server");
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read");
-    out
 }
 
 /// A component with a custom section appended: another digest, same code —
@@ -202,7 +193,7 @@ async fn a_third_plugin_touches_only_its_primary_scope() {
 
         // No reconcile ever ran for a key in sub (not a primary cluster).
         let addr = env.ops_addr.expect("ops served");
-        let metrics = http_get(addr, "/metrics");
+        let metrics = http_get(addr, "/metrics").expect("GET /metrics");
         assert!(
             metrics.contains("controller=\"cm-sync\""),
             "no cm-sync metrics:\n{metrics}"
