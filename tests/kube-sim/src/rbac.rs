@@ -9,7 +9,8 @@
 //! subresource of any resource, resourceNames restrict to named objects,
 //! non-resource URLs match exactly, by `*`, or by a `prefix*`. ClusterRoles
 //! with an `aggregationRule` take the rules of the ClusterRoles their
-//! selectors match.
+//! selectors match. [`confirm_no_escalation`] keeps a subject from
+//! granting, through a role or binding it writes, what it does not hold.
 //!
 //! The bootstrap policy every cluster has (`cluster-admin` bound to
 //! `system:masters`, `system:discovery`, `system:basic-user`,
