@@ -381,19 +381,33 @@ impl LoadedPlugin {
         // name) follows the call to the blocking thread, so the plugin's
         // log lines carry the request.
         let span = tracing::Span::current();
+        let panicked = |payload| CallError::Host {
+            plugin: self.name().to_string(),
+            function,
+            message: format!(
+                "host code panicked during the call: {}",
+                panic_text(payload)
+            ),
+        };
+        let in_place = self.inner.runtime.config.call_mode == super::runtime::CallMode::InPlace
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if in_place {
+            // The wasm call is synchronous and bounded by its epoch
+            // deadline; running it here spares the hand-off to the blocking
+            // pool while tokio moves this worker's other tasks elsewhere.
+            return tokio::task::block_in_place(|| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| span.in_scope(f)))
+            })
+            .unwrap_or_else(|payload| Err(panicked(payload)));
+        }
         match tokio::task::spawn_blocking(move || span.in_scope(f)).await {
             Ok(result) => result,
-            Err(e) => Err(CallError::Host {
+            Err(e) if e.is_panic() => Err(panicked(e.into_panic())),
+            Err(_) => Err(CallError::Host {
                 plugin: self.name().to_string(),
                 function,
-                message: if e.is_panic() {
-                    format!(
-                        "host code panicked during the call: {}",
-                        panic_text(e.into_panic())
-                    )
-                } else {
-                    "the call was cancelled".to_string()
-                },
+                message: "the call was cancelled".to_string(),
             }),
         }
     }

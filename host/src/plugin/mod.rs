@@ -76,7 +76,9 @@ pub use inspect::{
 pub use loaded::{LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
 pub use registry::{PluginRegistry, PluginStatus, RegistryEvent};
-pub use runtime::{LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats};
+pub use runtime::{
+    CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
+};
 
 /// Read access to the host's caches, given to a plugin for one call.
 ///

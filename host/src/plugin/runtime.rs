@@ -54,6 +54,24 @@ pub struct RuntimeConfig {
     /// The operator policy applied to every plugin this runtime loads
     /// (and reloads); `None`: plugins keep what they declare.
     pub policy: Option<Arc<super::policy::Policy>>,
+    /// Where async calls (`reconcile`, `map`) run their wasm code.
+    pub call_mode: CallMode,
+}
+
+/// Where an async plugin call runs its (synchronous) wasm code. Measured in
+/// `cargo bench --bench runtime` (rows "async"): on a multi-threaded tokio
+/// runtime, running in place saves the hand-off to the blocking pool
+/// (a thread wake-up and a cross-thread return), which costs more than the
+/// call itself for a small reconcile.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CallMode {
+    /// On the calling task's worker thread (`tokio::task::block_in_place`:
+    /// the worker's other tasks move to another thread meanwhile). Falls
+    /// back to the blocking pool on a current-thread runtime.
+    #[default]
+    InPlace,
+    /// On tokio's blocking pool (`spawn_blocking`).
+    BlockingPool,
 }
 
 impl Default for RuntimeConfig {
@@ -69,6 +87,7 @@ impl Default for RuntimeConfig {
             pooling: true,
             output_capture_bytes: 16 << 10,
             policy: None,
+            call_mode: CallMode::default(),
         }
     }
 }
