@@ -382,10 +382,16 @@ pub fn rbac_objects(
         }),
     ];
     if opts.primary {
+        // What the host itself needs in its namespace; each rule is held to
+        // account by tests/e2e/tests/least_privilege.rs (removing it makes
+        // the named operation fail with a 403).
         let mut own = RuleSet::default();
+        // Leader election (--leader-elect): read, take and renew the Lease.
         own.add("coordination.k8s.io", "leases", ["get", "create", "update"]);
+        // The host reads its own Pod once so its Events carry the Pod's uid.
         own.add("", "pods", ["get"]);
         if opts.secret_provider {
+            // Kubeconfig Secrets (--cluster-secrets-namespace), watched.
             own.add("", "secrets", ["get", "list", "watch"]);
         }
         objects.push(to_value(&Role {
