@@ -333,6 +333,12 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
             }
             status_struct(obj);
         }
+        ("scheduling.k8s.io", "PriorityClass") => {
+            // SetDefaults_PriorityClass.
+            if let Some(o) = obj.as_object_mut() {
+                set_default(o, "preemptionPolicy", json!("PreemptLowerPriority"));
+            }
+        }
         ("networking.k8s.io", "NetworkPolicy") => {
             let egress = obj.pointer("/spec/egress").is_some();
             if let Some(spec) = obj_mut(obj, "spec")

@@ -54,6 +54,26 @@ enum Cell {
     HpaTargets,
     /// An integer at a path, `<unset>` when absent.
     IntOrUnset(&'static str),
+    /// A value at a path, `N/A` when absent.
+    OrNa(&'static str),
+    /// The RFC 3339 creation time (CREATED AT columns).
+    CreatedAt,
+    /// `Kind/name` of a binding's roleRef.
+    RoleRef,
+    /// Subjects of a binding of one kind (`User`, `Group`, `ServiceAccount`).
+    Subjects(&'static str),
+    IngressClass,
+    IngressHosts,
+    IngressAddress,
+    IngressPorts,
+    /// `RWO,ROX` of access modes at a path.
+    AccessModes(&'static str),
+    /// `<none>` when the string at a path is empty or absent.
+    TextOrNone(&'static str),
+    PvClaim,
+    EndpointsList,
+    /// A boolean at a path, false when absent.
+    Bool(&'static str),
 }
 
 fn wide(name: &str) -> Value {
@@ -594,6 +614,135 @@ impl Printer {
                     Age,
                 ],
             ),
+            (true, "Role" | "ClusterRole" | "CustomResourceDefinition") => (
+                vec![name, col("Created At", "date", "", 0)],
+                vec![Name, CreatedAt],
+            ),
+            (true, "RoleBinding" | "ClusterRoleBinding") => (
+                vec![
+                    name,
+                    s("Role"),
+                    agec,
+                    wide("Users"),
+                    wide("Groups"),
+                    wide("ServiceAccounts"),
+                ],
+                vec![
+                    Name,
+                    RoleRef,
+                    Age,
+                    Subjects("User"),
+                    Subjects("Group"),
+                    Subjects("ServiceAccount"),
+                ],
+            ),
+            (true, "PodDisruptionBudget") => (
+                vec![
+                    name,
+                    s("Min Available"),
+                    s("Max Unavailable"),
+                    col("Allowed Disruptions", "integer", "", 0),
+                    agec,
+                ],
+                vec![
+                    Name,
+                    OrNa("/spec/minAvailable"),
+                    OrNa("/spec/maxUnavailable"),
+                    Int("/status/disruptionsAllowed"),
+                    Age,
+                ],
+            ),
+            (true, "Ingress") => (
+                vec![name, s("Class"), s("Hosts"), s("Address"), s("Ports"), agec],
+                vec![
+                    Name,
+                    IngressClass,
+                    IngressHosts,
+                    IngressAddress,
+                    IngressPorts,
+                    Age,
+                ],
+            ),
+            (true, "PersistentVolumeClaim") => (
+                vec![
+                    name,
+                    s("Status"),
+                    s("Volume"),
+                    s("Capacity"),
+                    s("Access Modes"),
+                    s("StorageClass"),
+                    s("VolumeAttributesClass"),
+                    agec,
+                    wide("VolumeMode"),
+                ],
+                vec![
+                    Name,
+                    Text("/status/phase"),
+                    Text("/spec/volumeName"),
+                    Text("/status/capacity/storage"),
+                    AccessModes("/status/accessModes"),
+                    Text("/spec/storageClassName"),
+                    TextOrNone("/spec/volumeAttributesClassName"),
+                    Age,
+                    Text("/spec/volumeMode"),
+                ],
+            ),
+            (true, "PersistentVolume") => (
+                vec![
+                    name,
+                    s("Capacity"),
+                    s("Access Modes"),
+                    s("Reclaim Policy"),
+                    s("Status"),
+                    s("Claim"),
+                    s("StorageClass"),
+                    s("VolumeAttributesClass"),
+                    s("Reason"),
+                    agec,
+                    wide("VolumeMode"),
+                ],
+                vec![
+                    Name,
+                    Text("/spec/capacity/storage"),
+                    AccessModes("/spec/accessModes"),
+                    Text("/spec/persistentVolumeReclaimPolicy"),
+                    Text("/status/phase"),
+                    PvClaim,
+                    Text("/spec/storageClassName"),
+                    TextOrNone("/spec/volumeAttributesClassName"),
+                    Text("/status/reason"),
+                    Age,
+                    Text("/spec/volumeMode"),
+                ],
+            ),
+            (true, "Endpoints") => (
+                vec![name, s("Endpoints"), agec],
+                vec![Name, EndpointsList, Age],
+            ),
+            (true, "Lease") => (
+                vec![name, s("Holder"), agec],
+                vec![Name, Text("/spec/holderIdentity"), Age],
+            ),
+            (true, "NetworkPolicy") => (
+                vec![name, s("Pod-Selector"), agec],
+                vec![Name, Selector("/spec/podSelector"), Age],
+            ),
+            (true, "PriorityClass") => (
+                vec![
+                    name,
+                    col("Value", "integer", "", 0),
+                    col("Global-Default", "boolean", "", 0),
+                    agec,
+                    s("PreemptionPolicy"),
+                ],
+                vec![
+                    Name,
+                    Int("/value"),
+                    Bool("/globalDefault"),
+                    Age,
+                    Text("/preemptionPolicy"),
+                ],
+            ),
             (true, "ServiceAccount") => (
                 vec![name, col("Secrets", "integer", "", 0), agec],
                 vec![Name, Int("/secrets"), Age],
@@ -934,6 +1083,135 @@ impl Printer {
                     Some(n) => json!(n.to_string()),
                     None => json!("<unset>"),
                 },
+                Cell::OrNa(p) => match obj.pointer(p) {
+                    Some(v @ (Value::String(_) | Value::Number(_))) => v.clone(),
+                    _ => json!("N/A"),
+                },
+                Cell::Bool(p) => json!(obj.pointer(p).and_then(Value::as_bool).unwrap_or(false)),
+                Cell::CreatedAt => cell_text(obj.pointer("/metadata/creationTimestamp")),
+                Cell::RoleRef => json!(format!(
+                    "{}/{}",
+                    obj.pointer("/roleRef/kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    obj.pointer("/roleRef/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                )),
+                Cell::Subjects(kind) => {
+                    let names: Vec<String> = obj
+                        .get("subjects")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter(|x| x["kind"] == *kind)
+                        .map(|x| {
+                            let n = x["name"].as_str().unwrap_or_default();
+                            match x["namespace"].as_str() {
+                                Some(ns) if *kind == "ServiceAccount" => format!("{ns}/{n}"),
+                                _ => n.to_string(),
+                            }
+                        })
+                        .collect();
+                    json!(names.join(", "))
+                }
+                Cell::IngressClass => json!(
+                    obj.pointer("/spec/ingressClassName")
+                        .and_then(Value::as_str)
+                        .unwrap_or("<none>")
+                ),
+                Cell::IngressHosts => {
+                    let hosts: Vec<&str> = obj
+                        .pointer("/spec/rules")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| r["host"].as_str())
+                        .collect();
+                    json!(if hosts.is_empty() {
+                        "*".to_string()
+                    } else {
+                        hosts.join(",")
+                    })
+                }
+                Cell::IngressAddress => {
+                    let a: Vec<&str> = obj
+                        .pointer("/status/loadBalancer/ingress")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|i| i["ip"].as_str().or(i["hostname"].as_str()))
+                        .collect();
+                    json!(a.join(","))
+                }
+                Cell::IngressPorts => json!(if obj
+                    .pointer("/spec/tls")
+                    .and_then(Value::as_array)
+                    .is_some_and(|t| !t.is_empty())
+                {
+                    "80, 443"
+                } else {
+                    "80"
+                }),
+                Cell::AccessModes(p) => {
+                    let modes: Vec<&str> = obj
+                        .pointer(p)
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str)
+                        .map(|m| match m {
+                            "ReadWriteOnce" => "RWO",
+                            "ReadOnlyMany" => "ROX",
+                            "ReadWriteMany" => "RWX",
+                            "ReadWriteOncePod" => "RWOP",
+                            other => other,
+                        })
+                        .collect();
+                    json!(modes.join(","))
+                }
+                Cell::TextOrNone(p) => json!(
+                    obj.pointer(p)
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or("<unset>")
+                ),
+                Cell::PvClaim => json!(match (
+                    obj.pointer("/spec/claimRef/namespace")
+                        .and_then(Value::as_str),
+                    obj.pointer("/spec/claimRef/name").and_then(Value::as_str),
+                ) {
+                    (Some(ns), Some(n)) => format!("{ns}/{n}"),
+                    _ => String::new(),
+                }),
+                Cell::EndpointsList => {
+                    let mut eps = Vec::new();
+                    for sub in obj
+                        .get("subsets")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        let ports: Vec<i64> = sub["ports"]
+                            .as_array()
+                            .map(|a| a.iter().filter_map(|p| p["port"].as_i64()).collect())
+                            .unwrap_or_default();
+                        for a in sub["addresses"].as_array().into_iter().flatten() {
+                            let ip = a["ip"].as_str().unwrap_or_default();
+                            if ports.is_empty() {
+                                eps.push(ip.to_string());
+                            }
+                            for p in &ports {
+                                eps.push(format!("{ip}:{p}"));
+                            }
+                        }
+                    }
+                    json!(match eps.len() {
+                        0 => "<none>".to_string(),
+                        n if n > 3 => format!("{} + {} more...", eps[..3].join(","), n - 3),
+                        _ => eps.join(","),
+                    })
+                }
                 Cell::DataCount => {
                     let n = ["data", "binaryData", "stringData"]
                         .iter()

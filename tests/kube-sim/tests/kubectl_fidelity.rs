@@ -298,6 +298,15 @@ async fn pods_get_admission_defaults_and_wide_columns_are_real() {
                 "SELECTOR"
             ]
         );
+        ok(&sim, &["create", "rolebinding", "rb", "--clusterrole=view", "--user=alice", "--serviceaccount=default:sa"]).await;
+        let out = ok(&sim, &["get", "rolebindings", "-o", "wide"]).await;
+        assert_eq!(header(&out), ["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]);
+        let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!((row[0], row[1], row[3], row[4]), ("rb", "ClusterRole/view", "alice", "default/sa"));
+        ok(&sim, &["create", "ingress", "ing", "--rule=foo.com/bar=svc1:8080"]).await;
+        let out = ok(&sim, &["get", "ingress"]).await;
+        assert_eq!(header(&out), ["NAME", "CLASS", "HOSTS", "ADDRESS", "PORTS", "AGE"]);
+        assert!(out.lines().nth(1).unwrap().starts_with("ing    <none>   foo.com             80 "), "{out}");
         let c = sim.cluster("main");
         c.create(
             "v1",
