@@ -51,7 +51,7 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
         assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
 
         // rekon, as the Deployment's Pod runs it.
-        let mut rekon = env.spawn_in_cluster(&env.work.path().join("cache"));
+        let mut rekon = env.spawn_in_cluster(&support::compiled_cache());
 
         // Leader election through the Role in rekon-system.
         rekon

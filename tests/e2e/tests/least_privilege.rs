@@ -15,21 +15,14 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rekon_e2e::{apply_manifests, mark_nodes_ready};
 use serde_json::{Value, json};
-use support::{Rekon, Secured};
+use support::{Rekon, Secured, compiled_cache};
 
 /// Bound of one row.
 const ROW_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Compiled plugins shared by the rows (keyed by digest; written
-/// atomically), so each row does not compile them again.
-fn compiled_cache() -> PathBuf {
-    std::env::temp_dir().join("rekon-e2e-least-privilege-compiled")
-}
 
 /// One rule of the generated RBAC: the role holding it, its API group and
 /// resource, and the 403 rekon reports without it.

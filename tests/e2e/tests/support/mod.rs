@@ -38,6 +38,12 @@ pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// The Pod's name (`POD_NAME` from the downward API).
 pub const POD_NAME: &str = "rekon-6d9c7b5f4-x2x7q";
 
+/// Compiled plugins shared by the secured tests (keyed by digest, written
+/// atomically), so each test does not compile the seed plugins again.
+pub fn compiled_cache() -> PathBuf {
+    std::env::temp_dir().join("rekon-e2e-secured-compiled")
+}
+
 /// Runs kubectl with a kubeconfig; returns stdout or panics with stderr.
 pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
     let out = Command::new("kubectl")
