@@ -144,8 +144,17 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
             "system:serviceaccount:rekon-remote:rekon-remote",
         ];
         let mut used = std::collections::BTreeSet::new();
-        for (cluster, c) in [("main", main), ("sub", sub)] {
-            for r in c.audit_log().iter().filter(|r| accounts.contains(&r.user.as_str())) {
+        for (cluster, c, account) in [("main", main, accounts[0]), ("sub", sub, accounts[1])] {
+            // rekon reached each cluster as that cluster's ServiceAccount
+            // (the Pod's token in main, the Secret's in sub) and nothing else.
+            let audit = c.audit_log();
+            let users: std::collections::BTreeSet<&str> = audit
+                .iter()
+                .map(|r| r.user.as_str())
+                .filter(|u| u.starts_with("system:serviceaccount:"))
+                .collect();
+            assert_eq!(users, [account].into(), "{cluster}: the accounts that made requests");
+            for r in audit.iter().filter(|r| accounts.contains(&r.user.as_str())) {
                 let a = &r.attributes;
                 assert!(r.allowed, "{cluster}: {} was refused {a:?}", r.user);
                 if a.resource_request {
