@@ -122,11 +122,13 @@ pub fn schema_of(res: &ResourceInfo) -> Option<(&Value, Option<&'static Map<Stri
         return res.schema.as_deref().map(|s| (s, None));
     }
     let b = builtins();
-    let storage = res.storage_api_version();
-    let (group, version) = crate::resources::split_api_version(&storage);
-    b.refs
-        .get(&(group.to_string(), version.to_string(), res.kind.clone()))
-        .map(|r| (r, Some(&b.defs)))
+    let schema = res.builtin_schema.get_or_init(|| {
+        let storage = res.storage_api_version();
+        let (group, version) = crate::resources::split_api_version(&storage);
+        b.refs
+            .get(&(group.to_string(), version.to_string(), res.kind.clone()))
+    });
+    schema.map(|r| (r, Some(&b.defs)))
 }
 
 /// Follows a `#/components/schemas/X` reference, also in the

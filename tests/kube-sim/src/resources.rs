@@ -49,6 +49,8 @@ pub struct ResourceInfo {
     pub scale: Option<Arc<ScalePaths>>,
     /// List semantics for patches and apply, built on first use.
     type_info: Arc<OnceLock<TypeInfo>>,
+    /// A built-in's OpenAPI schema (a `$ref`), looked up on first use.
+    pub(crate) builtin_schema: Arc<OnceLock<Option<&'static Value>>>,
 }
 
 /// Where a resource keeps what its `/scale` subresource shows: JSON paths
@@ -439,6 +441,7 @@ impl Registry {
                     _ => Conversion::None,
                 },
                 type_info: Arc::default(),
+                builtin_schema: Arc::default(),
                 printer_columns: None,
                 scale: x.scale.then(|| Arc::new(ScalePaths::builtin())),
             };
@@ -812,6 +815,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             schema,
             conversion: Conversion::None,
             type_info: Arc::default(),
+            builtin_schema: Arc::default(),
             printer_columns: v.get("additionalPrinterColumns").cloned().map(Arc::new),
             scale: v
                 .pointer("/subresources/scale")

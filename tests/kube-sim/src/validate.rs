@@ -29,11 +29,52 @@ pub struct Findings {
     pub invalid: Vec<(&'static str, String, String)>,
 }
 
-fn join(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_string()
-    } else {
-        format!("{path}.{key}")
+/// A field path built on the stack while walking; rendered to a string
+/// only for a finding (most writes have none, so the walk allocates nothing).
+#[derive(Clone, Copy)]
+struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    seg: Seg<'a>,
+}
+
+/// Renders the path (only where a finding needs it).
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.render())
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Root(&'a str),
+    Key(&'a str),
+    Index(usize),
+}
+
+impl<'a> Path<'a> {
+    fn key(&'a self, k: &'a str) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Key(k),
+        }
+    }
+
+    fn index(&'a self, i: usize) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Seg::Index(i),
+        }
+    }
+
+    /// `spec.containers[0].image`.
+    pub(crate) fn render(&self) -> String {
+        let parent = self.parent.map(Path::render).unwrap_or_default();
+        match self.seg {
+            Seg::Root(r) => r.to_string(),
+            Seg::Key(k) if parent.is_empty() => k.to_string(),
+            Seg::Key(k) => format!("{parent}.{k}"),
+            Seg::Index(i) => format!("{parent}[{i}]"),
+        }
     }
 }
 
@@ -69,7 +110,11 @@ pub fn walk(
     constraints: bool,
     out: &mut Findings,
 ) {
-    walk_named(v, schema, defs, None, path, root, constraints, out);
+    let path = Path {
+        parent: None,
+        seg: Seg::Root(path),
+    };
+    walk_named(v, schema, defs, None, &path, root, constraints, out);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -78,7 +123,7 @@ fn walk_named(
     schema: &Value,
     defs: Option<&Map<String, Value>>,
     name: Option<&str>,
-    path: &str,
+    path: &Path<'_>,
     root: bool,
     constraints: bool,
     out: &mut Findings,
@@ -105,38 +150,35 @@ fn walk_named(
                     if !map.contains_key(r) {
                         out.invalid.push((
                             "FieldValueRequired",
-                            join(path, r),
+                            path.key(r).render(),
                             "Required value".into(),
                         ));
                     }
                 }
             }
-            let keys: Vec<String> = map.keys().cloned().collect();
-            for k in keys {
+            // `retain` keeps the order of the remaining keys.
+            map.retain(|k, x| {
                 let meta_key = k == "apiVersion" || k == "kind" || k == "metadata";
                 if (root || embedded) && meta_key && defs.is_none() {
-                    continue;
+                    return true;
                 }
-                let sub_path = join(path, &k);
-                if let Some(sub) = props.and_then(|p| p.get(&k)) {
-                    if let Some(x) = map.get_mut(&k) {
-                        walk_named(x, sub, defs, None, &sub_path, false, constraints, out);
-                        if defs.is_some()
-                            && is_empty_collection(x, resolve(sub, defs))
-                            && !name.is_some_and(|n| crate::protobuf::keeps_empty(n, &k))
-                        {
-                            map.remove(&k);
-                        }
-                    }
+                let here = path.key(k);
+                if let Some(sub) = props.and_then(|p| p.get(k)) {
+                    walk_named(x, sub, defs, None, &here, false, constraints, out);
+                    // Go omits an empty `omitempty` map or list.
+                    !(defs.is_some()
+                        && is_empty_collection(x, resolve(sub, defs))
+                        && !name.is_some_and(|n| crate::protobuf::keeps_empty(n, k)))
                 } else if let Some(add) = additional.filter(|a| a.is_object()) {
-                    if let Some(x) = map.get_mut(&k) {
-                        walk(x, add, defs, &sub_path, false, constraints, out);
-                    }
+                    walk_named(x, add, defs, None, &here, false, constraints, out);
+                    true
                 } else if props.is_some() && !preserve && additional != Some(&Value::Bool(true)) {
-                    out.unknown.push(sub_path);
-                    map.remove(&k);
+                    out.unknown.push(here.render());
+                    false
+                } else {
+                    true
                 }
-            }
+            });
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
@@ -146,7 +188,7 @@ fn walk_named(
                         item_schema,
                         defs,
                         None,
-                        &format!("{path}[{i}]"),
+                        &path.index(i),
                         false,
                         constraints,
                         out,
@@ -169,7 +211,7 @@ fn is_empty_collection(v: &Value, schema: &Value) -> bool {
 }
 
 /// Checks type, enum, bounds and pattern; `false` stops the walk below.
-fn check_value(v: &Value, schema: &Value, path: &str, out: &mut Findings) -> bool {
+fn check_value(v: &Value, schema: &Value, path: &Path<'_>, out: &mut Findings) -> bool {
     let int_or_string = schema
         .get("x-kubernetes-int-or-string")
         .and_then(Value::as_bool)
