@@ -1241,3 +1241,105 @@ except client.exceptions.ApiException as e:
     })
     .await;
 }
+
+/// OpenAPI as kubectl reads it: `/openapi/v3` lists every group-version
+/// with its document's URL; a document carries the schemas (with
+/// `x-kubernetes-group-version-kind`) and the operations' query parameters;
+/// CRD schemas appear once the CRD is established; `/openapi/v2` is JSON
+/// when asked for JSON, an empty protobuf document otherwise.
+#[tokio::test]
+async fn openapi_documents() {
+    within(30, "openapi", async {
+        let c = SimCluster::start("o").await.unwrap();
+        let u = c.url();
+        let (code, index) = req(&u, "GET", "/openapi/v3", JSON, None).await;
+        assert_eq!(code, 200);
+        let url = index["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap();
+        assert!(url.starts_with("/openapi/v3/apis/apps/v1?hash="), "{url}");
+        assert!(index["paths"]["api/v1"].is_object() && index["paths"]["apis/batch/v1"].is_object());
+        let (code, doc) = req(&u, "GET", url, JSON, None).await;
+        assert_eq!(code, 200);
+        let d = &doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
+        assert_eq!(d["x-kubernetes-group-version-kind"], json!([{"group": "apps", "version": "v1", "kind": "Deployment"}]));
+        assert_eq!(d["properties"]["spec"]["allOf"][0]["$ref"], "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec");
+        assert!(doc["components"]["schemas"]["io.k8s.api.core.v1.PodSpec"].is_object(), "referenced definitions are included");
+        let patch = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Deployment");
+        let params: Vec<&str> = patch["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        assert!(params.contains(&"fieldValidation"), "{params:?}");
+        let (code, _) = req(&u, "GET", "/openapi/v3/apis/nope.example.com/v1", JSON, None).await;
+        assert_eq!(code, 404);
+
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema":
+                    {"type": "object", "properties": {"spec": {"type": "object", "description": "the spec",
+                        "properties": {"size": {"type": "integer"}}}}}}}]}});
+        let (code, _) = req(&u, "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", JSON, Some(crd)).await;
+        assert_eq!(code, 201);
+        let (_, index2) = req(&u, "GET", "/openapi/v3", JSON, None).await;
+        let url = index2["paths"]["apis/example.com/v1"]["serverRelativeURL"].as_str().unwrap();
+        let (code, doc) = req(&u, "GET", url, JSON, None).await;
+        assert_eq!(code, 200);
+        let w = &doc["components"]["schemas"]["com.example.v1.Widget"];
+        assert_eq!(w["x-kubernetes-group-version-kind"], json!([{"group": "example.com", "version": "v1", "kind": "Widget"}]));
+        assert_eq!(w["properties"]["spec"]["description"], "the spec");
+        assert_eq!(w["properties"]["metadata"]["$ref"], "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta");
+        assert!(doc["components"]["schemas"]["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"].is_object());
+
+        let r = raw(&u, "GET", "/openapi/v2", &[("Accept", "application/json")], None).await;
+        assert_eq!(r.status, 200);
+        let v2 = r.json();
+        assert_eq!(v2["swagger"], "2.0");
+        assert_eq!(
+            v2["definitions"]["io.k8s.api.apps.v1.Deployment"]["properties"]["spec"]["allOf"][0]["$ref"],
+            "#/definitions/io.k8s.api.apps.v1.DeploymentSpec"
+        );
+        let r = raw(&u, "GET", "/openapi/v2", &[("Accept", "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")], None).await;
+        assert_eq!((r.status, r.body.len()), (200, 0));
+        assert_eq!(r.header("content-type"), Some("application/com.github.proto-openapi.spec.v2.v1.0+protobuf"));
+        c.shutdown().await;
+    })
+    .await;
+}
+
+/// The `/scale` subresource over HTTP: discovery, GET, PUT with a stale
+/// resourceVersion (409), a negative count (422), merge patch, and 404
+/// where a resource has no scale.
+#[tokio::test]
+async fn scale_subresource() {
+    within(30, "scale", async {
+        let c = SimCluster::start("s").await.unwrap();
+        let u = c.url();
+        let (_, apps) = req(&u, "GET", "/apis/apps/v1", JSON, None).await;
+        let scale = apps["resources"].as_array().unwrap().iter().find(|r| r["name"] == "deployments/scale").cloned().unwrap();
+        assert_eq!((scale["group"].as_str(), scale["version"].as_str(), scale["kind"].as_str()), (Some("autoscaling"), Some("v1"), Some("Scale")));
+        let dep = json!({"metadata": {"name": "web"}, "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        req(&u, "POST", "/apis/apps/v1/namespaces/default/deployments", JSON, Some(dep)).await;
+        let path = "/apis/apps/v1/namespaces/default/deployments/web/scale";
+        let (code, s) = req(&u, "GET", path, JSON, None).await;
+        assert_eq!(code, 200);
+        assert_eq!(s["spec"], json!({"replicas": 2}));
+        let rv = s["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        let (code, s2) = req(&u, "PUT", path, JSON, Some(json!({"kind": "Scale", "apiVersion": "autoscaling/v1",
+            "metadata": {"name": "web", "namespace": "default", "resourceVersion": rv}, "spec": {"replicas": 4}}))).await;
+        assert_eq!((code, &s2["spec"]["replicas"]), (200, &json!(4)));
+        let (code, e) = req(&u, "PUT", path, JSON, Some(json!({"metadata": {"name": "web", "resourceVersion": rv}, "spec": {"replicas": 5}}))).await;
+        assert_eq!((code, e["reason"].as_str()), (409, Some("Conflict")));
+        let (code, e) = req(&u, "PATCH", path, MERGE, Some(json!({"spec": {"replicas": -1}}))).await;
+        assert_eq!((code, e["reason"].as_str()), (422, Some("Invalid")));
+        assert_eq!(e["message"], "Scale.autoscaling \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0");
+        let (code, _) = req(&u, "PATCH", path, MERGE, Some(json!({"spec": {"replicas": 0}}))).await;
+        assert_eq!(code, 200);
+        let (_, d) = req(&u, "GET", "/apis/apps/v1/namespaces/default/deployments/web", JSON, None).await;
+        assert_eq!((&d["spec"]["replicas"], &d["metadata"]["generation"]), (&json!(0), &json!(3)));
+        req(&u, "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(json!({"metadata": {"name": "cm"}}))).await;
+        let (code, _) = req(&u, "GET", "/api/v1/namespaces/default/configmaps/cm/scale", JSON, None).await;
+        assert_eq!(code, 404);
+        c.shutdown().await;
+    })
+    .await;
+}
