@@ -231,6 +231,23 @@ impl LeaderGate {
         matches!(*self.valid_until.lock(), Some(until) if Instant::now() < until)
     }
 
+    /// How long this process may still write: until its renew deadline
+    /// (`None`: no deadline, leader election disabled). Zero when it does
+    /// not lead. A write attempt is bounded by this, so none outlives the
+    /// leadership it started under.
+    #[must_use]
+    pub fn remaining(&self) -> Option<Duration> {
+        if !*self.rx.borrow() {
+            return Some(Duration::ZERO);
+        }
+        if !self.deadline_enforced {
+            return None;
+        }
+        Some(self.valid_until.lock().map_or(Duration::ZERO, |until| {
+            until.saturating_duration_since(Instant::now())
+        }))
+    }
+
     /// `Ok` when this process may write now.
     ///
     /// # Errors

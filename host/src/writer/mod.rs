@@ -599,20 +599,44 @@ impl Writer {
             cluster: cluster.name().to_owned(),
             object: object.to_owned(),
         };
+        let not_leader = || Error::NotLeader {
+            plugin: plugin.to_owned(),
+            action,
+            cluster: cluster.name().to_owned(),
+        };
         let mut attempt = 0_u32;
         loop {
             attempt += 1;
+            // Fencing: every attempt, retries included, is sent only while
+            // this replica holds the lease, and waited for no longer than
+            // its renew deadline; losing the lease abandons it.
+            let timeout = match self.leader.remaining() {
+                Some(left) if left.is_zero() => return Err(not_leader()),
+                Some(left) => left.min(self.config.request_timeout),
+                None => self.config.request_timeout,
+            };
             if cluster.health() == Health::Unreachable {
                 return Err(unreachable());
             }
             let mut outages = cluster.outage_events();
             outages.mark_unchanged();
+            let mut leadership = self.leader.subscribe();
+            leadership.mark_unchanged();
             let result = tokio::select! {
-                r = tokio::time::timeout(self.config.request_timeout, op()) => r,
+                r = tokio::time::timeout(timeout, op()) => r,
                 // The cluster went unreachable meanwhile (probe, watch or
                 // another request): stop waiting; the reconcile is retried.
                 _ = outages.changed() => return Err(unreachable()),
+                _ = leadership.changed() => {
+                    if !self.leader.is_leader() {
+                        return Err(not_leader());
+                    }
+                    continue;
+                }
             };
+            if result.is_err() && !self.leader.is_leader() {
+                return Err(not_leader());
+            }
             let err = match result {
                 Ok(Ok(v)) => {
                     cluster.mark_reachable();
