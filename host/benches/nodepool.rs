@@ -11,8 +11,9 @@
 //!   writes the status, holds a finalizer; `watches` Nodes mapped to the
 //!   pools their role and marker labels name; `owns` RuntimeClasses.
 //!
-//! Columns: converge time (create / update), writes (Events excluded) and
-//! writes per converged node per change, CPU seconds and peak RSS of the
+//! Columns: converge time (create / update), writes (Events excluded), node
+//! patches per node per change (1.00 = no redundant or conflicting node
+//! write), CPU seconds and peak RSS of the
 //! engine's process, the ratio to the native controller, and the ratio to
 //! the write floor: one patch per node per change at kube-sim's measured
 //! write rate over HTTP (`floor` row).
@@ -134,7 +135,7 @@ fn orchestrate() -> anyhow::Result<()> {
         "create s",
         "update s",
         "writes",
-        "writes/node/Δ",
+        "node patch/Δ",
         "cpu s",
         "RSS MiB",
         "÷ native",
@@ -173,6 +174,7 @@ fn orchestrate() -> anyhow::Result<()> {
         }
         for (engine, r, total) in rows {
             let writes = r["writes"].as_u64().unwrap_or_default();
+            let node_writes = r["node_writes"].as_u64().unwrap_or_default();
             println!(
                 "{:<12} {:>12} {:>9.2} {:>9.2} {:>8} {:>13.2} {:>7.2} {:>8.1} {:>10} {:>10.1}",
                 format!("{nodes}/{pools}"),
@@ -180,7 +182,7 @@ fn orchestrate() -> anyhow::Result<()> {
                 r["create_s"].as_f64().unwrap_or_default(),
                 r["update_s"].as_f64().unwrap_or_default(),
                 writes,
-                writes as f64 / (2.0 * nodes as f64),
+                node_writes as f64 / (2.0 * nodes as f64),
                 r["cpu_seconds"].as_f64().unwrap_or_default(),
                 r["peak_rss_mib"].as_f64().unwrap_or_default(),
                 native_total.map_or_else(
@@ -359,12 +361,17 @@ fn scenario_main() -> anyhow::Result<()> {
         None
     };
     let writes = Arc::new(AtomicU64::new(0));
+    let node_writes = Arc::new(AtomicU64::new(0));
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     sim.send("start")?;
     let stop = match (engine.as_str(), plugin) {
         ("rekon-wasm", Some(plugin)) => rt.block_on(start_rekon(client, plugin))?,
-        ("kube-rs", _) => rt.block_on(start_kube_rs(client, Arc::clone(&writes))),
+        ("kube-rs", _) => rt.block_on(start_kube_rs(
+            client,
+            Arc::clone(&writes),
+            Arc::clone(&node_writes),
+        )),
         (other, _) => anyhow::bail!("unknown engine {other}"),
     };
     sim.converged()?;
@@ -375,26 +382,38 @@ fn scenario_main() -> anyhow::Result<()> {
     let update_s = t1.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     let rss = peak_rss_mib();
-    let total_writes = if engine == "kube-rs" {
-        writes.load(Ordering::SeqCst)
+    let (total_writes, node_patches) = if engine == "kube-rs" {
+        (
+            writes.load(Ordering::SeqCst),
+            node_writes.load(Ordering::SeqCst),
+        )
     } else {
-        rekon_writes()
+        (rekon_writes(None), node_patches_of_rekon(pools))
     };
     println!(
         "RESULT {}",
-        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "cpu_seconds": cpu, "peak_rss_mib": rss})
+        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "peak_rss_mib": rss})
     );
     rt.block_on(stop);
     sim.stop();
     Ok(())
 }
 
-/// rekon's writes so far (Events excluded), from its own metrics.
-fn rekon_writes() -> u64 {
+/// rekon's node patches: nodepool's JSON patches (`action="patch"`) less
+/// the one finalizer patch per pool (its other writes are status patches,
+/// applies and Events).
+fn node_patches_of_rekon(pools: usize) -> u64 {
+    rekon_writes(Some("action=\"patch\"")).saturating_sub(pools as u64)
+}
+
+/// rekon's writes so far (Events excluded; only lines with `only` if
+/// given), from its own metrics.
+fn rekon_writes(only: Option<&str>) -> u64 {
     rekon::ops::metrics::Metrics::global()
         .encode()
         .lines()
         .filter(|l| l.starts_with("rekon_writer_actions_total{") && !l.contains("action=\"event\""))
+        .filter(|l| only.is_none_or(|o| l.contains(o)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .map(|v| v as u64)
         .sum()
@@ -426,6 +445,7 @@ async fn start_rekon(
 struct NpCtx {
     client: kube::Client,
     writes: Arc<AtomicU64>,
+    node_writes: Arc<AtomicU64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -489,6 +509,7 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
         ops.extend(plan.ops);
         let patch: kube_json_patch::Patch = serde_json::from_value(Value::Array(ops))?;
         ctx.writes.fetch_add(1, Ordering::Relaxed);
+        ctx.node_writes.fetch_add(1, Ordering::Relaxed);
         nodes_api
             .patch(
                 &node.name_any(),
@@ -583,7 +604,11 @@ fn np_error_policy(
     KubeAction::requeue(Duration::from_millis(50))
 }
 
-async fn start_kube_rs(client: kube::Client, writes: Arc<AtomicU64>) -> BoxFuture<'static, ()> {
+async fn start_kube_rs(
+    client: kube::Client,
+    writes: Arc<AtomicU64>,
+    node_writes: Arc<AtomicU64>,
+) -> BoxFuture<'static, ()> {
     let pools: Api<NodePool> = Api::all(client.clone());
     let controller = Controller::new(pools, watcher::Config::default())
         .with_config(
@@ -608,7 +633,11 @@ async fn start_kube_rs(client: kube::Client, writes: Arc<AtomicU64>) -> BoxFutur
                     .collect::<Vec<_>>()
             },
         );
-    let ctx = Arc::new(NpCtx { client, writes });
+    let ctx = Arc::new(NpCtx {
+        client,
+        writes,
+        node_writes,
+    });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         controller
