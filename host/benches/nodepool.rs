@@ -355,7 +355,7 @@ fn scenario_main() -> anyhow::Result<()> {
     // Compiling the component is a one-time cost (cached on disk by digest
     // in production): done before the measurement starts.
     let plugin: Option<Arc<dyn Reconciler>> = if engine == "rekon-wasm" {
-        let runtime = rekon::plugin::PluginRuntime::new(rekon::plugin::RuntimeConfig::default())?;
+        let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
         Some(Arc::new(runtime.load_file(plugin_path())?))
     } else {
         None

@@ -345,14 +345,14 @@ fn main() -> anyhow::Result<()> {
             .worker_threads(2)
             .enable_all()
             .build()?;
-        let pooled = PluginRuntime::new(RuntimeConfig {
-            call_mode: CallMode::BlockingPool,
+        let in_place = PluginRuntime::new(RuntimeConfig {
+            call_mode: CallMode::InPlace,
             ..RuntimeConfig::default()
         })?
         .load_file(&file)?;
         for (name, p) in [
-            ("reconcile, fresh instance, async (in place)", &plugin),
-            ("reconcile, fresh instance, async (spawn_blocking)", &pooled),
+            ("reconcile, fresh instance, async (in place)", &in_place),
+            ("reconcile, fresh instance, async (spawn_blocking)", &plugin),
         ] {
             let p = p.clone();
             let (req, reads) = (req.clone(), reads.clone());

@@ -93,3 +93,17 @@ impl SimProcess {
         let _ = self.child.wait();
     }
 }
+
+/// The plugin runtime settings of a benchmark: the defaults, with
+/// `REKON_BENCH_CALL_MODE=in-place|blocking-pool` to compare where calls run.
+pub fn runtime_config() -> rekon::plugin::RuntimeConfig {
+    let call_mode = match std::env::var("REKON_BENCH_CALL_MODE").as_deref() {
+        Ok("in-place") => rekon::plugin::CallMode::InPlace,
+        Ok("blocking-pool") => rekon::plugin::CallMode::BlockingPool,
+        _ => rekon::plugin::CallMode::default(),
+    };
+    rekon::plugin::RuntimeConfig {
+        call_mode,
+        ..rekon::plugin::RuntimeConfig::default()
+    }
+}
