@@ -629,7 +629,7 @@ async fn start_kube_rs(
                             .or_else(|| k.strip_prefix(APPLIED_PREFIX))
                     })
                     .filter(|p| !p.is_empty())
-                    .map(|p| KubeObjectRef::<NodePool>::new(p))
+                    .map(KubeObjectRef::<NodePool>::new)
                     .collect::<Vec<_>>()
             },
         );
