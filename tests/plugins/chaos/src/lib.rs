@@ -249,6 +249,16 @@ mod tests {
         (world, Request::namespaced("main", "default", name))
     }
 
+    /// A ConfigMap without a mode (its name decides), as the host only
+    /// reconciles objects that exist.
+    fn insert_named(world: &mut World, name: &str) -> Request {
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some(name.into());
+        cm.metadata.namespace = Some("default".into());
+        world.insert("main", &cm);
+        Request::namespaced("main", "default", name)
+    }
+
     #[cfg(not(feature = "broken-register"))]
     #[test]
     fn registration_declares_configmaps_in_the_primary_cluster_only() {
@@ -303,10 +313,9 @@ mod tests {
                 .find_patch::<ConfigMap>("main", "whatever")
                 .is_some()
         );
-        // Without the object, the name decides.
-        let outcome = world
-            .reconcile::<Chaos>(&Request::namespaced("main", "default", "flood-3"))
-            .unwrap();
+        // Without a mode in its data, the name decides.
+        let flood = insert_named(&mut world, "flood-3");
+        let outcome = world.reconcile::<Chaos>(&flood).unwrap();
         assert_eq!(outcome.events().count(), 3);
         assert!(!outcome.has_writes());
     }
@@ -362,9 +371,10 @@ mod tests {
     #[test]
     fn errors_and_unwatched_reads() {
         let (mut world, _) = world_with("x", None);
-        let fail = |world: &mut World, name: &str| match world
-            .reconcile::<Chaos>(&Request::namespaced("main", "default", name))
-        {
+        let fail = |world: &mut World, name: &str| match {
+            let req = insert_named(world, name);
+            world.reconcile::<Chaos>(&req)
+        } {
             Err(TestkitError::Reconcile { error, .. }) => error,
             other => panic!("expected a reconcile error, got {other:?}"),
         };
@@ -379,13 +389,11 @@ mod tests {
     #[test]
     fn slow_finishes_like_ok_and_unknown_modes_do_nothing() {
         let (mut world, _) = world_with("x", None);
-        let outcome = world
-            .reconcile::<Chaos>(&Request::namespaced("main", "default", "slow-1"))
-            .unwrap();
+        let slow = insert_named(&mut world, "slow-1");
+        let outcome = world.reconcile::<Chaos>(&slow).unwrap();
         assert!(outcome.find_patch::<ConfigMap>("main", "slow-1").is_some());
-        let outcome = world
-            .reconcile::<Chaos>(&Request::namespaced("main", "default", "calm"))
-            .unwrap();
+        let calm = insert_named(&mut world, "calm");
+        let outcome = world.reconcile::<Chaos>(&calm).unwrap();
         assert!(outcome.actions.is_empty());
         assert!(
             world
