@@ -371,12 +371,12 @@ mod tests {
     #[test]
     fn errors_and_unwatched_reads() {
         let (mut world, _) = world_with("x", None);
-        let fail = |world: &mut World, name: &str| match {
+        let fail = |world: &mut World, name: &str| {
             let req = insert_named(world, name);
-            world.reconcile::<Chaos>(&req)
-        } {
-            Err(TestkitError::Reconcile { error, .. }) => error,
-            other => panic!("expected a reconcile error, got {other:?}"),
+            match world.reconcile::<Chaos>(&req) {
+                Err(TestkitError::Reconcile { error, .. }) => error,
+                other => panic!("expected a reconcile error, got {other:?}"),
+            }
         };
         assert!(fail(&mut world, "error").is_retryable());
         assert!(!fail(&mut world, "terminal").is_retryable());
