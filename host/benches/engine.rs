@@ -36,14 +36,12 @@ use kube::runtime::controller::{
 };
 use kube::runtime::reflector::ObjectRef as KubeObjectRef;
 use kube::runtime::watcher;
-use rekon::cache::{CacheManager, Resolver};
-use rekon::cluster::{ClusterRegistry, Source, connect};
-use rekon::controller::{ControllerConfig, Manager, Reconciler};
+use rekon::cluster::{Source, connect};
+use rekon::controller::Reconciler;
 use rekon::plugin::{
     Action, ApplyAction, CallError, ClusterSet, HostReads, Mapping, Outcome, OwnerLabels, Phase,
     Registration, Request, Resource, Scope, Watch,
 };
-use rekon::writer::{Writer, WriterConfig};
 use serde_json::{Value, json};
 
 mod support;
@@ -336,22 +334,7 @@ async fn start_rekon(
     clients: &[kube::Client],
     plugin: Option<Arc<dyn Reconciler>>,
 ) -> anyhow::Result<BoxFuture<'static, ()>> {
-    let registry = ClusterRegistry::new(names[0].clone(), clients[0].clone());
-    for (name, client) in names.iter().zip(clients).skip(1) {
-        registry.add(name.clone(), client.clone())?;
-    }
-    let resolver = Resolver::default();
-    let caches = CacheManager::new(registry.clone(), resolver.clone());
-    let writer = Writer::new(registry, resolver, WriterConfig::default());
-    let manager = Manager::new(
-        caches,
-        writer,
-        ControllerConfig {
-            max_concurrent_reconciles: CONCURRENCY,
-            resync_period: None,
-            ..ControllerConfig::default()
-        },
-    );
+    let manager = support::rekon_manager(names, clients, CONCURRENCY)?;
     if let Some(plugin) = plugin {
         manager.upsert(plugin);
         return Ok(async move { manager.shutdown().await }.boxed());
@@ -443,19 +426,12 @@ async fn start_kube_rs(names: &[String], clients: &[kube::Client]) -> BoxFuture<
         clusters: names.iter().cloned().zip(clients.iter().cloned()).collect(),
         primary: names[0].clone(),
     });
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
+    support::stoppable(move |stop| {
         controller
             .graceful_shutdown_on(async move {
-                let _ = stop_rx.await;
+                let _ = stop.await;
             })
             .run(reconcile, error_policy, ctx)
             .for_each(|_| futures::future::ready(()))
-            .await;
-    });
-    async move {
-        let _ = stop_tx.send(());
-        let _ = task.await;
-    }
-    .boxed()
+    })
 }

@@ -54,10 +54,8 @@ use nodepool::{
     APPLIED_PREFIX, FINALIZER, NodePool, OtherPool, ROLE_PREFIX, applied_annotation, plan_node,
     role_label, runtime_class_for, runtime_class_name,
 };
-use rekon::cache::{CacheManager, Resolver};
-use rekon::cluster::{ClusterRegistry, Source, connect};
-use rekon::controller::{ControllerConfig, Manager, Reconciler};
-use rekon::writer::{Writer, WriterConfig};
+use rekon::cluster::{Source, connect};
+use rekon::controller::Reconciler;
 use serde_json::{Value, json};
 use support::{SimProcess, cpu_seconds, peak_rss_mib};
 
@@ -423,19 +421,7 @@ async fn start_rekon(
     client: kube::Client,
     plugin: Arc<dyn Reconciler>,
 ) -> anyhow::Result<BoxFuture<'static, ()>> {
-    let registry = ClusterRegistry::new("main", client);
-    let resolver = Resolver::default();
-    let caches = CacheManager::new(registry.clone(), resolver.clone());
-    let writer = Writer::new(registry, resolver, WriterConfig::default());
-    let manager = Manager::new(
-        caches,
-        writer,
-        ControllerConfig {
-            max_concurrent_reconciles: CONCURRENCY,
-            resync_period: None,
-            ..ControllerConfig::default()
-        },
-    );
+    let manager = support::rekon_manager(&["main".to_owned()], &[client], CONCURRENCY)?;
     manager.upsert(plugin);
     Ok(async move { manager.shutdown().await }.boxed())
 }
@@ -638,19 +624,12 @@ async fn start_kube_rs(
         writes,
         node_writes,
     });
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(async move {
+    support::stoppable(move |stop| {
         controller
             .graceful_shutdown_on(async move {
-                let _ = stop_rx.await;
+                let _ = stop.await;
             })
             .run(np_reconcile, np_error_policy, ctx)
             .for_each(|_| futures::future::ready(()))
-            .await;
-    });
-    async move {
-        let _ = stop_tx.send(());
-        let _ = task.await;
-    }
-    .boxed()
+    })
 }

@@ -107,3 +107,51 @@ pub fn runtime_config() -> rekon::plugin::RuntimeConfig {
         ..rekon::plugin::RuntimeConfig::default()
     }
 }
+
+/// A rekon engine (clusters, shared caches, writer, controller manager)
+/// over the clusters `names` reached through `clients` (the first is the
+/// primary), with `concurrency` reconciles per plugin and no resync.
+///
+/// # Errors
+/// When a cluster cannot be added.
+pub fn rekon_manager(
+    names: &[String],
+    clients: &[kube::Client],
+    concurrency: usize,
+) -> anyhow::Result<rekon::controller::Manager> {
+    let registry = rekon::cluster::ClusterRegistry::new(names[0].clone(), clients[0].clone());
+    for (name, client) in names.iter().zip(clients).skip(1) {
+        registry.add(name.clone(), client.clone())?;
+    }
+    let resolver = rekon::cache::Resolver::default();
+    let caches = rekon::cache::CacheManager::new(registry.clone(), resolver.clone());
+    let writer =
+        rekon::writer::Writer::new(registry, resolver, rekon::writer::WriterConfig::default());
+    Ok(rekon::controller::Manager::new(
+        caches,
+        writer,
+        rekon::controller::ControllerConfig {
+            max_concurrent_reconciles: concurrency,
+            resync_period: None,
+            ..rekon::controller::ControllerConfig::default()
+        },
+    ))
+}
+
+/// Runs `run` (a kube-rs controller, say) on its own task, handing it the
+/// receiver of its shutdown signal; the returned future fires the signal
+/// and waits for the task.
+pub fn stoppable<F, Fut>(run: F) -> futures::future::BoxFuture<'static, ()>
+where
+    F: FnOnce(tokio::sync::oneshot::Receiver<()>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    use futures::FutureExt;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(stop_rx));
+    async move {
+        let _ = stop_tx.send(());
+        let _ = task.await;
+    }
+    .boxed()
+}
