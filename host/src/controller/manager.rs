@@ -247,16 +247,19 @@ impl Manager {
     /// A watch failed or recovered: name the plugins it degrades (a warning
     /// per change), tell subscribers, and requeue those plugins' primaries
     /// on recovery (they may have acted on a partial view).
-    fn on_watch_failure(&self, change: &WatchFailureChange) {
-        let key = WatchKey::new(&change.cluster, &change.resource);
-        let affected: Vec<Arc<Shared>> = self
-            .inner
+    /// The controllers that read the watch `key`.
+    fn watching(&self, key: &WatchKey) -> Vec<Arc<Shared>> {
+        self.inner
             .controllers
             .lock()
             .values()
-            .filter(|c| c.shared.snapshot().contains_key(&key))
+            .filter(|c| c.shared.snapshot().contains_key(key))
             .map(|c| Arc::clone(&c.shared))
-            .collect();
+            .collect()
+    }
+
+    fn on_watch_failure(&self, change: &WatchFailureChange) {
+        let affected = self.watching(&WatchKey::new(&change.cluster, &change.resource));
         let names: Vec<&str> = affected.iter().map(|s| s.name.as_str()).collect();
         match &change.failure {
             Some(failure) => {
@@ -289,20 +292,15 @@ impl Manager {
     /// Plugins degraded now, one entry per (plugin, cluster, resource).
     #[must_use]
     pub fn degraded(&self) -> Vec<Degraded> {
-        let failing = self.inner.ctx.caches.failing();
-        let controllers = self.inner.controllers.lock();
         let mut out = Vec::new();
-        for (cluster, resource, failure) in failing {
-            let key = WatchKey::new(&cluster, &resource);
-            for ctl in controllers.values() {
-                if ctl.shared.snapshot().contains_key(&key) {
-                    out.push(Degraded {
-                        plugin: ctl.shared.name.clone(),
-                        cluster: cluster.clone(),
-                        resource: resource.to_string(),
-                        failure: failure.clone(),
-                    });
-                }
+        for (cluster, resource, failure) in self.inner.ctx.caches.failing() {
+            for shared in self.watching(&WatchKey::new(&cluster, &resource)) {
+                out.push(Degraded {
+                    plugin: shared.name.clone(),
+                    cluster: cluster.clone(),
+                    resource: resource.to_string(),
+                    failure: failure.clone(),
+                });
             }
         }
         out.sort_by(|a, b| {
