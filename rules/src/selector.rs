@@ -3,8 +3,9 @@
 //!
 //! Hand-written because kube-core has the selector *model* and matching but
 //! no parser for the string syntax, and the SDK (compiled to wasm) should not
-//! pull in kube's client stack for it. The host converts a parsed selector to
-//! kube-core's model where it needs one (its label index).
+//! pull in kube's client stack for it. The host uses this model everywhere
+//! (watch selectors, `list`, its label indexes), so host and test kit match
+//! labels with the same code.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -113,6 +114,21 @@ impl LabelSelector {
     #[must_use]
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.matches_with(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// The label keys it requires to be present (`k`, `k=v`, `k in (…)`),
+    /// usable with a label-key index.
+    #[must_use]
+    pub fn required_keys(&self) -> Vec<&str> {
+        self.requirements
+            .iter()
+            .filter_map(|r| match r {
+                Requirement::Exists(k) | Requirement::Equals(k, _) | Requirement::In(k, _) => {
+                    Some(k.as_str())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// The `key=value` pairs it requires (usable with a label index).
@@ -338,5 +354,6 @@ mod tests {
     fn required_pairs_feed_the_index() {
         let sel = parse("a=1,b in (2),c in (3,4),!d").unwrap();
         assert_eq!(sel.required_pairs(), vec![("a", "1"), ("b", "2")]);
+        assert_eq!(sel.required_keys(), vec!["a", "b", "c"]);
     }
 }

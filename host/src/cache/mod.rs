@@ -33,7 +33,6 @@
 //! the cause goes away.
 
 pub mod inbox;
-pub mod selector;
 pub mod store;
 
 use std::collections::HashMap;
@@ -359,14 +358,20 @@ impl State {
         }
     }
 
-    /// Put a write's response into the store (read-your-writes).
-    fn observe(&self, obj: Arc<CachedObject>) {
-        let mut store = self.store.write();
+    /// Upsert `obj` and tell subscribers (with the state it replaced) if
+    /// it changed the store: the watch and read-your-writes share this.
+    fn apply(&self, store: &mut Store, obj: Arc<CachedObject>) {
         let old = store.get(&obj.key);
         if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
             self.emit(Change::Applied, obj, old);
-            self.report_size(store.len());
         }
+    }
+
+    /// Put a write's response into the store (read-your-writes).
+    fn observe(&self, obj: Arc<CachedObject>) {
+        let mut store = self.store.write();
+        self.apply(&mut store, obj);
+        self.report_size(store.len());
     }
 
     /// An object is gone (a delete answered with a Status).
@@ -821,10 +826,7 @@ fn handle_event(
                 seen.push(obj.key.clone());
             }
             let mut store = state.store.write();
-            let old = store.get(&obj.key);
-            if store.upsert(Arc::clone(&obj)) == store::Upsert::Changed {
-                state.emit(Change::Applied, obj, old);
-            }
+            state.apply(&mut store, obj);
             if relist.is_none() {
                 state.report_size(store.len());
             }

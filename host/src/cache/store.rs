@@ -13,9 +13,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
-use kube::core::{Selector, SelectorExt};
-
-use super::selector::{required_keys, required_pairs};
+use rekon_rules::LabelSelector;
 
 /// Identity of an object inside one cache: namespace ("" at cluster scope) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -227,19 +225,22 @@ impl Store {
     pub fn list(
         &self,
         namespace: Option<&str>,
-        selector: Option<&Selector>,
+        selector: Option<&LabelSelector>,
     ) -> Vec<Arc<CachedObject>> {
         let in_ns = |k: &ObjectKey| namespace.is_none_or(|ns| k.namespace == ns);
         let matches = |o: &CachedObject| selector.is_none_or(|s| s.matches(&o.labels));
         // Narrowest index entry among the required pairs and keys.
         let empty = BTreeSet::new();
         let candidates: Option<&BTreeSet<ObjectKey>> = selector.and_then(|s| {
-            let pairs = required_pairs(s)
+            let pairs = s.required_pairs().into_iter().map(|(k, v)| {
+                self.by_label
+                    .get(&(k.to_owned(), v.to_owned()))
+                    .unwrap_or(&empty)
+            });
+            let keys = s
+                .required_keys()
                 .into_iter()
-                .map(|pair| self.by_label.get(&pair).unwrap_or(&empty));
-            let keys = required_keys(s)
-                .into_iter()
-                .map(|key| self.by_key.get(&key).unwrap_or(&empty));
+                .map(|key| self.by_key.get(key).unwrap_or(&empty));
             pairs.chain(keys).min_by_key(|set| set.len())
         });
         match candidates {
@@ -325,7 +326,9 @@ impl Store {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::cache::selector::parse;
+    fn parse(s: &str) -> Result<LabelSelector, rekon_rules::ParseError> {
+        LabelSelector::parse(s)
+    }
 
     pub(crate) fn obj(
         ns: &str,

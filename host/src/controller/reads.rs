@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::routing::WatchKey;
-use crate::cache::{SharedCache, selector};
+use crate::cache::SharedCache;
 use crate::cluster::{ClusterRegistry, Health};
 use crate::plugin::{ClusterHealth, ClusterInfo, HostReads, ReadError, Resource};
+use rekon_rules::LabelSelector;
 
 /// The caches of one controller, by watch.
 pub(crate) type CacheMap = HashMap<WatchKey, Arc<SharedCache>>;
@@ -72,7 +73,7 @@ impl HostReads for PluginReads {
         let cache = self.cache(cluster, resource)?;
         let selector = label_selector
             .filter(|s| !s.trim().is_empty())
-            .map(selector::parse)
+            .map(LabelSelector::parse)
             .transpose()
             .map_err(|e| ReadError::InvalidSelector(e.to_string()))?;
         let namespace = if cache.resource().namespaced {

@@ -19,7 +19,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use kube::core::{Selector, SelectorExt};
 use rekon_rules::{LabelSelector, PrimaryState, Step};
 use tokio::task::JoinSet;
 use tracing::{error, warn};
@@ -28,7 +27,7 @@ use super::mapping::{Mapped, map_event};
 use super::queue::ReqKey;
 use super::resolve_set;
 use super::runner::Shared;
-use crate::cache::{CacheEvent, CachedObject, Change, Inbox, ResourceId, selector};
+use crate::cache::{CacheEvent, CachedObject, Change, Inbox, ResourceId};
 use crate::cluster::ClusterRegistry;
 use crate::plugin::{Mapping, Registration, Resource};
 use crate::writer::resource_id;
@@ -74,7 +73,7 @@ impl WatchKey {
 #[derive(Clone, Debug)]
 pub(crate) struct RouteMapping {
     pub(crate) mapping: Mapping,
-    pub(crate) selector: Option<Selector>,
+    pub(crate) selector: Option<LabelSelector>,
 }
 
 /// What a registration asks of one watch.
@@ -126,7 +125,12 @@ pub(crate) fn desired_watches(
         );
     }
     for w in &reg.watches {
-        let sel = match w.label_selector.as_deref().map(selector::parse).transpose() {
+        let sel = match w
+            .label_selector
+            .as_deref()
+            .map(LabelSelector::parse)
+            .transpose()
+        {
             Ok(sel) => sel,
             Err(e) => {
                 error!(%plugin, error = %e, "watch ignored: invalid label selector");
