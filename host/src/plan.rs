@@ -132,25 +132,16 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
         .await
         .map_err(|e| PlanError::Clusters(Box::new(e)))?;
     let policy = Policy::load(config.clusters.policy_file.as_deref())?;
-    let runtime = PluginRuntime::new(RuntimeConfig {
+    let runtime_config = RuntimeConfig {
         cache_dir: config.clusters.cache_dir.clone(),
         policy,
         ..RuntimeConfig::default()
-    })
-    .map_err(|e| PlanError::Load {
-        path: config.file.clone(),
-        message: e.to_string(),
-    })?;
-    let file = config.file.clone();
-    let plugin = tokio::task::spawn_blocking(move || runtime.load_file(&file))
+    };
+    let plugin = PluginRuntime::load_one(runtime_config, &config.file)
         .await
-        .map_err(|e| PlanError::Load {
+        .map_err(|message| PlanError::Load {
             path: config.file.clone(),
-            message: e.to_string(),
-        })?
-        .map_err(|e| PlanError::Load {
-            path: config.file.clone(),
-            message: e.to_string(),
+            message,
         })?;
     let reg = plugin.registration().clone();
 

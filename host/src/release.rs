@@ -120,24 +120,15 @@ pub async fn release(config: ReleaseConfig) -> Result<Release, ReleaseError> {
     let mut finalizer = config.finalizer.clone();
     let mut primary: Option<(GroupVersionKind, Vec<String>)> = None;
     if let Some(path) = &config.from {
-        let runtime = PluginRuntime::new(RuntimeConfig {
+        let runtime_config = RuntimeConfig {
             cache_dir: config.clusters.cache_dir.clone(),
             ..RuntimeConfig::default()
-        })
-        .map_err(|e| ReleaseError::Load {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
-        let file = path.clone();
-        let plugin = tokio::task::spawn_blocking(move || runtime.load_file(&file))
+        };
+        let plugin = PluginRuntime::load_one(runtime_config, path)
             .await
-            .map_err(|e| ReleaseError::Load {
+            .map_err(|message| ReleaseError::Load {
                 path: path.clone(),
-                message: e.to_string(),
-            })?
-            .map_err(|e| ReleaseError::Load {
-                path: path.clone(),
-                message: e.to_string(),
+                message,
             })?;
         let reg = plugin.registration();
         if reg.name != config.name {

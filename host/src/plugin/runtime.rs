@@ -228,6 +228,20 @@ impl PluginRuntime {
         }
     }
 
+    /// A runtime with `config` loading one file on the blocking pool: what
+    /// a command looking at a single plugin (`plan`, `release`) needs.
+    ///
+    /// # Errors
+    /// Why the runtime could not start or the file did not load, as text.
+    pub async fn load_one(config: RuntimeConfig, path: &Path) -> Result<LoadedPlugin, String> {
+        let runtime = Self::new(config).map_err(|e| e.to_string())?;
+        let file = path.to_path_buf();
+        tokio::task::spawn_blocking(move || runtime.load_file(&file))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+
     /// Loads a plugin file: compile (or load the cached artifact), check the
     /// contract, link, call `register`, validate the registration.
     pub fn load_file(&self, path: impl AsRef<Path>) -> Result<LoadedPlugin, LoadError> {
