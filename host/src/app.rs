@@ -44,6 +44,9 @@ pub enum AppError {
         /// Why.
         message: String,
     },
+    /// The process stopped itself (e.g. it lost the leader lease with `--on-lost=exit`).
+    #[error("stopped: {0}")]
+    Stopped(String),
     /// The operations side (server, leader election, providers) could not be set up.
     #[error("failed to set up operations")]
     Ops(#[from] crate::ops::OpsError),
@@ -126,6 +129,10 @@ pub struct Config {
     /// may do; see [`crate::plugin::Policy`]. A file that does not load
     /// fails [`App::build`].
     pub policy_file: Option<PathBuf>,
+    /// `User-Agent` of every request (default `rekon/<version>`;
+    /// `rekon run` adds the replica's identity, see
+    /// [`crate::cluster::user_agent_for`]).
+    pub user_agent: String,
 }
 
 impl Config {
@@ -146,6 +153,7 @@ impl Config {
             resync_period: ControllerConfig::default().resync_period,
             ops: crate::ops::OpsConfig::default(),
             policy_file: None,
+            user_agent: cluster::default_user_agent(),
         }
     }
 }
@@ -225,6 +233,7 @@ impl App {
                 max_concurrent_reconciles: config.max_concurrent_reconciles,
                 sync_timeout: config.sync_timeout,
                 resync_period: config.resync_period,
+                shards: ops.shards(),
             },
         );
         ops.bind(&crate::ops::EngineParts {
@@ -299,6 +308,7 @@ impl App {
         // Stopped only after the controllers finished: the lease is released
         // once this replica no longer writes.
         let (ops_stop_tx, mut ops_stop_rx) = tokio::sync::watch::channel(false);
+        let mut fatal = self.ops.fatal();
         let ops = tokio::spawn(self.ops.run(
             crate::ops::EngineParts {
                 clusters: self.clusters.clone(),
@@ -312,9 +322,14 @@ impl App {
         info!(plugins_dir = %self.config.plugins_dir.display(), "rekon running");
         // Stop early if the directory watcher fails.
         let mut watch_dir = watch_dir;
+        let mut lost = None;
         let watch_result = tokio::select! {
             () = shutdown => None,
             r = &mut watch_dir => Some(r),
+            reason = async { fatal.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) } => {
+                lost = Some(reason.unwrap_or_default());
+                None
+            }
         };
         info!("shutting down: finishing in-flight reconciles");
         let _ = stop_tx.send(true);
@@ -325,6 +340,10 @@ impl App {
             Ok(Ok(())) => {}
             Ok(Err(e)) => warn!(error = %e, "operations stopped with an error"),
             Err(e) => warn!(error = %e, "operations task failed"),
+        }
+        if let Some(reason) = lost {
+            watch_dir.abort();
+            return Err(AppError::Stopped(reason));
         }
         let watch_result = match watch_result {
             Some(r) => r,
@@ -386,14 +405,15 @@ pub async fn connect_clusters(config: &Config) -> Result<ClusterRegistry, AppErr
         .unwrap_or_else(|| "main".to_owned());
     let clusters = ClusterRegistry::new(
         primary.clone(),
-        cluster::connect(&primary, &primary_source).await?,
+        cluster::connect(&primary, &primary_source, &config.user_agent).await?,
     );
+    clusters.set_user_agent(config.user_agent.clone());
     for (name, context) in &config.clusters {
         let source = Source::Context {
             kubeconfig: config.kubeconfig.clone(),
             context: Some(context.clone()),
         };
-        clusters.add(name.clone(), cluster::connect(name, &source).await?)?;
+        clusters.add(name.clone(), cluster::connect(name, &source, &config.user_agent).await?)?;
     }
     Ok(clusters)
 }

@@ -100,6 +100,22 @@ struct OpsArgs {
     /// Interval between acquire/renew attempts.
     #[arg(long, env = "REKON_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     retry_period: std::time::Duration,
+    /// When the leader loses its lease while running: `exit` (stop, exit
+    /// non-zero and let the Pod restart clean; controller-runtime's
+    /// default) or `demote` (stay up as a warm follower and campaign again).
+    #[arg(long, env = "REKON_ON_LOST", default_value = "exit", value_parser = ["exit", "demote"])]
+    on_lost: String,
+    /// Split the work across replicas: this many shards, each a Lease
+    /// (`<lease-name>-shard-<i>`) in the lease namespace; replicas hold a
+    /// fair share and rebalance as they join and leave (membership Leases
+    /// `<lease-name>-member-*`). Every replica must use the same value.
+    /// Excludes --leader-elect. 0: off.
+    #[arg(long, env = "REKON_SHARDS", default_value_t = 0)]
+    shards: u32,
+    /// What a shard holds: `key` (cluster + namespace + name: even one
+    /// cluster is split) or `cluster` (whole clusters: for fleets).
+    #[arg(long, env = "REKON_SHARD_BY", default_value = "key", value_parser = ["key", "cluster"])]
+    shard_by: String,
     /// Directory of kubeconfig files, one cluster per file, engaged and
     /// disengaged as files appear, change and disappear.
     #[arg(long, env = "REKON_CLUSTER_DIR")]
@@ -141,27 +157,47 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 impl OpsArgs {
-    fn into_config(self) -> rekon::ops::OpsConfig {
-        let leader_election = self.leader_elect.then(|| {
-            let namespace = self
-                .lease_namespace
-                .or_else(|| {
-                    std::env::var("POD_NAMESPACE")
-                        .ok()
-                        .filter(|s| !s.is_empty())
-                })
-                .unwrap_or_else(|| "rekon-system".to_owned());
-            rekon::ops::leader::LeaderElectionConfig {
+    /// The ops config of a replica called `identity`.
+    fn into_config(self, identity: &str) -> rekon::ops::OpsConfig {
+        let namespace = self
+            .lease_namespace
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "rekon-system".to_owned());
+        let leader_election = self
+            .leader_elect
+            .then(|| rekon::ops::leader::LeaderElectionConfig {
+                identity: identity.to_owned(),
                 lease_duration: self.lease_duration,
                 renew_deadline: self.renew_deadline,
                 retry_period: self.retry_period,
-                ..rekon::ops::leader::LeaderElectionConfig::new(self.lease_name, namespace)
-            }
+                on_lost: if self.on_lost == "demote" {
+                    rekon::ops::leader::OnLost::Demote
+                } else {
+                    rekon::ops::leader::OnLost::Exit
+                },
+                ..rekon::ops::leader::LeaderElectionConfig::new(&self.lease_name, &namespace)
+            });
+        let sharding = (self.shards > 0).then(|| rekon::ops::shard::ShardingConfig {
+            identity: identity.to_owned(),
+            by: if self.shard_by == "cluster" {
+                rekon::ops::shard::ShardBy::Cluster
+            } else {
+                rekon::ops::shard::ShardBy::Key
+            },
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+            ..rekon::ops::shard::ShardingConfig::new(self.shards, &self.lease_name, &namespace)
         });
         rekon::ops::OpsConfig {
             metrics_addr: self.metrics_addr.0,
             probe_addr: self.probe_addr.0,
             leader_election,
+            sharding,
             cluster_dir: self.cluster_dir,
             cluster_secrets: self.cluster_secrets_namespace.map(|namespace| {
                 rekon::ops::SecretSource {
@@ -361,10 +397,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let filter = std::env::var("RUST_LOG").ok();
     rekon::app::init_tracing(args.log_format, filter.as_deref())?;
     let install_crds = args.install_crds;
+    // One identity per process: in the Leases it holds and in the
+    // User-Agent of every request (audit logs tell replicas apart).
+    let identity = rekon::ops::leader::default_identity();
     let config = rekon::app::Config {
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         cache_dir: args.cache_dir,
-        ops: args.ops.into_config(),
+        ops: args.ops.into_config(&identity),
+        user_agent: rekon::cluster::user_agent_for(&identity),
         policy_file: args.policy,
         resync_period: (args.resync_period > 0)
             .then(|| std::time::Duration::from_secs(args.resync_period)),

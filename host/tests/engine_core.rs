@@ -447,6 +447,7 @@ async fn a_stalled_cluster_degrades_only_itself_and_events_are_best_effort() {
                 max_concurrent_reconciles: 2,
                 sync_timeout: Duration::from_secs(3),
                 resync_period: None,
+                shards: None,
             },
         )
         .await?;

@@ -94,6 +94,7 @@ async fn bounded_concurrency_and_no_concurrent_reconciles_of_one_key() {
                 max_concurrent_reconciles: 8,
                 sync_timeout: Duration::from_secs(3),
                 resync_period: None,
+                shards: None,
             },
         )
         .await?;
@@ -148,6 +149,7 @@ async fn periodic_resync_requeues_every_primary_without_events() {
                 max_concurrent_reconciles: 4,
                 sync_timeout: Duration::from_secs(3),
                 resync_period: Some(Duration::from_millis(500)),
+                shards: None,
             },
         )
         .await?;

@@ -311,8 +311,8 @@ pub enum Source {
 ///
 /// # Errors
 /// When the configuration cannot be loaded or the client cannot be built.
-pub async fn connect(cluster: &str, source: &Source) -> Result<kube::Client> {
-    let config = match source {
+pub async fn connect(cluster: &str, source: &Source, user_agent: &str) -> Result<kube::Client> {
+    let mut config = match source {
         Source::Context {
             kubeconfig,
             context,
@@ -347,10 +347,38 @@ pub async fn connect(cluster: &str, source: &Source) -> Result<kube::Client> {
             source,
         })?,
     };
+    set_user_agent(&mut config, user_agent);
     kube::Client::try_from(config).map_err(|source| Error::Client {
         cluster: cluster.to_owned(),
         source,
     })
+}
+
+/// The `User-Agent` of every request this process sends when no identity
+/// is configured: `rekon/<version>`.
+#[must_use]
+pub fn default_user_agent() -> String {
+    format!("rekon/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// `rekon/<version> (<identity>)`: the `User-Agent` of a replica, so an API
+/// server's audit log (and kube-sim's request log) tells replicas apart.
+#[must_use]
+pub fn user_agent_for(identity: &str) -> String {
+    format!("{} ({identity})", default_user_agent())
+}
+
+/// Send `user_agent` with every request of clients built from `config`
+/// (kube-rs sends none of its own). A value that is not a valid header is
+/// replaced by [`default_user_agent`].
+pub fn set_user_agent(config: &mut kube::Config, user_agent: &str) {
+    let value = http::HeaderValue::from_str(user_agent).unwrap_or_else(|_| {
+        http::HeaderValue::from_str(&default_user_agent()).expect("ASCII header value")
+    });
+    config
+        .headers
+        .retain(|(name, _)| name != http::header::USER_AGENT);
+    config.headers.push((http::header::USER_AGENT, value));
 }
 
 fn read_kubeconfig(path: &Path) -> Result<Kubeconfig> {
@@ -381,6 +409,7 @@ pub struct ClusterRegistry {
 
 struct Inner {
     primary: String,
+    user_agent: RwLock<String>,
     clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
     events: broadcast::Sender<ClusterEvent>,
     health: broadcast::Sender<HealthChange>,
@@ -416,11 +445,24 @@ impl ClusterRegistry {
         Self {
             inner: Arc::new(Inner {
                 primary,
+                user_agent: RwLock::new(default_user_agent()),
                 clusters: RwLock::new(clusters),
                 events: broadcast::channel(256).0,
                 health,
             }),
         }
+    }
+
+    /// Set the `User-Agent` of clients this registry builds from a
+    /// `kube::Config` (clusters engaged by providers).
+    pub fn set_user_agent(&self, user_agent: impl Into<String>) {
+        *self.inner.user_agent.write() = user_agent.into();
+    }
+
+    /// The `User-Agent` of clients this registry builds.
+    #[must_use]
+    pub fn user_agent(&self) -> String {
+        self.inner.user_agent.read().clone()
     }
 
     /// Name of the primary cluster.

@@ -86,6 +86,8 @@ impl ClusterSink for ClusterRegistry {
             origin: "provider".to_owned(),
             source,
         };
+        let mut config = config;
+        super::set_user_agent(&mut config, &self.user_agent());
         let client = kube::Client::try_from(config).map_err(|e| engage_err(Box::new(e)))?;
         self.add(name, client).map_err(|e| engage_err(Box::new(e)))
     }

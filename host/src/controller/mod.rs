@@ -163,6 +163,9 @@ pub struct ControllerConfig {
     /// that no watch reported (an object created and deleted while a watch
     /// was down) is repaired (controller-runtime's `SyncPeriod`). `None`: never.
     pub resync_period: Option<Duration>,
+    /// Sharding across replicas: reconcile only the keys of the shards this
+    /// replica holds, each write fenced by its shard's Lease. `None`: every key.
+    pub shards: Option<crate::ops::shard::Shards>,
 }
 
 impl Default for ControllerConfig {
@@ -171,6 +174,7 @@ impl Default for ControllerConfig {
             max_concurrent_reconciles: 4,
             sync_timeout: Duration::from_secs(30),
             resync_period: Some(Duration::from_secs(600)),
+            shards: None,
         }
     }
 }

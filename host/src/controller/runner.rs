@@ -239,6 +239,11 @@ impl Shared {
                         if scope.step(cluster, obj) == Step::Ignore {
                             continue;
                         }
+                        if let Some(shards) = &self.ctx.config.shards
+                            && !shards.owns_key(cluster, obj.key.namespace(), &obj.key.name)
+                        {
+                            continue;
+                        }
                         queue.add(
                             ReqKey {
                                 cluster: cluster.clone(),
@@ -317,6 +322,14 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     let leader = shared.ctx.writer.leader_gate().clone();
     let mut leader_changes = leader.subscribe();
     let mut leader_alive = true;
+    // Sharding: only keys of held shards are reconciled; gaining a shard
+    // requeues its primaries (see `ops::shard`).
+    let shards = shared.ctx.config.shards.clone();
+    let mut shard_changes = shards.as_ref().map(crate::ops::shard::Shards::changes);
+    let mut held = shards
+        .as_ref()
+        .map(crate::ops::shard::Shards::held)
+        .unwrap_or_default();
     let resync_every = shared.ctx.config.resync_period.filter(|d| !d.is_zero());
     let mut next_resync = resync_every.map(|d| Instant::now() + d);
     loop {
@@ -326,8 +339,21 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             let Some((key, reason, waited)) = shared.queue.lock().pop_timed() else {
                 break;
             };
+            let fence = match &shards {
+                Some(shards) => {
+                    let shard = shards.shard_of(&key.cluster, key.namespace.as_deref(), &key.name);
+                    if !shards.owns(shard) {
+                        // Another replica's key (or a shard just handed over):
+                        // dropped here; requeued if this replica gains the shard.
+                        shared.queue.lock().done(&key, Done::Success(None), Instant::now());
+                        continue;
+                    }
+                    Some((shards.gate(shard).clone(), shards.enter(shard)))
+                }
+                None => None,
+            };
             shared.metrics.observe_queue_duration(waited);
-            let fut = reconcile_key(Arc::clone(&shared), key.clone(), reason);
+            let fut = reconcile_key(Arc::clone(&shared), key.clone(), reason, fence);
             tasks.spawn(async move {
                 let done = AssertUnwindSafe(fut)
                     .catch_unwind()
@@ -347,6 +373,25 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                     queue.done(&key, done, Instant::now());
                     shared.metrics.set_depth(queue.ready());
                 }
+            }
+            Some(changed) = async {
+                match shard_changes.as_mut() {
+                    Some(rx) => Some(rx.changed().await),
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    shard_changes = None;
+                }
+                let now: Vec<u32> = shards
+                    .as_ref()
+                    .map(crate::ops::shard::Shards::held)
+                    .unwrap_or_default();
+                let gained: Vec<u32> = now.iter().copied().filter(|s| !held.contains(s)).collect();
+                if !gained.is_empty() {
+                    shared.requeue_all(&format!("shards {gained:?} acquired"));
+                }
+                held = now;
             }
             changed = leader_changes.changed(), if leader_alive => {
                 // Leadership gained or lost: re-evaluate. An error means the
@@ -382,8 +427,20 @@ pub(crate) async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-/// One reconcile of one key, inside its span.
-async fn reconcile_key(shared: Arc<Shared>, key: ReqKey, reason: String) -> Done {
+/// A shard's write fence and the in-flight guard a hand-over waits for.
+type ShardFence = (
+    crate::ops::leader::LeaderGate,
+    crate::ops::shard::InFlight,
+);
+
+/// One reconcile of one key, inside its span; with sharding, every write of
+/// it is fenced by its shard's Lease.
+async fn reconcile_key(
+    shared: Arc<Shared>,
+    key: ReqKey,
+    reason: String,
+    fence: Option<ShardFence>,
+) -> Done {
     let span = info_span!(
         "reconcile",
         plugin = %shared.name,
@@ -395,7 +452,25 @@ async fn reconcile_key(shared: Arc<Shared>, key: ReqKey, reason: String) -> Done
     let timer = Metrics::global().reconcile_started(&shared.name, &key.cluster);
     let started = std::time::Instant::now();
     let metrics = shared.metrics.clone();
-    let done = reconcile_inner(shared, key).instrument(span).await;
+    let started_at = unix_micros();
+    let done = match fence {
+        Some((gate, _in_flight)) => {
+            crate::writer::FENCE
+                .scope(gate, reconcile_inner(shared, key).instrument(span.clone()))
+                .await
+        }
+        None => reconcile_inner(shared, key).instrument(span.clone()).await,
+    };
+    // One line per reconcile with wall-clock bounds: lets an operator (and
+    // the sharding test) prove which replica reconciled what, and when.
+    span.in_scope(|| {
+        debug!(
+            started_us = started_at,
+            finished_us = unix_micros(),
+            outcome = ?done,
+            "reconciled"
+        );
+    });
     metrics.observe_work_duration(started.elapsed());
     timer.finish(match done {
         Done::Success(None) => ReconcileResult::Success,
@@ -407,6 +482,12 @@ async fn reconcile_key(shared: Arc<Shared>, key: ReqKey, reason: String) -> Done
         Done::Terminal => ReconcileResult::TerminalError,
     });
     done
+}
+
+fn unix_micros() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
 }
 
 async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {

@@ -57,7 +57,7 @@ use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::metrics::Metrics;
 
@@ -81,6 +81,14 @@ pub enum Error {
     /// Lease name, namespace or identity is empty.
     #[error("invalid leader election config: {0} must not be empty")]
     Empty(&'static str),
+    /// The shard count is out of range.
+    #[error("invalid sharding config: {shards} shards (need 1..={max})")]
+    Shards {
+        /// Configured count.
+        shards: u32,
+        /// Largest allowed.
+        max: u32,
+    },
     /// A write was attempted without holding the lease.
     #[error("not the leader of lease {lease}: writes are disabled")]
     NotLeader {
@@ -109,6 +117,30 @@ pub struct LeaderElectionConfig {
     pub renew_deadline: Duration,
     /// Interval between attempts to acquire or renew (client-go default 2 s).
     pub retry_period: Duration,
+    /// What losing the lease (other than at shutdown) does.
+    pub on_lost: OnLost,
+}
+
+/// What a replica does when it loses its lease while running.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnLost {
+    /// Stop: the process shuts down (in-flight reconciles finish without
+    /// writing) and exits non-zero, so it restarts clean — controller-runtime's
+    /// default, and ours.
+    #[default]
+    Exit,
+    /// Demote to a warm follower: keep the caches and the queue, stop
+    /// reconciling and writing, and campaign again.
+    Demote,
+}
+
+/// How [`LeaderElector::run`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunEnd {
+    /// `shutdown` resolved (the lease was released if held).
+    Shutdown,
+    /// Leadership was lost and [`OnLost::Exit`] is configured.
+    Lost,
 }
 
 impl LeaderElectionConfig {
@@ -129,6 +161,7 @@ impl LeaderElectionConfig {
             lease_duration: Self::DEFAULT_LEASE_DURATION,
             renew_deadline: Self::DEFAULT_RENEW_DEADLINE,
             retry_period: Self::DEFAULT_RETRY_PERIOD,
+            on_lost: OnLost::default(),
         }
     }
 
@@ -405,32 +438,77 @@ impl<S: LeaseStore> LeaderElector<S> {
         self.tx.subscribe()
     }
 
-    /// Campaign, lead and re-campaign until `shutdown` resolves; then stop
-    /// writing and release the lease if held.
-    pub async fn run(mut self, shutdown: impl Future<Output = ()>) {
+    /// Campaign, lead and (with [`OnLost::Demote`]) re-campaign until
+    /// `shutdown` resolves; then stop writing and release the lease if held.
+    /// With [`OnLost::Exit`], losing the lease ends the run
+    /// ([`RunEnd::Lost`]).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> RunEnd {
+        let (_always, want) = watch::channel(true);
+        self.run_while(want, || async {}, shutdown).await
+    }
+
+    /// Like [`LeaderElector::run`], but campaign only while `want` is true.
+    /// When `want` turns false while leading, the gate closes at once (no
+    /// write is sent from then on), `drained` is awaited (the caller's
+    /// in-flight work under this lease ends; bounded here by half the renew
+    /// deadline, well inside the lease's remaining validity), and the lease
+    /// is released so the next holder need not wait for it to expire. This
+    /// is how a shard is handed over (see [`super::shard`]).
+    pub async fn run_while<D, DF>(
+        mut self,
+        mut want: watch::Receiver<bool>,
+        drained: D,
+        shutdown: impl Future<Output = ()>,
+    ) -> RunEnd
+    where
+        D: Fn() -> DF,
+        DF: Future<Output = ()>,
+    {
         tokio::pin!(shutdown);
         let lease = self.config.lease_key();
-        info!(lease = %lease, identity = %self.config.identity, "starting leader election");
-        loop {
+        debug!(lease = %lease, identity = %self.config.identity, "starting leader election");
+        let end = loop {
             tokio::select! {
-                () = &mut shutdown => break,
+                () = &mut shutdown => break RunEnd::Shutdown,
+                alive = wait_want(&mut want, true) => if !alive { break RunEnd::Shutdown },
+            }
+            tokio::select! {
+                () = &mut shutdown => break RunEnd::Shutdown,
                 () = self.acquire() => {}
+                _ = wait_want(&mut want, false) => continue,
             }
             info!(lease = %lease, identity = %self.config.identity, "became leader");
             self.set_leading(true);
             tokio::select! {
-                () = &mut shutdown => break,
+                () = &mut shutdown => break RunEnd::Shutdown,
                 () = self.keep_renewing() => {
                     self.set_leading(false);
-                    warn!(lease = %lease, identity = %self.config.identity, "lost leadership: writes stopped");
+                    if self.config.on_lost == OnLost::Exit {
+                        error!(lease = %lease, identity = %self.config.identity, "lost leadership: writes stopped; exiting (--on-lost=exit)");
+                        break RunEnd::Lost;
+                    }
+                    warn!(lease = %lease, identity = %self.config.identity, "lost leadership: writes stopped; demoted to follower");
+                }
+                _ = wait_want(&mut want, false) => {
+                    // Handing over: stop writing, let in-flight work end, release.
+                    self.set_leading(false);
+                    let bound = self.config.renew_deadline / 2;
+                    if tokio::time::timeout(bound, drained()).await.is_err() {
+                        warn!(lease = %lease, ?bound, "in-flight work did not end in time; releasing anyway (its writes are refused)");
+                    }
+                    self.release().await;
+                    info!(lease = %lease, identity = %self.config.identity, "handed over the lease");
                 }
             }
-        }
+        };
         self.set_leading(false);
         // Also when shutdown raced a successful acquire: `release` checks
         // that the last observed record names us.
-        self.release().await;
+        if end == RunEnd::Shutdown {
+            self.release().await;
+        }
         debug!(lease = %lease, "leader election stopped");
+        end
     }
 
     fn set_leading(&self, leading: bool) {
@@ -556,6 +634,16 @@ impl<S: LeaseStore> LeaderElector<S> {
             return false;
         }
 
+        if !ours && let Some(m) = &self.metrics {
+            // Without a valid holder since it was released (holder cleared)
+            // or since it expired, as observed on our clock.
+            let since = if holder.is_empty() {
+                self.observed_at
+            } else {
+                self.observed_at + observed_duration
+            };
+            m.observe_leaderless(&lease_key, started.saturating_duration_since(since));
+        }
         let transitions = spec.lease_transitions.unwrap_or(0);
         let mut next = current;
         next.spec = Some(LeaseSpec {
@@ -632,6 +720,12 @@ impl<S: LeaseStore> LeaderElector<S> {
             Err(_) => warn!(lease = %lease_key, "failed to release lease: timed out"),
         }
     }
+}
+
+/// Until `want` is `value`; false when its sender is gone (then it never
+/// changes again: a caller campaigning "while wanted" stops).
+async fn wait_want(want: &mut watch::Receiver<bool>, value: bool) -> bool {
+    want.wait_for(|w| *w == value).await.is_ok()
 }
 
 fn is_conflict(e: &kube::Error) -> bool {
@@ -855,7 +949,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_partitioned_leader_closes_the_gate_before_the_lease_expires() {
         let store = MemStore::default();
-        let a = LeaderElector::with_store(store.clone(), config("a")).unwrap();
+        let demote = LeaderElectionConfig {
+            on_lost: OnLost::Demote,
+            ..config("a")
+        };
+        let a = LeaderElector::with_store(store.clone(), demote).unwrap();
         let ga = a.gate();
         let metrics = Metrics::new();
         let a = a.with_metrics(metrics.clone());
@@ -967,5 +1065,72 @@ mod tests {
             "a stale resourceVersion must not win"
         );
         assert_eq!(store.holder().as_deref(), Some("c"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_on_lost_exit_a_lost_lease_ends_the_run() {
+        let store = MemStore::default();
+        let a = LeaderElector::with_store(store.clone(), config("a")).unwrap();
+        let ga = a.gate();
+        let run = tokio::spawn(a.run(std::future::pending()));
+        wait_until(&ga, true).await;
+        store.down.store(true, Ordering::SeqCst);
+        let end = tokio::time::timeout(Duration::from_secs(15), run)
+            .await
+            .expect("the run did not end within the renew deadline")
+            .unwrap();
+        assert_eq!(end, RunEnd::Lost);
+        assert!(!ga.is_leader());
+        // It does not come back when the API does.
+        store.down.store(false, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(!ga.is_leader());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unwanted_the_lease_is_drained_then_released_and_taken_at_once() {
+        let store = MemStore::default();
+        let a = LeaderElector::with_store(store.clone(), config("a")).unwrap();
+        let b = LeaderElector::with_store(store.clone(), config("b")).unwrap();
+        let (ga, gb) = (a.gate(), b.gate());
+        let (want_a, want_rx) = watch::channel(true);
+        let drained = Arc::new(tokio::sync::Notify::new());
+        let drained_seen = Arc::new(AtomicBool::new(false));
+        let (d, seen) = (drained.clone(), drained_seen.clone());
+        let gate_in_drain = ga.clone();
+        tokio::spawn(a.run_while(
+            want_rx,
+            move || {
+                let (d, seen, gate) = (d.clone(), seen.clone(), gate_in_drain.clone());
+                async move {
+                    // The gate is closed before draining starts.
+                    assert!(!gate.is_leader());
+                    d.notified().await;
+                    seen.store(true, Ordering::SeqCst);
+                }
+            },
+            std::future::pending(),
+        ));
+        wait_until(&ga, true).await;
+        tokio::spawn(b.run(std::future::pending()));
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(!gb.is_leader());
+
+        want_a.send_replace(false);
+        wait_until(&ga, false).await;
+        // Still draining: the lease stays a's, b waits.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(store.holder().as_deref(), Some("a"));
+        assert!(!gb.is_leader());
+        let released = Instant::now();
+        drained.notify_one();
+        wait_until(&gb, true).await;
+        assert!(drained_seen.load(Ordering::SeqCst));
+        assert!(released.elapsed() <= Duration::from_millis(2400) + Duration::from_millis(10));
+        // Wanted again: a campaigns but b holds a valid lease.
+        want_a.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!ga.is_leader());
+        assert_eq!(store.holder().as_deref(), Some("b"));
     }
 }

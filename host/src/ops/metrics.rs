@@ -183,6 +183,8 @@ struct Inner {
     queue_retries: Family<QueueLabels, Counter>,
     leader: Family<NameLabels, Gauge>,
     leader_transitions: Family<NameLabels, Counter>,
+    leaderless: HistogramFamily<NameLabels>,
+    shards_held: Gauge,
     watch_restarts: Family<ClusterResourceLabels, Counter>,
     cache_objects: Family<ClusterResourceLabels, Gauge>,
     watch_failed: Family<ClusterResourceLabels, Gauge>,
@@ -295,6 +297,16 @@ impl Metrics {
                 "rekon_leader_election_transitions",
                 "Number of times this process gained or lost leadership of the lease",
                 Family::default()
+            ),
+            leaderless: reg!(
+                "rekon_leader_election_leaderless_seconds",
+                "When this process acquired the lease: how long it had been without a valid holder, as this process observed it (expired or released until acquired)",
+                HistogramFamily::new_with_constructor(reconcile_histogram as fn() -> Histogram)
+            ),
+            shards_held: reg!(
+                "rekon_shards_held",
+                "Number of shard Leases this replica holds (sharded mode)",
+                Gauge::default()
             ),
             watch_restarts: reg!(
                 "rekon_watch_restarts",
@@ -492,6 +504,24 @@ impl Metrics {
         if gauge.set(new) != new {
             self.inner.leader_transitions.get_or_create(&labels).inc();
         }
+    }
+
+    /// This process acquired lease `name` after it had been without a valid
+    /// holder for `leaderless` (as observed here).
+    pub fn observe_leaderless(&self, name: &str, leaderless: Duration) {
+        self.inner
+            .leaderless
+            .get_or_create(&NameLabels {
+                name: name.to_owned(),
+            })
+            .observe(leaderless.as_secs_f64());
+    }
+
+    /// How many shard Leases this replica holds.
+    pub fn set_shards_held(&self, held: usize) {
+        self.inner
+            .shards_held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     // ----- clusters and caches ---------------------------------------------

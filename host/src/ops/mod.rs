@@ -5,6 +5,9 @@
 //! # Layout
 //! - [`leader`]: Lease-based leader election and the [`leader::LeaderGate`]
 //!   the controller and writer check before writing.
+//! - [`shard`]: sharding across replicas (shard and membership Leases,
+//!   key → shard, assignment) and the [`shard::Shards`] handle controllers
+//!   and the writer use.
 //! - [`metrics`]: the Prometheus series ([`metrics::Metrics`], cheap handles).
 //! - [`server`]: `/metrics`, `/healthz` and `/readyz` over HTTP.
 //! - [`events`]: Kubernetes Events on the host's own Pod and the plugin
@@ -23,5 +26,6 @@ pub mod manifests;
 pub mod metrics;
 pub mod server;
 pub mod service;
+pub mod shard;
 
 pub use service::{EngineParts, Ops, OpsConfig, OpsError, SecretSource};

@@ -19,7 +19,8 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, warn};
 
 use super::events::{HostEvents, report_leadership, report_plugin_status};
-use super::leader::{self, LeaderElectionConfig, LeaderElector, LeaderGate};
+use super::leader::{self, LeaderElectionConfig, LeaderElector, LeaderGate, RunEnd};
+use super::shard::{ShardRunner, Shards, ShardingConfig};
 use super::metrics::Metrics;
 use super::server::{self, OpsServer, Readiness};
 use crate::cluster::provider::{DirProvider, SecretProvider};
@@ -48,6 +49,9 @@ pub enum OpsError {
     /// The primary cluster is not in the registry.
     #[error("primary cluster {0} is not engaged")]
     NoPrimary(String),
+    /// Leader election and sharding were both asked for.
+    #[error("leader election and sharding exclude each other: with sharding every shard Lease is a leader election of its own")]
+    LeaderAndShards,
 }
 
 /// Kubeconfig Secrets to engage clusters from.
@@ -70,6 +74,8 @@ pub struct OpsConfig {
     pub probe_addr: Option<SocketAddr>,
     /// Leader election; `None`: this process always leads.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// Sharding across replicas (excludes `leader_election`).
+    pub sharding: Option<ShardingConfig>,
     /// A directory of kubeconfig files, one cluster each.
     pub cluster_dir: Option<PathBuf>,
     /// Labelled kubeconfig Secrets, one cluster each.
@@ -82,6 +88,8 @@ pub struct Ops {
     metrics: Metrics,
     gate: LeaderGate,
     elector: Option<LeaderElector>,
+    shards: Option<(Shards, ShardRunner)>,
+    fatal: watch::Sender<Option<String>>,
     server: Option<OpsServer>,
     host_events: HostEvents,
 }
@@ -133,12 +141,23 @@ impl Ops {
         let gate = elector
             .as_ref()
             .map_or_else(LeaderGate::always_leader, LeaderElector::gate);
+        let shards = match &config.sharding {
+            Some(_) if config.leader_election.is_some() => return Err(OpsError::LeaderAndShards),
+            Some(sc) => Some(ShardRunner::new(
+                &primary.client(),
+                sc.clone(),
+                metrics.clone(),
+            )?),
+            None => None,
+        };
         let host_events = HostEvents::from_env(primary.client()).await;
         Ok(Self {
             config,
             metrics,
             gate,
             elector,
+            shards,
+            fatal: watch::channel(None).0,
             server: None,
             host_events,
         })
@@ -148,6 +167,19 @@ impl Ops {
     #[must_use]
     pub fn gate(&self) -> LeaderGate {
         self.gate.clone()
+    }
+
+    /// The shards handle for the controllers, when sharding.
+    #[must_use]
+    pub fn shards(&self) -> Option<Shards> {
+        self.shards.as_ref().map(|(s, _)| s.clone())
+    }
+
+    /// Becomes `Some(reason)` when this process must stop: it lost the
+    /// leader lease and `--on-lost=exit` is configured.
+    #[must_use]
+    pub fn fatal(&self) -> watch::Receiver<Option<String>> {
+        self.fatal.subscribe()
     }
 
     /// The metrics served on `/metrics`.
@@ -214,7 +246,22 @@ impl Ops {
                 self.host_events.clone(),
                 stopped(),
             ));
-            tasks.spawn(elector.run(stopped()));
+            let fatal = self.fatal.clone();
+            let lease = self
+                .config
+                .leader_election
+                .as_ref()
+                .map(LeaderElectionConfig::lease_key)
+                .unwrap_or_default();
+            let run = elector.run(stopped());
+            tasks.spawn(async move {
+                if run.await == RunEnd::Lost {
+                    fatal.send_replace(Some(format!("lost the leader lease {lease}")));
+                }
+            });
+        }
+        if let Some((_, runner)) = self.shards.take() {
+            tasks.spawn(runner.run(stopped()));
         }
         // Subscribe before reporting what is loaded already, so nothing in
         // between is missed (a load in that window is reported twice at worst).

@@ -271,6 +271,15 @@ type RecorderKey = (String, String);
 /// A recorder and the engaged cluster (client) it was made for.
 type ClusterRecorder = (Arc<Cluster>, Recorder);
 
+tokio::task_local! {
+    /// The write fence of the reconcile running in this task (its shard's
+    /// Lease when sharding, see `ops::shard`); the writer's leader gate when
+    /// unset. A task-local rather than a parameter so every write of a
+    /// reconcile — actions, finalizer patches, retries — is fenced by the
+    /// same Lease without threading it through each call.
+    pub static FENCE: crate::ops::leader::LeaderGate;
+}
+
 /// Performs actions. Cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
@@ -411,6 +420,13 @@ impl Writer {
         self
     }
 
+    /// The fence of this task's writes: [`FENCE`] if set, else the leader gate.
+    fn fence(&self) -> crate::ops::leader::LeaderGate {
+        FENCE
+            .try_with(Clone::clone)
+            .unwrap_or_else(|_| self.leader.clone())
+    }
+
     /// The gate every write checks; the controllers reconcile only while it is open.
     #[must_use]
     pub fn leader_gate(&self) -> &crate::ops::leader::LeaderGate {
@@ -475,7 +491,7 @@ impl Writer {
             Action::Create(_) => "create",
             Action::Event(_) => "event",
         };
-        if !self.leader.is_leader() {
+        if !self.fence().is_leader() {
             metrics.writer_action(plugin, cluster, label, "not_leader");
             return Err(Error::NotLeader {
                 plugin: plugin.to_owned(),
@@ -505,6 +521,7 @@ impl Writer {
         let outcome = match &result {
             Ok(_) => "success",
             Err(Error::Unreachable { .. }) => "unreachable",
+            Err(Error::NotLeader { .. }) => "not_leader",
             Err(_) => "error",
         };
         metrics.writer_action(plugin, cluster, label, outcome);
@@ -604,13 +621,14 @@ impl Writer {
             action,
             cluster: cluster.name().to_owned(),
         };
+        let fence = self.fence();
         let mut attempt = 0_u32;
         loop {
             attempt += 1;
             // Fencing: every attempt, retries included, is sent only while
             // this replica holds the lease, and waited for no longer than
             // its renew deadline; losing the lease abandons it.
-            let timeout = match self.leader.remaining() {
+            let timeout = match fence.remaining() {
                 Some(left) if left.is_zero() => return Err(not_leader()),
                 Some(left) => left.min(self.config.request_timeout),
                 None => self.config.request_timeout,
@@ -620,7 +638,7 @@ impl Writer {
             }
             let mut outages = cluster.outage_events();
             outages.mark_unchanged();
-            let mut leadership = self.leader.subscribe();
+            let mut leadership = fence.subscribe();
             leadership.mark_unchanged();
             let result = tokio::select! {
                 r = tokio::time::timeout(timeout, op()) => r,
@@ -628,13 +646,13 @@ impl Writer {
                 // another request): stop waiting; the reconcile is retried.
                 _ = outages.changed() => return Err(unreachable()),
                 _ = leadership.changed() => {
-                    if !self.leader.is_leader() {
+                    if !fence.is_leader() {
                         return Err(not_leader());
                     }
                     continue;
                 }
             };
-            if result.is_err() && !self.leader.is_leader() {
+            if result.is_err() && !fence.is_leader() {
                 return Err(not_leader());
             }
             let err = match result {

@@ -58,6 +58,7 @@ impl Engine {
                 sync_timeout: Duration::from_secs(3),
                 // Tests must show that watches alone converge.
                 resync_period: None,
+                shards: None,
             },
         )
         .await

@@ -23,6 +23,9 @@ pub struct FaultRule {
     pub retry_after: Option<u64>,
     /// Message of the Status; a default per code otherwise.
     pub message: Option<String>,
+    /// Substring of the `User-Agent` header; `None` matches all (so one
+    /// client of several can be made to fail).
+    pub user_agent_contains: Option<String>,
 }
 
 impl FaultRule {
@@ -35,6 +38,7 @@ impl FaultRule {
             status,
             retry_after: None,
             message: None,
+            user_agent_contains: None,
         }
     }
 
@@ -52,6 +56,13 @@ impl FaultRule {
         self
     }
 
+    /// Only requests whose `User-Agent` contains this.
+    #[must_use]
+    pub fn user_agent(mut self, s: impl Into<String>) -> Self {
+        self.user_agent_contains = Some(s.into());
+        self
+    }
+
     /// With a `Retry-After` header.
     #[must_use]
     pub fn retry_after(mut self, secs: u64) -> Self {
@@ -59,8 +70,12 @@ impl FaultRule {
         self
     }
 
-    fn matches(&self, verb: &str, method: &str, path: &str) -> bool {
-        self.verb
+    fn matches(&self, req: &RequestInfo<'_>) -> bool {
+        let (verb, method, path) = (req.verb, req.method, req.path);
+        self.user_agent_contains
+            .as_deref()
+            .is_none_or(|ua| req.user_agent.contains(ua))
+            && self.verb
             .as_deref()
             .is_none_or(|v| v.eq_ignore_ascii_case(verb) || v.eq_ignore_ascii_case(method))
             && self
@@ -70,6 +85,47 @@ impl FaultRule {
     }
 }
 
+/// What fault rules and the request log see of a request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RequestInfo<'a> {
+    pub(crate) verb: &'a str,
+    pub(crate) method: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) user_agent: &'a str,
+}
+
+/// One API request as the request log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoggedRequest {
+    /// When it arrived (wall clock), before any fault, latency or stall.
+    #[serde(with = "unix_micros")]
+    pub at: std::time::SystemTime,
+    /// Kubernetes verb (`get`, `list`, `watch`, `create`, `update`, `patch`, ...).
+    pub verb: String,
+    /// Request path (query excluded).
+    pub path: String,
+    /// `User-Agent` header (empty when absent).
+    pub user_agent: String,
+    /// Whether a fault rule answered it instead of the server.
+    pub faulted: bool,
+}
+
+mod unix_micros {
+    pub(super) fn serialize<S: serde::Serializer>(
+        t: &std::time::SystemTime,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let micros = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        s.serialize_u128(micros)
+    }
+}
+
+/// How many requests the log keeps (oldest dropped first).
+const REQUEST_LOG_CAPACITY: usize = 200_000;
+
 /// Fault state of one cluster.
 #[derive(Debug)]
 pub struct Faults {
@@ -77,6 +133,7 @@ pub struct Faults {
     latency: Mutex<Duration>,
     stalled: watch::Sender<bool>,
     counts: Mutex<BTreeMap<String, u64>>,
+    log: Mutex<std::collections::VecDeque<LoggedRequest>>,
 }
 
 impl Default for Faults {
@@ -86,6 +143,7 @@ impl Default for Faults {
             latency: Mutex::new(Duration::ZERO),
             stalled: watch::channel(false).0,
             counts: Mutex::new(BTreeMap::new()),
+            log: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 }
@@ -129,9 +187,30 @@ impl Faults {
         self.counts.lock().clone()
     }
 
-    /// Zeroes the counters.
+    /// Zeroes the counters and empties the request log.
     pub fn reset_counts(&self) {
         self.counts.lock().clear();
+        self.log.lock().clear();
+    }
+
+    /// Every API request received (the latest 200,000), oldest first:
+    /// who sent what, when — e.g. to prove that a client stopped writing.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.log.lock().iter().cloned().collect()
+    }
+
+    pub(crate) fn log(&self, req: &RequestInfo<'_>, at: std::time::SystemTime, faulted: bool) {
+        let mut log = self.log.lock();
+        if log.len() >= REQUEST_LOG_CAPACITY {
+            log.pop_front();
+        }
+        log.push_back(LoggedRequest {
+            at,
+            verb: req.verb.to_owned(),
+            path: req.path.to_owned(),
+            user_agent: req.user_agent.to_owned(),
+            faulted,
+        });
     }
 
     pub(crate) fn count(&self, verb: &str) {
@@ -156,9 +235,9 @@ impl Faults {
     }
 
     /// Consumes one matching rule.
-    pub(crate) fn take(&self, verb: &str, method: &str, path: &str) -> Option<FaultRule> {
+    pub(crate) fn take(&self, req: &RequestInfo<'_>) -> Option<FaultRule> {
         let mut rules = self.rules.lock();
-        let idx = rules.iter().position(|r| r.matches(verb, method, path))?;
+        let idx = rules.iter().position(|r| r.matches(req))?;
         let rule = rules[idx].clone();
         rules[idx].count -= 1;
         if rules[idx].count == 0 {

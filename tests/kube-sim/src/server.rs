@@ -359,6 +359,22 @@ pub(crate) async fn handle(State(cs): State<Arc<ClusterState>>, mut req: Request
         .unwrap_or(false);
     let verb = verb_of(req.method(), &rt, watch_flag);
     cs.faults.count(verb);
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let method = req.method().as_str().to_owned();
+    let info = crate::faults::RequestInfo {
+        verb,
+        method: &method,
+        path: &path,
+        user_agent: &user_agent,
+    };
+    // Logged with its arrival time, so a request held by a stall or
+    // latency counts from when it was sent.
+    let arrived = std::time::SystemTime::now();
     if cs.faults.is_stalled() {
         let mut shutdown = cs.shutdown.subscribe();
         tokio::select! {
@@ -372,7 +388,9 @@ pub(crate) async fn handle(State(cs): State<Arc<ClusterState>>, mut req: Request
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
     }
-    if let Some(rule) = cs.faults.take(verb, req.method().as_str(), &path) {
+    let fault = cs.faults.take(&info);
+    cs.faults.log(&info, arrived, fault.is_some());
+    if let Some(rule) = fault {
         tracing::debug!(cluster = %cs.name, verb, path, status = rule.status, "injecting fault");
         return error_response(&ApiError::for_code(
             rule.status,
@@ -1297,6 +1315,7 @@ async fn sim_api(cs: &Arc<ClusterState>, req: Request) -> ApiResult<Response> {
                 status,
                 retry_after: num("retryAfter")?,
                 message: arg("message"),
+                user_agent_contains: arg("userAgent"),
             };
             cs.faults.fail_next(rule);
             ok(json!({"ok": true}))
@@ -1330,6 +1349,7 @@ async fn sim_api(cs: &Arc<ClusterState>, req: Request) -> ApiResult<Response> {
             ok(json!({"ok": true}))
         }
         (Method::GET, "requests") => ok(json!(cs.faults.request_counts())),
+        (Method::GET, "request-log") => ok(json!({"items": cs.faults.request_log()})),
         (Method::DELETE, "requests") => {
             cs.faults.reset_counts();
             ok(json!({"ok": true}))
