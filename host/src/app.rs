@@ -413,7 +413,10 @@ pub async fn connect_clusters(config: &Config) -> Result<ClusterRegistry, AppErr
             kubeconfig: config.kubeconfig.clone(),
             context: Some(context.clone()),
         };
-        clusters.add(name.clone(), cluster::connect(name, &source, &config.user_agent).await?)?;
+        clusters.add(
+            name.clone(),
+            cluster::connect(name, &source, &config.user_agent).await?,
+        )?;
     }
     Ok(clusters)
 }

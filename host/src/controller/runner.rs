@@ -345,7 +345,10 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                     if !shards.owns(shard) {
                         // Another replica's key (or a shard just handed over):
                         // dropped here; requeued if this replica gains the shard.
-                        shared.queue.lock().done(&key, Done::Success(None), Instant::now());
+                        shared
+                            .queue
+                            .lock()
+                            .done(&key, Done::Success(None), Instant::now());
                         continue;
                     }
                     Some((shards.gate(shard).clone(), shards.enter(shard)))
@@ -428,10 +431,7 @@ pub(crate) async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// A shard's write fence and the in-flight guard a hand-over waits for.
-type ShardFence = (
-    crate::ops::leader::LeaderGate,
-    crate::ops::shard::InFlight,
-);
+type ShardFence = (crate::ops::leader::LeaderGate, crate::ops::shard::InFlight);
 
 /// One reconcile of one key, inside its span; with sharding, every write of
 /// it is fenced by its shard's Lease.

@@ -467,10 +467,16 @@ impl<S: LeaseStore> LeaderElector<S> {
         tokio::pin!(shutdown);
         let lease = self.config.lease_key();
         debug!(lease = %lease, identity = %self.config.identity, "starting leader election");
-        let end = loop {
-            tokio::select! {
-                () = &mut shutdown => break RunEnd::Shutdown,
-                alive = wait_want(&mut want, true) => if !alive { break RunEnd::Shutdown },
+        let end = 'run: loop {
+            // Not wanted: keep observing the lease (reads only), so that
+            // when it becomes wanted we already know how long its record
+            // has been unchanged and can take an expired one at once.
+            while !*want.borrow_and_update() {
+                tokio::select! {
+                    () = &mut shutdown => break 'run RunEnd::Shutdown,
+                    alive = wait_want(&mut want, true) => if !alive { break 'run RunEnd::Shutdown },
+                    () = tokio::time::sleep(jittered(self.config.retry_period)) => self.observe_only().await,
+                }
             }
             tokio::select! {
                 () = &mut shutdown => break RunEnd::Shutdown,
@@ -572,6 +578,21 @@ impl<S: LeaseStore> LeaderElector<S> {
             .and_then(|s| s.holder_identity.as_deref())
             .unwrap_or("");
         !holder.is_empty() && holder != self.config.identity
+    }
+
+    /// Read the lease and note when its record last changed (no write).
+    async fn observe_only(&mut self) {
+        let started = Instant::now();
+        match self.store.get().await {
+            Ok(Some(current)) => {
+                if self.observed.as_ref().map(|o| &o.spec) != Some(&current.spec) {
+                    self.observed_at = started;
+                }
+                self.observed = Some(current);
+            }
+            Ok(None) => {}
+            Err(e) => debug!(lease = %self.config.lease_key(), error = %e, "failed to read lease"),
+        }
     }
 
     /// One round of client-go's `tryAcquireOrRenew`. On success, extends

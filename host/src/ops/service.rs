@@ -20,9 +20,9 @@ use tracing::{debug, error, warn};
 
 use super::events::{HostEvents, report_leadership, report_plugin_status};
 use super::leader::{self, LeaderElectionConfig, LeaderElector, LeaderGate, RunEnd};
-use super::shard::{ShardRunner, Shards, ShardingConfig};
 use super::metrics::Metrics;
 use super::server::{self, OpsServer, Readiness};
+use super::shard::{ShardRunner, ShardingConfig, Shards};
 use crate::cluster::provider::{DirProvider, SecretProvider};
 use crate::cluster::{ClusterRegistry, Health};
 use crate::controller::Manager;
@@ -50,7 +50,9 @@ pub enum OpsError {
     #[error("primary cluster {0} is not engaged")]
     NoPrimary(String),
     /// Leader election and sharding were both asked for.
-    #[error("leader election and sharding exclude each other: with sharding every shard Lease is a leader election of its own")]
+    #[error(
+        "leader election and sharding exclude each other: with sharding every shard Lease is a leader election of its own"
+    )]
     LeaderAndShards,
 }
 

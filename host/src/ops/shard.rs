@@ -177,7 +177,13 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// The shard of a key.
 #[must_use]
-pub fn shard_of(by: ShardBy, shards: u32, cluster: &str, namespace: Option<&str>, name: &str) -> u32 {
+pub fn shard_of(
+    by: ShardBy,
+    shards: u32,
+    cluster: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> u32 {
     let hash = match by {
         ShardBy::Cluster => fnv1a(cluster.as_bytes()),
         ShardBy::Key => {
@@ -377,7 +383,9 @@ impl ShardRunner {
                 changes: watch::channel(0).0,
             }),
         };
-        let wants = (0..config.shards).map(|_| watch::channel(false).0).collect();
+        let wants = (0..config.shards)
+            .map(|_| watch::channel(false).0)
+            .collect();
         let api = Api::namespaced(client.clone(), &config.namespace);
         Ok((
             shards.clone(),
@@ -465,7 +473,10 @@ impl ShardRunner {
                 let wanted = assignment[s] == me;
                 want.send_if_modified(|w| std::mem::replace(w, wanted) != wanted);
             }
-            let wait = self.config.retry_period.mul_f64(1.0 + 0.2 * rand::random::<f64>());
+            let wait = self
+                .config
+                .retry_period
+                .mul_f64(1.0 + 0.2 * rand::random::<f64>());
             tokio::select! {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(wait) => {}
@@ -477,14 +488,17 @@ impl ShardRunner {
         self.metrics.set_shards_held(0);
         match self.api.delete(&member, &DeleteParams::default()).await {
             Ok(_) => info!(group = %self.config.name, "left shard group"),
-            Err(e) => warn!(group = %self.config.name, error = %e, "failed to delete membership lease (it expires)"),
+            Err(e) => {
+                warn!(group = %self.config.name, error = %e, "failed to delete membership lease (it expires)")
+            }
         }
     }
 
     /// Create or renew this replica's membership Lease.
     async fn renew_membership(&self, member: &str) {
         let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let duration = i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+        let duration =
+            i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
         let spec = LeaseSpec {
             holder_identity: Some(self.config.identity.clone()),
             lease_duration_seconds: Some(duration),
@@ -494,7 +508,9 @@ impl ShardRunner {
         let result = match self.api.get_opt(member).await {
             Ok(Some(mut lease)) => {
                 lease.spec = Some(spec);
-                self.api.replace(member, &PostParams::default(), &lease).await
+                self.api
+                    .replace(member, &PostParams::default(), &lease)
+                    .await
             }
             Ok(None) => {
                 let lease = Lease {
@@ -572,7 +588,9 @@ mod tests {
     use super::*;
 
     fn members(n: usize) -> Vec<String> {
-        let mut m: Vec<String> = (0..n).map(|i| format!("replica-{i}_{:x}", i * 7919)).collect();
+        let mut m: Vec<String> = (0..n)
+            .map(|i| format!("replica-{i}_{:x}", i * 7919))
+            .collect();
         m.sort();
         m
     }
@@ -589,13 +607,17 @@ mod tests {
     fn keys_spread_over_shards_and_cluster_mode_keeps_a_cluster_together() {
         let mut counts = [0_u32; 8];
         for i in 0..8000 {
-            counts[shard_of(ShardBy::Key, 8, "main", Some("default"), &format!("t-{i}")) as usize] += 1;
+            counts
+                [shard_of(ShardBy::Key, 8, "main", Some("default"), &format!("t-{i}")) as usize] +=
+                1;
         }
         for c in counts {
             assert!((800..=1200).contains(&c), "uneven spread: {counts:?}");
         }
         let s = shard_of(ShardBy::Cluster, 8, "east", Some("a"), "x");
-        assert!((0..100).all(|i| shard_of(ShardBy::Cluster, 8, "east", None, &format!("n{i}")) == s));
+        assert!(
+            (0..100).all(|i| shard_of(ShardBy::Cluster, 8, "east", None, &format!("n{i}")) == s)
+        );
     }
 
     #[test]
@@ -610,7 +632,10 @@ mod tests {
                     per[*j] += 1;
                 }
                 let (lo, hi) = (n / m as u32, n.div_ceil(m as u32));
-                assert!(per.iter().all(|c| (lo..=hi).contains(c)), "{m} members, {n} shards: {per:?}");
+                assert!(
+                    per.iter().all(|c| (lo..=hi).contains(c)),
+                    "{m} members, {n} shards: {per:?}"
+                );
             }
         }
     }

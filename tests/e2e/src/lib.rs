@@ -114,6 +114,12 @@ impl RekonProcess {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// The exit code once the process has exited (`None` while it runs or
+    /// when a signal ended it).
+    pub fn exit_code(&mut self) -> Option<i32> {
+        self.child.try_wait().ok().flatten().and_then(|s| s.code())
+    }
+
     /// Stops the process (SIGKILL) and waits for it.
     pub fn stop(&mut self) {
         if self.is_running() {
@@ -146,6 +152,9 @@ pub struct EnvOptions {
     pub standby_clusters: Vec<String>,
     /// Further arguments of `rekon run` (`--resync-period 3`, ...).
     pub extra_args: Vec<String>,
+    /// Replica name (`POD_NAME`, so the identity in Leases and the
+    /// User-Agent start with it); `None`: the host name.
+    pub replica: Option<String>,
 }
 
 impl Default for EnvOptions {
@@ -157,6 +166,7 @@ impl Default for EnvOptions {
             serve_ops: false,
             standby_clusters: Vec::new(),
             extra_args: Vec::new(),
+            replica: None,
         }
     }
 }
@@ -236,6 +246,23 @@ impl Env {
             ops_addr,
             work,
         })
+    }
+
+    /// Starts another `rekon run` on the same clusters and plugin
+    /// directory (a second replica), with `opts`' arguments, log filter and
+    /// replica name (its log: `rekon-<replica>.log` in the work directory).
+    ///
+    /// # Errors
+    /// When the process cannot be spawned.
+    pub fn spawn_replica(&self, opts: &EnvOptions) -> anyhow::Result<RekonProcess> {
+        spawn_rekon(
+            &self.paths,
+            &self.kubeconfig,
+            &self.plugin_dir,
+            self.work.path(),
+            None,
+            opts,
+        )
     }
 
     /// The work directory (kubeconfig, plugins, logs, kubectl cache).
@@ -371,7 +398,10 @@ fn spawn_rekon(
     ops_addr: Option<std::net::SocketAddr>,
     opts: &EnvOptions,
 ) -> anyhow::Result<RekonProcess> {
-    let log = work.join("rekon.log");
+    let log = match &opts.replica {
+        Some(name) => work.join(format!("rekon-{name}.log")),
+        None => work.join("rekon.log"),
+    };
     let log_file = fs::File::create(&log)?;
     let mut cmd = Command::new(&paths.rekon);
     cmd.arg("run")
@@ -393,7 +423,11 @@ fn spawn_rekon(
     if let Some(extra) = std::env::var_os("REKON_E2E_ARGS") {
         cmd.args(extra.to_string_lossy().split_whitespace());
     }
+    if let Some(name) = &opts.replica {
+        cmd.env("POD_NAME", name);
+    }
     cmd.env("RUST_LOG", &opts.log_filter)
+        .env("NO_COLOR", "1")
         .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)

@@ -75,9 +75,10 @@ impl FaultRule {
         self.user_agent_contains
             .as_deref()
             .is_none_or(|ua| req.user_agent.contains(ua))
-            && self.verb
-            .as_deref()
-            .is_none_or(|v| v.eq_ignore_ascii_case(verb) || v.eq_ignore_ascii_case(method))
+            && self
+                .verb
+                .as_deref()
+                .is_none_or(|v| v.eq_ignore_ascii_case(verb) || v.eq_ignore_ascii_case(method))
             && self
                 .path_contains
                 .as_deref()
