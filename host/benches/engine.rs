@@ -21,6 +21,13 @@
 //! ```
 //! Figures depend on the machine (2 cores here) and kube-sim's speed; both
 //! engines share the same simulator and the same concurrency (4).
+//!
+//! A second table runs `rekon-wasm` on 3 clusters as 1, 2 and 3 sharded
+//! replicas (`--shards 6`: each replica a process of its own holding its
+//! share of the shard Leases before the clock starts). All replicas and the
+//! simulator share this machine's cores, so the table shows the cost of
+//! sharding here, not the speed-up on separate machines.
+//! `REKON_BENCH_SUITE=fanout|replicas` runs one table only.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -58,6 +65,7 @@ fn main() -> anyhow::Result<()> {
     match std::env::var("REKON_BENCH_ROLE").as_deref() {
         Ok("sim") => sim_main(),
         Ok("scenario") => scenario_main(),
+        Ok("replica") => replica_main(),
         _ => orchestrate(),
     }
 }
@@ -83,6 +91,17 @@ fn objects() -> usize {
 // ---------------------------------------------------------------- orchestrator
 
 fn orchestrate() -> anyhow::Result<()> {
+    let suite = std::env::var("REKON_BENCH_SUITE").unwrap_or_default();
+    if suite != "replicas" {
+        orchestrate_fanout()?;
+    }
+    if suite != "fanout" {
+        orchestrate_replicas()?;
+    }
+    Ok(())
+}
+
+fn orchestrate_fanout() -> anyhow::Result<()> {
     let n = objects();
     println!(
         "engine benchmark: {n} primaries fanned out to every cluster (concurrency {CONCURRENCY})"
@@ -220,6 +239,7 @@ fn scenario_main() -> anyhow::Result<()> {
                 kubeconfig: Some(kubeconfig.clone()),
                 context: Some(name.clone()),
             },
+            &rekon::cluster::default_user_agent(),
         ))?);
     }
     // Compiling the component is a one-time cost (cached on disk by digest
@@ -434,4 +454,168 @@ async fn start_kube_rs(names: &[String], clients: &[kube::Client]) -> BoxFuture<
             .run(reconcile, error_policy, ctx)
             .for_each(|_| futures::future::ready(()))
     })
+}
+
+// ---------------------------------------------------------------- replicas
+
+const SHARDS: u32 = 6;
+
+/// 1, 2 and 3 sharded replicas of rekon-wasm on 3 clusters.
+fn orchestrate_replicas() -> anyhow::Result<()> {
+    let n = objects();
+    if !plugin_path().is_file() {
+        println!("sharded replicas skipped: {} not built", plugin_path().display());
+        return Ok(());
+    }
+    println!();
+    println!(
+        "sharded replicas: rekon-wasm, {n} primaries fanned out to 3 clusters, {SHARDS} shards, concurrency {CONCURRENCY} per replica"
+    );
+    println!(
+        "{:<9} {:>12} {:>12} {:>16} {:>22}",
+        "replicas", "converge s", "writes/s", "cpu s (all)", "peak RSS MiB (each)"
+    );
+    for replicas in 1..=3_usize {
+        let mut sim = SimProcess::spawn(&[
+            ("REKON_BENCH_CLUSTERS", "3".to_owned()),
+            ("REKON_BENCH_OBJECTS", n.to_string()),
+        ])?;
+        let mut children = Vec::new();
+        for i in 0..replicas {
+            let mut child = Command::new(std::env::current_exe()?)
+                .env("REKON_BENCH_ROLE", "replica")
+                .env("REKON_BENCH_REPLICA", i.to_string())
+                .env("REKON_BENCH_REPLICAS", replicas.to_string())
+                .env("REKON_BENCH_KUBECONFIG", &sim.kubeconfig)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?;
+            let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+            children.push((child, lines));
+        }
+        // Every replica holds its share before the clock starts.
+        for (_, lines) in &mut children {
+            loop {
+                let line = lines.next().ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
+                if line == "ready" {
+                    break;
+                }
+            }
+        }
+        let t0 = Instant::now();
+        sim.send("start")?;
+        for (child, _) in &mut children {
+            let stdin = child.stdin.as_mut().expect("piped");
+            writeln!(stdin, "go")?;
+            stdin.flush()?;
+        }
+        sim.converged()?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let (mut cpu, mut rss) = (0.0, Vec::new());
+        for (mut child, mut lines) in children {
+            drop(child.stdin.take());
+            let r: Value = loop {
+                let line = lines.next().ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
+                if let Some(json) = line.strip_prefix("RESULT ") {
+                    break serde_json::from_str(json)?;
+                }
+            };
+            cpu += r["cpu_seconds"].as_f64().unwrap_or_default();
+            rss.push(format!("{:.0}", r["peak_rss_mib"].as_f64().unwrap_or_default()));
+            let _ = child.wait();
+        }
+        sim.stop();
+        println!(
+            "{:<9} {:>12.2} {:>12.0} {:>16.2} {:>22}",
+            replicas,
+            seconds,
+            (n * 3) as f64 / seconds.max(1e-9),
+            cpu,
+            rss.join("/"),
+        );
+    }
+    Ok(())
+}
+
+/// One sharded replica: join the group, wait for a fair share of the
+/// shards, print `ready`; on `go` load the plugin; on stdin closing print
+/// `RESULT` (CPU seconds, peak RSS) and stop.
+fn replica_main() -> anyhow::Result<()> {
+    let index: usize = std::env::var("REKON_BENCH_REPLICA")?.parse()?;
+    let replicas: u32 = std::env::var("REKON_BENCH_REPLICAS")?.parse()?;
+    let kubeconfig = std::path::PathBuf::from(std::env::var("REKON_BENCH_KUBECONFIG")?);
+    let rt = tokio::runtime::Runtime::new()?;
+    let _runtime = rt.enter();
+    let names: Vec<String> = CLUSTER_NAMES.iter().map(|s| (*s).to_owned()).collect();
+    let mut clients = Vec::new();
+    for name in &names {
+        clients.push(rt.block_on(connect(
+            name,
+            &Source::Context {
+                kubeconfig: Some(kubeconfig.clone()),
+                context: Some(name.clone()),
+            },
+            &rekon::cluster::user_agent_for(&format!("bench-replica-{index}")),
+        ))?);
+    }
+    let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
+    let plugin: Arc<dyn Reconciler> = Arc::new(runtime.load_file(plugin_path())?);
+    let config = rekon::ops::shard::ShardingConfig {
+        identity: format!("bench-replica-{index}"),
+        lease_duration: Duration::from_secs(4),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_millis(300),
+        ..rekon::ops::shard::ShardingConfig::new(SHARDS, "bench", "default")
+    };
+    let (shards, runner) = rekon::ops::shard::ShardRunner::new(
+        &clients[0],
+        config,
+        rekon::ops::metrics::Metrics::global().clone(),
+    )?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = rt.spawn(runner.run(async {
+        let _ = stop_rx.await;
+    }));
+    let share = (SHARDS / replicas) as usize;
+    rt.block_on(async {
+        let mut stable_since = None;
+        loop {
+            if shards.held().len() == share {
+                let since = *stable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(2) {
+                    break;
+                }
+            } else {
+                stable_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut stdin = std::io::stdin().lock().lines();
+    while let Some(line) = stdin.next() {
+        if line? == "go" {
+            break;
+        }
+    }
+    let cpu0 = cpu_seconds();
+    let manager = rt.block_on(async {
+        support::rekon_sharded_manager(&names, &clients, CONCURRENCY, Some(shards.clone()))
+    })?;
+    manager.upsert(plugin);
+    // Until the orchestrator closes stdin (the world converged).
+    for _ in stdin.by_ref() {}
+    let cpu = cpu_seconds() - cpu0;
+    let rss = peak_rss_mib();
+    println!(
+        "RESULT {}",
+        json!({"cpu_seconds": cpu, "peak_rss_mib": rss, "shards": shards.held()})
+    );
+    std::io::stdout().flush()?;
+    rt.block_on(manager.shutdown());
+    let _ = stop_tx.send(());
+    let _ = rt.block_on(runner);
+    Ok(())
 }

@@ -301,6 +301,7 @@ fn floor_main() -> anyhow::Result<()> {
                 kubeconfig: Some(sim.kubeconfig.clone()),
                 context: Some("main".into()),
             },
+            &rekon::cluster::default_user_agent(),
         )
         .await?;
         let api: Api<Node> = Api::all(client);
@@ -349,6 +350,7 @@ fn scenario_main() -> anyhow::Result<()> {
             kubeconfig: Some(sim.kubeconfig.clone()),
             context: Some("main".into()),
         },
+        &rekon::cluster::default_user_agent(),
     ))?;
     // Compiling the component is a one-time cost (cached on disk by digest
     // in production): done before the measurement starts.

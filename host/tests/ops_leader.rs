@@ -20,6 +20,8 @@ fn config(identity: &str) -> LeaderElectionConfig {
         lease_duration: Duration::from_millis(3000),
         renew_deadline: Duration::from_millis(2000),
         retry_period: Duration::from_millis(400),
+        // These tests partition a leader and expect it to campaign again.
+        on_lost: rekon::ops::leader::OnLost::Demote,
         ..LeaderElectionConfig::new("rekon", "default")
     }
 }
@@ -37,7 +39,7 @@ async fn client(sim: &SimCluster) -> anyhow::Result<kube::Client> {
 struct Running {
     gate: LeaderGate,
     stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<rekon::ops::leader::RunEnd>,
 }
 
 async fn start(

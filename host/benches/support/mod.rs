@@ -119,6 +119,19 @@ pub fn rekon_manager(
     clients: &[kube::Client],
     concurrency: usize,
 ) -> anyhow::Result<rekon::controller::Manager> {
+    rekon_sharded_manager(names, clients, concurrency, None)
+}
+
+/// [`rekon_manager`], reconciling only the keys of `shards` when given.
+///
+/// # Errors
+/// When a cluster cannot be added.
+pub fn rekon_sharded_manager(
+    names: &[String],
+    clients: &[kube::Client],
+    concurrency: usize,
+    shards: Option<rekon::ops::shard::Shards>,
+) -> anyhow::Result<rekon::controller::Manager> {
     let registry = rekon::cluster::ClusterRegistry::new(names[0].clone(), clients[0].clone());
     for (name, client) in names.iter().zip(clients).skip(1) {
         registry.add(name.clone(), client.clone())?;
@@ -133,6 +146,7 @@ pub fn rekon_manager(
         rekon::controller::ControllerConfig {
             max_concurrent_reconciles: concurrency,
             resync_period: None,
+            shards,
             ..rekon::controller::ControllerConfig::default()
         },
     ))

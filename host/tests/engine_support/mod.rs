@@ -133,6 +133,7 @@ pub async fn client(sim: &kube_sim::Sim, name: &str) -> anyhow::Result<kube::Cli
             kubeconfig: Some(sim.kubeconfig_path().to_path_buf()),
             context: Some(name.to_owned()),
         },
+        &rekon::cluster::default_user_agent(),
     )
     .await?)
 }
