@@ -464,7 +464,10 @@ const SHARDS: u32 = 6;
 fn orchestrate_replicas() -> anyhow::Result<()> {
     let n = objects();
     if !plugin_path().is_file() {
-        println!("sharded replicas skipped: {} not built", plugin_path().display());
+        println!(
+            "sharded replicas skipped: {} not built",
+            plugin_path().display()
+        );
         return Ok(());
     }
     println!();
@@ -497,7 +500,9 @@ fn orchestrate_replicas() -> anyhow::Result<()> {
         // Every replica holds its share before the clock starts.
         for (_, lines) in &mut children {
             loop {
-                let line = lines.next().ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
+                let line = lines
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
                 if line == "ready" {
                     break;
                 }
@@ -516,13 +521,18 @@ fn orchestrate_replicas() -> anyhow::Result<()> {
         for (mut child, mut lines) in children {
             drop(child.stdin.take());
             let r: Value = loop {
-                let line = lines.next().ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
+                let line = lines
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
                 if let Some(json) = line.strip_prefix("RESULT ") {
                     break serde_json::from_str(json)?;
                 }
             };
             cpu += r["cpu_seconds"].as_f64().unwrap_or_default();
-            rss.push(format!("{:.0}", r["peak_rss_mib"].as_f64().unwrap_or_default()));
+            rss.push(format!(
+                "{:.0}",
+                r["peak_rss_mib"].as_f64().unwrap_or_default()
+            ));
             let _ = child.wait();
         }
         sim.stop();

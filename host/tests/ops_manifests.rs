@@ -43,17 +43,17 @@ fn rekon(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
-const REGENERATE: &str = "regenerate with `make plugins && rekon rbac dist/plugins > deploy/rbac.yaml && rekon crds dist/plugins --out-dir deploy/crds`";
+const REGENERATE: &str = "regenerate with `make plugins && rekon rbac dist/plugins > deploy/base/rbac.yaml && rekon crds dist/plugins --out-dir deploy/base/crds`";
 
 #[test]
 fn checked_in_rbac_matches_rekon_rbac() {
     let plugins = seed_plugins();
     let generated = rekon(&["rbac", plugins.to_str().expect("utf-8 path")]);
-    let checked_in =
-        std::fs::read_to_string(repo().join("deploy/rbac.yaml")).expect("deploy/rbac.yaml");
+    let checked_in = std::fs::read_to_string(repo().join("deploy/base/rbac.yaml"))
+        .expect("deploy/base/rbac.yaml");
     assert!(
         generated == checked_in,
-        "deploy/rbac.yaml differs from `rekon rbac dist/plugins`; {REGENERATE}\n--- generated ---\n{generated}"
+        "deploy/base/rbac.yaml differs from `rekon rbac dist/plugins`; {REGENERATE}\n--- generated ---\n{generated}"
     );
 }
 
@@ -82,16 +82,19 @@ fn checked_in_crds_match_rekon_crds() {
         files
     };
     let generated = listing(out.path());
-    let checked_in = listing(&repo().join("deploy/crds"));
+    let checked_in = listing(&repo().join("deploy/base/crds"));
     assert!(generated.len() > 1, "the seed plugins declare CRDs");
     let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
     assert_eq!(
         names(&checked_in),
         names(&generated),
-        "deploy/crds/ files; {REGENERATE}"
+        "deploy/base/crds/ files; {REGENERATE}"
     );
     for ((name, want), (_, have)) in generated.iter().zip(&checked_in) {
-        assert!(want == have, "deploy/crds/{name} differs; {REGENERATE}");
+        assert!(
+            want == have,
+            "deploy/base/crds/{name} differs; {REGENERATE}"
+        );
     }
     // The stdout form holds the same documents.
     let printed = rekon(&["crds", plugins.to_str().expect("utf-8 path")]);
@@ -113,19 +116,90 @@ fn kubectl_available() -> bool {
 }
 
 fn render() -> String {
+    render_dir("deploy")
+}
+
+fn render_dir(dir: &str) -> String {
     let out = Command::new("kubectl")
-        .args([
-            "kustomize",
-            repo().join("deploy").to_str().expect("utf-8 path"),
-        ])
+        .args(["kustomize", repo().join(dir).to_str().expect("utf-8 path")])
         .output()
         .expect("run kubectl kustomize");
     assert!(
         out.status.success(),
-        "kubectl kustomize deploy/ failed: {}",
+        "kubectl kustomize {dir}/ failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8")
+}
+
+fn yaml_docs(rendered: &str) -> Vec<serde_yaml::Value> {
+    rendered
+        .split("\n---\n")
+        .map(|d| serde_yaml::from_str(d).expect("rendered YAML parses"))
+        .collect()
+}
+
+fn string_list(v: &serde_yaml::Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The sharded variant: the base's objects, three replicas with --shards
+/// instead of --leader-elect (arguments `rekon` accepts), and the Lease
+/// rights sharding adds (list the group's membership Leases, delete its
+/// own), in the host's namespace.
+#[test]
+fn kustomize_sharded_variant_runs_replicas_with_shards_and_lease_rights() {
+    assert!(
+        kubectl_available(),
+        "kubectl is needed to render deploy/sharded"
+    );
+    let base = yaml_docs(&render_dir("deploy/base"));
+    let docs = yaml_docs(&render_dir("deploy/sharded"));
+    assert_eq!(
+        docs.len(),
+        base.len() + 2,
+        "the base plus a Role and a RoleBinding"
+    );
+    let deploy = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("deployment");
+    assert_eq!(deploy["spec"]["replicas"], 3);
+    let args = string_list(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(args.iter().any(|a| a.starts_with("--shards=")), "{args:?}");
+    assert!(!args.iter().any(|a| a == "--leader-elect"), "{args:?}");
+    let mut check = args.clone();
+    check.push("--help".to_owned());
+    let out = Command::new(env!("CARGO_BIN_EXE_rekon"))
+        .args(&check)
+        .output()
+        .expect("run rekon");
+    assert!(
+        out.status.success(),
+        "the sharded Deployment's args are not accepted by `rekon`: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "rekon-sharding")
+        .expect("sharding Role");
+    assert_eq!(role["metadata"]["namespace"], "rekon-system");
+    let rule = &role["rules"][0];
+    assert_eq!(string_list(&rule["resources"]), ["leases"]);
+    assert_eq!(string_list(&rule["verbs"]), ["list", "delete"]);
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "RoleBinding" && d["metadata"]["name"] == "rekon-sharding")
+        .expect("sharding RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "rekon-system");
+    assert_eq!(binding["subjects"][0]["name"], "rekon");
+    assert_eq!(binding["subjects"][0]["namespace"], "rekon-system");
 }
 
 #[test]

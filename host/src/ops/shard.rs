@@ -70,6 +70,9 @@ use super::metrics::Metrics;
 /// Label of the membership Leases; its value is the shard group name.
 pub const GROUP_LABEL: &str = "rekon.dev/shard-group";
 
+/// Annotation of a membership Lease: the member's shard count.
+pub const SHARDS_ANNOTATION: &str = "rekon.dev/shards";
+
 /// The most shards a group may have.
 pub const MAX_SHARDS: u32 = 1024;
 
@@ -351,7 +354,40 @@ impl std::fmt::Debug for ShardRunner {
 /// A member as last observed: its record and when it last changed, on our clock.
 struct Observed {
     spec: Option<LeaseSpec>,
+    shards: Option<u32>,
+    created: Option<k8s_openapi::jiff::Timestamp>,
     changed_at: Instant,
+}
+
+/// A live member as the assignment sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its identity.
+    pub identity: String,
+    /// Its shard count (`None`: not announced).
+    pub shards: Option<u32>,
+    /// When its membership Lease was created (the API server's clock).
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
+}
+
+/// Whether `me` must hold no shard because an older live member runs a
+/// different shard count: keys map to shards by the count, so two counts
+/// at once could give one key two owners. The older group keeps serving
+/// until its members leave (a rollout that changes `--shards`), then the
+/// newer one takes over; members that joined later never make an older one
+/// stand down, so the two cannot wait for each other.
+#[must_use]
+pub fn defer_to_older(me: &Member, members: &[Member]) -> bool {
+    members.iter().any(|m| {
+        m.identity != me.identity
+            && m.shards.is_some_and(|n| Some(n) != me.shards)
+            && match (m.created, me.created) {
+                (Some(theirs), Some(mine)) => (theirs, &m.identity) < (mine, &me.identity),
+                // We have not seen our own Lease yet: we are the newcomer.
+                (Some(_), None) => true,
+                _ => false,
+            }
+    })
 }
 
 impl ShardRunner {
@@ -448,18 +484,50 @@ impl ShardRunner {
         let member = self.config.member_lease(&self.config.identity);
         let mut observed: HashMap<String, Observed> = HashMap::new();
         let mut mine: Vec<u32> = Vec::new();
+        let mut deferring = false;
         tokio::pin!(shutdown);
         loop {
             self.renew_membership(&member).await;
-            let members = self.live_members(&mut observed).await;
+            let live = self.live_members(&mut observed).await;
+            let me = live
+                .iter()
+                .find(|m| m.identity == self.config.identity)
+                .cloned()
+                .expect("self is always a member");
+            let defer = defer_to_older(&me, &live);
+            if defer != deferring {
+                if defer {
+                    warn!(
+                        group = %self.config.name,
+                        shards = self.config.shards,
+                        others = ?live.iter().filter(|m| m.shards != me.shards).map(|m| (&m.identity, m.shards)).collect::<Vec<_>>(),
+                        "older members of the group run a different shard count: holding no shard until they leave"
+                    );
+                } else {
+                    info!(group = %self.config.name, "no member runs a different shard count any more");
+                }
+                deferring = defer;
+            }
+            // Members of the same shard count share the work.
+            let members: Vec<String> = live
+                .iter()
+                .filter(|m| {
+                    m.identity == me.identity || m.shards == me.shards || m.shards.is_none()
+                })
+                .map(|m| m.identity.clone())
+                .collect();
             let assignment = assign(self.config.shards, &members);
             let me = members
                 .iter()
                 .position(|m| *m == self.config.identity)
                 .expect("self is always a member");
-            let assigned: Vec<u32> = (0..self.config.shards)
-                .filter(|&s| assignment[s as usize] == me)
-                .collect();
+            let assigned: Vec<u32> = if defer {
+                Vec::new()
+            } else {
+                (0..self.config.shards)
+                    .filter(|&s| assignment[s as usize] == me)
+                    .collect()
+            };
             if assigned != mine {
                 info!(
                     group = %self.config.name,
@@ -470,7 +538,7 @@ impl ShardRunner {
                 mine = assigned;
             }
             for (s, want) in self.wants.iter().enumerate() {
-                let wanted = assignment[s] == me;
+                let wanted = !defer && assignment[s] == me;
                 want.send_if_modified(|w| std::mem::replace(w, wanted) != wanted);
             }
             let wait = self
@@ -508,6 +576,11 @@ impl ShardRunner {
         let result = match self.api.get_opt(member).await {
             Ok(Some(mut lease)) => {
                 lease.spec = Some(spec);
+                lease
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(SHARDS_ANNOTATION.to_owned(), self.config.shards.to_string());
                 self.api
                     .replace(member, &PostParams::default(), &lease)
                     .await
@@ -520,6 +593,10 @@ impl ShardRunner {
                         labels: Some(BTreeMap::from([(
                             GROUP_LABEL.to_owned(),
                             self.config.name.clone(),
+                        )])),
+                        annotations: Some(BTreeMap::from([(
+                            SHARDS_ANNOTATION.to_owned(),
+                            self.config.shards.to_string(),
                         )])),
                         ..ObjectMeta::default()
                     },
@@ -534,8 +611,8 @@ impl ShardRunner {
         }
     }
 
-    /// Identities of the live members, sorted, always including ourselves.
-    async fn live_members(&self, observed: &mut HashMap<String, Observed>) -> Vec<String> {
+    /// The live members, sorted by identity, always including ourselves.
+    async fn live_members(&self, observed: &mut HashMap<String, Observed>) -> Vec<Member> {
         let params = ListParams::default().labels(&format!("{GROUP_LABEL}={}", self.config.name));
         match self.api.list(&params).await {
             Ok(list) => {
@@ -549,10 +626,18 @@ impl ShardRunner {
                         Some(o) if o.spec == lease.spec => o.changed_at,
                         _ => now,
                     };
+                    let shards = lease
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(SHARDS_ANNOTATION))
+                        .and_then(|v| v.parse().ok());
                     seen.insert(
                         name,
                         Observed {
                             spec: lease.spec,
+                            shards,
+                            created: lease.metadata.creation_timestamp.map(|t| t.0),
                             changed_at,
                         },
                     );
@@ -564,7 +649,7 @@ impl ShardRunner {
             }
         }
         let now = Instant::now();
-        let mut members: Vec<String> = observed
+        let mut members: Vec<Member> = observed
             .values()
             .filter_map(|o| {
                 let spec = o.spec.as_ref()?;
@@ -572,13 +657,23 @@ impl ShardRunner {
                 let duration = Duration::from_secs(
                     u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0),
                 );
-                (now < o.changed_at + duration).then(|| holder.to_owned())
+                (now < o.changed_at + duration).then(|| Member {
+                    identity: holder.to_owned(),
+                    shards: o.shards,
+                    created: o.created,
+                })
             })
             .collect();
-        members.push(self.config.identity.clone());
-        members.sort();
-        members.dedup();
-        debug!(group = %self.config.name, members = ?members, "live members");
+        if !members.iter().any(|m| m.identity == self.config.identity) {
+            members.push(Member {
+                identity: self.config.identity.clone(),
+                shards: Some(self.config.shards),
+                created: None,
+            });
+        }
+        members.sort_by(|a, b| a.identity.cmp(&b.identity));
+        members.dedup_by(|a, b| a.identity == b.identity);
+        debug!(group = %self.config.name, members = ?members.iter().map(|m| &m.identity).collect::<Vec<_>>(), "live members");
         members
     }
 }
@@ -658,6 +753,32 @@ mod tests {
             let share = (n as usize).div_ceil(m + 1);
             assert!(moved <= share * 2, "{m}→{}: moved {moved} of {n}", m + 1);
         }
+    }
+
+    #[test]
+    fn a_different_shard_count_defers_only_to_older_members() {
+        let t = |s: i64| Some(k8s_openapi::jiff::Timestamp::from_second(s).unwrap());
+        let m = |id: &str, shards: u32, created| Member {
+            identity: id.to_owned(),
+            shards: Some(shards),
+            created,
+        };
+        let old_a = m("old-a", 12, t(100));
+        let old_b = m("old-b", 12, t(101));
+        let new_a = m("new-a", 8, t(200));
+        let all = vec![new_a.clone(), old_a.clone(), old_b.clone()];
+        // The newcomer with another count waits; the older ones serve on.
+        assert!(defer_to_older(&new_a, &all));
+        assert!(!defer_to_older(&old_a, &all));
+        assert!(!defer_to_older(&old_b, &all));
+        // Once the old members are gone, it serves.
+        assert!(!defer_to_older(&new_a, std::slice::from_ref(&new_a)));
+        // Same count: nobody defers.
+        let same = vec![old_a.clone(), m("new-c", 12, t(300))];
+        assert!(same.iter().all(|me| !defer_to_older(me, &same)));
+        // Our own Lease not seen yet: we are the newcomer.
+        let unseen = m("new-d", 8, None);
+        assert!(defer_to_older(&unseen, &[unseen.clone(), old_a]));
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ async fn plan_reports_the_node_patches_and_writes_nothing() {
         let sim = Sim::start(&["main"]).await.expect("kube-sim starts");
         let main = sim.cluster("main");
         for file in [
-            "crds/nodepools.nodes.lailin.xyz.yaml",
+            "base/crds/nodepools.nodes.lailin.xyz.yaml",
             "samples/nodes.yaml",
             "samples/nodepools.yaml",
         ] {
