@@ -605,7 +605,7 @@ fn replica_main() -> anyhow::Result<()> {
     println!("ready");
     std::io::stdout().flush()?;
     let mut stdin = std::io::stdin().lock().lines();
-    while let Some(line) = stdin.next() {
+    for line in stdin.by_ref() {
         if line? == "go" {
             break;
         }

@@ -902,7 +902,10 @@ mod tests {
     async fn one_of_two_leads_and_the_other_takes_over_after_release() {
         let store = MemStore::default();
         let a = LeaderElector::with_store(store.clone(), config("a")).unwrap();
-        let b = LeaderElector::with_store(store.clone(), config("b")).unwrap();
+        let metrics = Metrics::new();
+        let b = LeaderElector::with_store(store.clone(), config("b"))
+            .unwrap()
+            .with_metrics(metrics.clone());
         let (ga, gb) = (a.gate(), b.gate());
         let (stop_a, stopped_a) = tokio::sync::oneshot::channel::<()>();
         let ta = tokio::spawn(a.run(async {
@@ -937,6 +940,18 @@ mod tests {
             .unwrap()
             .lease_transitions;
         assert_eq!(transitions, Some(1));
+        // b observed the lease without a valid holder (released) for at
+        // most one retry period before it took it.
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                "rekon_leader_election_leaderless_seconds_count{name=\"rekon-system/rekon\"} 1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("rekon_leader_election_transitions_total{name=\"rekon-system/rekon\"} 1")
+        );
     }
 
     #[tokio::test(start_paused = true)]
