@@ -213,6 +213,12 @@ impl Shared {
             debug!(plugin = %self.name, request = %key, "request for a cluster whose primaries the plugin does not reconcile; dropped");
             return;
         }
+        // Sharding: another replica's key (gaining its shard requeues it).
+        if let Some(shards) = &self.ctx.config.shards
+            && !shards.owns_key(&key.cluster, key.namespace.as_deref(), &key.name)
+        {
+            return;
+        }
         self.metrics.add();
         let mut queue = self.queue.lock();
         if queue.add(key, reason) {

@@ -203,7 +203,17 @@ impl Ops {
                 self.config.metrics_addr,
                 self.config.probe_addr,
                 self.metrics.clone(),
-                readiness(engine),
+                {
+                    let ready = readiness(engine);
+                    match self.shards.as_ref().map(|(s, _)| s.clone()) {
+                        // Informational, like `degraded`: holding no shard
+                        // (yet, or because of a rollout) is not unready.
+                        Some(shards) => ready.detail("shards", move || {
+                            vec![format!("holding {:?} of {}", shards.held(), shards.count())]
+                        }),
+                        None => ready,
+                    }
+                },
             )
             .await?;
             self.server = Some(server);

@@ -425,8 +425,13 @@ async fn three_sharded_replicas_split_the_work_and_survive_a_kill_and_a_return()
         .unwrap();
         let takeover = killed.elapsed();
         println!("a killed replica's shards were taken over after {takeover:?} (lease {LEASE:?})");
+        // The last renewal was at most a jittered retry before the kill;
+        // the others see the membership and shard Leases unchanged for a
+        // lease duration from when they observed them (≤ a retry later) and
+        // act at their next loop (≤ a retry later): lease + ~3 retries, with
+        // slack for a loaded test machine.
         assert!(
-            takeover <= LEASE + RETRY * 4,
+            takeover <= LEASE + Duration::from_secs(3),
             "takeover took {takeover:?}"
         );
         for i in 30..45 {
