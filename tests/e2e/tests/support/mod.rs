@@ -185,7 +185,11 @@ impl Secured {
         // sub: the CRDs, and an identity holding the generated ClusterRole only.
         kubectl(
             &sub_admin,
-            &["apply", "-k", deploy.join("base").join("crds").to_str().unwrap()],
+            &[
+                "apply",
+                "-k",
+                deploy.join("base").join("crds").to_str().unwrap(),
+            ],
         );
         let cluster_role = rendered
             .iter()
