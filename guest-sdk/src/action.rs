@@ -428,11 +428,11 @@ impl Action {
     /// The RBAC verb the host needs for this action (`None` for events,
     /// which the host records under its own identity).
     #[must_use]
-    pub fn verb(&self) -> Option<&'static str> {
+    pub fn verb(&self) -> Option<crate::Verb> {
         match self {
-            Action::Apply(_) | Action::Patch(_) => Some("patch"),
-            Action::Create(_) => Some("create"),
-            Action::Delete(_) => Some("delete"),
+            Action::Apply(_) | Action::Patch(_) => Some(crate::Verb::Patch),
+            Action::Create(_) => Some(crate::Verb::Create),
+            Action::Delete(_) => Some(crate::Verb::Delete),
             Action::Event(_) => None,
         }
     }
@@ -706,19 +706,19 @@ mod tests {
             .resource_version("7")
             .status()
             .into();
-        assert_eq!(patch.verb(), Some("patch"));
+        assert_eq!(patch.verb(), Some(crate::Verb::Patch));
         assert!(patch.is_status());
         assert_eq!(patch.cluster(), "sub");
         let del: Action = Action::delete(node.clone())
             .propagation(Propagation::Foreground)
             .uid("u1")
             .into();
-        assert_eq!(del.verb(), Some("delete"));
+        assert_eq!(del.verb(), Some(crate::Verb::Delete));
         let ev: Action = Action::warning_event(node, "Bad", "Check", "broken").into();
         assert_eq!(ev.verb(), None);
         assert!(!ev.is_write());
         let create: Action = Action::create("main", &cm("a", "b")).unwrap().into();
-        assert_eq!(create.verb(), Some("create"));
+        assert_eq!(create.verb(), Some(crate::Verb::Create));
         assert_eq!(create.target().unwrap().resource.kind, "ConfigMap");
     }
 

@@ -227,7 +227,7 @@ impl From<Registration> for wit::Registration {
                 .into_iter()
                 .map(|p| wit::Permission {
                     resource: (&p.resource).into(),
-                    verbs: p.verbs,
+                    verbs: p.verbs.iter().map(|v| v.as_str().to_owned()).collect(),
                     status: p.status,
                     clusters: p.clusters.into(),
                 })

@@ -35,7 +35,7 @@
 //! impl Plugin for Stamper {
 //!     fn register() -> Result<Registration, Error> {
 //!         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
-//!             .permission::<ConfigMap>(&["get", "list", "watch", "patch"], ClusterSet::Primary))
+//!             .permission::<ConfigMap>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary))
 //!     }
 //!
 //!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
@@ -64,7 +64,7 @@
 //! # impl Plugin for Stamper {
 //! #     fn register() -> Result<Registration, Error> {
 //! #         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
-//! #             .permission::<ConfigMap>(&["get", "list", "watch", "patch"], ClusterSet::Primary))
+//! #             .permission::<ConfigMap>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary))
 //! #     }
 //! #     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
 //! #         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
@@ -148,7 +148,7 @@ pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;
 pub use plugin::Plugin;
-pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Watch};
+pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Verb, Watch};
 pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
 
 pub use k8s_openapi;

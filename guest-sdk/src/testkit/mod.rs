@@ -19,7 +19,7 @@
 //! impl Plugin for Copier {
 //!     fn register() -> Result<Registration, Error> {
 //!         Ok(Registration::new::<ConfigMap>("copier", "0.1.0")
-//!             .permission::<ConfigMap>(&["get", "patch"], ClusterSet::Primary))
+//!             .permission::<ConfigMap>(&[Verb::Get, Verb::Patch], ClusterSet::Primary))
 //!     }
 //!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
 //!         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
@@ -941,7 +941,7 @@ fn check_permission(
     } else {
         Err(TestkitError::Forbidden {
             plugin: reg.name.clone(),
-            verb: verb.to_owned(),
+            verb: verb.as_str().to_owned(),
             status: action.is_status(),
             target: target.to_string(),
         })

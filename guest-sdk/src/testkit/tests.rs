@@ -44,8 +44,11 @@ impl Plugin for Labeler {
         Ok(Registration::new::<ConfigMap>("labeler", "0.1.0")
             .watch::<Node>(ClusterSet::Primary, Mapping::AllPrimaries)
             .finalizer(FINALIZER)
-            .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
-            .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary))
+            .permission::<Node>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::Primary,
+            )
+            .permission::<ConfigMap>(Verb::READ, ClusterSet::Primary))
     }
 
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
@@ -292,7 +295,7 @@ impl Plugin for Writer {
         Ok(Registration::new::<ConfigMap>("writer", "0.1.0")
             .finalizer("writer.rekon.dev/f")
             .status_permission::<ConfigMap>(
-                &["get", "create", "patch", "delete"],
+                &[Verb::Get, Verb::Create, Verb::Patch, Verb::Delete],
                 ClusterSet::Primary,
             ))
     }
@@ -506,7 +509,7 @@ struct Restless;
 impl Plugin for Restless {
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("restless", "0.1.0")
-            .permission::<ConfigMap>(&["patch"], ClusterSet::Primary))
+            .permission::<ConfigMap>(&[Verb::Patch], ClusterSet::Primary))
     }
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
         let cm = ctx
@@ -678,7 +681,13 @@ impl Plugin for Spreader {
             .clusters(ClusterSet::All)
             .finalizer(SPREADER_FINALIZER)
             .permission::<ConfigMap>(
-                &["get", "list", "watch", "patch", "delete"],
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Patch,
+                    Verb::Delete,
+                ],
                 ClusterSet::All,
             ))
     }

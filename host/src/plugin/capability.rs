@@ -28,55 +28,7 @@ use super::bindings::types::{Action, ClusterInfo, ClusterSet, Outcome, Registrat
 use super::error::CallError;
 use super::policy::PluginPolicy;
 
-/// A Kubernetes RBAC verb a permission can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verb {
-    /// get
-    Get,
-    /// list
-    List,
-    /// watch
-    Watch,
-    /// create
-    Create,
-    /// update
-    Update,
-    /// patch
-    Patch,
-    /// delete
-    Delete,
-}
-
-impl Verb {
-    /// Parses an RBAC verb (`*` is not accepted: permissions are explicit).
-    #[must_use]
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "get" => Self::Get,
-            "list" => Self::List,
-            "watch" => Self::Watch,
-            "create" => Self::Create,
-            "update" => Self::Update,
-            "patch" => Self::Patch,
-            "delete" => Self::Delete,
-            _ => return None,
-        })
-    }
-
-    /// The RBAC spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Get => "get",
-            Self::List => "list",
-            Self::Watch => "watch",
-            Self::Create => "create",
-            Self::Update => "update",
-            Self::Patch => "patch",
-            Self::Delete => "delete",
-        }
-    }
-}
+pub use rekon_rules::Verb;
 
 /// `Node`, `Job.batch`, `NodePool.nodes.lailin.xyz`.
 pub(crate) fn describe_resource(r: &Resource) -> String {

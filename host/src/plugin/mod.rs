@@ -59,6 +59,7 @@ mod policy;
 mod registry;
 mod runtime;
 mod sandbox;
+mod validation;
 
 pub use bindings::types::{
     Action, ApplyAction, ClusterHealth, ClusterInfo, ClusterSet, CreateAction, DeleteAction,
@@ -79,6 +80,7 @@ pub use registry::{PluginRegistry, PluginStatus, RegistryEvent};
 pub use runtime::{
     CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };
+pub use validation::validate_registration;
 
 /// Read access to the host's caches, given to a plugin for one call.
 ///

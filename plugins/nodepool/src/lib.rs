@@ -551,13 +551,32 @@ impl Plugin for NodePoolPlugin {
                 .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
                 .finalizer(FINALIZER)
                 .permission::<NodePool>(
-                    &["get", "list", "watch", "patch", "update"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Patch,
+                        Verb::Update,
+                    ],
                     ClusterSet::Primary,
                 )
-                .status_permission::<NodePool>(&["get", "patch", "update"], ClusterSet::Primary)
-                .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
+                .status_permission::<NodePool>(
+                    &[Verb::Get, Verb::Patch, Verb::Update],
+                    ClusterSet::Primary,
+                )
+                .permission::<Node>(
+                    &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                    ClusterSet::Primary,
+                )
                 .permission::<RuntimeClass>(
-                    &["get", "list", "watch", "create", "patch", "delete"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Create,
+                        Verb::Patch,
+                        Verb::Delete,
+                    ],
                     ClusterSet::Primary,
                 )
                 .crd(NodePool::crd()),

@@ -269,15 +269,30 @@ impl Plugin for TestFanout {
                 .watch::<Job>(ClusterSet::All, Mapping::OwnerLabels(owner_labels()))
                 .finalizer(FINALIZER)
                 .permission::<Test>(
-                    &["get", "list", "watch", "patch", "update"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Patch,
+                        Verb::Update,
+                    ],
                     ClusterSet::Primary,
                 )
-                .status_permission::<Test>(&["get", "patch", "update"], ClusterSet::Primary)
+                .status_permission::<Test>(
+                    &[Verb::Get, Verb::Patch, Verb::Update],
+                    ClusterSet::Primary,
+                )
                 .permission::<Job>(
-                    &["get", "list", "watch", "create", "delete"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Create,
+                        Verb::Delete,
+                    ],
                     ClusterSet::All,
                 )
-                .permission::<Namespace>(&["get", "create"], ClusterSet::All)
+                .permission::<Namespace>(&[Verb::Get, Verb::Create], ClusterSet::All)
                 .crd(Test::crd()),
         )
     }

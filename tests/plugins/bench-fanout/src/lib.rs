@@ -32,8 +32,11 @@ impl Plugin for BenchFanout {
                 )),
                 "owner.name",
             )
-            .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary)
-            .permission::<Secret>(&["get", "list", "watch", "patch"], ClusterSet::All))
+            .permission::<ConfigMap>(Verb::READ, ClusterSet::Primary)
+            .permission::<Secret>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::All,
+            ))
     }
 
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {

@@ -20,8 +20,12 @@ pub struct BenchNode;
 
 impl Plugin for BenchNode {
     fn register() -> Result<Registration, Error> {
-        Ok(Registration::new::<Node>("bench-node", "1.0.0")
-            .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::All))
+        Ok(
+            Registration::new::<Node>("bench-node", "1.0.0").permission::<Node>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::All,
+            ),
+        )
     }
 
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {

@@ -74,7 +74,7 @@ impl Plugin for Chaos {
             return Err(Error::terminal(REGISTER_FAILURE));
         }
         Ok(Registration::new::<ConfigMap>("chaos", VERSION)
-            .permission::<ConfigMap>(&["get", "patch"], ClusterSet::Primary))
+            .permission::<ConfigMap>(&[Verb::Get, Verb::Patch], ClusterSet::Primary))
     }
 
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
@@ -275,7 +275,7 @@ mod tests {
         assert_eq!(reg.primary, ResourceType::of::<ConfigMap>());
         assert_eq!(reg.primary.scope, Scope::Namespaced);
         assert_eq!(reg.permissions.len(), 1);
-        assert_eq!(reg.permissions[0].verbs, ["get", "patch"]);
+        assert_eq!(reg.permissions[0].verbs, [Verb::Get, Verb::Patch]);
         assert_eq!(reg.permissions[0].clusters, ClusterSet::Primary);
         assert!(reg.watches.is_empty() && reg.finalizer.is_none());
     }

@@ -52,10 +52,19 @@ impl Plugin for CmSync {
             .watch::<Namespace>(ClusterSet::All, Mapping::Custom)
             .finalizer(FINALIZER)
             .permission::<ConfigMap>(
-                &["get", "list", "watch", "patch", "delete"],
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Patch,
+                    Verb::Delete,
+                ],
                 ClusterSet::All,
             )
-            .permission::<Namespace>(&["get", "list", "watch", "create"], ClusterSet::All))
+            .permission::<Namespace>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Create],
+                ClusterSet::All,
+            ))
     }
 
     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
