@@ -147,7 +147,7 @@ pub use context::{
 pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;
-pub use plugin::Plugin;
+pub use plugin::{Event, Plugin};
 pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Verb, Watch};
 pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
 

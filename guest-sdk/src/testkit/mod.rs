@@ -28,7 +28,7 @@
 //!         applied.metadata.name = Some(req.name.clone());
 //!         applied.metadata.namespace = req.namespace.clone();
 //!         applied.data = Some([("copy".to_string(), source)].into());
-//!         Ok(Outcome::done().with(Action::apply(&req.cluster, &applied)?))
+//!         Ok(Outcome::done().with(Action::apply(&req.cluster, &applied)))
 //!     }
 //! }
 //!
@@ -416,8 +416,7 @@ impl World {
     ///
     /// If the object has no name: a test bug.
     pub fn insert<K: Kind + Serialize>(&mut self, cluster: &str, obj: &K) -> ObjectRef {
-        let value = typed_to_json(obj)
-            .unwrap_or_else(|e| panic!("failed to serialize the inserted object: {e}"));
+        let value = typed_to_json(obj);
         let mut target = self.insert_json(cluster, value);
         target.resource = K::resource_type();
         target
@@ -545,8 +544,7 @@ impl World {
             let mut typed: K = serde_json::from_value(value.clone())
                 .unwrap_or_else(|e| panic!("failed to decode {target} for update: {e}"));
             f(&mut typed);
-            *value =
-                typed_to_json(&typed).unwrap_or_else(|e| panic!("failed to encode {target}: {e}"));
+            *value = typed_to_json(&typed);
         })
     }
 
@@ -595,7 +593,7 @@ impl World {
             Some(Step::Reconcile { phase, .. }) => phase,
         };
         let ctx = self.restricted_context(reg).with_phase(phase);
-        let result = P::reconcile(&ctx, req);
+        let result = P::reconcile_request(&ctx, req);
         self.state.borrow_mut().reads = None;
         result.map_err(|error| TestkitError::Reconcile {
             request: req.clone(),

@@ -538,6 +538,8 @@ fn node_ready(node: &Node) -> bool {
 pub struct NodePoolPlugin;
 
 impl Plugin for NodePoolPlugin {
+    type Primary = NodePool;
+
     fn register() -> Result<Registration, Error> {
         Ok(
             Registration::new::<NodePool>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
@@ -583,14 +585,12 @@ impl Plugin for NodePoolPlugin {
         )
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(pool) = ctx.get_requested::<NodePool>(req)? else {
-            return Ok(Outcome::done()); // deleted meanwhile
-        };
+    fn reconcile(ctx: &Context, req: &Request, event: Event<NodePool>) -> Result<Outcome, Error> {
+        let deleting = event.is_cleanup();
+        let pool = event.into_primary();
         let name = pool.name_any();
         let cluster = req.cluster.as_str();
         let pool_ref = ObjectRef::for_request::<NodePool>(req);
-        let deleting = pool.metadata.deletion_timestamp.is_some();
         let problems = invalid_spec(&pool.spec);
 
         // Only the pool's nodes: members (role label) and nodes it recorded
@@ -666,7 +666,7 @@ impl Plugin for NodePoolPlugin {
                     ),
                 ));
             }
-            return Ok(outcome.finalized());
+            return Ok(outcome);
         }
 
         let mut outcome = Outcome::done();
@@ -711,7 +711,7 @@ impl Plugin for NodePoolPlugin {
                         None => delete,
                     });
                 }
-                outcome.push(Action::apply(cluster, &want_rc)?.force());
+                outcome.push(Action::apply(cluster, &want_rc).force());
                 outcome.push(Action::normal_event(
                     pool_ref.clone(),
                     "RuntimeClassUpdated",

@@ -20,6 +20,8 @@ use serde_json::json;
 pub struct BenchFanout;
 
 impl Plugin for BenchFanout {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("bench-fanout", "1.0.0")
             .clusters(ClusterSet::All)
@@ -39,10 +41,8 @@ impl Plugin for BenchFanout {
             ))
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-            return Ok(Outcome::done());
-        };
+    fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let cm = event.into_primary();
         let value = cm
             .data
             .as_ref()
