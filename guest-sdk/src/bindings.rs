@@ -218,7 +218,9 @@ impl From<Registration> for wit::Registration {
                     resource: (&w.resource).into(),
                     clusters: w.clusters.into(),
                     mapping: w.mapping.into(),
-                    label_selector: w.label_selector,
+                    // The SDK does not narrow watches: the host's caches
+                    // are shared per resource and cluster.
+                    label_selector: None,
                 })
                 .collect(),
             finalizer: r.finalizer,

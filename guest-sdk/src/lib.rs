@@ -33,15 +33,17 @@
 //! pub struct Stamper;
 //!
 //! impl Plugin for Stamper {
+//!     /// The SDK reads the requested ConfigMap once and hands it over.
+//!     type Primary = ConfigMap;
+//!
 //!     fn register() -> Result<Registration, Error> {
 //!         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
 //!             .permission::<ConfigMap>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary))
 //!     }
 //!
-//!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-//!         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-//!             return Ok(Outcome::done()); // gone meanwhile
-//!         };
+//!     fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+//!         // Cleanup (a deletion): nothing to undo; `Ok` lets it go.
+//!         let Event::Apply(cm) = event else { return Ok(Outcome::done()) };
 //!         if cm.labels().get("example.com/seen").is_some_and(|v| v == "true") {
 //!             return Ok(Outcome::done());
 //!         }
@@ -62,12 +64,13 @@
 //! # use serde_json::json;
 //! # pub struct Stamper;
 //! # impl Plugin for Stamper {
+//! #     type Primary = ConfigMap;
 //! #     fn register() -> Result<Registration, Error> {
 //! #         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
 //! #             .permission::<ConfigMap>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary))
 //! #     }
-//! #     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-//! #         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
+//! #     fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+//! #         let Event::Apply(cm) = event else { return Ok(Outcome::done()) };
 //! #         if cm.labels().get("example.com/seen").is_some_and(|v| v == "true") { return Ok(Outcome::done()); }
 //! #         let patch = json!({"metadata": {"labels": {"example.com/seen": "true"}}});
 //! #         Ok(Outcome::done().with(Action::merge_patch(ObjectRef::for_request::<ConfigMap>(req), patch)))

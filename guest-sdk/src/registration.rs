@@ -175,8 +175,6 @@ pub struct Watch {
     pub clusters: ClusterSet,
     /// How its events become requests.
     pub mapping: Mapping,
-    /// Optional label selector narrowing the watch.
-    pub label_selector: Option<String>,
 }
 
 /// Something the plugin may do. Every action it returns is checked against
@@ -227,7 +225,9 @@ pub struct Registration {
     /// Label selector narrowing the primaries (default: every object of the
     /// primary kind in the primary clusters).
     pub primary_selector: Option<String>,
-    /// Clusters the plugin reads and writes in (default: the primary cluster).
+    /// Clusters whose engagement or disengagement requeues every primary
+    /// (default: the primary cluster). Reads are governed by the primary
+    /// clusters and the watches, writes by the permissions.
     pub clusters: ClusterSet,
     /// Other resources to watch.
     pub watches: Vec<Watch>,
@@ -292,30 +292,22 @@ impl Registration {
         self
     }
 
-    /// Clusters the plugin covers (reads and writes in).
+    /// Clusters whose engagement or disengagement requeues every primary
+    /// (a fan-out plugin covering [`ClusterSet::All`] hears of a new
+    /// cluster this way). It grants no reads or writes: those come from
+    /// the primary clusters, the watches and the permissions.
     pub fn clusters(mut self, clusters: ClusterSet) -> Self {
         self.clusters = clusters;
         self
     }
 
-    /// Watch `K` in `clusters`, mapping its events with `mapping`.
+    /// Watch `K` in `clusters`, mapping its events with `mapping`. The
+    /// host's shared cache of `K` in those clusters holds every object of
+    /// the kind (the plugin reads them with [`Context::list`](crate::Context::list),
+    /// narrowing by label selector there); the mapping decides which
+    /// events wake which primaries.
     pub fn watch<K: Kind>(self, clusters: ClusterSet, mapping: Mapping) -> Self {
-        self.watch_resource(K::resource_type(), clusters, mapping, None)
-    }
-
-    /// Watch only the objects of `K` matching `label_selector`.
-    pub fn watch_selected<K: Kind>(
-        self,
-        clusters: ClusterSet,
-        mapping: Mapping,
-        label_selector: &str,
-    ) -> Self {
-        self.watch_resource(
-            K::resource_type(),
-            clusters,
-            mapping,
-            Some(label_selector.to_owned()),
-        )
+        self.watch_resource(K::resource_type(), clusters, mapping)
     }
 
     /// Watch a resource type spelled out by hand.
@@ -324,13 +316,11 @@ impl Registration {
         resource: ResourceType,
         clusters: ClusterSet,
         mapping: Mapping,
-        label_selector: Option<String>,
     ) -> Self {
         self.watches.push(Watch {
             resource,
             clusters,
             mapping,
-            label_selector,
         });
         self
     }
@@ -448,6 +438,7 @@ impl Registration {
                         | Mapping::AllPrimaries
                         | Mapping::Custom => rules::Mapping::Plain,
                     },
+                    label_selector: None,
                 })
                 .collect(),
             finalizer: self.finalizer.clone(),
@@ -546,7 +537,7 @@ mod tests {
         let reg = Registration::new::<ConfigMap>("demo", "1.0.0")
             .clusters(ClusterSet::All)
             .watch::<Node>(ClusterSet::All, Mapping::AllPrimaries)
-            .watch_selected::<Secret>(ClusterSet::Primary, Mapping::OwnerReference, "app=demo")
+            .watch::<Secret>(ClusterSet::Primary, Mapping::OwnerReference)
             .finalizer("demo.rekon.dev/cleanup")
             .permission::<Node>(&[Verb::Get, Verb::Patch], ClusterSet::All)
             .status_permission::<ConfigMap>(&[Verb::Patch], ClusterSet::Primary)
@@ -555,7 +546,6 @@ mod tests {
         assert_eq!(reg.primary.kind, "ConfigMap");
         assert_eq!(reg.primary.scope, Scope::Namespaced);
         assert_eq!(reg.watches[0].resource.scope, Scope::Cluster);
-        assert_eq!(reg.watches[1].label_selector.as_deref(), Some("app=demo"));
         assert!(reg.allows(
             &ResourceType::of::<Node>(),
             Verb::Patch,

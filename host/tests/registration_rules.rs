@@ -25,11 +25,13 @@ thread_local! {
 struct Generated;
 
 impl Plugin for Generated {
+    type Primary = rekon_sdk::k8s_openapi::api::core::v1::ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(GENERATED.with(|g| g.borrow().clone().expect("a registration was generated")))
     }
 
-    fn reconcile(_: &Context, _: &Request) -> Result<Outcome, Error> {
+    fn reconcile(_: &Context, _: &Request, _: Event<Self::Primary>) -> Result<Outcome, Error> {
         Ok(Outcome::done())
     }
 }
@@ -200,7 +202,7 @@ prop_compose! {
         primary_clusters in clusters(),
         primary_selector in selector(),
         covered in clusters(),
-        watches in proptest::collection::vec((resource(), clusters(), mapping(), selector()), 0..3),
+        watches in proptest::collection::vec((resource(), clusters(), mapping()), 0..3),
         finalizer in finalizer(),
         permissions in proptest::collection::vec((resource(), verbs(), any::<bool>(), clusters()), 0..3),
         crds in proptest::collection::vec(crd(), 0..2),
@@ -212,8 +214,8 @@ prop_compose! {
         if let Some(s) = primary_selector {
             reg = reg.primary_selector(&s);
         }
-        for (resource, clusters, mapping, selector) in watches {
-            reg = reg.watch_resource(resource, clusters, mapping, selector);
+        for (resource, clusters, mapping) in watches {
+            reg = reg.watch_resource(resource, clusters, mapping);
         }
         if let Some(f) = finalizer {
             reg = reg.finalizer(&f);

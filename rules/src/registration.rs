@@ -166,6 +166,8 @@ pub struct Watch {
     pub clusters: Clusters,
     /// How events map to primaries.
     pub mapping: Mapping,
+    /// The event filter of the WIT record (the Rust SDK sends none).
+    pub label_selector: Option<String>,
 }
 
 /// A permission.
@@ -272,6 +274,11 @@ pub fn problems(spec: &Spec) -> Vec<String> {
         let what = format!("watch of {}", w.resource.describe());
         resource_problems(&what, &w.resource, &mut found);
         clusters_problems(&what, &w.clusters, &mut found);
+        if let Some(s) = &w.label_selector
+            && let Err(e) = LabelSelector::parse(s)
+        {
+            found.push(format!("{what}: {e}"));
+        }
         match &w.mapping {
             Mapping::LabelKeyPrefixes(prefixes) => {
                 if let Some(problem) = crate::mapping::label_key_prefixes_problem(prefixes) {
@@ -484,6 +491,7 @@ mod tests {
                 namespace: "o/ns".into(),
                 name: "o/n".into(),
             },
+            label_selector: Some("app=web".into()),
         });
         s.crds
             .push(Crd::Parsed(Some("CustomResourceDefinition".into())));

@@ -17,12 +17,13 @@
 //! /// Copies `data.source` of a ConfigMap into `data.copy`.
 //! struct Copier;
 //! impl Plugin for Copier {
+//!     type Primary = ConfigMap;
 //!     fn register() -> Result<Registration, Error> {
 //!         Ok(Registration::new::<ConfigMap>("copier", "0.1.0")
 //!             .permission::<ConfigMap>(&[Verb::Get, Verb::Patch], ClusterSet::Primary))
 //!     }
-//!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-//!         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
+//!     fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+//!         let Event::Apply(cm) = event else { return Ok(Outcome::done()) };
 //!         let source = cm.data.unwrap_or_default().get("source").cloned().unwrap_or_default();
 //!         let mut applied = ConfigMap::default();
 //!         applied.metadata.name = Some(req.name.clone());

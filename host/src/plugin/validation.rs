@@ -46,6 +46,7 @@ fn spec(reg: &Registration) -> rules::Spec {
                     | Mapping::AllPrimaries
                     | Mapping::Custom => rules::Mapping::Plain,
                 },
+                label_selector: w.label_selector.clone(),
             })
             .collect(),
         finalizer: reg.finalizer.clone(),

@@ -25,14 +25,13 @@ impl Plugin for BenchFanout {
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("bench-fanout", "1.0.0")
             .clusters(ClusterSet::All)
-            .watch_selected::<Secret>(
+            .watch::<Secret>(
                 ClusterSet::All,
                 Mapping::OwnerLabels(OwnerLabels::new(
                     "owner.cluster",
                     "owner.namespace",
                     "owner.name",
                 )),
-                "owner.name",
             )
             .permission::<ConfigMap>(Verb::READ, ClusterSet::Primary)
             .permission::<Secret>(

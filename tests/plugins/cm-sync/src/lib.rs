@@ -50,7 +50,7 @@ impl Plugin for CmSync {
         Ok(Registration::new::<ConfigMap>("cm-sync", "0.1.0")
             .primary_selector(&format!("{SOURCE_LABEL}=true"))
             .clusters(ClusterSet::All)
-            .watch_selected::<ConfigMap>(ClusterSet::All, Mapping::Custom, OWNER.2)
+            .watch::<ConfigMap>(ClusterSet::All, Mapping::Custom)
             .watch::<Namespace>(ClusterSet::All, Mapping::Custom)
             .finalizer(FINALIZER)
             .permission::<ConfigMap>(
