@@ -481,7 +481,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
     };
     let plan = tokio::runtime::Runtime::new()?.block_on(rekon::plan::plan(config))?;
     match args.output {
-        OutputFormat::Yaml => print!("{}", serde_yaml::to_string(&plan)?),
+        OutputFormat::Yaml => print!("{}", plan.to_yaml_documents()),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
     }
     eprintln!(

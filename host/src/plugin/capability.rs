@@ -31,7 +31,7 @@ use super::policy::PluginPolicy;
 pub use rekon_rules::Verb;
 
 /// `Node`, `Job.batch`, `NodePool.nodes.lailin.xyz`.
-pub(crate) fn describe_resource(r: &Resource) -> String {
+pub fn describe_resource(r: &Resource) -> String {
     let kind = if r.kind.is_empty() {
         &r.plural
     } else {

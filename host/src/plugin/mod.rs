@@ -67,12 +67,12 @@ pub use bindings::types::{
     PatchType, Permission, Phase, Propagation, ReadError, ReconcileError, Registration, Request,
     Resource, Scope, Timestamp, Watch,
 };
-pub use capability::{Required, Verb, permits, required_permission};
+pub use capability::{Required, Verb, describe_resource, permits, required_permission};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 pub use error::{CallError, LoadError, RegistryError};
 pub use inspect::{
-    InspectError, InspectPolicy, InspectReport, OutputFormat, inspect_file,
-    inspect_file_with_policy,
+    ClustersView, InspectError, InspectPolicy, InspectReport, MappingView, OutputFormat,
+    PermissionView, ResourceView, WatchView, inspect_file, inspect_file_with_policy,
 };
 pub use loaded::{LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
