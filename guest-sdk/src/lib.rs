@@ -97,16 +97,17 @@
 //! # Building
 //!
 //! A plugin crate is a `cdylib` (plus `rlib` so its tests can call it) that
-//! depends on `rekon-sdk`. Build it for the component target:
+//! depends on `rekon-sdk`; `rekon plugin new NAME` scaffolds one that builds
+//! outside this repository. Build it for the component target:
 //!
 //! ```text
-//! cargo build -p my-plugin --target wasm32-wasip2 --profile wasm   # small: opt-level s, LTO, stripped
-//! cargo build -p my-plugin --target wasm32-wasip2 --release        # faster build, larger file
+//! cargo build --target wasm32-wasip2 --release   # the scaffold's profile: opt-level 3, LTO, stripped
 //! ```
 //!
-//! and drop `target/wasm32-wasip2/wasm/my_plugin.wasm` (already a component)
-//! into the host's plugin directory. Test it natively with
-//! `cargo nextest run -p my-plugin` (the test kit replaces the host).
+//! (`--profile wasm`, the same settings, inside this repository) and drop
+//! `target/wasm32-wasip2/release/my_plugin.wasm` (already a component) into
+//! the host's plugin directory. Test it natively with `cargo test` (the test
+//! kit replaces the host).
 //!
 //! Plugins get no filesystem, network, environment or clock from the host.
 //! The component still imports the WASI interfaces Rust's std links on
@@ -118,8 +119,9 @@
 //! # Custom resources
 //!
 //! Derive them with kube's `CustomResource` as usual (the plugin crate
-//! depends on `kube` with the `derive` feature, `serde`, `schemars` and
-//! `k8s-openapi` from the workspace) and register the CRD with
+//! depends directly on `kube` with the `derive` feature, `k8s-openapi`,
+//! `serde`, `serde_json` and `schemars`, at the SDK's versions, because the
+//! derives expand to paths of those crates) and register the CRD with
 //! `.crd(MyKind::crd())`. Reads and actions are typed the same way as for
 //! k8s-openapi types.
 
