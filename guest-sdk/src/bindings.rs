@@ -180,6 +180,7 @@ impl From<ClusterSet> for wit::ClusterSet {
         match c {
             ClusterSet::Primary => wit::ClusterSet::Primary,
             ClusterSet::All => wit::ClusterSet::All,
+            ClusterSet::Others => wit::ClusterSet::Others,
             ClusterSet::Named(n) => wit::ClusterSet::Named(n),
         }
     }

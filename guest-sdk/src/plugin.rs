@@ -158,7 +158,7 @@ pub fn dispatch<P: Plugin>(ctx: &Context, req: &Request) -> Result<Outcome, Erro
 /// rekon_sdk::export_plugin!(MyPlugin);
 /// ```
 ///
-/// On wasm targets this exports `rekon:plugin/guest@0.2.0`; natively it only
+/// On wasm targets this exports `rekon:plugin/guest@0.3.0`; natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
 ///

@@ -37,6 +37,9 @@ pub enum ClusterSet {
     Primary,
     /// Every engaged cluster, primary included, now and in the future.
     All,
+    /// Every engaged cluster but the primary, now and in the future (where
+    /// a fan-out plugin writes its copies).
+    Others,
     /// The clusters with these names, when engaged.
     Named(Vec<String>),
 }
@@ -48,6 +51,7 @@ impl ClusterSet {
         match self {
             ClusterSet::Primary => primary == Some(cluster),
             ClusterSet::All => true,
+            ClusterSet::Others => primary.is_some_and(|p| p != cluster),
             ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
         }
     }
@@ -515,6 +519,7 @@ impl ClusterSet {
         match self {
             ClusterSet::Primary => rules::Clusters::Primary,
             ClusterSet::All => rules::Clusters::All,
+            ClusterSet::Others => rules::Clusters::Others,
             ClusterSet::Named(n) => rules::Clusters::Named(n.clone()),
         }
     }
@@ -629,6 +634,8 @@ mod tests {
         assert!(ClusterSet::Primary.contains("main", Some("main")));
         assert!(!ClusterSet::Primary.contains("sub", Some("main")));
         assert!(ClusterSet::All.contains("sub", Some("main")));
+        assert!(ClusterSet::Others.contains("sub", Some("main")));
+        assert!(!ClusterSet::Others.contains("main", Some("main")));
         assert!(ClusterSet::Named(vec!["sub".into()]).contains("sub", None));
     }
 }

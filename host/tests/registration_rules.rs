@@ -114,6 +114,7 @@ fn clusters() -> impl Strategy<Value = ClusterSet> {
     prop_oneof![
         4 => Just(ClusterSet::Primary),
         4 => Just(ClusterSet::All),
+        4 => Just(ClusterSet::Others),
         4 => sample(&[vec!["main"], vec!["main", "edge"], vec!["edge"]])
             .prop_map(|n| ClusterSet::Named(n.into_iter().map(owned).collect())),
         1 => sample(&[vec![], vec![""], vec!["edge", "edge"]])
@@ -359,6 +360,7 @@ fn clusters_to_host(c: wit::ClusterSet) -> host::ClusterSet {
     match c {
         wit::ClusterSet::Primary => host::ClusterSet::Primary,
         wit::ClusterSet::All => host::ClusterSet::All,
+        wit::ClusterSet::Others => host::ClusterSet::Others,
         wit::ClusterSet::Named(n) => host::ClusterSet::Named(n),
     }
 }

@@ -63,6 +63,7 @@ fn in_cluster_set(set: &ClusterSet, cluster: &str, clusters: &[ClusterInfo]) -> 
     match set {
         ClusterSet::All => true,
         ClusterSet::Primary => clusters.iter().any(|c| c.primary && c.name == cluster),
+        ClusterSet::Others => clusters.iter().any(|c| !c.primary && c.name == cluster),
         ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
     }
 }

@@ -109,6 +109,7 @@ impl From<&ClusterSet> for ClustersView {
         match c {
             ClusterSet::Primary => Self::Keyword("Primary"),
             ClusterSet::All => Self::Keyword("All"),
+            ClusterSet::Others => Self::Keyword("Others"),
             ClusterSet::Named(n) => Self::Named(n.clone()),
         }
     }

@@ -2,7 +2,7 @@
 //! checks, the plugin registry and hot reload.
 //!
 //! A plugin is a WebAssembly component of the world `rekon:plugin/plugin`
-//! (package `rekon:plugin@0.2.0`, see `wit/`). The runtime compiles it once
+//! (package `rekon:plugin@0.3.0`, see `wit/`). The runtime compiles it once
 //! (cached on disk by digest), validates that it speaks our contract, calls
 //! its `register` export, and then runs every `reconcile` / `map` call in a
 //! fresh, pre-instantiated store with a memory cap and an epoch deadline.

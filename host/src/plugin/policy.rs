@@ -374,6 +374,14 @@ impl PluginPolicy {
                             .cloned()
                             .collect(),
                     ),
+                    (Some(allowed), ClusterSet::Others) => match primary {
+                        Some(primary) => ClusterSet::Named(
+                            allowed.iter().filter(|c| *c != primary).cloned().collect(),
+                        ),
+                        // Resolved per action, where the policy's clusters
+                        // are checked too.
+                        None => ClusterSet::Others,
+                    },
                     (Some(allowed), ClusterSet::Primary) => match primary {
                         Some(primary) if !allowed.iter().any(|c| c == primary) => return None,
                         _ => ClusterSet::Primary,

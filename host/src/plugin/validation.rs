@@ -84,6 +84,7 @@ fn clusters(c: &ClusterSet) -> rules::Clusters {
     match c {
         ClusterSet::Primary => rules::Clusters::Primary,
         ClusterSet::All => rules::Clusters::All,
+        ClusterSet::Others => rules::Clusters::Others,
         ClusterSet::Named(n) => rules::Clusters::Named(n.clone()),
     }
 }
