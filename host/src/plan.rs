@@ -134,9 +134,9 @@ impl Plan {
         let mut per_cluster: BTreeMap<&str, BTreeMap<&'static str, usize>> = BTreeMap::new();
         for action in self.reconciles.iter().flat_map(|r| &r.actions) {
             *per_cluster
-                .entry(action_cluster(action))
+                .entry(crate::plugin::action_cluster(action))
                 .or_default()
-                .entry(action_verb(action))
+                .entry(crate::plugin::action_label(action))
                 .or_default() += 1;
         }
         let mut out = String::new();
@@ -179,26 +179,6 @@ fn describe_request(r: &Request) -> String {
     match &r.namespace {
         Some(ns) => format!("{}/{ns}/{}", r.cluster, r.name),
         None => format!("{}/{}", r.cluster, r.name),
-    }
-}
-
-fn action_cluster(a: &Action) -> &str {
-    match a {
-        Action::Apply(a) => &a.cluster,
-        Action::Create(c) => &c.cluster,
-        Action::Patch(p) => &p.target.cluster,
-        Action::Delete(d) => &d.target.cluster,
-        Action::Event(e) => &e.regarding.cluster,
-    }
-}
-
-fn action_verb(a: &Action) -> &'static str {
-    match a {
-        Action::Apply(_) => "apply",
-        Action::Create(_) => "create",
-        Action::Patch(_) => "patch",
-        Action::Delete(_) => "delete",
-        Action::Event(_) => "event",
     }
 }
 

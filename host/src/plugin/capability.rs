@@ -302,7 +302,8 @@ fn why_not(
     )
 }
 
-fn action_label(action: &Action) -> &'static str {
+/// `apply`, `patch`, `delete`, `create` or `event`.
+pub(crate) fn action_label(action: &Action) -> &'static str {
     match action {
         Action::Apply(_) => "apply",
         Action::Patch(_) => "patch",
@@ -312,7 +313,8 @@ fn action_label(action: &Action) -> &'static str {
     }
 }
 
-fn action_cluster(action: &Action) -> &str {
+/// The cluster an action writes (or reports) in.
+pub(crate) fn action_cluster(action: &Action) -> &str {
     match action {
         Action::Apply(a) => &a.cluster,
         Action::Patch(p) => &p.target.cluster,
@@ -484,6 +486,26 @@ mod tests {
                 .contains("no permission declared for ConfigMap"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn others_means_every_engaged_cluster_but_the_primary() {
+        let r = reg(vec![Permission {
+            resource: res("batch", "Job"),
+            verbs: vec!["create".into()],
+            status: false,
+            clusters: ClusterSet::Others,
+        }]);
+        let create = |cluster: &str| {
+            outcome(vec![Action::Create(CreateAction {
+                cluster: cluster.into(),
+                object: r#"{"apiVersion":"batch/v1","kind":"Job"}"#.into(),
+            })])
+        };
+        assert!(check_outcome("t", &r, &create("sub"), &clusters()).is_ok());
+        let err = check_outcome("t", &r, &create("main"), &clusters()).unwrap_err();
+        assert!(err.to_string().contains("primary is main"), "{err}");
+        assert!(check_outcome("t", &r, &create("gone"), &clusters()).is_err());
     }
 
     #[test]

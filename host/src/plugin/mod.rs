@@ -68,6 +68,7 @@ pub use bindings::types::{
     Resource, Scope, Timestamp, Watch,
 };
 pub use capability::{Required, Verb, describe_resource, permits, required_permission};
+pub(crate) use capability::{action_cluster, action_label};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 pub use error::{CallError, LoadError, RegistryError};
 pub use inspect::{
