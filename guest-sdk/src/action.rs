@@ -755,7 +755,7 @@ mod tests {
         assert_eq!(o.writes().count(), 1);
         assert_eq!(o.requeue_after, Some(Duration::from_millis(1500)));
         assert!(o.keep_finalizer && !o.finalized);
-        assert!(o.finish_cleanup().finalized == false);
+        assert!(!o.finish_cleanup().finalized);
     }
 
     #[test]
