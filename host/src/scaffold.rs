@@ -381,6 +381,11 @@ rekon_sdk::export_plugin!({ty});
             )
         };
         let kind = &p.kind;
+        let spec = if p.builtin.is_none() {
+            r#", "spec": {"message": "hello"}"#
+        } else {
+            ""
+        };
         let import = match p.builtin {
             Some(module) => format!("use rekon_sdk::k8s_openapi::api::{module}::{kind};"),
             None => format!("use {}::{kind};", self.crate_ident()),
@@ -401,7 +406,7 @@ fn stamps_the_label_once() {{
     let mut world = World::new().primary("main");
     world.insert_json(
         "main",
-        json!({{"apiVersion": "{api_version}", "kind": "{kind}", "metadata": {metadata}}}),
+        json!({{"apiVersion": "{api_version}", "kind": "{kind}", "metadata": {metadata}{spec}}}),
     );
     let req = {request};
     world.converge::<{ty}>(&req, 5).expect("converges");

@@ -154,3 +154,68 @@ async fn a_scaffolded_plugin_builds_out_of_tree_and_reconciles() {
     .await
     .expect("the scaffold test timed out (likely deadlocked)");
 }
+
+/// `--primary` naming a kind that is not built in scaffolds a custom
+/// resource: the crate's test passes, the component builds and registers
+/// the CRD (`rekon plugin inspect` shows it).
+#[tokio::test]
+async fn a_scaffolded_custom_resource_plugin_owns_its_crd() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let paths = Paths::discover().expect("built workspace");
+        let outside = tempfile::Builder::new()
+            .prefix("rekon-scaffold-crd-")
+            .tempdir()
+            .expect("temp dir");
+        let target_dir = paths.root.join("target/scaffold");
+        let out = Command::new(&paths.rekon)
+            .args(["plugin", "new", "widgeteer", "--primary"])
+            .arg("widgets.example.com/v1alpha1/Widget")
+            .arg("--dir")
+            .arg(outside.path())
+            .arg("--sdk-path")
+            .arg(paths.root.join("guest-sdk"))
+            .output()
+            .expect("rekon runs");
+        assert!(
+            out.status.success(),
+            "rekon plugin new failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let crate_dir = outside.path().join("widgeteer");
+        std::fs::copy(paths.root.join("Cargo.lock"), crate_dir.join("Cargo.lock"))
+            .expect("copy Cargo.lock");
+        let (dir, target) = (crate_dir.clone(), target_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            cargo(&dir, &target, &["test"]);
+            cargo(
+                &dir,
+                &target,
+                &["build", "--target", "wasm32-wasip2", "--release"],
+            );
+        })
+        .await
+        .expect("cargo thread");
+        let out = Command::new(&paths.rekon)
+            .args(["plugin", "inspect", "-o", "json"])
+            .arg(target_dir.join("wasm32-wasip2/release/widgeteer.wasm"))
+            .output()
+            .expect("rekon runs");
+        assert!(
+            out.status.success(),
+            "inspect failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
+        assert_eq!(
+            report["primary"]["apiVersion"],
+            "widgets.example.com/v1alpha1"
+        );
+        assert_eq!(
+            report["crds"][0]["metadata"]["name"],
+            "widgets.widgets.example.com"
+        );
+    })
+    .await
+    .expect("the scaffold test timed out (likely deadlocked)");
+}
