@@ -14,7 +14,7 @@
 //!
 //! let target = ObjectRef::new::<ConfigMap>("main", Some("default"), "other");
 //! let outcome = Outcome::done()
-//!     .with(Action::apply("main", &cm)?.force())
+//!     .with(Action::apply("main", &cm).force())
 //!     .with(Action::merge_patch(target.clone(), json!({"metadata": {"labels": {"a": "b"}}})).resource_version("42"))
 //!     .with(Action::normal_event(target, "Labelled", "Patch", "added label a"))
 //!     .requeue_after(Duration::from_secs(30));
@@ -299,9 +299,10 @@ impl Action {
     /// Server-side apply of a typed object in `cluster`. `apiVersion` and
     /// `kind` are set from `K`; the object needs `metadata.name` (and
     /// `metadata.namespace` when namespaced). Build the object with only the
-    /// fields the plugin owns.
-    pub fn apply<K: Kind + Serialize>(cluster: &str, obj: &K) -> Result<ApplyAction, Error> {
-        Ok(Self::apply_json(cluster, typed_to_json(obj)?))
+    /// fields the plugin owns. Infallible: Kubernetes objects always
+    /// serialize.
+    pub fn apply<K: Kind + Serialize>(cluster: &str, obj: &K) -> ApplyAction {
+        Self::apply_json(cluster, typed_to_json(obj))
     }
 
     /// Server-side apply of a JSON object (must carry apiVersion and kind).
@@ -346,8 +347,8 @@ impl Action {
     }
 
     /// Create a typed object in `cluster` unless it exists.
-    pub fn create<K: Kind + Serialize>(cluster: &str, obj: &K) -> Result<CreateAction, Error> {
-        Ok(Self::create_json(cluster, typed_to_json(obj)?))
+    pub fn create<K: Kind + Serialize>(cluster: &str, obj: &K) -> CreateAction {
+        Self::create_json(cluster, typed_to_json(obj))
     }
 
     /// Create a JSON object in `cluster` unless it exists.
@@ -428,11 +429,11 @@ impl Action {
     /// The RBAC verb the host needs for this action (`None` for events,
     /// which the host records under its own identity).
     #[must_use]
-    pub fn verb(&self) -> Option<&'static str> {
+    pub fn verb(&self) -> Option<crate::Verb> {
         match self {
-            Action::Apply(_) | Action::Patch(_) => Some("patch"),
-            Action::Create(_) => Some("create"),
-            Action::Delete(_) => Some("delete"),
+            Action::Apply(_) | Action::Patch(_) => Some(crate::Verb::Patch),
+            Action::Create(_) => Some(crate::Verb::Create),
+            Action::Delete(_) => Some(crate::Verb::Delete),
             Action::Event(_) => None,
         }
     }
@@ -468,9 +469,14 @@ pub struct Outcome {
     pub actions: Vec<Action>,
     /// Reconcile again after this long even if nothing changes.
     pub requeue_after: Option<Duration>,
-    /// While the primary is being deleted: cleanup is complete, the host may
-    /// remove the finalizer once every action succeeded.
+    /// Cleanup is complete, the host may remove the finalizer once every
+    /// action succeeded. Set by the SDK for an `Ok` answer to
+    /// [`Event::Cleanup`](crate::Event::Cleanup) unless the plugin asked to
+    /// [`keep_finalizer`](Outcome::keep_finalizer); never set for `Apply`.
     pub finalized: bool,
+    /// Cleanup is not finished (something to wait for): keep the finalizer
+    /// and reconcile again.
+    pub keep_finalizer: bool,
 }
 
 impl Outcome {
@@ -504,9 +510,19 @@ impl Outcome {
         self
     }
 
-    /// Cleanup is complete: the host may remove the finalizer.
-    pub fn finalized(mut self) -> Self {
-        self.finalized = true;
+    /// In a cleanup: not finished yet (a cluster to wait for, children
+    /// still going). The finalizer stays; combine with
+    /// [`Outcome::requeue_after`] to come back. Without it, an `Ok` cleanup
+    /// releases the finalizer.
+    pub fn keep_finalizer(mut self) -> Self {
+        self.keep_finalizer = true;
+        self
+    }
+
+    /// The answer to a cleanup: finalized unless the plugin keeps the
+    /// finalizer.
+    pub(crate) fn finish_cleanup(mut self) -> Self {
+        self.finalized = !self.keep_finalizer;
         self
     }
 
@@ -629,17 +645,22 @@ fn is_kind<K: Kind>(obj: &serde_json::Value) -> bool {
 }
 
 /// Serializes a typed object and stamps `apiVersion` and `kind` from `K`.
-pub(crate) fn typed_to_json<K: Kind + Serialize>(obj: &K) -> Result<serde_json::Value, Error> {
-    let mut value = serde_json::to_value(obj)?;
-    let map = value.as_object_mut().ok_or_else(|| {
-        Error::terminal(format!(
-            "failed to serialize a {}: not a JSON object",
-            K::kind(&())
-        ))
-    })?;
+///
+/// # Panics
+/// When `K`'s `Serialize` fails or yields something other than a JSON
+/// object: never for k8s-openapi types or `#[derive(CustomResource)]` kinds,
+/// whose serialization is infallible (a hand-written `Serialize` that
+/// fails is a bug in the plugin, reported by the host as a panic).
+pub(crate) fn typed_to_json<K: Kind + Serialize>(obj: &K) -> serde_json::Value {
+    let kind = K::kind(&());
+    let mut value = serde_json::to_value(obj)
+        .unwrap_or_else(|e| panic!("a {kind} failed to serialize to JSON: {e}"));
+    let Some(map) = value.as_object_mut() else {
+        panic!("a {kind} serialized to something other than a JSON object");
+    };
     map.insert("apiVersion".into(), K::api_version(&()).into_owned().into());
-    map.insert("kind".into(), K::kind(&()).into_owned().into());
-    Ok(value)
+    map.insert("kind".into(), kind.into_owned().into());
+    value
 }
 
 /// `(apiVersion, kind, namespace, name)` of a JSON object.
@@ -680,10 +701,7 @@ mod tests {
 
     #[test]
     fn apply_sets_api_version_and_kind() {
-        let a = Action::apply("main", &cm("default", "x"))
-            .unwrap()
-            .status()
-            .force();
+        let a = Action::apply("main", &cm("default", "x")).status().force();
         assert_eq!(a.object["apiVersion"], "v1");
         assert_eq!(a.object["kind"], "ConfigMap");
         assert!(a.status && a.force);
@@ -695,7 +713,7 @@ mod tests {
 
     #[test]
     fn apply_without_name_has_no_target() {
-        let a = Action::apply("main", &ConfigMap::default()).unwrap();
+        let a = Action::apply("main", &ConfigMap::default());
         assert!(a.target().is_err());
     }
 
@@ -706,19 +724,19 @@ mod tests {
             .resource_version("7")
             .status()
             .into();
-        assert_eq!(patch.verb(), Some("patch"));
+        assert_eq!(patch.verb(), Some(crate::Verb::Patch));
         assert!(patch.is_status());
         assert_eq!(patch.cluster(), "sub");
         let del: Action = Action::delete(node.clone())
             .propagation(Propagation::Foreground)
             .uid("u1")
             .into();
-        assert_eq!(del.verb(), Some("delete"));
+        assert_eq!(del.verb(), Some(crate::Verb::Delete));
         let ev: Action = Action::warning_event(node, "Bad", "Check", "broken").into();
         assert_eq!(ev.verb(), None);
         assert!(!ev.is_write());
-        let create: Action = Action::create("main", &cm("a", "b")).unwrap().into();
-        assert_eq!(create.verb(), Some("create"));
+        let create: Action = Action::create("main", &cm("a", "b")).into();
+        assert_eq!(create.verb(), Some(crate::Verb::Create));
         assert_eq!(create.target().unwrap().resource.kind, "ConfigMap");
     }
 
@@ -732,11 +750,12 @@ mod tests {
         let o = o
             .with(Action::delete(node))
             .requeue_after(Duration::from_millis(1500))
-            .finalized();
+            .keep_finalizer();
         assert!(o.has_writes());
         assert_eq!(o.writes().count(), 1);
         assert_eq!(o.requeue_after, Some(Duration::from_millis(1500)));
-        assert!(o.finalized);
+        assert!(o.keep_finalizer && !o.finalized);
+        assert!(!o.finish_cleanup().finalized);
     }
 
     #[test]

@@ -180,6 +180,7 @@ impl From<ClusterSet> for wit::ClusterSet {
         match c {
             ClusterSet::Primary => wit::ClusterSet::Primary,
             ClusterSet::All => wit::ClusterSet::All,
+            ClusterSet::Others => wit::ClusterSet::Others,
             ClusterSet::Named(n) => wit::ClusterSet::Named(n),
         }
     }
@@ -218,7 +219,9 @@ impl From<Registration> for wit::Registration {
                     resource: (&w.resource).into(),
                     clusters: w.clusters.into(),
                     mapping: w.mapping.into(),
-                    label_selector: w.label_selector,
+                    // The SDK does not narrow watches: the host's caches
+                    // are shared per resource and cluster.
+                    label_selector: None,
                 })
                 .collect(),
             finalizer: r.finalizer,
@@ -227,7 +230,7 @@ impl From<Registration> for wit::Registration {
                 .into_iter()
                 .map(|p| wit::Permission {
                     resource: (&p.resource).into(),
-                    verbs: p.verbs,
+                    verbs: p.verbs.iter().map(|v| v.as_str().to_owned()).collect(),
                     status: p.status,
                     clusters: p.clusters.into(),
                 })

@@ -183,14 +183,19 @@ impl Context {
     /// when it carries the plugin's finalizer but no longer matches the
     /// primary selector. `Live` outside `reconcile` (in `map`).
     ///
+    /// [`Plugin::reconcile`](crate::Plugin::reconcile) gets the same
+    /// answer as an [`Event`](crate::Event); the phase tells a deletion
+    /// from a departure from the selector:
+    ///
     /// ```no_run
     /// # use rekon_sdk::prelude::*;
-    /// fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-    ///     if ctx.phase().is_cleanup() {
-    ///         // remove what this primary caused, then:
-    ///         return Ok(Outcome::done().finalized());
+    /// # use k8s_openapi::api::core::v1::ConfigMap;
+    /// fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+    ///     match event {
+    ///         Event::Cleanup(_) if ctx.phase() == Phase::Leaving => Ok(Outcome::done()),
+    ///         Event::Cleanup(_) => Ok(Outcome::done()), // Ok releases the finalizer
+    ///         Event::Apply(_) => Ok(Outcome::done()),
     ///     }
-    ///     Ok(Outcome::done())
     /// }
     /// ```
     #[must_use]

@@ -33,15 +33,17 @@
 //! pub struct Stamper;
 //!
 //! impl Plugin for Stamper {
+//!     /// The SDK reads the requested ConfigMap once and hands it over.
+//!     type Primary = ConfigMap;
+//!
 //!     fn register() -> Result<Registration, Error> {
 //!         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
-//!             .permission::<ConfigMap>(&["get", "list", "watch", "patch"], ClusterSet::Primary))
+//!             .permission::<ConfigMap>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary))
 //!     }
 //!
-//!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-//!         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-//!             return Ok(Outcome::done()); // gone meanwhile
-//!         };
+//!     fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+//!         // Cleanup (a deletion): nothing to undo; `Ok` lets it go.
+//!         let Event::Apply(cm) = event else { return Ok(Outcome::done()) };
 //!         if cm.labels().get("example.com/seen").is_some_and(|v| v == "true") {
 //!             return Ok(Outcome::done());
 //!         }
@@ -62,12 +64,13 @@
 //! # use serde_json::json;
 //! # pub struct Stamper;
 //! # impl Plugin for Stamper {
+//! #     type Primary = ConfigMap;
 //! #     fn register() -> Result<Registration, Error> {
 //! #         Ok(Registration::new::<ConfigMap>("stamper", "0.1.0")
-//! #             .permission::<ConfigMap>(&["get", "list", "watch", "patch"], ClusterSet::Primary))
+//! #             .permission::<ConfigMap>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary))
 //! #     }
-//! #     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-//! #         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
+//! #     fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+//! #         let Event::Apply(cm) = event else { return Ok(Outcome::done()) };
 //! #         if cm.labels().get("example.com/seen").is_some_and(|v| v == "true") { return Ok(Outcome::done()); }
 //! #         let patch = json!({"metadata": {"labels": {"example.com/seen": "true"}}});
 //! #         Ok(Outcome::done().with(Action::merge_patch(ObjectRef::for_request::<ConfigMap>(req), patch)))
@@ -94,16 +97,17 @@
 //! # Building
 //!
 //! A plugin crate is a `cdylib` (plus `rlib` so its tests can call it) that
-//! depends on `rekon-sdk`. Build it for the component target:
+//! depends on `rekon-sdk`; `rekon plugin new NAME` scaffolds one that builds
+//! outside this repository. Build it for the component target:
 //!
 //! ```text
-//! cargo build -p my-plugin --target wasm32-wasip2 --profile wasm   # small: opt-level s, LTO, stripped
-//! cargo build -p my-plugin --target wasm32-wasip2 --release        # faster build, larger file
+//! cargo build --target wasm32-wasip2 --release   # the scaffold's profile: opt-level 3, LTO, stripped
 //! ```
 //!
-//! and drop `target/wasm32-wasip2/wasm/my_plugin.wasm` (already a component)
-//! into the host's plugin directory. Test it natively with
-//! `cargo nextest run -p my-plugin` (the test kit replaces the host).
+//! (`--profile wasm`, the same settings, inside this repository) and drop
+//! `target/wasm32-wasip2/release/my_plugin.wasm` (already a component) into
+//! the host's plugin directory. Test it natively with `cargo test` (the test
+//! kit replaces the host).
 //!
 //! Plugins get no filesystem, network, environment or clock from the host.
 //! The component still imports the WASI interfaces Rust's std links on
@@ -115,8 +119,9 @@
 //! # Custom resources
 //!
 //! Derive them with kube's `CustomResource` as usual (the plugin crate
-//! depends on `kube` with the `derive` feature, `serde`, `schemars` and
-//! `k8s-openapi` from the workspace) and register the CRD with
+//! depends directly on `kube` with the `derive` feature, `k8s-openapi`,
+//! `serde`, `serde_json` and `schemars`, at the SDK's versions, because the
+//! derives expand to paths of those crates) and register the CRD with
 //! `.crd(MyKind::crd())`. Reads and actions are typed the same way as for
 //! k8s-openapi types.
 
@@ -147,8 +152,8 @@ pub use context::{
 pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;
-pub use plugin::Plugin;
-pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Watch};
+pub use plugin::{Event, Plugin};
+pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Verb, Watch};
 pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
 
 pub use k8s_openapi;

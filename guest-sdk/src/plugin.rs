@@ -8,7 +8,56 @@ use crate::action::Outcome;
 use crate::context::{Context, Request};
 use crate::error::Error;
 use crate::registration::Registration;
-use crate::resource::ResourceType;
+use crate::resource::{Kind, ResourceType};
+use serde::de::DeserializeOwned;
+
+/// Why [`Plugin::reconcile`] runs, with the primary object decoded, like
+/// kube-runtime's `finalizer::Event`.
+///
+/// The finalizer is structural: the SDK tells the host that cleanup is done
+/// (so the host removes the plugin's finalizer) whenever `reconcile`
+/// returns `Ok` for a [`Event::Cleanup`], unless the outcome says
+/// [`Outcome::keep_finalizer`](crate::Outcome::keep_finalizer). There is no
+/// flag to forget.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<K> {
+    /// The object is one of the plugin's primaries ([`Phase::Live`]): bring
+    /// the world in line with it.
+    ///
+    /// [`Phase::Live`]: crate::Phase::Live
+    Apply(K),
+    /// The object is being deleted ([`Phase::Deleting`]) or left the
+    /// primary selector while carrying the finalizer ([`Phase::Leaving`];
+    /// [`Context::phase`] tells which): undo what it caused.
+    ///
+    /// [`Phase::Deleting`]: crate::Phase::Deleting
+    /// [`Phase::Leaving`]: crate::Phase::Leaving
+    Cleanup(K),
+}
+
+impl<K> Event<K> {
+    /// The primary object, whatever the event.
+    #[must_use]
+    pub fn primary(&self) -> &K {
+        match self {
+            Event::Apply(k) | Event::Cleanup(k) => k,
+        }
+    }
+
+    /// The primary object, by value.
+    #[must_use]
+    pub fn into_primary(self) -> K {
+        match self {
+            Event::Apply(k) | Event::Cleanup(k) => k,
+        }
+    }
+
+    /// Whether this is [`Event::Cleanup`].
+    #[must_use]
+    pub fn is_cleanup(&self) -> bool {
+        matches!(self, Event::Cleanup(_))
+    }
+}
 
 /// A rekon plugin. Implement it on a unit struct and export it with
 /// [`export_plugin!`](crate::export_plugin).
@@ -17,23 +66,40 @@ use crate::resource::ResourceType;
 /// functions are associated functions (no `self`). Everything a call needs
 /// comes from the [`Context`] and the arguments.
 pub trait Plugin {
+    /// The primary kind, the one [`Registration::new`] names. The SDK reads
+    /// the requested object once and hands it to [`Plugin::reconcile`]
+    /// decoded: a request whose object is gone is answered with an empty
+    /// outcome without calling the plugin, and an object that does not
+    /// decode as `Primary` fails the reconcile with a terminal error
+    /// (counted, not retried until the object changes).
+    type Primary: Kind + DeserializeOwned;
+
     /// Describe the plugin: name, version, primary resource, watches,
     /// finalizer, permissions, CRDs. Called once per load; an error refuses
     /// the load and keeps the previously loaded version running.
     fn register() -> Result<Registration, Error>;
 
-    /// Decide what should change for the primary object `req` names.
-    /// [`Context::phase`] says why it is called: [`Phase::Live`] for a
-    /// primary; [`Phase::Deleting`] while it is being deleted (it has a
-    /// `deletionTimestamp`); [`Phase::Leaving`] when it carries the plugin's
-    /// finalizer but its labels stopped matching the primary selector. In the
-    /// last two, clean up and return [`Outcome::finalized`] once done: the
-    /// host then removes the finalizer.
-    ///
-    /// [`Phase::Live`]: crate::Phase::Live
-    /// [`Phase::Deleting`]: crate::Phase::Deleting
-    /// [`Phase::Leaving`]: crate::Phase::Leaving
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error>;
+    /// Decide what should change for the primary `req` names, given as
+    /// [`Event::Apply`] or, for a primary being deleted or leaving the
+    /// primary selector, [`Event::Cleanup`].
+    fn reconcile(
+        ctx: &Context,
+        req: &Request,
+        event: Event<Self::Primary>,
+    ) -> Result<Outcome, Error>;
+
+    /// The entry point the host calls for a request. The default reads and
+    /// decodes the primary, skips a request whose object is gone, calls
+    /// [`Plugin::reconcile`] with the [`Event`] and finalizes a cleanup.
+    /// Override it only to see requests whose object is absent (test
+    /// fixtures do); a plugin that does is back to reading the primary
+    /// and finalizing by hand.
+    fn reconcile_request(ctx: &Context, req: &Request) -> Result<Outcome, Error>
+    where
+        Self: Sized,
+    {
+        dispatch::<Self>(ctx, req)
+    }
 
     /// For watches with [`Mapping::Custom`](crate::Mapping::Custom): the
     /// primaries that an event on `object` (of `resource`, in `cluster`)
@@ -49,6 +115,27 @@ pub trait Plugin {
     }
 }
 
+/// One reconcile as the host asks for it: reads the primary once, decodes
+/// it, picks the [`Event`] from the phase and, for a cleanup, marks the
+/// outcome finalized: [`Plugin::reconcile_request`]'s default.
+pub fn dispatch<P: Plugin>(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+    let resource = <P::Primary as Kind>::resource_type();
+    let Some(text) = ctx.get_json(&req.cluster, &resource, req.namespace.as_deref(), &req.name)?
+    else {
+        // Gone meanwhile: nothing left to reconcile or to finalize.
+        return Ok(Outcome::done());
+    };
+    let primary: P::Primary = serde_json::from_value(text).map_err(|e| {
+        Error::terminal(format!("primary {req} does not decode as {resource}: {e}"))
+    })?;
+    if ctx.phase().is_cleanup() {
+        let outcome = P::reconcile(ctx, req, Event::Cleanup(primary))?;
+        Ok(outcome.finish_cleanup())
+    } else {
+        P::reconcile(ctx, req, Event::Apply(primary))
+    }
+}
+
 /// Exports a [`Plugin`] implementation as the component's `guest` interface.
 /// Use it once, in the plugin crate's `lib.rs` (crate type `cdylib`):
 ///
@@ -59,10 +146,11 @@ pub trait Plugin {
 /// struct MyPlugin;
 ///
 /// impl Plugin for MyPlugin {
+///     type Primary = ConfigMap;
 ///     fn register() -> Result<Registration, Error> {
 ///         Ok(Registration::new::<ConfigMap>("my-plugin", "0.1.0"))
 ///     }
-///     fn reconcile(_ctx: &Context, _req: &Request) -> Result<Outcome, Error> {
+///     fn reconcile(_ctx: &Context, _req: &Request, _event: Event<ConfigMap>) -> Result<Outcome, Error> {
 ///         Ok(Outcome::done())
 ///     }
 /// }
@@ -70,7 +158,7 @@ pub trait Plugin {
 /// rekon_sdk::export_plugin!(MyPlugin);
 /// ```
 ///
-/// On wasm targets this exports `rekon:plugin/guest@0.2.0`; natively it only
+/// On wasm targets this exports `rekon:plugin/guest@0.3.0`; natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
 ///
@@ -152,7 +240,7 @@ pub mod __private {
     ) -> Result<WitOutcome, WitReconcileError> {
         let request = Request::from(request);
         let ctx = host_context().with_phase(phase.into());
-        P::reconcile(&ctx, &request)
+        P::reconcile_request(&ctx, &request)
             .map(Into::into)
             .map_err(Into::into)
     }

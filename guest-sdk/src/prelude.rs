@@ -3,7 +3,7 @@
 pub use crate::action::{Action, EventType, ObjectRef, Outcome, Propagation};
 pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request};
 pub use crate::error::{Error, ReadError};
-pub use crate::plugin::Plugin;
-pub use crate::registration::{ClusterSet, Mapping, OwnerLabels, Registration};
+pub use crate::plugin::{Event, Plugin};
+pub use crate::registration::{ClusterSet, Mapping, OwnerLabels, Registration, Verb};
 pub use crate::resource::{Kind, ResourceType, Scope};
 pub use kube::{CustomResourceExt as _, Resource as _, ResourceExt as _};

@@ -4,21 +4,26 @@
 //! CRDs from it. Build one with the typed helpers:
 //!
 //! ```
-//! use rekon_sdk::{ClusterSet, Mapping, Registration};
+//! use rekon_sdk::{ClusterSet, Mapping, Registration, Verb};
 //! use k8s_openapi::api::core::v1::{ConfigMap, Node};
 //!
 //! let reg = Registration::new::<ConfigMap>("labeler", "0.1.0")
 //!     .watch::<Node>(ClusterSet::Primary, Mapping::AllPrimaries)
 //!     .finalizer("labeler.example.com/cleanup")
-//!     .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
-//!     .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary);
+//!     .permission::<Node>(&[Verb::Get, Verb::List, Verb::Watch, Verb::Patch], ClusterSet::Primary)
+//!     .permission::<ConfigMap>(Verb::READ, ClusterSet::Primary);
 //! assert_eq!(reg.watches.len(), 1);
 //! assert!(reg.validate().is_ok());
 //! ```
+//!
+//! [`Registration::validate`] applies `rekon_rules::registration`, the very
+//! rules the host applies when it loads the plugin.
 
 use std::collections::BTreeMap;
 
 use rekon_rules::LabelSelector;
+pub use rekon_rules::Verb;
+use rekon_rules::registration as rules;
 
 use crate::Request;
 use crate::error::Error;
@@ -32,6 +37,9 @@ pub enum ClusterSet {
     Primary,
     /// Every engaged cluster, primary included, now and in the future.
     All,
+    /// Every engaged cluster but the primary, now and in the future (where
+    /// a fan-out plugin writes its copies).
+    Others,
     /// The clusters with these names, when engaged.
     Named(Vec<String>),
 }
@@ -43,6 +51,7 @@ impl ClusterSet {
         match self {
             ClusterSet::Primary => primary == Some(cluster),
             ClusterSet::All => true,
+            ClusterSet::Others => primary.is_some_and(|p| p != cluster),
             ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
         }
     }
@@ -170,8 +179,6 @@ pub struct Watch {
     pub clusters: ClusterSet,
     /// How its events become requests.
     pub mapping: Mapping,
-    /// Optional label selector narrowing the watch.
-    pub label_selector: Option<String>,
 }
 
 /// Something the plugin may do. Every action it returns is checked against
@@ -180,8 +187,8 @@ pub struct Watch {
 pub struct Permission {
     /// The resource the verbs apply to.
     pub resource: ResourceType,
-    /// RBAC verbs: get, list, watch, create, update, patch, delete.
-    pub verbs: Vec<String>,
+    /// RBAC verbs.
+    pub verbs: Vec<Verb>,
     /// Whether the verbs also apply to the `status` subresource.
     pub status: bool,
     /// Clusters in which the permission holds.
@@ -195,30 +202,17 @@ impl Permission {
     pub fn allows(
         &self,
         resource: &ResourceType,
-        verb: &str,
+        verb: Verb,
         status: bool,
         cluster: &str,
         primary: Option<&str>,
     ) -> bool {
         self.resource.same_kind(resource)
             && (!status || self.status)
-            && self.verbs.iter().any(|v| v == verb || v == "*")
+            && self.verbs.contains(&verb)
             && self.clusters.contains(cluster, primary)
     }
 }
-
-/// The RBAC verbs a permission may name.
-pub const VERBS: &[&str] = &[
-    "get",
-    "list",
-    "watch",
-    "create",
-    "update",
-    "patch",
-    "delete",
-    "deletecollection",
-    "*",
-];
 
 /// What a plugin declares about itself, returned by [`Plugin::register`](crate::Plugin::register).
 #[derive(Debug, Clone, PartialEq)]
@@ -235,7 +229,9 @@ pub struct Registration {
     /// Label selector narrowing the primaries (default: every object of the
     /// primary kind in the primary clusters).
     pub primary_selector: Option<String>,
-    /// Clusters the plugin reads and writes in (default: the primary cluster).
+    /// Clusters whose engagement or disengagement requeues every primary
+    /// (default: the primary cluster). Reads are governed by the primary
+    /// clusters and the watches, writes by the permissions.
     pub clusters: ClusterSet,
     /// Other resources to watch.
     pub watches: Vec<Watch>,
@@ -300,30 +296,22 @@ impl Registration {
         self
     }
 
-    /// Clusters the plugin covers (reads and writes in).
+    /// Clusters whose engagement or disengagement requeues every primary
+    /// (a fan-out plugin covering [`ClusterSet::All`] hears of a new
+    /// cluster this way). It grants no reads or writes: those come from
+    /// the primary clusters, the watches and the permissions.
     pub fn clusters(mut self, clusters: ClusterSet) -> Self {
         self.clusters = clusters;
         self
     }
 
-    /// Watch `K` in `clusters`, mapping its events with `mapping`.
+    /// Watch `K` in `clusters`, mapping its events with `mapping`. The
+    /// host's shared cache of `K` in those clusters holds every object of
+    /// the kind (the plugin reads them with [`Context::list`](crate::Context::list),
+    /// narrowing by label selector there); the mapping decides which
+    /// events wake which primaries.
     pub fn watch<K: Kind>(self, clusters: ClusterSet, mapping: Mapping) -> Self {
-        self.watch_resource(K::resource_type(), clusters, mapping, None)
-    }
-
-    /// Watch only the objects of `K` matching `label_selector`.
-    pub fn watch_selected<K: Kind>(
-        self,
-        clusters: ClusterSet,
-        mapping: Mapping,
-        label_selector: &str,
-    ) -> Self {
-        self.watch_resource(
-            K::resource_type(),
-            clusters,
-            mapping,
-            Some(label_selector.to_owned()),
-        )
+        self.watch_resource(K::resource_type(), clusters, mapping)
     }
 
     /// Watch a resource type spelled out by hand.
@@ -332,13 +320,11 @@ impl Registration {
         resource: ResourceType,
         clusters: ClusterSet,
         mapping: Mapping,
-        label_selector: Option<String>,
     ) -> Self {
         self.watches.push(Watch {
             resource,
             clusters,
             mapping,
-            label_selector,
         });
         self
     }
@@ -350,13 +336,14 @@ impl Registration {
         self
     }
 
-    /// Allow `verbs` on `K` in `clusters`.
-    pub fn permission<K: Kind>(self, verbs: &[&str], clusters: ClusterSet) -> Self {
+    /// Allow `verbs` on `K` in `clusters`. [`Verb::READ`] is get, list
+    /// and watch.
+    pub fn permission<K: Kind>(self, verbs: &[Verb], clusters: ClusterSet) -> Self {
         self.permission_resource(K::resource_type(), verbs, false, clusters)
     }
 
     /// Allow `verbs` on `K` and on its `status` subresource in `clusters`.
-    pub fn status_permission<K: Kind>(self, verbs: &[&str], clusters: ClusterSet) -> Self {
+    pub fn status_permission<K: Kind>(self, verbs: &[Verb], clusters: ClusterSet) -> Self {
         self.permission_resource(K::resource_type(), verbs, true, clusters)
     }
 
@@ -364,13 +351,13 @@ impl Registration {
     pub fn permission_resource(
         mut self,
         resource: ResourceType,
-        verbs: &[&str],
+        verbs: &[Verb],
         status: bool,
         clusters: ClusterSet,
     ) -> Self {
         self.permissions.push(Permission {
             resource,
-            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            verbs: verbs.to_vec(),
             status,
             clusters,
         });
@@ -405,50 +392,18 @@ impl Registration {
         self
     }
 
-    /// Checks what the host would refuse: the name is a DNS label, the
-    /// version is set, verbs are RBAC verbs, CRDs serialized. Called by the
-    /// export glue before the registration leaves the plugin, and by the
-    /// test kit.
+    /// Checks what the host would refuse, with the host's own rules
+    /// (`rekon_rules::registration::problems`): the name is a DNS label,
+    /// the version semver, resources complete, selectors parse, named
+    /// cluster sets name clusters, mappings and the finalizer are well
+    /// formed, CRDs are CRDs. Called by the export glue before the
+    /// registration leaves the plugin, and by the test kit.
+    ///
+    /// # Errors
+    /// A terminal [`Error`] listing every problem.
     pub fn validate(&self) -> Result<(), Error> {
         let mut problems = self.problems.clone();
-        if !is_dns_label(&self.name) {
-            problems.push(format!("plugin name {:?} is not a DNS label", self.name));
-        }
-        if self.version.trim().is_empty() {
-            problems.push(format!("plugin {} has an empty version", self.name));
-        }
-        for p in &self.permissions {
-            for v in &p.verbs {
-                if !VERBS.contains(&v.as_str()) {
-                    problems.push(format!(
-                        "permission on {} names unknown verb {v:?}",
-                        p.resource
-                    ));
-                }
-            }
-        }
-        if let Some(s) = &self.primary_selector
-            && let Err(e) = LabelSelector::parse(s)
-        {
-            problems.push(format!("primary selector: {e}"));
-        }
-        for w in &self.watches {
-            if let Mapping::LabelKeyPrefixes(prefixes) = &w.mapping
-                && let Some(problem) = rekon_rules::mapping::label_key_prefixes_problem(prefixes)
-            {
-                problems.push(format!("watch of {}: {problem}", w.resource));
-            }
-            if let Some(s) = &w.label_selector
-                && let Err(e) = LabelSelector::parse(s)
-            {
-                problems.push(format!("watch of {}: {e}", w.resource));
-            }
-        }
-        if let Some(f) = &self.finalizer
-            && (f.is_empty() || !f.contains('/'))
-        {
-            problems.push(format!("finalizer {f:?} must be qualified (`domain/name`)"));
-        }
+        problems.extend(rules::problems(&self.spec()));
         if problems.is_empty() {
             Ok(())
         } else {
@@ -460,12 +415,66 @@ impl Registration {
         }
     }
 
+    /// The registration in the rules' plain form.
+    fn spec(&self) -> rules::Spec {
+        rules::Spec {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            primary: self.primary.rule(),
+            primary_clusters: self.primary_clusters.rule(),
+            primary_selector: self.primary_selector.clone(),
+            clusters: self.clusters.rule(),
+            watches: self
+                .watches
+                .iter()
+                .map(|w| rules::Watch {
+                    resource: w.resource.rule(),
+                    clusters: w.clusters.rule(),
+                    mapping: match &w.mapping {
+                        Mapping::OwnerLabels(k) => rules::Mapping::OwnerLabels {
+                            cluster: k.cluster.clone(),
+                            namespace: k.namespace.clone(),
+                            name: k.name.clone(),
+                        },
+                        Mapping::LabelKeyPrefixes(p) => rules::Mapping::LabelKeyPrefixes(p.clone()),
+                        Mapping::Itself
+                        | Mapping::OwnerReference
+                        | Mapping::AllPrimaries
+                        | Mapping::Custom => rules::Mapping::Plain,
+                    },
+                    label_selector: None,
+                })
+                .collect(),
+            finalizer: self.finalizer.clone(),
+            permissions: self
+                .permissions
+                .iter()
+                .map(|p| rules::Permission {
+                    resource: p.resource.rule(),
+                    verbs: p.verbs.iter().map(|v| v.as_str().to_owned()).collect(),
+                    clusters: p.clusters.rule(),
+                })
+                .collect(),
+            crds: self
+                .crds
+                .iter()
+                .map(|c| match c {
+                    serde_json::Value::Object(o) => rules::Crd::Parsed(
+                        o.get("kind").and_then(|k| k.as_str()).map(str::to_owned),
+                    ),
+                    _ => rules::Crd::Unreadable("not a JSON object".to_owned()),
+                })
+                .collect(),
+            max_concurrent_reconciles: self.max_concurrent_reconciles,
+        }
+    }
+
     /// Whether the declared permissions allow `verb` on `resource` in `cluster`.
     #[must_use]
     pub fn allows(
         &self,
         resource: &ResourceType,
-        verb: &str,
+        verb: Verb,
         status: bool,
         cluster: &str,
         primary: Option<&str>,
@@ -505,13 +514,21 @@ impl Registration {
     }
 }
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+impl ClusterSet {
+    fn rule(&self) -> rules::Clusters {
+        match self {
+            ClusterSet::Primary => rules::Clusters::Primary,
+            ClusterSet::All => rules::Clusters::All,
+            ClusterSet::Others => rules::Clusters::Others,
+            ClusterSet::Named(n) => rules::Clusters::Named(n.clone()),
+        }
+    }
+}
+
+impl ResourceType {
+    fn rule(&self) -> rules::Resource {
+        rules::Resource::new(&self.group, &self.version, &self.kind)
+    }
 }
 
 #[cfg(test)]
@@ -525,40 +542,39 @@ mod tests {
         let reg = Registration::new::<ConfigMap>("demo", "1.0.0")
             .clusters(ClusterSet::All)
             .watch::<Node>(ClusterSet::All, Mapping::AllPrimaries)
-            .watch_selected::<Secret>(ClusterSet::Primary, Mapping::OwnerReference, "app=demo")
+            .watch::<Secret>(ClusterSet::Primary, Mapping::OwnerReference)
             .finalizer("demo.rekon.dev/cleanup")
-            .permission::<Node>(&["get", "patch"], ClusterSet::All)
-            .status_permission::<ConfigMap>(&["patch"], ClusterSet::Primary)
+            .permission::<Node>(&[Verb::Get, Verb::Patch], ClusterSet::All)
+            .status_permission::<ConfigMap>(&[Verb::Patch], ClusterSet::Primary)
             .max_concurrent_reconciles(4);
         reg.validate().unwrap();
         assert_eq!(reg.primary.kind, "ConfigMap");
         assert_eq!(reg.primary.scope, Scope::Namespaced);
         assert_eq!(reg.watches[0].resource.scope, Scope::Cluster);
-        assert_eq!(reg.watches[1].label_selector.as_deref(), Some("app=demo"));
         assert!(reg.allows(
             &ResourceType::of::<Node>(),
-            "patch",
+            Verb::Patch,
             false,
             "sub",
             Some("main")
         ));
         assert!(!reg.allows(
             &ResourceType::of::<Node>(),
-            "delete",
+            Verb::Delete,
             false,
             "sub",
             Some("main")
         ));
         assert!(reg.allows(
             &ResourceType::of::<ConfigMap>(),
-            "patch",
+            Verb::Patch,
             true,
             "main",
             Some("main")
         ));
         assert!(!reg.allows(
             &ResourceType::of::<ConfigMap>(),
-            "patch",
+            Verb::Patch,
             true,
             "sub",
             Some("main")
@@ -571,7 +587,7 @@ mod tests {
     #[test]
     fn validate_reports_every_problem() {
         let err = Registration::new::<ConfigMap>("Bad_Name", " ")
-            .permission::<Node>(&["get", "frobnicate"], ClusterSet::Primary)
+            .permission::<Node>(&[], ClusterSet::Primary)
             .finalizer("nodomain")
             .crd_yaml("{ not yaml")
             .validate()
@@ -580,8 +596,8 @@ mod tests {
         assert!(!err.is_retryable());
         for needle in [
             "not a DNS label",
-            "empty version",
-            "frobnicate",
+            "not semver",
+            "names no verb",
             "nodomain",
             "YAML",
         ] {
@@ -618,6 +634,8 @@ mod tests {
         assert!(ClusterSet::Primary.contains("main", Some("main")));
         assert!(!ClusterSet::Primary.contains("sub", Some("main")));
         assert!(ClusterSet::All.contains("sub", Some("main")));
+        assert!(ClusterSet::Others.contains("sub", Some("main")));
+        assert!(!ClusterSet::Others.contains("main", Some("main")));
         assert!(ClusterSet::Named(vec!["sub".into()]).contains("sub", None));
     }
 }

@@ -258,7 +258,7 @@ mod crd_tests {
                 handler: "runc".into(),
             },
         );
-        let apply = Action::apply("main", &pool).unwrap();
+        let apply = Action::apply("main", &pool);
         assert_eq!(apply.object["apiVersion"], "nodes.example.com/v1");
         assert_eq!(apply.object["kind"], "Pool");
         assert_eq!(apply.object["spec"]["handler"], "runc");

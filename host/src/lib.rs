@@ -9,4 +9,5 @@ pub mod plan;
 pub mod plugin;
 pub mod plugin_crds;
 pub mod release;
+pub mod scaffold;
 pub mod writer;

@@ -274,6 +274,10 @@ struct RbacArgs {
 
 #[derive(Debug, Subcommand)]
 enum PluginCommand {
+    /// Create a plugin crate that builds outside this repository with plain
+    /// cargo: `NAME/` with Cargo.toml, src/lib.rs, a test-kit test and a
+    /// README (test, build, inspect).
+    New(NewArgs),
     /// Load a plugin file and print its registration: name, version,
     /// primary resource, watches, permissions and CRDs.
     Inspect {
@@ -293,6 +297,26 @@ enum PluginCommand {
     /// plugin was removed, they cannot finish deleting) and, with
     /// `--remove`, remove that finalizer from them without cleanup.
     Release(Box<ReleaseArgs>),
+}
+
+#[derive(Debug, clap::Args)]
+struct NewArgs {
+    /// The plugin's name (a DNS label); also the crate and directory name.
+    name: String,
+    /// The primary resource, GROUP/VERSION/KIND (VERSION/KIND for the core
+    /// group). A kind the scaffold does not know as built in becomes a
+    /// custom resource the plugin defines.
+    #[arg(long, default_value = "v1/ConfigMap")]
+    primary: String,
+    /// Where to create the crate directory.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Depend on the SDK at this path (a checkout's `guest-sdk`).
+    #[arg(long, conflicts_with = "sdk_git")]
+    sdk_path: Option<PathBuf>,
+    /// Depend on the SDK from this git repository (default: the project's).
+    #[arg(long)]
+    sdk_git: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -361,6 +385,7 @@ fn main() -> anyhow::Result<()> {
                 rekon::plugin::inspect_file_with_policy(&file, output, policy)?
             );
         }
+        Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Plugin(PluginCommand::Release(args)) => release(*args)?,
         Command::Rbac(args) => {
@@ -464,6 +489,25 @@ fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `rekon plugin new`: scaffold a plugin crate.
+fn new_plugin(args: NewArgs) -> anyhow::Result<()> {
+    use rekon::scaffold::{Scaffold, SdkSource};
+    let sdk = match (args.sdk_path, args.sdk_git) {
+        (Some(path), _) => SdkSource::Path(std::path::absolute(path)?),
+        (None, Some(url)) => SdkSource::Git(url),
+        (None, None) => SdkSource::Git(env!("CARGO_PKG_REPOSITORY").to_owned()),
+    };
+    let dir = Scaffold::new(&args.name, sdk)
+        .primary(&args.primary)?
+        .write(&args.dir)?;
+    eprintln!(
+        "created {}; next: cd {} && rustup target add wasm32-wasip2 && cargo test",
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
 /// `rekon plugin plan`: print what the plugin would do now.
 fn plan(args: PlanArgs) -> anyhow::Result<()> {
     let config = rekon::plan::PlanConfig {
@@ -477,7 +521,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
     };
     let plan = tokio::runtime::Runtime::new()?.block_on(rekon::plan::plan(config))?;
     match args.output {
-        OutputFormat::Yaml => print!("{}", serde_yaml::to_string(&plan)?),
+        OutputFormat::Yaml => print!("{}", plan.to_yaml_documents()),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),
     }
     eprintln!(

@@ -119,6 +119,133 @@ impl Plan {
     pub fn action_count(&self) -> usize {
         self.reconciles.iter().map(|r| r.actions.len()).sum()
     }
+
+    /// The plan as YAML documents, like `kubectl diff` reads: a first
+    /// document of comments summing up the actions per cluster, then one
+    /// document per action (the object applied or created, the patch body,
+    /// or what is deleted or reported) headed by a comment naming the
+    /// primary, the action and the cluster. Failed reconciles appear as
+    /// comments.
+    #[must_use]
+    pub fn to_yaml_documents(&self) -> String {
+        use std::collections::BTreeMap;
+        use std::fmt::Write as _;
+
+        let mut per_cluster: BTreeMap<&str, BTreeMap<&'static str, usize>> = BTreeMap::new();
+        for action in self.reconciles.iter().flat_map(|r| &r.actions) {
+            *per_cluster
+                .entry(crate::plugin::action_cluster(action))
+                .or_default()
+                .entry(crate::plugin::action_label(action))
+                .or_default() += 1;
+        }
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "# plugin {} {}: {} primaries, {} actions (dry run: nothing was written)",
+            self.plugin,
+            self.version,
+            self.reconciles.len(),
+            self.action_count()
+        );
+        for (cluster, counts) in &per_cluster {
+            let counts: Vec<String> = counts.iter().map(|(v, n)| format!("{n} {v}")).collect();
+            let _ = writeln!(out, "# cluster {cluster}: {}", counts.join(", "));
+        }
+        for r in &self.reconciles {
+            let primary = describe_request(&r.request);
+            if let Some(error) = &r.error {
+                let _ = writeln!(out, "# {primary}: reconcile failed: {error}");
+            }
+            if r.actions.is_empty() && r.error.is_none() {
+                let _ = writeln!(out, "# {primary}: no change");
+            }
+            for action in &r.actions {
+                let (header, body) = action_document(action);
+                let _ = write!(out, "---\n# {primary}: {header}\n{body}");
+            }
+            if r.finalized {
+                let _ = writeln!(
+                    out,
+                    "# {primary}: cleanup done, the finalizer would be removed"
+                );
+            }
+        }
+        out
+    }
+}
+
+fn describe_request(r: &Request) -> String {
+    match &r.namespace {
+        Some(ns) => format!("{}/{ns}/{}", r.cluster, r.name),
+        None => format!("{}/{}", r.cluster, r.name),
+    }
+}
+
+/// A JSON text as a YAML body (the text itself when it is not JSON).
+fn yaml_body(json: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| serde_yaml::to_string(&v).ok())
+        .unwrap_or_else(|| format!("{json}\n"))
+}
+
+fn describe_target(t: &crate::plugin::ObjectRef) -> String {
+    let what = crate::plugin::describe_resource(&t.resource);
+    match &t.namespace {
+        Some(ns) => format!("{what} {ns}/{}", t.name),
+        None => format!("{what} {}", t.name),
+    }
+}
+
+/// The comment heading an action's document, and its body.
+fn action_document(a: &Action) -> (String, String) {
+    match a {
+        Action::Apply(a) => (
+            format!(
+                "server-side apply{}{} in cluster {}",
+                if a.status { " of status" } else { "" },
+                if a.force { " (force)" } else { "" },
+                a.cluster
+            ),
+            yaml_body(&a.object),
+        ),
+        Action::Create(c) => (
+            format!("create if absent in cluster {}", c.cluster),
+            yaml_body(&c.object),
+        ),
+        Action::Patch(p) => (
+            format!(
+                "{} patch{} of {} in cluster {}",
+                match p.patch_type {
+                    crate::plugin::PatchType::Merge => "merge",
+                    crate::plugin::PatchType::Json => "JSON",
+                },
+                if p.status { " of status" } else { "" },
+                describe_target(&p.target),
+                p.target.cluster
+            ),
+            yaml_body(&p.patch),
+        ),
+        Action::Delete(d) => (
+            format!(
+                "delete {} in cluster {}",
+                describe_target(&d.target),
+                d.target.cluster
+            ),
+            String::new(),
+        ),
+        Action::Event(e) => (
+            format!(
+                "{:?} event {} about {} in cluster {}",
+                e.event_type,
+                e.reason,
+                describe_target(&e.regarding),
+                e.regarding.cluster
+            ),
+            format!("# {}\n", e.note.replace('\n', " ")),
+        ),
+    }
 }
 
 /// Run the dry run.
@@ -275,6 +402,59 @@ mod tests {
             namespace: ns.map(str::to_owned),
             name: name.into(),
         }
+    }
+
+    #[test]
+    fn yaml_documents_show_objects_and_a_per_cluster_summary() {
+        use crate::plugin::{ApplyAction, DeleteAction, ObjectRef, Resource};
+        let target = ObjectRef {
+            cluster: "sub".into(),
+            resource: Resource {
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                plural: String::new(),
+                scope: Scope::Namespaced,
+            },
+            namespace: Some("ns".into()),
+            name: "j".into(),
+        };
+        let plan = Plan {
+            plugin: "p".into(),
+            version: "1.0.0".into(),
+            reconciles: vec![PlannedReconcile {
+                request: req(Some("ns"), "t"),
+                actions: vec![
+                    Action::Apply(ApplyAction {
+                        cluster: "main".into(),
+                        object: r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}}"#
+                            .into(),
+                        status: false,
+                        force: false,
+                    }),
+                    Action::Delete(DeleteAction {
+                        target,
+                        uid: None,
+                        propagation: None,
+                    }),
+                ],
+                requeue_after_ms: None,
+                finalized: false,
+                error: None,
+            }],
+        };
+        let text = plan.to_yaml_documents();
+        assert!(text.contains("# cluster main: 1 apply\n"), "{text}");
+        assert!(text.contains("# cluster sub: 1 delete\n"), "{text}");
+        assert!(
+            text.contains("---\n# main/ns/t: server-side apply in cluster main\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("delete Job.batch ns/j in cluster sub"),
+            "{text}"
+        );
+        assert!(!text.contains("\\\""), "no escaped JSON: {text}");
     }
 
     #[test]

@@ -211,7 +211,7 @@ fn wrong_contract_version_is_refused_with_the_version() {
     assert_eq!(
         err.to_string(),
         "refused plugin v2-contract.wasm: plugin built for rekon:plugin@2.0.0; \
-         this host speaks rekon:plugin@0.2.x"
+         this host speaks rekon:plugin@0.3.x"
     );
     let err = rt
         .load_bytes(&component_exporting_guest("0.1.0"), "minor.wasm")
@@ -245,7 +245,7 @@ fn wrong_world_is_refused_with_the_reason() {
         // Right interface name, nothing in it.
         (
             "hollow.wasm",
-            component_exporting_guest("0.2.0"),
+            component_exporting_guest("0.3.0"),
             "exports do not match",
         ),
     ];
@@ -373,7 +373,7 @@ fn inspect_prints_the_registration() {
     assert_eq!(value["version"], "1.0.0");
     assert_eq!(value["primary"]["kind"], "ConfigMap");
     assert_eq!(value["permissions"][0]["resource"]["kind"], "ConfigMap");
-    assert_eq!(value["contract"], "rekon:plugin@0.2.x");
+    assert_eq!(value["contract"], "rekon:plugin@0.3.x");
     let yaml = inspect_file(&chaos_v1(), OutputFormat::Yaml).expect("inspects");
     let value: serde_yaml::Value = serde_yaml::from_str(&yaml).expect("YAML output");
     assert_eq!(value["name"].as_str(), Some("chaos"));

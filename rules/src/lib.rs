@@ -10,11 +10,14 @@
 //! |---|---|
 //! | [`selector`] | Kubernetes label selector strings: parsing and matching |
 //! | [`mapping`] | what makes a declarative mapping valid |
+//! | [`registration`] | what makes a plugin's registration valid (names, versions, verbs, resources, selectors, cluster sets, mappings, finalizer, CRDs) |
 //! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
 
 pub mod mapping;
+pub mod registration;
 pub mod scope;
 pub mod selector;
 
+pub use registration::Verb;
 pub use scope::{Phase, PrimaryState, Step, step};
 pub use selector::{LabelSelector, ParseError, Requirement};

@@ -17,18 +17,19 @@
 //! /// Copies `data.source` of a ConfigMap into `data.copy`.
 //! struct Copier;
 //! impl Plugin for Copier {
+//!     type Primary = ConfigMap;
 //!     fn register() -> Result<Registration, Error> {
 //!         Ok(Registration::new::<ConfigMap>("copier", "0.1.0")
-//!             .permission::<ConfigMap>(&["get", "patch"], ClusterSet::Primary))
+//!             .permission::<ConfigMap>(&[Verb::Get, Verb::Patch], ClusterSet::Primary))
 //!     }
-//!     fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-//!         let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else { return Ok(Outcome::done()) };
+//!     fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+//!         let Event::Apply(cm) = event else { return Ok(Outcome::done()) };
 //!         let source = cm.data.unwrap_or_default().get("source").cloned().unwrap_or_default();
 //!         let mut applied = ConfigMap::default();
 //!         applied.metadata.name = Some(req.name.clone());
 //!         applied.metadata.namespace = req.namespace.clone();
 //!         applied.data = Some([("copy".to_string(), source)].into());
-//!         Ok(Outcome::done().with(Action::apply(&req.cluster, &applied)?))
+//!         Ok(Outcome::done().with(Action::apply(&req.cluster, &applied)))
 //!     }
 //! }
 //!
@@ -416,8 +417,7 @@ impl World {
     ///
     /// If the object has no name: a test bug.
     pub fn insert<K: Kind + Serialize>(&mut self, cluster: &str, obj: &K) -> ObjectRef {
-        let value = typed_to_json(obj)
-            .unwrap_or_else(|e| panic!("failed to serialize the inserted object: {e}"));
+        let value = typed_to_json(obj);
         let mut target = self.insert_json(cluster, value);
         target.resource = K::resource_type();
         target
@@ -545,8 +545,7 @@ impl World {
             let mut typed: K = serde_json::from_value(value.clone())
                 .unwrap_or_else(|e| panic!("failed to decode {target} for update: {e}"));
             f(&mut typed);
-            *value =
-                typed_to_json(&typed).unwrap_or_else(|e| panic!("failed to encode {target}: {e}"));
+            *value = typed_to_json(&typed);
         })
     }
 
@@ -595,7 +594,7 @@ impl World {
             Some(Step::Reconcile { phase, .. }) => phase,
         };
         let ctx = self.restricted_context(reg).with_phase(phase);
-        let result = P::reconcile(&ctx, req);
+        let result = P::reconcile_request(&ctx, req);
         self.state.borrow_mut().reads = None;
         result.map_err(|error| TestkitError::Reconcile {
             request: req.clone(),
@@ -941,7 +940,7 @@ fn check_permission(
     } else {
         Err(TestkitError::Forbidden {
             plugin: reg.name.clone(),
-            verb: verb.to_owned(),
+            verb: verb.as_str().to_owned(),
             status: action.is_status(),
             target: target.to_string(),
         })

@@ -40,18 +40,21 @@ fn config_map(ns: &str, name: &str, data: &[(&str, &str)]) -> ConfigMap {
 struct Labeler;
 
 impl Plugin for Labeler {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("labeler", "0.1.0")
             .watch::<Node>(ClusterSet::Primary, Mapping::AllPrimaries)
             .finalizer(FINALIZER)
-            .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
-            .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary))
+            .permission::<Node>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::Primary,
+            )
+            .permission::<ConfigMap>(Verb::READ, ClusterSet::Primary))
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-            return Ok(Outcome::done());
-        };
+    fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let cm = event.into_primary();
         let deleting = cm.metadata.deletion_timestamp.is_some();
         let selector = cm
             .data
@@ -67,14 +70,10 @@ impl Plugin for Labeler {
                 applied.metadata.labels =
                     Some(BTreeMap::from([(POOL_LABEL.to_owned(), req.name.clone())]));
             }
-            outcome.push(Action::apply(&req.cluster, &applied)?);
+            outcome.push(Action::apply(&req.cluster, &applied));
         }
         crate::info!(ctx, "labelled nodes"; selector = selector, deleting = deleting);
-        Ok(if deleting {
-            outcome.finalized()
-        } else {
-            outcome
-        })
+        Ok(outcome)
     }
 }
 
@@ -177,10 +176,12 @@ fn selector_change_moves_labels() {
 /// Reads a Secret it never declared.
 struct Snoop;
 impl Plugin for Snoop {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("snoop", "0.1.0"))
     }
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+    fn reconcile(ctx: &Context, req: &Request, _event: Event<ConfigMap>) -> Result<Outcome, Error> {
         ctx.get::<Secret>(&req.cluster, req.namespace.as_deref(), "token")?;
         Ok(Outcome::done())
     }
@@ -288,18 +289,18 @@ fn clusters_health_and_time_are_visible() {
 /// Writes whatever `data.action` says, to exercise the world's semantics.
 struct Writer;
 impl Plugin for Writer {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("writer", "0.1.0")
             .finalizer("writer.rekon.dev/f")
             .status_permission::<ConfigMap>(
-                &["get", "create", "patch", "delete"],
+                &[Verb::Get, Verb::Create, Verb::Patch, Verb::Delete],
                 ClusterSet::Primary,
             ))
     }
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-            return Ok(Outcome::done());
-        };
+    fn reconcile(_ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let cm = event.into_primary();
         let data = cm.data.clone().unwrap_or_default();
         let me = ObjectRef::for_request::<ConfigMap>(req);
         let rv = cm.metadata.resource_version.clone().unwrap_or_default();
@@ -328,7 +329,7 @@ impl Plugin for Writer {
             .status()
             .into(),
             Some("create") => {
-                Action::create("main", &config_map("default", "child", &[("v", "1")]))?.into()
+                Action::create("main", &config_map("default", "child", &[("v", "1")])).into()
             }
             Some("delete") => Action::delete(me).into(),
             Some("wrong-uid") => Action::delete(me).uid("nope").into(),
@@ -340,7 +341,7 @@ impl Plugin for Writer {
                 json!({}),
             )
             .into(),
-            _ => return Ok(Outcome::done().finalized()),
+            _ => return Ok(Outcome::done()),
         };
         Ok(Outcome::done().with(action))
     }
@@ -504,14 +505,14 @@ fn resource_versions_and_identity_are_stamped() {
 /// Never settles: bumps a counter annotation on every reconcile.
 struct Restless;
 impl Plugin for Restless {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("restless", "0.1.0")
-            .permission::<ConfigMap>(&["patch"], ClusterSet::Primary))
+            .permission::<ConfigMap>(&[Verb::Patch], ClusterSet::Primary))
     }
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let cm = ctx
-            .get_requested::<ConfigMap>(req)?
-            .ok_or_else(|| Error::retry("no configmap"))?;
+    fn reconcile(_ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let cm = event.into_primary();
         let n: u64 = cm
             .annotations()
             .get("n")
@@ -584,11 +585,13 @@ fn converge_all_reconciles_every_primary() {
 /// Maps a Secret to the ConfigMap named in its `owner` label.
 struct Mapper;
 impl Plugin for Mapper {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("mapper", "0.1.0")
             .watch::<Secret>(ClusterSet::All, Mapping::Custom))
     }
-    fn reconcile(_: &Context, _: &Request) -> Result<Outcome, Error> {
+    fn reconcile(_: &Context, _: &Request, _event: Event<ConfigMap>) -> Result<Outcome, Error> {
         Ok(Outcome::done())
     }
     fn map(
@@ -626,10 +629,12 @@ fn map_runs_natively() {
 
 struct BadRegistration;
 impl Plugin for BadRegistration {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("Not A Label", "1"))
     }
-    fn reconcile(_: &Context, _: &Request) -> Result<Outcome, Error> {
+    fn reconcile(_: &Context, _: &Request, _event: Event<ConfigMap>) -> Result<Outcome, Error> {
         Ok(Outcome::done())
     }
 }
@@ -673,33 +678,38 @@ struct Spreader;
 const SPREADER_FINALIZER: &str = "spreader.rekon.dev/cleanup";
 
 impl Plugin for Spreader {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("spreader", "0.1.0")
             .clusters(ClusterSet::All)
             .finalizer(SPREADER_FINALIZER)
             .permission::<ConfigMap>(
-                &["get", "list", "watch", "patch", "delete"],
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Patch,
+                    Verb::Delete,
+                ],
                 ClusterSet::All,
             ))
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-            return Ok(Outcome::done());
-        };
+    fn reconcile(_ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let cm = event.into_primary();
         let copies = [("main", "copy-a"), ("sub", "copy"), ("main", "copy-b")];
         if cm.metadata.deletion_timestamp.is_some() {
             return Ok(Outcome::with_actions(copies.iter().map(|(c, n)| {
                 Action::delete(ObjectRef::new::<ConfigMap>(c, Some("default"), n))
-            }))
-            .finalized());
+            })));
         }
         let mut outcome = Outcome::done();
         for (cluster, name) in copies {
             outcome.push(Action::apply(
                 cluster,
                 &config_map("default", name, &[("from", req.name.as_str())]),
-            )?);
+            ));
         }
         outcome.push(Action::normal_event(
             ObjectRef::for_request::<ConfigMap>(req),
@@ -842,4 +852,70 @@ fn now_seconds_is_what_a_stored_time_reads_back_as() {
         Some(&ctx.now_seconds()),
         &Time(Timestamp::UNIX_EPOCH)
     ));
+}
+
+/// Cleans up by waiting: keeps the finalizer while the ConfigMap says so.
+struct Patient;
+impl Plugin for Patient {
+    type Primary = ConfigMap;
+
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<ConfigMap>("patient", "0.1.0")
+            .finalizer("patient.example.com/cleanup")
+            .permission::<ConfigMap>(&[Verb::Patch], ClusterSet::Primary))
+    }
+    fn reconcile(_: &Context, _: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let wait = event
+            .primary()
+            .data
+            .as_ref()
+            .is_some_and(|d| d.contains_key("wait"));
+        Ok(match event {
+            Event::Cleanup(_) if wait => Outcome::done()
+                .keep_finalizer()
+                .requeue_after(Duration::from_secs(1)),
+            Event::Apply(_) | Event::Cleanup(_) => Outcome::done(),
+        })
+    }
+}
+
+#[test]
+fn cleanup_is_finalized_unless_the_plugin_keeps_the_finalizer() {
+    let mut world = World::new().primary("main");
+    world.insert("main", &config_map("default", "x", &[("wait", "1")]));
+    let req = Request::namespaced("main", "default", "x");
+    let live = world.reconcile::<Patient>(&req).unwrap();
+    assert!(!live.finalized, "an Apply never finalizes");
+    let target = ObjectRef::for_request::<ConfigMap>(&req);
+    assert!(world.delete(&target));
+    let waiting = world.reconcile::<Patient>(&req).unwrap();
+    assert!(!waiting.finalized);
+    world.apply::<Patient>(&req, &waiting).unwrap();
+    assert!(world.contains(&target), "the finalizer holds the object");
+    world.modify(&target, |cm| cm["data"] = json!({}));
+    let done = world.reconcile::<Patient>(&req).unwrap();
+    assert!(done.finalized, "an Ok cleanup finalizes without a flag");
+    world.apply::<Patient>(&req, &done).unwrap();
+    assert!(!world.contains(&target));
+}
+
+#[test]
+fn a_primary_that_does_not_decode_fails_terminally_and_gone_ones_are_skipped() {
+    let mut world = World::new().primary("main");
+    world.insert_json(
+        "main",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bad", "namespace": "default"}, "data": {"n": 5}}),
+    );
+    let err = world
+        .reconcile::<Patient>(&Request::namespaced("main", "default", "bad"))
+        .unwrap_err();
+    let TestkitError::Reconcile { error, .. } = err else {
+        panic!("unexpected {err}")
+    };
+    assert!(!error.is_retryable(), "{error}");
+    assert!(error.message().contains("does not decode"), "{error}");
+    let gone = world
+        .reconcile::<Patient>(&Request::namespaced("main", "default", "gone"))
+        .unwrap();
+    assert_eq!(gone, Outcome::done());
 }

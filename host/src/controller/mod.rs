@@ -195,6 +195,7 @@ pub struct QueueStats {
 pub fn covers(set: &ClusterSet, cluster: &str, primary: &str) -> bool {
     match set {
         ClusterSet::Primary => cluster == primary,
+        ClusterSet::Others => cluster != primary,
         ClusterSet::All => true,
         ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
     }
@@ -204,6 +205,12 @@ pub(crate) fn resolve_set(set: &ClusterSet, clusters: &ClusterRegistry) -> Vec<S
     match set {
         ClusterSet::Primary => vec![clusters.primary().to_owned()],
         ClusterSet::All => clusters.names(),
+        ClusterSet::Others => {
+            let primary = clusters.primary();
+            let mut names = clusters.names();
+            names.retain(|n| n != primary);
+            names
+        }
         ClusterSet::Named(names) => names
             .iter()
             .filter(|n| clusters.get(n).is_some())

@@ -184,6 +184,7 @@ impl RbacOptions {
     fn covers(&self, set: &ClusterSet) -> bool {
         match set {
             ClusterSet::Primary => self.primary,
+            ClusterSet::Others => !self.primary,
             ClusterSet::All => true,
             ClusterSet::Named(names) => names.contains(&self.cluster),
         }

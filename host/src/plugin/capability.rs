@@ -28,58 +28,10 @@ use super::bindings::types::{Action, ClusterInfo, ClusterSet, Outcome, Registrat
 use super::error::CallError;
 use super::policy::PluginPolicy;
 
-/// A Kubernetes RBAC verb a permission can name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Verb {
-    /// get
-    Get,
-    /// list
-    List,
-    /// watch
-    Watch,
-    /// create
-    Create,
-    /// update
-    Update,
-    /// patch
-    Patch,
-    /// delete
-    Delete,
-}
-
-impl Verb {
-    /// Parses an RBAC verb (`*` is not accepted: permissions are explicit).
-    #[must_use]
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "get" => Self::Get,
-            "list" => Self::List,
-            "watch" => Self::Watch,
-            "create" => Self::Create,
-            "update" => Self::Update,
-            "patch" => Self::Patch,
-            "delete" => Self::Delete,
-            _ => return None,
-        })
-    }
-
-    /// The RBAC spelling.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Get => "get",
-            Self::List => "list",
-            Self::Watch => "watch",
-            Self::Create => "create",
-            Self::Update => "update",
-            Self::Patch => "patch",
-            Self::Delete => "delete",
-        }
-    }
-}
+pub use rekon_rules::Verb;
 
 /// `Node`, `Job.batch`, `NodePool.nodes.lailin.xyz`.
-pub(crate) fn describe_resource(r: &Resource) -> String {
+pub fn describe_resource(r: &Resource) -> String {
     let kind = if r.kind.is_empty() {
         &r.plural
     } else {
@@ -111,6 +63,7 @@ fn in_cluster_set(set: &ClusterSet, cluster: &str, clusters: &[ClusterInfo]) -> 
     match set {
         ClusterSet::All => true,
         ClusterSet::Primary => clusters.iter().any(|c| c.primary && c.name == cluster),
+        ClusterSet::Others => clusters.iter().any(|c| !c.primary && c.name == cluster),
         ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
     }
 }
@@ -349,7 +302,8 @@ fn why_not(
     )
 }
 
-fn action_label(action: &Action) -> &'static str {
+/// `apply`, `patch`, `delete`, `create` or `event`.
+pub(crate) fn action_label(action: &Action) -> &'static str {
     match action {
         Action::Apply(_) => "apply",
         Action::Patch(_) => "patch",
@@ -359,7 +313,8 @@ fn action_label(action: &Action) -> &'static str {
     }
 }
 
-fn action_cluster(action: &Action) -> &str {
+/// The cluster an action writes (or reports) in.
+pub(crate) fn action_cluster(action: &Action) -> &str {
     match action {
         Action::Apply(a) => &a.cluster,
         Action::Patch(p) => &p.target.cluster,
@@ -531,6 +486,26 @@ mod tests {
                 .contains("no permission declared for ConfigMap"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn others_means_every_engaged_cluster_but_the_primary() {
+        let r = reg(vec![Permission {
+            resource: res("batch", "Job"),
+            verbs: vec!["create".into()],
+            status: false,
+            clusters: ClusterSet::Others,
+        }]);
+        let create = |cluster: &str| {
+            outcome(vec![Action::Create(CreateAction {
+                cluster: cluster.into(),
+                object: r#"{"apiVersion":"batch/v1","kind":"Job"}"#.into(),
+            })])
+        };
+        assert!(check_outcome("t", &r, &create("sub"), &clusters()).is_ok());
+        let err = check_outcome("t", &r, &create("main"), &clusters()).unwrap_err();
+        assert!(err.to_string().contains("primary is main"), "{err}");
+        assert!(check_outcome("t", &r, &create("gone"), &clusters()).is_err());
     }
 
     #[test]

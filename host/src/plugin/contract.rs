@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 pub const CONTRACT_PACKAGE: &str = "rekon:plugin";
 
 /// The version of the WIT package this host speaks (`wit/*.wit`).
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// Why a component does not fit the contract.
 #[derive(Debug, PartialEq, Eq)]
@@ -155,14 +155,14 @@ mod tests {
 
     #[test]
     fn zero_minor_acts_as_major() {
-        assert!(compatible(&v("0.2.0")));
-        assert!(compatible(&v("0.2.7")));
-        assert!(!compatible(&v("0.1.0")));
-        assert!(!compatible(&v("0.3.0")));
+        assert!(compatible(&v("0.3.0")));
+        assert!(compatible(&v("0.3.7")));
+        assert!(!compatible(&v("0.2.0")));
+        assert!(!compatible(&v("0.4.0")));
         assert!(!compatible(&v("0.0.9")));
         assert!(!compatible(&v("1.1.0")));
         assert!(!compatible(&v("2.0.0")));
-        assert_eq!(host_range(), "rekon:plugin@0.2.x");
+        assert_eq!(host_range(), "rekon:plugin@0.3.x");
     }
 
     #[test]
@@ -193,7 +193,7 @@ mod tests {
             check_version("rekon:plugin/guest@2.0.0", Some("2.0.0")),
             Err(Mismatch::Version {
                 found: "2.0.0".into(),
-                host: "rekon:plugin@0.2.x".into()
+                host: "rekon:plugin@0.3.x".into()
             })
         );
     }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::bindings::types::{ClusterSet, Permission, Resource, Watch};
+use super::bindings::types::{ClusterSet, Mapping, Permission, Resource, Scope, Watch};
 use super::error::LoadError;
 use super::policy::{Policy, PolicyEntry};
 use super::runtime::{PluginRuntime, RuntimeConfig, RuntimeError};
@@ -33,27 +33,186 @@ pub struct InspectReport {
     /// The contract the plugin was checked against.
     pub contract: String,
     /// Primary resource.
-    pub primary: Resource,
+    pub primary: ResourceView,
+    /// Label selector narrowing the primaries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub primary_selector: Option<String>,
     /// Clusters whose primaries are reconciled.
-    pub primary_clusters: ClusterSet,
-    /// Clusters the plugin covers.
-    pub clusters: ClusterSet,
+    pub primary_clusters: ClustersView,
+    /// Clusters whose engagement requeues every primary.
+    pub clusters: ClustersView,
     /// Watches and their mappings.
-    pub watches: Vec<Watch>,
+    pub watches: Vec<WatchView>,
     /// Finalizer, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub finalizer: Option<String>,
     /// Permissions: the effective ones when an operator policy applies.
-    pub permissions: Vec<Permission>,
+    pub permissions: Vec<PermissionView>,
     /// What the plugin declared, when an operator policy narrowed it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub declared_permissions: Option<Vec<Permission>>,
+    pub declared_permissions: Option<Vec<PermissionView>>,
     /// The operator policy entries that apply (`"*"` and the plugin's own).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<InspectPolicy>,
     /// Concurrency bound.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_concurrent_reconciles: Option<u32>,
     /// CRD manifests, decoded.
     pub crds: Vec<serde_json::Value>,
+}
+
+/// A resource type, Kubernetes style.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceView {
+    /// `group/version`, or `version` for the core group.
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural, when the plugin named it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub plural: String,
+    /// `Namespaced` or `Cluster`.
+    pub scope: &'static str,
+}
+
+impl From<&Resource> for ResourceView {
+    fn from(r: &Resource) -> Self {
+        Self {
+            api_version: if r.group.is_empty() {
+                r.version.clone()
+            } else {
+                format!("{}/{}", r.group, r.version)
+            },
+            kind: r.kind.clone(),
+            plural: r.plural.clone(),
+            scope: match r.scope {
+                Scope::Namespaced => "Namespaced",
+                Scope::Cluster => "Cluster",
+            },
+        }
+    }
+}
+
+/// A cluster set: `Primary`, `All`, or the cluster names.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(untagged)]
+pub enum ClustersView {
+    /// `Primary` or `All`.
+    Keyword(&'static str),
+    /// Named clusters.
+    Named(Vec<String>),
+}
+
+impl From<&ClusterSet> for ClustersView {
+    fn from(c: &ClusterSet) -> Self {
+        match c {
+            ClusterSet::Primary => Self::Keyword("Primary"),
+            ClusterSet::All => Self::Keyword("All"),
+            ClusterSet::Others => Self::Keyword("Others"),
+            ClusterSet::Named(n) => Self::Named(n.clone()),
+        }
+    }
+}
+
+/// A mapping as a Kubernetes discriminated union: `type` names the kind,
+/// the member named after it carries its parameters.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MappingView {
+    /// `Itself`, `OwnerReference`, `OwnerLabels`, `LabelKeyPrefixes`,
+    /// `AllPrimaries` or `Custom`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The owner label keys, for `OwnerLabels`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner_labels: Option<std::collections::BTreeMap<&'static str, String>>,
+    /// The prefixes, for `LabelKeyPrefixes`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_key_prefixes: Option<Vec<String>>,
+}
+
+impl From<&Mapping> for MappingView {
+    fn from(m: &Mapping) -> Self {
+        let plain = |kind| Self {
+            kind,
+            owner_labels: None,
+            label_key_prefixes: None,
+        };
+        match m {
+            Mapping::Itself => plain("Itself"),
+            Mapping::OwnerReference => plain("OwnerReference"),
+            Mapping::AllPrimaries => plain("AllPrimaries"),
+            Mapping::Custom => plain("Custom"),
+            Mapping::OwnerLabels(k) => Self {
+                owner_labels: Some(
+                    [
+                        ("cluster", k.cluster.clone()),
+                        ("namespace", k.namespace.clone()),
+                        ("name", k.name.clone()),
+                    ]
+                    .into(),
+                ),
+                ..plain("OwnerLabels")
+            },
+            Mapping::LabelKeyPrefixes(p) => Self {
+                label_key_prefixes: Some(p.clone()),
+                ..plain("LabelKeyPrefixes")
+            },
+        }
+    }
+}
+
+/// A watch.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchView {
+    /// The watched resource.
+    pub resource: ResourceView,
+    /// Where.
+    pub clusters: ClustersView,
+    /// How events map to primaries.
+    pub mapping: MappingView,
+    /// Event filter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label_selector: Option<String>,
+}
+
+impl From<&Watch> for WatchView {
+    fn from(w: &Watch) -> Self {
+        Self {
+            resource: (&w.resource).into(),
+            clusters: (&w.clusters).into(),
+            mapping: (&w.mapping).into(),
+            label_selector: w.label_selector.clone(),
+        }
+    }
+}
+
+/// A permission, like an RBAC rule.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionView {
+    /// The resource.
+    pub resource: ResourceView,
+    /// RBAC verbs.
+    pub verbs: Vec<String>,
+    /// `[status]` when the verbs also hold for the status subresource.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub subresources: Vec<&'static str>,
+    /// Where.
+    pub clusters: ClustersView,
+}
+
+impl From<&Permission> for PermissionView {
+    fn from(p: &Permission) -> Self {
+        Self {
+            resource: (&p.resource).into(),
+            verbs: p.verbs.clone(),
+            subresources: if p.status { vec!["status"] } else { vec![] },
+            clusters: (&p.clusters).into(),
+        }
+    }
 }
 
 /// The operator policy as it applies to one plugin.
@@ -104,7 +263,8 @@ pub fn inspect_file_with_policy(
     let plugin = runtime.load_file(file)?;
     let reg = plugin.effective_registration().clone();
     let narrowed = plugin.policy().is_some();
-    let declared_permissions = narrowed.then(|| plugin.registration().permissions.clone());
+    let views = |p: &[Permission]| p.iter().map(PermissionView::from).collect::<Vec<_>>();
+    let declared_permissions = narrowed.then(|| views(&plugin.registration().permissions));
     let policy = plugin
         .policy()
         .zip(policy.as_deref())
@@ -123,12 +283,13 @@ pub fn inspect_file_with_policy(
         version: reg.version,
         digest: plugin.digest().to_string(),
         contract: super::contract::host_range(),
-        primary: reg.primary,
-        primary_clusters: reg.primary_clusters,
-        clusters: reg.clusters,
-        watches: reg.watches,
-        finalizer: reg.finalizer,
-        permissions: reg.permissions,
+        primary: (&reg.primary).into(),
+        primary_selector: reg.primary_selector.clone(),
+        primary_clusters: (&reg.primary_clusters).into(),
+        clusters: (&reg.clusters).into(),
+        watches: reg.watches.iter().map(WatchView::from).collect(),
+        finalizer: reg.finalizer.clone(),
+        permissions: views(&reg.permissions),
         declared_permissions,
         policy,
         max_concurrent_reconciles: reg.max_concurrent_reconciles,
@@ -148,5 +309,52 @@ pub fn inspect_file_with_policy(
                 s
             })
             .map_err(|e| InspectError::Render(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::bindings::types::OwnerLabels;
+    use super::*;
+
+    #[test]
+    fn views_are_kubernetes_style_yaml() {
+        let watch = Watch {
+            resource: Resource {
+                group: "batch".into(),
+                version: "v1".into(),
+                kind: "Job".into(),
+                plural: String::new(),
+                scope: Scope::Namespaced,
+            },
+            clusters: ClusterSet::Named(vec!["edge".into()]),
+            mapping: Mapping::OwnerLabels(OwnerLabels {
+                cluster: "o/c".into(),
+                namespace: "o/ns".into(),
+                name: "o/n".into(),
+            }),
+            label_selector: None,
+        };
+        let permission = Permission {
+            resource: watch.resource.clone(),
+            verbs: vec!["get".into(), "patch".into()],
+            status: true,
+            clusters: ClusterSet::Primary,
+        };
+        let yaml =
+            serde_yaml::to_string(&(WatchView::from(&watch), PermissionView::from(&permission)))
+                .unwrap();
+        assert!(!yaml.contains('!'), "no YAML tags:\n{yaml}");
+        assert!(!yaml.contains('_'), "no snake_case keys:\n{yaml}");
+        for line in [
+            "apiVersion: batch/v1",
+            "type: OwnerLabels",
+            "ownerLabels:",
+            "- edge",
+            "clusters: Primary",
+            "- status",
+        ] {
+            assert!(yaml.contains(line), "{line:?} missing from\n{yaml}");
+        }
     }
 }

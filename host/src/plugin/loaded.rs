@@ -85,9 +85,11 @@ impl LoadedPlugin {
             message,
         })?;
         timings.register = started.elapsed();
-        validate(&registration).map_err(|reason| LoadError::InvalidRegistration {
-            origin: origin.clone(),
-            reason,
+        super::validate_registration(&registration).map_err(|reason| {
+            LoadError::InvalidRegistration {
+                origin: origin.clone(),
+                reason,
+            }
         })?;
         let policy = runtime
             .config
@@ -606,59 +608,6 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_string())
-}
-
-/// Checks what `register` returned.
-fn validate(reg: &Registration) -> Result<(), String> {
-    let name = &reg.name;
-    let dns_label = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if !dns_label {
-        return Err(format!(
-            "name {name:?} is not a DNS label (lowercase letters, digits, '-', at most 63)"
-        ));
-    }
-    semver::Version::parse(&reg.version)
-        .map_err(|e| format!("version {:?} is not semver: {e}", reg.version))?;
-    if reg.primary.kind.is_empty() || reg.primary.version.is_empty() {
-        return Err("primary resource needs a version and a kind".to_string());
-    }
-    for (i, crd) in reg.crds.iter().enumerate() {
-        let value: serde_json::Value =
-            serde_json::from_str(crd).map_err(|e| format!("crd #{i} is not JSON: {e}"))?;
-        if value.get("kind").and_then(|k| k.as_str()) != Some("CustomResourceDefinition") {
-            return Err(format!("crd #{i} is not a CustomResourceDefinition"));
-        }
-    }
-    for permission in &reg.permissions {
-        for verb in &permission.verbs {
-            if capability::Verb::parse(verb).is_none() {
-                return Err(format!(
-                    "permission on {} names unknown verb {verb:?}",
-                    capability::describe_resource(&permission.resource)
-                ));
-            }
-        }
-    }
-    for w in &reg.watches {
-        if let super::Mapping::LabelKeyPrefixes(prefixes) = &w.mapping
-            && let Some(problem) = rekon_rules::mapping::label_key_prefixes_problem(prefixes)
-        {
-            return Err(format!(
-                "watch of {}: {problem}",
-                capability::describe_resource(&w.resource)
-            ));
-        }
-    }
-    if reg.max_concurrent_reconciles == Some(0) {
-        return Err("max-concurrent-reconciles must be at least 1".to_string());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

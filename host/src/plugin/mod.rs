@@ -2,7 +2,7 @@
 //! checks, the plugin registry and hot reload.
 //!
 //! A plugin is a WebAssembly component of the world `rekon:plugin/plugin`
-//! (package `rekon:plugin@0.2.0`, see `wit/`). The runtime compiles it once
+//! (package `rekon:plugin@0.3.0`, see `wit/`). The runtime compiles it once
 //! (cached on disk by digest), validates that it speaks our contract, calls
 //! its `register` export, and then runs every `reconcile` / `map` call in a
 //! fresh, pre-instantiated store with a memory cap and an epoch deadline.
@@ -59,6 +59,7 @@ mod policy;
 mod registry;
 mod runtime;
 mod sandbox;
+mod validation;
 
 pub use bindings::types::{
     Action, ApplyAction, ClusterHealth, ClusterInfo, ClusterSet, CreateAction, DeleteAction,
@@ -66,12 +67,13 @@ pub use bindings::types::{
     PatchType, Permission, Phase, Propagation, ReadError, ReconcileError, Registration, Request,
     Resource, Scope, Timestamp, Watch,
 };
-pub use capability::{Required, Verb, permits, required_permission};
+pub use capability::{Required, Verb, describe_resource, permits, required_permission};
+pub(crate) use capability::{action_cluster, action_label};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 pub use error::{CallError, LoadError, RegistryError};
 pub use inspect::{
-    InspectError, InspectPolicy, InspectReport, OutputFormat, inspect_file,
-    inspect_file_with_policy,
+    ClustersView, InspectError, InspectPolicy, InspectReport, MappingView, OutputFormat,
+    PermissionView, ResourceView, WatchView, inspect_file, inspect_file_with_policy,
 };
 pub use loaded::{LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
@@ -79,6 +81,7 @@ pub use registry::{PluginRegistry, PluginStatus, RegistryEvent};
 pub use runtime::{
     CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };
+pub use validation::validate_registration;
 
 /// Read access to the host's caches, given to a plugin for one call.
 ///

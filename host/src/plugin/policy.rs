@@ -210,7 +210,7 @@ impl Policy {
         };
         for (name, entry) in &file.plugins {
             let at = format!("plugins.{name}");
-            if name != ANY && !is_dns_label(name) {
+            if name != ANY && !rekon_rules::registration::is_dns_label(name) {
                 return Err(invalid(
                     at,
                     "not a plugin name (a DNS label) or \"*\" for every plugin",
@@ -374,6 +374,14 @@ impl PluginPolicy {
                             .cloned()
                             .collect(),
                     ),
+                    (Some(allowed), ClusterSet::Others) => match primary {
+                        Some(primary) => ClusterSet::Named(
+                            allowed.iter().filter(|c| *c != primary).cloned().collect(),
+                        ),
+                        // Resolved per action, where the policy's clusters
+                        // are checked too.
+                        None => ClusterSet::Others,
+                    },
                     (Some(allowed), ClusterSet::Primary) => match primary {
                         Some(primary) if !allowed.iter().any(|c| c == primary) => return None,
                         _ => ClusterSet::Primary,
@@ -429,16 +437,6 @@ impl PluginPolicy {
         }
         Ok(())
     }
-}
-
-fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
 }
 
 #[cfg(test)]

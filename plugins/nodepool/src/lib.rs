@@ -538,6 +538,8 @@ fn node_ready(node: &Node) -> bool {
 pub struct NodePoolPlugin;
 
 impl Plugin for NodePoolPlugin {
+    type Primary = NodePool;
+
     fn register() -> Result<Registration, Error> {
         Ok(
             Registration::new::<NodePool>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
@@ -551,27 +553,44 @@ impl Plugin for NodePoolPlugin {
                 .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
                 .finalizer(FINALIZER)
                 .permission::<NodePool>(
-                    &["get", "list", "watch", "patch", "update"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Patch,
+                        Verb::Update,
+                    ],
                     ClusterSet::Primary,
                 )
-                .status_permission::<NodePool>(&["get", "patch", "update"], ClusterSet::Primary)
-                .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::Primary)
+                .status_permission::<NodePool>(
+                    &[Verb::Get, Verb::Patch, Verb::Update],
+                    ClusterSet::Primary,
+                )
+                .permission::<Node>(
+                    &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                    ClusterSet::Primary,
+                )
                 .permission::<RuntimeClass>(
-                    &["get", "list", "watch", "create", "patch", "delete"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Create,
+                        Verb::Patch,
+                        Verb::Delete,
+                    ],
                     ClusterSet::Primary,
                 )
                 .crd(NodePool::crd()),
         )
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(pool) = ctx.get_requested::<NodePool>(req)? else {
-            return Ok(Outcome::done()); // deleted meanwhile
-        };
+    fn reconcile(ctx: &Context, req: &Request, event: Event<NodePool>) -> Result<Outcome, Error> {
+        let deleting = event.is_cleanup();
+        let pool = event.into_primary();
         let name = pool.name_any();
         let cluster = req.cluster.as_str();
         let pool_ref = ObjectRef::for_request::<NodePool>(req);
-        let deleting = pool.metadata.deletion_timestamp.is_some();
         let problems = invalid_spec(&pool.spec);
 
         // Only the pool's nodes: members (role label) and nodes it recorded
@@ -647,7 +666,7 @@ impl Plugin for NodePoolPlugin {
                     ),
                 ));
             }
-            return Ok(outcome.finalized());
+            return Ok(outcome);
         }
 
         let mut outcome = Outcome::done();
@@ -692,7 +711,7 @@ impl Plugin for NodePoolPlugin {
                         None => delete,
                     });
                 }
-                outcome.push(Action::apply(cluster, &want_rc)?.force());
+                outcome.push(Action::apply(cluster, &want_rc).force());
                 outcome.push(Action::normal_event(
                     pool_ref.clone(),
                     "RuntimeClassUpdated",

@@ -262,6 +262,8 @@ impl View {
 }
 
 impl Plugin for TestFanout {
+    type Primary = Test;
+
     fn register() -> Result<Registration, Error> {
         Ok(
             Registration::new::<Test>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
@@ -269,31 +271,43 @@ impl Plugin for TestFanout {
                 .watch::<Job>(ClusterSet::All, Mapping::OwnerLabels(owner_labels()))
                 .finalizer(FINALIZER)
                 .permission::<Test>(
-                    &["get", "list", "watch", "patch", "update"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Patch,
+                        Verb::Update,
+                    ],
                     ClusterSet::Primary,
                 )
-                .status_permission::<Test>(&["get", "patch", "update"], ClusterSet::Primary)
+                .status_permission::<Test>(
+                    &[Verb::Get, Verb::Patch, Verb::Update],
+                    ClusterSet::Primary,
+                )
                 .permission::<Job>(
-                    &["get", "list", "watch", "create", "delete"],
+                    &[
+                        Verb::Get,
+                        Verb::List,
+                        Verb::Watch,
+                        Verb::Create,
+                        Verb::Delete,
+                    ],
                     ClusterSet::All,
                 )
-                .permission::<Namespace>(&["get", "create"], ClusterSet::All)
+                .permission::<Namespace>(&[Verb::Get, Verb::Create], ClusterSet::All)
                 .crd(Test::crd()),
         )
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(test) = ctx.get_requested::<Test>(req)? else {
-            return Ok(Outcome::done()); // deleted meanwhile
-        };
+    fn reconcile(ctx: &Context, req: &Request, event: Event<Test>) -> Result<Outcome, Error> {
         let Some(namespace) = req.namespace.as_deref() else {
             return Err(Error::terminal(format!("test {req} has no namespace")));
         };
         let views = observe(ctx, req, namespace)?;
-        if test.metadata.deletion_timestamp.is_some() {
-            return Ok(cleanup(ctx, req, namespace, &views));
-        }
-        Ok(converge(ctx, req, &test, &views))
+        Ok(match event {
+            Event::Apply(test) => converge(ctx, req, &test, &views),
+            Event::Cleanup(_) => cleanup(ctx, req, namespace, &views),
+        })
     }
 }
 
@@ -359,13 +373,12 @@ fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcom
                         },
                         ..Namespace::default()
                     };
-                    push_create(&mut outcome, &v.info.name, &namespace);
+                    outcome.push(Action::create(&v.info.name, &namespace));
                 }
-                push_create(
-                    &mut outcome,
+                outcome.push(Action::create(
                     &v.info.name,
                     &job_for(test, req, &v.info.name),
-                );
+                ));
                 created.push(v.info.name.clone());
             }
         }
@@ -454,14 +467,6 @@ fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcom
     outcome
 }
 
-fn push_create<K: Kind + Serialize>(outcome: &mut Outcome, cluster: &str, obj: &K) {
-    // Serializing a k8s-openapi value cannot fail; an error would be a bug
-    // in the types, reported by the action builder as a terminal error.
-    if let Ok(create) = Action::create(cluster, obj) {
-        outcome.push(create);
-    }
-}
-
 /// One cluster's status line.
 fn cluster_line(v: &View, finished: bool, old: &TestStatus) -> ClusterJob {
     let line = |state, message: Option<String>| ClusterJob {
@@ -530,10 +535,10 @@ fn cleanup(ctx: &Context, req: &Request, namespace: &str, views: &[View]) -> Out
     let outcome = Outcome::with_actions(ready.into_iter().chain(later));
     if waiting.is_empty() {
         rekon_sdk::info!(ctx, "deleting jobs in every cluster"; test = req);
-        outcome.finalized()
+        outcome
     } else {
         rekon_sdk::info!(ctx, "waiting for clusters before finishing cleanup"; test = req, clusters = waiting.join(","));
-        outcome.requeue_after(UNREACHABLE_RETRY)
+        outcome.keep_finalizer().requeue_after(UNREACHABLE_RETRY)
     }
 }
 

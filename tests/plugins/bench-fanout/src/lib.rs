@@ -20,26 +20,28 @@ use serde_json::json;
 pub struct BenchFanout;
 
 impl Plugin for BenchFanout {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("bench-fanout", "1.0.0")
             .clusters(ClusterSet::All)
-            .watch_selected::<Secret>(
+            .watch::<Secret>(
                 ClusterSet::All,
                 Mapping::OwnerLabels(OwnerLabels::new(
                     "owner.cluster",
                     "owner.namespace",
                     "owner.name",
                 )),
-                "owner.name",
             )
-            .permission::<ConfigMap>(&["get", "list", "watch"], ClusterSet::Primary)
-            .permission::<Secret>(&["get", "list", "watch", "patch"], ClusterSet::All))
+            .permission::<ConfigMap>(Verb::READ, ClusterSet::Primary)
+            .permission::<Secret>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::All,
+            ))
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(cm) = ctx.get_requested::<ConfigMap>(req)? else {
-            return Ok(Outcome::done());
-        };
+    fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let cm = event.into_primary();
         let value = cm
             .data
             .as_ref()

@@ -19,17 +19,21 @@ use rekon_sdk::prelude::*;
 pub struct BenchNode;
 
 impl Plugin for BenchNode {
+    type Primary = Node;
+
     fn register() -> Result<Registration, Error> {
-        Ok(Registration::new::<Node>("bench-node", "1.0.0")
-            .permission::<Node>(&["get", "list", "watch", "patch"], ClusterSet::All))
+        Ok(
+            Registration::new::<Node>("bench-node", "1.0.0").permission::<Node>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::All,
+            ),
+        )
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        let Some(mut node) = ctx.get_requested::<Node>(req)? else {
-            return Ok(Outcome::done());
-        };
+    fn reconcile(_ctx: &Context, req: &Request, event: Event<Node>) -> Result<Outcome, Error> {
+        let mut node = event.into_primary();
         relabel::relabel(&mut node);
-        Ok(Outcome::done().with(Action::apply(&req.cluster, &node)?))
+        Ok(Outcome::done().with(Action::apply(&req.cluster, &node)))
     }
 }
 

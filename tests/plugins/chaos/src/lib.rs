@@ -69,17 +69,25 @@ pub const OTHER_CLUSTER: &str = "chaos-elsewhere";
 pub struct Chaos;
 
 impl Plugin for Chaos {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         if cfg!(feature = "broken-register") {
             return Err(Error::terminal(REGISTER_FAILURE));
         }
         Ok(Registration::new::<ConfigMap>("chaos", VERSION)
-            .permission::<ConfigMap>(&["get", "patch"], ClusterSet::Primary))
+            .permission::<ConfigMap>(&[Verb::Get, Verb::Patch], ClusterSet::Primary))
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
-        // A read failure must not hide the mode: the host's tests may send
-        // requests for objects that are not cached.
+    fn reconcile(ctx: &Context, req: &Request, _: Event<ConfigMap>) -> Result<Outcome, Error> {
+        Self::reconcile_request(ctx, req)
+    }
+
+    /// Chaos sees every request, also for objects that are absent: the
+    /// host's tests send requests for objects that are not cached and pick
+    /// the mode from the name.
+    fn reconcile_request(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+        // A read failure must not hide the mode.
         let cm = ctx.get_requested::<ConfigMap>(req).ok().flatten();
         let mode = cm
             .as_ref()
@@ -188,7 +196,7 @@ fn overreach(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
         .map_or_else(|| OTHER_CLUSTER.to_owned(), |c| c.name);
     let elsewhere = ObjectRef::new::<ConfigMap>(&other, req.namespace.as_deref(), &req.name);
     Ok(Outcome::done()
-        .with(Action::apply(&req.cluster, &secret)?)
+        .with(Action::apply(&req.cluster, &secret))
         .with(Action::merge_patch(
             elsewhere,
             json!({"metadata": {"annotations": {ANNOTATION: "overreach"}}}),
@@ -275,7 +283,7 @@ mod tests {
         assert_eq!(reg.primary, ResourceType::of::<ConfigMap>());
         assert_eq!(reg.primary.scope, Scope::Namespaced);
         assert_eq!(reg.permissions.len(), 1);
-        assert_eq!(reg.permissions[0].verbs, ["get", "patch"]);
+        assert_eq!(reg.permissions[0].verbs, [Verb::Get, Verb::Patch]);
         assert_eq!(reg.permissions[0].clusters, ClusterSet::Primary);
         assert!(reg.watches.is_empty() && reg.finalizer.is_none());
     }

@@ -44,21 +44,32 @@ fn owner() -> OwnerLabels {
 pub struct CmSync;
 
 impl Plugin for CmSync {
+    type Primary = ConfigMap;
+
     fn register() -> Result<Registration, Error> {
         Ok(Registration::new::<ConfigMap>("cm-sync", "0.1.0")
             .primary_selector(&format!("{SOURCE_LABEL}=true"))
             .clusters(ClusterSet::All)
-            .watch_selected::<ConfigMap>(ClusterSet::All, Mapping::Custom, OWNER.2)
+            .watch::<ConfigMap>(ClusterSet::All, Mapping::Custom)
             .watch::<Namespace>(ClusterSet::All, Mapping::Custom)
             .finalizer(FINALIZER)
             .permission::<ConfigMap>(
-                &["get", "list", "watch", "patch", "delete"],
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Patch,
+                    Verb::Delete,
+                ],
                 ClusterSet::All,
             )
-            .permission::<Namespace>(&["get", "list", "watch", "create"], ClusterSet::All))
+            .permission::<Namespace>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Create],
+                ClusterSet::All,
+            ))
     }
 
-    fn reconcile(ctx: &Context, req: &Request) -> Result<Outcome, Error> {
+    fn reconcile(ctx: &Context, req: &Request, event: Event<ConfigMap>) -> Result<Outcome, Error> {
         let others: Vec<String> = ctx
             .clusters()
             .into_iter()
@@ -66,8 +77,8 @@ impl Plugin for CmSync {
             .map(|c| c.name)
             .collect();
         let namespace = req.namespace.clone().unwrap_or_default();
-        if ctx.phase().is_cleanup() {
-            let mut outcome = Outcome::done().finalized();
+        if event.is_cleanup() {
+            let mut outcome = Outcome::done();
             for cluster in &others {
                 outcome.push(Action::delete(ObjectRef::new::<ConfigMap>(
                     cluster,
@@ -77,9 +88,7 @@ impl Plugin for CmSync {
             }
             return Ok(outcome);
         }
-        let Some(source) = ctx.get_requested::<ConfigMap>(req)? else {
-            return Ok(Outcome::done());
-        };
+        let source = event.into_primary();
         let mut outcome = Outcome::done();
         for cluster in &others {
             if ctx.get::<Namespace>(cluster, None, &namespace)?.is_none() {
@@ -92,7 +101,7 @@ impl Plugin for CmSync {
                         },
                         ..Namespace::default()
                     },
-                )?);
+                ));
             }
             let copy = ConfigMap {
                 metadata: ObjectMeta {
@@ -113,7 +122,7 @@ impl Plugin for CmSync {
                         == Some(req)
             });
             if !up_to_date {
-                outcome.push(Action::apply(cluster, &copy)?);
+                outcome.push(Action::apply(cluster, &copy));
             }
         }
         Ok(outcome)

@@ -1,0 +1,90 @@
+//! Load-time validation of what `register` returned: the registration is
+//! converted into `rekon_rules::registration::Spec` and checked with the
+//! same rules the SDK applies at `register()` and in its test kit, so a
+//! plugin that passed its native tests is not refused here.
+
+use rekon_rules::registration as rules;
+
+use super::bindings::types::{ClusterSet, Mapping, Registration, Resource};
+
+/// Checks a registration as the host does when it loads a plugin.
+///
+/// # Errors
+/// Every problem found, joined with `; `.
+pub fn validate_registration(reg: &Registration) -> Result<(), String> {
+    let problems = rules::problems(&spec(reg));
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+fn spec(reg: &Registration) -> rules::Spec {
+    rules::Spec {
+        name: reg.name.clone(),
+        version: reg.version.clone(),
+        primary: resource(&reg.primary),
+        primary_clusters: clusters(&reg.primary_clusters),
+        primary_selector: reg.primary_selector.clone(),
+        clusters: clusters(&reg.clusters),
+        watches: reg
+            .watches
+            .iter()
+            .map(|w| rules::Watch {
+                resource: resource(&w.resource),
+                clusters: clusters(&w.clusters),
+                mapping: match &w.mapping {
+                    Mapping::OwnerLabels(k) => rules::Mapping::OwnerLabels {
+                        cluster: k.cluster.clone(),
+                        namespace: k.namespace.clone(),
+                        name: k.name.clone(),
+                    },
+                    Mapping::LabelKeyPrefixes(p) => rules::Mapping::LabelKeyPrefixes(p.clone()),
+                    Mapping::Itself
+                    | Mapping::OwnerReference
+                    | Mapping::AllPrimaries
+                    | Mapping::Custom => rules::Mapping::Plain,
+                },
+                label_selector: w.label_selector.clone(),
+            })
+            .collect(),
+        finalizer: reg.finalizer.clone(),
+        permissions: reg
+            .permissions
+            .iter()
+            .map(|p| rules::Permission {
+                resource: resource(&p.resource),
+                verbs: p.verbs.clone(),
+                clusters: clusters(&p.clusters),
+            })
+            .collect(),
+        crds: reg
+            .crds
+            .iter()
+            .map(
+                |text| match serde_json::from_str::<serde_json::Value>(text) {
+                    Ok(serde_json::Value::Object(o)) => rules::Crd::Parsed(
+                        o.get("kind").and_then(|k| k.as_str()).map(str::to_owned),
+                    ),
+                    Ok(_) => rules::Crd::Unreadable("not a JSON object".to_owned()),
+                    Err(e) => rules::Crd::Unreadable(e.to_string()),
+                },
+            )
+            .collect(),
+        max_concurrent_reconciles: reg.max_concurrent_reconciles,
+    }
+}
+
+fn resource(r: &Resource) -> rules::Resource {
+    rules::Resource::new(&r.group, &r.version, &r.kind)
+}
+
+fn clusters(c: &ClusterSet) -> rules::Clusters {
+    match c {
+        ClusterSet::Primary => rules::Clusters::Primary,
+        ClusterSet::All => rules::Clusters::All,
+        ClusterSet::Others => rules::Clusters::Others,
+        ClusterSet::Named(n) => rules::Clusters::Named(n.clone()),
+    }
+}

@@ -1,0 +1,589 @@
+//! What makes a plugin's registration valid: the one check the SDK runs at
+//! `register()` (and in its test kit) and the host runs at load.
+//!
+//! Both sides convert their own registration type (the SDK's builder, the
+//! host's WIT bindings) into the plain [`Spec`] below and call [`problems`],
+//! so a plugin that passes its native tests cannot be refused at load for a
+//! rule the test kit did not know.
+//!
+//! ```
+//! use rekon_rules::registration::{Clusters, Permission, Resource, Spec, problems};
+//!
+//! let mut spec = Spec::new("labeler", "0.1.0", Resource::new("", "v1", "ConfigMap"));
+//! spec.permissions.push(Permission {
+//!     resource: Resource::new("", "v1", "Node"),
+//!     verbs: vec!["get".into(), "patch".into()],
+//!     clusters: Clusters::Primary,
+//! });
+//! assert!(problems(&spec).is_empty());
+//!
+//! spec.version = "1".into();
+//! spec.permissions[0].verbs.push("*".into());
+//! let found = problems(&spec);
+//! assert_eq!(found.len(), 2, "{found:?}");
+//! ```
+
+use crate::selector::LabelSelector;
+
+/// A Kubernetes RBAC verb a permission can name. `*` and `deletecollection`
+/// are not accepted: permissions are explicit, and the host never lists
+/// with a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verb {
+    /// get
+    Get,
+    /// list
+    List,
+    /// watch
+    Watch,
+    /// create
+    Create,
+    /// update
+    Update,
+    /// patch
+    Patch,
+    /// delete
+    Delete,
+}
+
+impl Verb {
+    /// Every verb, in RBAC's usual order.
+    pub const ALL: [Verb; 7] = [
+        Verb::Get,
+        Verb::List,
+        Verb::Watch,
+        Verb::Create,
+        Verb::Update,
+        Verb::Patch,
+        Verb::Delete,
+    ];
+
+    /// get, list and watch: what reading through the host's caches takes.
+    pub const READ: &'static [Verb] = &[Verb::Get, Verb::List, Verb::Watch];
+
+    /// Parses an RBAC verb.
+    ///
+    /// ```
+    /// use rekon_rules::Verb;
+    /// assert_eq!(Verb::parse("patch"), Some(Verb::Patch));
+    /// assert_eq!(Verb::parse("*"), None);
+    /// ```
+    #[must_use]
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|v| v.as_str() == s)
+    }
+
+    /// The RBAC spelling.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "get",
+            Self::List => "list",
+            Self::Watch => "watch",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::Patch => "patch",
+            Self::Delete => "delete",
+        }
+    }
+}
+
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A resource type as the rules see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    /// API group, empty for the core group.
+    pub group: String,
+    /// API version within the group.
+    pub version: String,
+    /// Kind (CamelCase).
+    pub kind: String,
+}
+
+impl Resource {
+    /// A resource type.
+    #[must_use]
+    pub fn new(group: &str, version: &str, kind: &str) -> Self {
+        Self {
+            group: group.to_owned(),
+            version: version.to_owned(),
+            kind: kind.to_owned(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+}
+
+/// A set of clusters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Clusters {
+    /// The primary cluster.
+    Primary,
+    /// Every engaged cluster.
+    All,
+    /// Every engaged cluster but the primary.
+    Others,
+    /// Clusters named explicitly.
+    Named(Vec<String>),
+}
+
+/// How a watch maps events, as far as the rules care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mapping {
+    /// Owner labels: the three label keys.
+    OwnerLabels {
+        /// Key of the primary's cluster.
+        cluster: String,
+        /// Key of the primary's namespace.
+        namespace: String,
+        /// Key of the primary's name.
+        name: String,
+    },
+    /// Label key prefixes naming primaries.
+    LabelKeyPrefixes(Vec<String>),
+    /// Any mapping without parameters (itself, owner reference, all
+    /// primaries, custom).
+    Plain,
+}
+
+/// A watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    /// The watched resource.
+    pub resource: Resource,
+    /// Where.
+    pub clusters: Clusters,
+    /// How events map to primaries.
+    pub mapping: Mapping,
+    /// The event filter of the WIT record (the Rust SDK sends none).
+    pub label_selector: Option<String>,
+}
+
+/// A permission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    /// The resource the verbs apply to.
+    pub resource: Resource,
+    /// The verbs, as spelled by the plugin.
+    pub verbs: Vec<String>,
+    /// Where.
+    pub clusters: Clusters,
+}
+
+/// A CRD manifest, as far as the rules care: its `kind`, or why it could
+/// not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Crd {
+    /// The manifest parsed; its `kind` field if it is a string.
+    Parsed(Option<String>),
+    /// The manifest is not a JSON object (the parser's message).
+    Unreadable(String),
+}
+
+/// A registration, in the plain form both sides convert theirs into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// Plugin name.
+    pub name: String,
+    /// Plugin version.
+    pub version: String,
+    /// Primary resource.
+    pub primary: Resource,
+    /// Clusters whose primaries are reconciled.
+    pub primary_clusters: Clusters,
+    /// Primary label selector.
+    pub primary_selector: Option<String>,
+    /// Clusters whose engagement requeues every primary.
+    pub clusters: Clusters,
+    /// Watches.
+    pub watches: Vec<Watch>,
+    /// Finalizer.
+    pub finalizer: Option<String>,
+    /// Permissions.
+    pub permissions: Vec<Permission>,
+    /// CRD manifests.
+    pub crds: Vec<Crd>,
+    /// Concurrency bound.
+    pub max_concurrent_reconciles: Option<u32>,
+}
+
+impl Spec {
+    /// A spec with nothing but a name, version and primary (in the primary
+    /// cluster).
+    #[must_use]
+    pub fn new(name: &str, version: &str, primary: Resource) -> Self {
+        Self {
+            name: name.to_owned(),
+            version: version.to_owned(),
+            primary,
+            primary_clusters: Clusters::Primary,
+            primary_selector: None,
+            clusters: Clusters::Primary,
+            watches: Vec::new(),
+            finalizer: None,
+            permissions: Vec::new(),
+            crds: Vec::new(),
+            max_concurrent_reconciles: None,
+        }
+    }
+}
+
+/// Every problem of `spec`, one sentence each; empty when it is valid.
+///
+/// The rules: the name is a DNS label; the version is semver
+/// (`MAJOR.MINOR.PATCH[-pre][+build]`); every resource has a kind, a version
+/// and a group that is empty or a DNS subdomain; every permission names at
+/// least one verb and only [`Verb`]s; selectors parse; a named cluster set
+/// names at least one cluster, none empty or twice; label-key-prefix
+/// mappings have non-empty prefixes and owner-label mappings three distinct
+/// non-empty keys; the finalizer is a qualified name with a domain
+/// (`example.com/cleanup`); CRDs are CustomResourceDefinitions;
+/// `max_concurrent_reconciles` is at least 1.
+#[must_use]
+pub fn problems(spec: &Spec) -> Vec<String> {
+    let mut found = Vec::new();
+    if !is_dns_label(&spec.name) {
+        found.push(format!(
+            "plugin name {:?} is not a DNS label (lowercase letters, digits and '-', at most 63)",
+            spec.name
+        ));
+    }
+    if let Err(why) = check_semver(&spec.version) {
+        found.push(format!("version {:?} is not semver: {why}", spec.version));
+    }
+    resource_problems("primary", &spec.primary, &mut found);
+    clusters_problems("primary clusters", &spec.primary_clusters, &mut found);
+    clusters_problems("clusters", &spec.clusters, &mut found);
+    if let Some(s) = &spec.primary_selector
+        && let Err(e) = LabelSelector::parse(s)
+    {
+        found.push(format!("primary selector: {e}"));
+    }
+    for w in &spec.watches {
+        let what = format!("watch of {}", w.resource.describe());
+        resource_problems(&what, &w.resource, &mut found);
+        clusters_problems(&what, &w.clusters, &mut found);
+        if let Some(s) = &w.label_selector
+            && let Err(e) = LabelSelector::parse(s)
+        {
+            found.push(format!("{what}: {e}"));
+        }
+        match &w.mapping {
+            Mapping::LabelKeyPrefixes(prefixes) => {
+                if let Some(problem) = crate::mapping::label_key_prefixes_problem(prefixes) {
+                    found.push(format!("{what}: {problem}"));
+                }
+            }
+            Mapping::OwnerLabels {
+                cluster,
+                namespace,
+                name,
+            } => {
+                let keys = [cluster, namespace, name];
+                if keys.iter().any(|k| k.is_empty()) {
+                    found.push(format!("{what}: owner label keys must not be empty"));
+                } else if cluster == namespace || cluster == name || namespace == name {
+                    found.push(format!("{what}: owner label keys must be distinct"));
+                }
+            }
+            Mapping::Plain => {}
+        }
+    }
+    if let Some(f) = &spec.finalizer
+        && !is_qualified_finalizer(f)
+    {
+        found.push(format!(
+            "finalizer {f:?} must be a qualified name with a domain (`example.com/cleanup`)"
+        ));
+    }
+    for p in &spec.permissions {
+        let what = format!("permission on {}", p.resource.describe());
+        resource_problems(&what, &p.resource, &mut found);
+        clusters_problems(&what, &p.clusters, &mut found);
+        if p.verbs.is_empty() {
+            found.push(format!("{what} names no verb"));
+        }
+        for v in &p.verbs {
+            if Verb::parse(v).is_none() {
+                found.push(format!(
+                    "{what} names unknown verb {v:?} (one of get, list, watch, create, update, patch, delete)"
+                ));
+            }
+        }
+    }
+    for (i, crd) in spec.crds.iter().enumerate() {
+        match crd {
+            Crd::Unreadable(e) => found.push(format!("crd #{i} is not a JSON object: {e}")),
+            Crd::Parsed(kind) if kind.as_deref() != Some("CustomResourceDefinition") => {
+                found.push(format!("crd #{i} is not a CustomResourceDefinition"));
+            }
+            Crd::Parsed(_) => {}
+        }
+    }
+    if spec.max_concurrent_reconciles == Some(0) {
+        found.push("max concurrent reconciles must be at least 1".to_owned());
+    }
+    found
+}
+
+fn resource_problems(what: &str, r: &Resource, found: &mut Vec<String>) {
+    if r.kind.is_empty() {
+        found.push(format!("{what}: resource has no kind"));
+    }
+    if r.version.is_empty() {
+        found.push(format!("{what}: resource has no version"));
+    }
+    if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
+        found.push(format!(
+            "{what}: group {:?} is not a DNS subdomain",
+            r.group
+        ));
+    }
+}
+
+fn clusters_problems(what: &str, c: &Clusters, found: &mut Vec<String>) {
+    if let Clusters::Named(names) = c {
+        if names.is_empty() {
+            found.push(format!("{what}: a named cluster set names no cluster"));
+        }
+        if names.iter().any(String::is_empty) {
+            found.push(format!("{what}: a cluster name is empty"));
+        }
+        for (i, n) in names.iter().enumerate() {
+            if names[..i].contains(n) {
+                found.push(format!("{what}: cluster {n:?} is named twice"));
+            }
+        }
+    }
+}
+
+/// Whether `s` is an RFC 1123 DNS label: 1 to 63 lowercase letters, digits
+/// and `-`, starting and ending with a letter or digit. Plugin names are.
+///
+/// ```
+/// use rekon_rules::registration::is_dns_label;
+/// assert!(is_dns_label("cm-sync"));
+/// assert!(!is_dns_label("Bad_Name"));
+/// assert!(!is_dns_label("-x"));
+/// ```
+#[must_use]
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// Whether `s` is an RFC 1123 DNS subdomain: dot-separated DNS labels, at
+/// most 253 characters. API groups and finalizer domains are.
+#[must_use]
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// A finalizer: `domain/name`, the domain a DNS subdomain, the name 1 to 63
+/// of `[A-Za-z0-9-_.]` starting and ending alphanumeric (Kubernetes'
+/// qualified names, with the prefix required).
+fn is_qualified_finalizer(s: &str) -> bool {
+    let Some((domain, name)) = s.split_once('/') else {
+        return false;
+    };
+    let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
+    is_dns_subdomain(domain)
+        && !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && alnum(name.bytes().next())
+        && alnum(name.bytes().last())
+}
+
+/// Checks Semantic Versioning 2.0: `MAJOR.MINOR.PATCH`, numbers without
+/// leading zeros, an optional pre-release of dot-separated non-empty
+/// identifiers (numeric ones without leading zeros) and optional build
+/// metadata of dot-separated non-empty identifiers.
+///
+/// ```
+/// use rekon_rules::registration::check_semver;
+/// assert!(check_semver("1.2.3-rc.1+build.5").is_ok());
+/// assert!(check_semver("1.2").is_err());
+/// assert!(check_semver("01.2.3").is_err());
+/// ```
+///
+/// # Errors
+/// Why `v` is not semver.
+pub fn check_semver(v: &str) -> Result<(), &'static str> {
+    let ident_ok =
+        |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    let number_ok = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
+    };
+    let (rest, build) = match v.split_once('+') {
+        Some((r, b)) => (r, Some(b)),
+        None => (v, None),
+    };
+    let (core, pre) = match rest.split_once('-') {
+        Some((c, p)) => (c, Some(p)),
+        None => (rest, None),
+    };
+    let parts: Vec<&str> = core.split('.').collect();
+    if parts.len() != 3 {
+        return Err("expected MAJOR.MINOR.PATCH");
+    }
+    if !parts.iter().all(|p| number_ok(p)) || parts.iter().any(|p| p.parse::<u64>().is_err()) {
+        return Err("MAJOR, MINOR and PATCH must be numbers without leading zeros");
+    }
+    if let Some(pre) = pre {
+        for id in pre.split('.') {
+            if !ident_ok(id) {
+                return Err(
+                    "a pre-release identifier is empty or has characters other than [0-9A-Za-z-]",
+                );
+            }
+            if id.bytes().all(|b| b.is_ascii_digit()) && !number_ok(id) {
+                return Err("a numeric pre-release identifier has a leading zero");
+            }
+        }
+    }
+    if let Some(build) = build
+        && !build.split('.').all(ident_ok)
+    {
+        return Err("a build identifier is empty or has characters other than [0-9A-Za-z-]");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn valid() -> Spec {
+        let mut s = Spec::new(
+            "demo",
+            "1.0.0",
+            Resource::new("example.com", "v1", "Widget"),
+        );
+        s.finalizer = Some("example.com/cleanup".into());
+        s.permissions.push(Permission {
+            resource: Resource::new("", "v1", "Node"),
+            verbs: vec!["get".into(), "patch".into()],
+            clusters: Clusters::Others,
+        });
+        s.watches.push(Watch {
+            resource: Resource::new("", "v1", "Node"),
+            clusters: Clusters::Named(vec!["edge".into()]),
+            mapping: Mapping::OwnerLabels {
+                cluster: "o/c".into(),
+                namespace: "o/ns".into(),
+                name: "o/n".into(),
+            },
+            label_selector: Some("app=web".into()),
+        });
+        s.crds
+            .push(Crd::Parsed(Some("CustomResourceDefinition".into())));
+        s
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_problem() {
+        assert_eq!(problems(&valid()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_problem_is_reported() {
+        let mut s = valid();
+        s.name = "Bad_Name".into();
+        s.version = "1.0".into();
+        s.primary.group = "Not A Group".into();
+        s.primary_selector = Some("a in (".into());
+        s.permissions[0].verbs = vec!["*".into(), "deletecollection".into()];
+        s.watches[0].clusters = Clusters::Named(vec![]);
+        s.finalizer = Some("nodomain".into());
+        s.crds.push(Crd::Parsed(Some("ConfigMap".into())));
+        s.max_concurrent_reconciles = Some(0);
+        let found = problems(&s).join("\n");
+        for needle in [
+            "not a DNS label",
+            "not semver",
+            "not a DNS subdomain",
+            "primary selector",
+            "\"*\"",
+            "\"deletecollection\"",
+            "names no cluster",
+            "nodomain",
+            "crd #1",
+            "at least 1",
+        ] {
+            assert!(found.contains(needle), "{needle:?} missing from\n{found}");
+        }
+    }
+
+    #[test]
+    fn semver_follows_the_spec() {
+        for ok in [
+            "0.0.0",
+            "1.2.3",
+            "10.20.30-alpha.1",
+            "1.0.0+001",
+            "1.0.0-x-y.0+b",
+        ] {
+            assert!(check_semver(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            " ",
+            "1",
+            "1.2",
+            "v1.2.3",
+            "1.2.3.4",
+            "1.02.3",
+            "1.2.3-",
+            "1.2.3-01",
+            "1.2.3+",
+            "1.2.3-a..b",
+        ] {
+            assert!(check_semver(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn finalizers_need_a_domain_and_a_name() {
+        assert!(is_qualified_finalizer("nodes.example.com/pool-cleanup"));
+        for bad in [
+            "",
+            "x",
+            "/x",
+            "example.com/",
+            "example.com/-x",
+            "Example.com/x",
+            "a/b/c",
+        ] {
+            assert!(!is_qualified_finalizer(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn owner_label_keys_must_differ() {
+        let mut s = valid();
+        s.watches[0].mapping = Mapping::OwnerLabels {
+            cluster: "k".into(),
+            namespace: "k".into(),
+            name: "n".into(),
+        };
+        assert!(problems(&s)[0].contains("distinct"));
+    }
+}
