@@ -50,6 +50,9 @@ pub enum AppError {
     /// The operator policy file could not be loaded.
     #[error(transparent)]
     Policy(#[from] crate::plugin::PolicyError),
+    /// The case directory of `--record` or of the shadow rollout could not be set up.
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     /// Tracing could not be initialised.
     #[error("failed to initialise logging: {0}")]
     Logging(String),
@@ -126,6 +129,10 @@ pub struct Config {
     /// may do; see [`crate::plugin::Policy`]. A file that does not load
     /// fails [`App::build`].
     pub policy_file: Option<PathBuf>,
+    /// Record reconciles as case files (`rekon run --record DIR`).
+    pub record: Option<crate::record::RecordConfig>,
+    /// Run `*.shadow.wasm` versions beside the serving ones (`crate::shadow`).
+    pub shadow: Option<crate::shadow::ShadowConfig>,
 }
 
 impl Config {
@@ -146,6 +153,8 @@ impl Config {
             resync_period: ControllerConfig::default().resync_period,
             ops: crate::ops::OpsConfig::default(),
             policy_file: None,
+            record: None,
+            shadow: None,
         }
     }
 }
@@ -227,6 +236,13 @@ impl App {
                 resync_period: config.resync_period,
             },
         );
+        let recorder = config
+            .record
+            .clone()
+            .map(crate::record::Recorder::start)
+            .transpose()?;
+        let shadow = config.shadow.clone().map(|c| (registry.clone(), c));
+        manager.set_tap(crate::shadow::Tap::new(recorder, shadow)?);
         ops.bind(&crate::ops::EngineParts {
             clusters: clusters.clone(),
             plugins: registry.clone(),

@@ -8,5 +8,8 @@ pub mod ops;
 pub mod plan;
 pub mod plugin;
 pub mod plugin_crds;
+pub mod record;
 pub mod release;
+pub mod replay;
+pub mod shadow;
 pub mod writer;
