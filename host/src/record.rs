@@ -614,6 +614,10 @@ fn write_case(dir: &Path, case: &Case) -> std::io::Result<(PathBuf, u64)> {
         file_part(r.namespace.as_deref().unwrap_or("_")),
         file_part(&r.name)
     );
+    // Written aside, then linked into place: a reader (or a crash) never
+    // sees half a case, and an existing case is never overwritten.
+    let part = plugin_dir.join(format!(".{stem}.part"));
+    std::fs::write(&part, text.as_bytes())?;
     for n in 0..1000 {
         let name = if n == 0 {
             format!("{stem}.json")
@@ -621,19 +625,19 @@ fn write_case(dir: &Path, case: &Case) -> std::io::Result<(PathBuf, u64)> {
             format!("{stem}-{n}.json")
         };
         let path = plugin_dir.join(name);
-        match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-        {
-            Ok(mut f) => {
-                std::io::Write::write_all(&mut f, text.as_bytes())?;
+        match std::fs::hard_link(&part, &path) {
+            Ok(()) => {
+                std::fs::remove_file(&part)?;
                 return Ok((path, text.len() as u64));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
+            Err(e) => {
+                let _ = std::fs::remove_file(&part);
+                return Err(e);
+            }
         }
     }
+    let _ = std::fs::remove_file(&part);
     Err(std::io::Error::other(format!(
         "too many cases named {stem} in {}",
         plugin_dir.display()

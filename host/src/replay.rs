@@ -547,7 +547,13 @@ pub fn outcome_diff(expected: &CaseOutcome, actual: &CaseOutcome) -> String {
                 let _ = writeln!(out, "action #{}:", i + 1);
                 let left = x.map(yaml).unwrap_or_default();
                 let right = y.map(yaml).unwrap_or_default();
-                out.push_str(&line_diff(&left, &right, 3));
+                // A short action is shown whole (its target included).
+                let context = if left.lines().count().max(right.lines().count()) <= 40 {
+                    usize::MAX
+                } else {
+                    3
+                };
+                out.push_str(&line_diff(&left, &right, context));
             }
             if ra != rb {
                 let _ = writeln!(out, "requeueAfterMs: {ra:?} recorded, {rb:?} replayed");
@@ -601,7 +607,7 @@ pub fn line_diff(a: &str, b: &str, context: usize) -> String {
     let shown = |k: usize| {
         changed
             .iter()
-            .any(|&c| k + context >= c && k <= c + context)
+            .any(|&c| k.saturating_add(context) >= c && k <= c.saturating_add(context))
     };
     let mut out = String::new();
     let mut skipped = false;
