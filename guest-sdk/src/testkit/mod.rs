@@ -1512,5 +1512,8 @@ impl Backend for WorldBackend {
     }
 }
 
+mod case;
+pub use case::{CASE_FORMAT, CaseError, CaseReplay, RecordedCase, assert_cases};
+
 #[cfg(test)]
 mod tests;
