@@ -363,8 +363,9 @@ fn bench_tap(
 ) -> anyhow::Result<rekon::shadow::Tap> {
     Ok(match engine {
         "wasm+rec" => {
-            let recorder =
-                rekon::record::Recorder::start(rekon::record::RecordConfig::new(work.join("cases")))?;
+            let recorder = rekon::record::Recorder::start(rekon::record::RecordConfig::new(
+                work.join("cases"),
+            ))?;
             rekon::shadow::Tap::new(Some(recorder), None)?
         }
         "wasm+shadow" => {
@@ -378,10 +379,17 @@ fn bench_tap(
             std::fs::write(dir.join("bench.shadow.wasm"), bytes)?;
             let registry = rekon::plugin::PluginRegistry::new(runtime);
             registry.load_dir(&dir)?;
-            anyhow::ensure!(registry.shadows().len() == 1, "shadow did not load: {:?}", registry.status());
+            anyhow::ensure!(
+                registry.shadows().len() == 1,
+                "shadow did not load: {:?}",
+                registry.status()
+            );
             rekon::shadow::Tap::new(
                 None,
-                Some((registry, rekon::shadow::ShadowConfig::new(work.join("shadow-cases")))),
+                Some((
+                    registry,
+                    rekon::shadow::ShadowConfig::new(work.join("shadow-cases")),
+                )),
             )?
         }
         _ => rekon::shadow::Tap::default(),

@@ -82,7 +82,11 @@ struct RecordArgs {
     #[arg(long, env = "REKON_RECORD")]
     record: Option<PathBuf>,
     /// Record only this plugin (repeatable; default: every plugin).
-    #[arg(long = "record-plugin", env = "REKON_RECORD_PLUGINS", value_delimiter = ',')]
+    #[arg(
+        long = "record-plugin",
+        env = "REKON_RECORD_PLUGINS",
+        value_delimiter = ','
+    )]
     record_plugins: Vec<String>,
     /// Fraction of reconciles recorded (0.0 to 1.0).
     #[arg(long, env = "REKON_RECORD_SAMPLE", default_value_t = 1.0)]
@@ -412,7 +416,11 @@ fn main() -> anyhow::Result<()> {
             let report = rekon::replay::replay(&file, &cases)?;
             print!("{}", report.render());
             if report.differing() > 0 && !allow_diff {
-                anyhow::bail!("{} of {} cases differ", report.differing(), report.cases.len());
+                anyhow::bail!(
+                    "{} of {} cases differ",
+                    report.differing(),
+                    report.cases.len()
+                );
             }
         }
         Command::Plugin(PluginCommand::Promote { name, plugins }) => {

@@ -301,9 +301,9 @@ impl RawRead {
                 namespace,
                 label_selector,
                 result: match result {
-                    Ok(list) => ReadResult::Objects(
-                        list.iter().map(|t| object_value(t, redact)).collect(),
-                    ),
+                    Ok(list) => {
+                        ReadResult::Objects(list.iter().map(|t| object_value(t, redact)).collect())
+                    }
                     Err(e) => ReadResult::Error(e),
                 },
             },
@@ -376,7 +376,9 @@ impl HostReads for Tape {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<String>, ReadError> {
-        let result = self.inner.list(cluster, resource, namespace, label_selector);
+        let result = self
+            .inner
+            .list(cluster, resource, namespace, label_selector);
         self.reads.lock().push(RawRead::List {
             cluster: cluster.to_owned(),
             resource: resource.clone(),

@@ -67,7 +67,10 @@ impl ReadKey {
                 name,
             } => format!(
                 "get {api} {}{name} in cluster {cluster}",
-                namespace.as_deref().map(|n| format!("{n}/")).unwrap_or_default()
+                namespace
+                    .as_deref()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default()
             ),
             Self::List {
                 cluster,

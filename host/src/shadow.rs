@@ -39,7 +39,7 @@ use crate::plugin::{
     Action, CallError, ClusterInfo, HostReads, LoadedPlugin, Outcome, Phase, PluginRegistry,
     Registration, Request, Resource,
 };
-use crate::record::{CaseOutcome, CasePlugin, Capture, RecordConfig, Recorder, Tape};
+use crate::record::{Capture, CaseOutcome, CasePlugin, RecordConfig, Recorder, Tape};
 use crate::replay::{CaseReads, divergence};
 
 /// Shadow rollout settings.
@@ -304,7 +304,9 @@ fn run_shadow(job: ShadowJob, cases: &Recorder) {
 #[derive(Debug, thiserror::Error)]
 pub enum PromoteError {
     /// No shadow file registers that plugin.
-    #[error("no shadow version of plugin {name} in {dir} (expected a *.shadow.wasm file registering it)")]
+    #[error(
+        "no shadow version of plugin {name} in {dir} (expected a *.shadow.wasm file registering it)"
+    )]
     NoShadow {
         /// The plugin.
         name: String,
@@ -346,11 +348,7 @@ pub fn promote(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), PromoteErro
         .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
         .collect();
     files.sort();
-    let registers = |path: &Path| {
-        runtime
-            .load_file(path)
-            .is_ok_and(|p| p.name() == name)
-    };
+    let registers = |path: &Path| runtime.load_file(path).is_ok_and(|p| p.name() == name);
     let is_shadow = |p: &Path| crate::plugin::is_shadow_file(p);
     // The conventional names first: no compile needed to find them.
     let shadow = files
@@ -366,12 +364,7 @@ pub fn promote(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), PromoteErro
         .iter()
         .find(|p| !is_shadow(p) && registers(p))
         .cloned()
-        .unwrap_or_else(|| {
-            dir.join(format!(
-                "{}.wasm",
-                shadow_stem(&shadow).unwrap_or(name)
-            ))
-        });
+        .unwrap_or_else(|| dir.join(format!("{}.wasm", shadow_stem(&shadow).unwrap_or(name))));
     std::fs::rename(&shadow, &serving).map_err(io)?;
     tracing::info!(plugin = %name, from = %shadow.display(), to = %serving.display(), "shadow version promoted");
     Ok((shadow, serving))

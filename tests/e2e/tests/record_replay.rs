@@ -195,7 +195,9 @@ async fn replay_against_a_differing_build_reports_only_the_differing_cases() {
                 .collect();
             (mark(env, "ok-a").as_deref() == Some("v1")
                 && mark(env, "ok-b").as_deref() == Some("v1")
-                && ["ok-a", "ok-b", "calm-a"].iter().all(|n| names.iter().any(|m| m == n)))
+                && ["ok-a", "ok-b", "calm-a"]
+                    .iter()
+                    .all(|n| names.iter().any(|m| m == n)))
             .then_some(())
         })
         .await
@@ -203,15 +205,28 @@ async fn replay_against_a_differing_build_reports_only_the_differing_cases() {
         env.rekon.stop();
 
         let dir_arg = dir.display().to_string();
-        let v1 = env.paths.test_plugins.join("chaos-v1.wasm").display().to_string();
-        let v2 = env.paths.test_plugins.join("chaos-v2.wasm").display().to_string();
+        let v1 = env
+            .paths
+            .test_plugins
+            .join("chaos-v1.wasm")
+            .display()
+            .to_string();
+        let v2 = env
+            .paths
+            .test_plugins
+            .join("chaos-v2.wasm")
+            .display()
+            .to_string();
         let same = rekon(&env, &["plugin", "replay", &v1, &dir_arg]);
         assert!(same.status.success(), "{}", text(&same));
         assert!(!text(&same).contains("DIFFERS"), "{}", text(&same));
 
         let other = rekon(&env, &["plugin", "replay", &v2, &dir_arg]);
         let report = text(&other);
-        assert!(!other.status.success(), "a difference fails the replay: {report}");
+        assert!(
+            !other.status.success(),
+            "a difference fails the replay: {report}"
+        );
         let mut differing = 0;
         let mut identical = 0;
         for case in cases(&dir) {
@@ -222,10 +237,16 @@ async fn replay_against_a_differing_build_reports_only_the_differing_cases() {
                 .is_some_and(|a| !a.is_empty());
             let line = report
                 .lines()
-                .find(|l| l.ends_with(&case.display().to_string()) || l.contains(&format!("{} (", case.display())))
+                .find(|l| {
+                    l.ends_with(&case.display().to_string())
+                        || l.contains(&format!("{} (", case.display()))
+                })
                 .unwrap_or_else(|| panic!("no line for {}: {report}", case.display()));
             if name.starts_with("ok-") && wrote_mark {
-                assert!(line.starts_with("DIFFERS") && line.contains("(actions)"), "{line}\n{report}");
+                assert!(
+                    line.starts_with("DIFFERS") && line.contains("(actions)"),
+                    "{line}\n{report}"
+                );
                 differing += 1;
             } else {
                 assert!(line.starts_with("identical"), "{line}\n{report}");
@@ -236,11 +257,16 @@ async fn replay_against_a_differing_build_reports_only_the_differing_cases() {
         // The diff is per action, in YAML: the recorded v1 against v2.
         assert!(report.contains("action #1:"), "{report}");
         let changed = |sign: &str, line: &str| {
-            report.lines().any(|l| l.trim_start().starts_with(sign) && l.trim_end().ends_with(line))
+            report
+                .lines()
+                .any(|l| l.trim_start().starts_with(sign) && l.trim_end().ends_with(line))
         };
         assert!(changed("- ", "chaos.rekon.dev/version: v1"), "{report}");
         assert!(changed("+ ", "chaos.rekon.dev/version: v2"), "{report}");
-        assert!(report.contains("name: ok-a"), "the action's target is shown: {report}");
+        assert!(
+            report.contains("name: ok-a"),
+            "the action's target is shown: {report}"
+        );
         assert!(report.contains(&format!("{differing} differ")), "{report}");
 
         let allowed = rekon(&env, &["plugin", "replay", "--allow-diff", &v2, &dir_arg]);
@@ -296,7 +322,10 @@ async fn a_shadow_version_diverges_without_writing_and_promote_makes_it_serve() 
         .unwrap();
         let body = http_get(addr, "/metrics").unwrap();
         assert!(
-            metric(&body, r#"rekon_shadow_reconciles_total{plugin="chaos",kind="identical"}"#) >= 1.0,
+            metric(
+                &body,
+                r#"rekon_shadow_reconciles_total{plugin="chaos",kind="identical"}"#
+            ) >= 1.0,
             "calm-a decides the same in both versions\n{body}"
         );
         // Every divergence is ok-a's, kept with both decisions.
@@ -310,14 +339,36 @@ async fn a_shadow_version_diverges_without_writing_and_promote_makes_it_serve() 
         // The shadow wrote nothing: ok-a still carries v1, unchanged.
         tokio::time::sleep(Duration::from_secs(2)).await;
         assert_eq!(mark(&env, "ok-a").as_deref(), Some("v1"));
-        assert_eq!(resource_version(&env, "ok-a"), rv, "the shadow never writes");
+        assert_eq!(
+            resource_version(&env, "ok-a"),
+            rv,
+            "the shadow never writes"
+        );
         // A kept divergence replays: identical with the serving build,
         // differing with the shadow build.
         let case = cases(&dir)[0].display().to_string();
-        let v1 = env.paths.test_plugins.join("chaos-v1.wasm").display().to_string();
-        let v2 = env.paths.test_plugins.join("chaos-v2.wasm").display().to_string();
-        assert!(rekon(&env, &["plugin", "replay", &v1, &case]).status.success());
-        assert!(!rekon(&env, &["plugin", "replay", &v2, &case]).status.success());
+        let v1 = env
+            .paths
+            .test_plugins
+            .join("chaos-v1.wasm")
+            .display()
+            .to_string();
+        let v2 = env
+            .paths
+            .test_plugins
+            .join("chaos-v2.wasm")
+            .display()
+            .to_string();
+        assert!(
+            rekon(&env, &["plugin", "replay", &v1, &case])
+                .status
+                .success()
+        );
+        assert!(
+            !rekon(&env, &["plugin", "replay", &v2, &case])
+                .status
+                .success()
+        );
 
         let dir_arg = env.plugin_dir.display().to_string();
         let out = rekon(&env, &["plugin", "promote", "chaos", "--plugins", &dir_arg]);

@@ -24,8 +24,7 @@ fn recorded_cases_decide_the_same_natively_unless_the_build_differs() {
         // The v2 build writes another mark: the recorded v1 decision differs.
         assert!(!ok.is_identical());
         assert_eq!(
-            ok.replayed["ok"]["actions"][0]["patch"]["patch"]["metadata"]["annotations"]
-                ["chaos.rekon.dev/version"],
+            ok.replayed["ok"]["actions"][0]["patch"]["patch"]["metadata"]["annotations"]["chaos.rekon.dev/version"],
             "v2"
         );
     } else {
@@ -57,12 +56,19 @@ fn a_differing_decision_and_an_unrecorded_read_are_reported() {
     assert!(!ok.is_identical());
     assert_eq!(ok.replayed, serde_json::json!({"ok": {"actions": []}}));
     assert_eq!(ok.missing_reads.len(), 1, "{:?}", ok.missing_reads);
-    assert!(ok.missing_reads[0].contains("elsewhere"), "{:?}", ok.missing_reads);
+    assert!(
+        ok.missing_reads[0].contains("elsewhere"),
+        "{:?}",
+        ok.missing_reads
+    );
     let panicked = std::panic::catch_unwind(|| assert_cases::<Drifted>(CASES));
     let message = panicked
         .expect_err("differing cases fail the golden test")
         .downcast::<String>()
         .map(|s| *s)
         .unwrap_or_default();
-    assert!(message.contains("2 of 2 cases decide differently"), "{message}");
+    assert!(
+        message.contains("2 of 2 cases decide differently"),
+        "{message}"
+    );
 }
