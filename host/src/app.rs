@@ -241,6 +241,12 @@ impl App {
             .clone()
             .map(crate::record::Recorder::start)
             .transpose()?;
+        if let Some(r) = &config.record {
+            info!(dir = %r.dir.display(), plugins = ?r.plugins, sample = r.sample, max_bytes = r.max_bytes, keep_secrets = r.keep_secrets, "recording reconciles");
+        }
+        if let Some(s) = &config.shadow {
+            info!(cases = %s.cases_dir.display(), "shadow versions (*.shadow.wasm) run beside the serving ones; divergences are kept here");
+        }
         let shadow = config.shadow.clone().map(|c| (registry.clone(), c));
         manager.set_tap(crate::shadow::Tap::new(recorder, shadow)?);
         ops.bind(&crate::ops::EngineParts {

@@ -518,6 +518,20 @@ impl Recorder {
             dir: config.dir.clone(),
             source,
         })?;
+        Self::spawn(config)
+    }
+
+    /// Like [`Self::start`], creating the directory only when the first
+    /// case is written (a host that never writes one needs no writable
+    /// directory); failures to write are counted and logged.
+    ///
+    /// # Errors
+    /// When the thread cannot start.
+    pub fn start_lazily(config: RecordConfig) -> Result<Self, RecordError> {
+        Self::spawn(config)
+    }
+
+    fn spawn(config: RecordConfig) -> Result<Self, RecordError> {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Capture>(config.queue.max(1));
         let dir = config.dir.clone();
         let redact = !config.keep_secrets;
@@ -528,6 +542,7 @@ impl Recorder {
                 let metrics = Metrics::global();
                 let mut written = 0_u64;
                 let mut capped = false;
+                let mut failed_before = false;
                 for capture in rx {
                     let plugin = capture.plugin.name.clone();
                     if capped {
@@ -547,13 +562,19 @@ impl Recorder {
                         }
                         Err(e) => {
                             metrics.record_dropped(&plugin, "write_error");
-                            tracing::warn!(dir = %dir.display(), error = %e, "failed to write a case");
+                            // Once at warn: a read-only directory fails every case.
+                            if failed_before {
+                                tracing::debug!(dir = %dir.display(), error = %e, "failed to write a case");
+                            } else {
+                                tracing::warn!(dir = %dir.display(), error = %e, "failed to write a case (further failures are logged at debug and counted in rekon_record_dropped_total)");
+                            }
+                            failed_before = true;
                         }
                     }
                 }
             })
             .map_err(RecordError::Thread)?;
-        tracing::info!(dir = %config.dir.display(), plugins = ?config.plugins, sample = config.sample, max_bytes = config.max_bytes, "recording reconciles");
+        tracing::debug!(dir = %config.dir.display(), plugins = ?config.plugins, sample = config.sample, max_bytes = config.max_bytes, "case writer started");
         Ok(Self {
             inner: Arc::new(RecorderInner {
                 config,

@@ -126,54 +126,52 @@ impl CaseReads {
     /// The reads of `case`, nothing else.
     #[must_use]
     pub fn of_case(case: &Case) -> Self {
-        let mut answers = HashMap::new();
-        for read in &case.reads {
-            let (key, result) = match read {
+        let reads: Vec<RawRead> = case
+            .reads
+            .iter()
+            .map(|read| match read {
                 Read::Get {
                     cluster,
                     resource,
                     namespace,
                     name,
                     result,
-                } => (
-                    ReadKey::Get {
-                        cluster: cluster.clone(),
-                        api: api(resource),
-                        namespace: namespace.clone(),
-                        name: name.clone(),
+                } => RawRead::Get {
+                    cluster: cluster.clone(),
+                    resource: resource.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    result: match result {
+                        ReadResult::Object(o) => Ok(o.as_ref().map(text)),
+                        ReadResult::Error(e) => Err(e.clone()),
+                        // A list's answer to a get: the recording is corrupt.
+                        ReadResult::Objects(_) => Err(ReadError::NotWatched(
+                            "the recording answers this get with a list".to_owned(),
+                        )),
                     },
-                    result,
-                ),
+                },
                 Read::List {
                     cluster,
                     resource,
                     namespace,
                     label_selector,
                     result,
-                } => (
-                    ReadKey::List {
-                        cluster: cluster.clone(),
-                        api: api(resource),
-                        namespace: namespace.clone(),
-                        selector: label_selector.clone(),
+                } => RawRead::List {
+                    cluster: cluster.clone(),
+                    resource: resource.clone(),
+                    namespace: namespace.clone(),
+                    label_selector: label_selector.clone(),
+                    result: match result {
+                        ReadResult::Objects(list) => Ok(list.iter().map(text).collect()),
+                        ReadResult::Error(e) => Err(e.clone()),
+                        ReadResult::Object(_) => Err(ReadError::NotWatched(
+                            "the recording answers this list with one object".to_owned(),
+                        )),
                     },
-                    result,
-                ),
-            };
-            let answer = match result {
-                ReadResult::Object(o) => Answer::Object(o.as_ref().map(text)),
-                ReadResult::Objects(list) => Answer::Objects(list.iter().map(text).collect()),
-                ReadResult::Error(e) => Answer::Error(e.clone()),
-            };
-            answers.entry(key).or_insert(answer);
-        }
-        Self {
-            answers,
-            clusters: case.clusters.clone(),
-            fallback: None,
-            missing: Mutex::new(Vec::new()),
-            extra: Mutex::new(Vec::new()),
-        }
+                },
+            })
+            .collect();
+        Self::new(&reads, case.clusters.clone(), None)
     }
 
     /// The recorded reads (`reads`, `clusters`) with `fallback` answering the rest.
@@ -181,6 +179,14 @@ impl CaseReads {
         reads: &[RawRead],
         clusters: Vec<ClusterInfo>,
         fallback: Arc<dyn HostReads>,
+    ) -> Self {
+        Self::new(reads, clusters, Some(fallback))
+    }
+
+    fn new(
+        reads: &[RawRead],
+        clusters: Vec<ClusterInfo>,
+        fallback: Option<Arc<dyn HostReads>>,
     ) -> Self {
         let mut answers = HashMap::new();
         for read in reads {
@@ -227,7 +233,7 @@ impl CaseReads {
         Self {
             answers,
             clusters,
-            fallback: Some(fallback),
+            fallback,
             missing: Mutex::new(Vec::new()),
             extra: Mutex::new(Vec::new()),
         }

@@ -103,7 +103,7 @@ impl Tap {
     /// when shadowing (the shadow worker is a task).
     ///
     /// # Errors
-    /// When the shadow case directory cannot be created.
+    /// When the case writer thread cannot start.
     pub fn new(
         recorder: Option<Recorder>,
         shadow: Option<(PluginRegistry, ShadowConfig)>,
@@ -111,7 +111,7 @@ impl Tap {
         let shadow = match shadow {
             None => None,
             Some((registry, config)) => {
-                let cases = Recorder::start(RecordConfig {
+                let cases = Recorder::start_lazily(RecordConfig {
                     max_bytes: config.max_bytes,
                     ..RecordConfig::new(&config.cases_dir)
                 })?;

@@ -124,6 +124,22 @@ struct FileEntry {
     conflict: Option<String>,
 }
 
+impl State {
+    /// Another file of the same kind as `path` (serving, or shadow) that
+    /// loaded plugin `name`.
+    fn other_file_serving(&self, path: &Path, name: &str) -> Option<PathBuf> {
+        let shadow = is_shadow_file(path);
+        self.files
+            .iter()
+            .find(|(p, e)| {
+                p.as_path() != path
+                    && is_shadow_file(p) == shadow
+                    && e.serving.as_ref().is_some_and(|s| s.name() == name)
+            })
+            .map(|(p, _)| p.clone())
+    }
+}
+
 /// Outcome of looking at a file once.
 enum Applied {
     /// Loaded, refused, unchanged or removed: nothing more to do.
@@ -417,15 +433,7 @@ impl PluginRegistry {
         }
         let name = plugin.name().to_string();
         let mut state = self.inner.state.lock();
-        let other = state
-            .files
-            .iter()
-            .find(|(p, e)| {
-                p.as_path() != path
-                    && !is_shadow_file(p)
-                    && e.serving.as_ref().is_some_and(|s| s.name() == name)
-            })
-            .map(|(p, _)| p.clone());
+        let other = state.other_file_serving(path, &name);
         if let Some(other) = other {
             drop(state);
             let error = format!(
@@ -484,15 +492,7 @@ impl PluginRegistry {
     fn install_shadow(&self, path: &Path, digest: String, plugin: LoadedPlugin) {
         let name = plugin.name().to_string();
         let mut state = self.inner.state.lock();
-        let other = state
-            .files
-            .iter()
-            .find(|(p, e)| {
-                p.as_path() != path
-                    && is_shadow_file(p)
-                    && e.serving.as_ref().is_some_and(|s| s.name() == name)
-            })
-            .map(|(p, _)| p.clone());
+        let other = state.other_file_serving(path, &name);
         if let Some(other) = other {
             drop(state);
             let error = format!(

@@ -85,6 +85,12 @@ fn copy_atomically(from: &Path, to: &Path) {
     std::fs::rename(&part, to).expect("rename plugin");
 }
 
+/// The paths of the chaos plugin's v1 and v2 builds.
+fn chaos_builds(env: &Env) -> (String, String) {
+    let path = |f: &str| env.paths.test_plugins.join(f).display().to_string();
+    (path("chaos-v1.wasm"), path("chaos-v2.wasm"))
+}
+
 /// Starts rekon with the chaos plugin (v1) only, and `extra_args`.
 async fn start_chaos(extra_args: Vec<String>, serve_ops: bool) -> Env {
     let env = Env::start(EnvOptions {
@@ -205,18 +211,7 @@ async fn replay_against_a_differing_build_reports_only_the_differing_cases() {
         env.rekon.stop();
 
         let dir_arg = dir.display().to_string();
-        let v1 = env
-            .paths
-            .test_plugins
-            .join("chaos-v1.wasm")
-            .display()
-            .to_string();
-        let v2 = env
-            .paths
-            .test_plugins
-            .join("chaos-v2.wasm")
-            .display()
-            .to_string();
+        let (v1, v2) = chaos_builds(&env);
         let same = rekon(&env, &["plugin", "replay", &v1, &dir_arg]);
         assert!(same.status.success(), "{}", text(&same));
         assert!(!text(&same).contains("DIFFERS"), "{}", text(&same));
@@ -347,18 +342,7 @@ async fn a_shadow_version_diverges_without_writing_and_promote_makes_it_serve() 
         // A kept divergence replays: identical with the serving build,
         // differing with the shadow build.
         let case = cases(&dir)[0].display().to_string();
-        let v1 = env
-            .paths
-            .test_plugins
-            .join("chaos-v1.wasm")
-            .display()
-            .to_string();
-        let v2 = env
-            .paths
-            .test_plugins
-            .join("chaos-v2.wasm")
-            .display()
-            .to_string();
+        let (v1, v2) = chaos_builds(&env);
         assert!(
             rekon(&env, &["plugin", "replay", &v1, &case])
                 .status
