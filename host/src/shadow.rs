@@ -261,7 +261,7 @@ fn run_shadow(job: ShadowJob, cases: &Recorder) {
         live,
     ));
     let started = Instant::now();
-    let result = shadow.reconcile_blocking(
+    let result = shadow.shadow_reconcile_blocking(
         &capture.request,
         capture.phase,
         Arc::clone(&reads) as Arc<dyn HostReads>,
