@@ -404,7 +404,7 @@ fn bench_note(engine: &str, work: &std::path::Path) -> Option<String> {
             .lines()
             .filter(|l| l.starts_with(prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .fold(0.0, |a, b| a + b)
     };
     match engine {
         "wasm+rec" => {
