@@ -10,7 +10,8 @@
 //!   caches, mapping and writer without the sandbox),
 //! - `kube-rs`: a native kube-rs `Controller` doing the same thing,
 //! - `wasm+rec`: `rekon-wasm` recording every reconcile as a case file
-//!   (`rekon run --record`; the average case size is printed below the table),
+//!   (`rekon run --record`; `REKON_BENCH_RECORD_SAMPLE=0.1` records one in
+//!   ten; the average case size is printed below the table),
 //! - `wasm+shadow`: `rekon-wasm` with a shadow version (the same logic, another
 //!   digest) run beside it on every reconcile (its time per call and the
 //!   shadow runs dropped under load are printed below the table).
@@ -363,9 +364,15 @@ fn bench_tap(
 ) -> anyhow::Result<rekon::shadow::Tap> {
     Ok(match engine {
         "wasm+rec" => {
-            let recorder = rekon::record::Recorder::start(rekon::record::RecordConfig::new(
-                work.join("cases"),
-            ))?;
+            // REKON_BENCH_RECORD_SAMPLE: the fraction recorded (default all).
+            let sample = std::env::var("REKON_BENCH_RECORD_SAMPLE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0);
+            let recorder = rekon::record::Recorder::start(rekon::record::RecordConfig {
+                sample,
+                ..rekon::record::RecordConfig::new(work.join("cases"))
+            })?;
             rekon::shadow::Tap::new(Some(recorder), None)?
         }
         "wasm+shadow" => {

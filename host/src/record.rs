@@ -637,8 +637,11 @@ fn write_case(dir: &Path, case: &Case) -> std::io::Result<(PathBuf, u64)> {
         file_part(r.namespace.as_deref().unwrap_or("_")),
         file_part(&r.name)
     );
-    // Written aside, then linked into place: a reader (or a crash) never
-    // sees half a case, and an existing case is never overwritten.
+    // Written aside, then renamed into place: a reader (or a crash) never
+    // sees half a case. This thread is the only writer of the directory,
+    // so a name found free stays free; an existing case is never replaced.
+    // (A rename costs half of a link and an unlink: file creation is the
+    // bulk of a case's cost.)
     let part = plugin_dir.join(format!(".{stem}.part"));
     std::fs::write(&part, text.as_bytes())?;
     for n in 0..1000 {
@@ -648,17 +651,14 @@ fn write_case(dir: &Path, case: &Case) -> std::io::Result<(PathBuf, u64)> {
             format!("{stem}-{n}.json")
         };
         let path = plugin_dir.join(name);
-        match std::fs::hard_link(&part, &path) {
-            Ok(()) => {
-                std::fs::remove_file(&part)?;
-                return Ok((path, text.len() as u64));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => {
-                let _ = std::fs::remove_file(&part);
-                return Err(e);
-            }
+        if path.exists() {
+            continue;
         }
+        if let Err(e) = std::fs::rename(&part, &path) {
+            let _ = std::fs::remove_file(&part);
+            return Err(e);
+        }
+        return Ok((path, text.len() as u64));
     }
     let _ = std::fs::remove_file(&part);
     Err(std::io::Error::other(format!(
