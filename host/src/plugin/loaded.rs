@@ -229,13 +229,7 @@ impl LoadedPlugin {
         reads: Arc<dyn HostReads>,
         request_time: SystemTime,
     ) -> Result<Outcome, CallError> {
-        let clusters = reads.clusters();
-        let result = self.call_fresh("reconcile", reads, request_time, |store, plugin| {
-            plugin
-                .rekon_plugin_guest()
-                .call_reconcile(store, req, phase)
-        })?;
-        self.finish_reconcile(result, &clusters)
+        self.reconcile_as("reconcile", req, phase, reads, request_time)
     }
 
     /// [`Self::reconcile_blocking`] for a shadow run (`crate::shadow`): its
@@ -248,18 +242,24 @@ impl LoadedPlugin {
         reads: Arc<dyn HostReads>,
         request_time: SystemTime,
     ) -> Result<Outcome, CallError> {
+        self.reconcile_as("shadow_reconcile", req, phase, reads, request_time)
+    }
+
+    fn reconcile_as(
+        &self,
+        metric: &'static str,
+        req: &Request,
+        phase: Phase,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+    ) -> Result<Outcome, CallError> {
         let clusters = reads.clusters();
-        let result = self.call_fresh_as(
-            "reconcile",
-            "shadow_reconcile",
-            reads,
-            request_time,
-            |store, plugin| {
+        let result =
+            self.call_fresh_as("reconcile", metric, reads, request_time, |store, plugin| {
                 plugin
                     .rekon_plugin_guest()
                     .call_reconcile(store, req, phase)
-            },
-        )?;
+            })?;
         self.finish_reconcile(result, &clusters)
     }
 

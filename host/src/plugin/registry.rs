@@ -427,21 +427,28 @@ impl PluginRegistry {
     }
 
     fn install(&self, path: &Path, digest: String, plugin: LoadedPlugin) {
-        if is_shadow_file(path) {
-            self.install_shadow(path, digest, plugin);
-            return;
-        }
+        let shadow = is_shadow_file(path);
         let name = plugin.name().to_string();
         let mut state = self.inner.state.lock();
         let other = state.other_file_serving(path, &name);
         if let Some(other) = other {
             drop(state);
-            let error = format!(
-                "plugin name {name:?} is already served by {}; refusing {}",
-                other.display(),
-                path.display()
-            );
-            self.record_failure(path, Some(digest), error, Some(name));
+            let (error, conflict) = if shadow {
+                let error = format!(
+                    "a shadow of plugin {name:?} is already loaded from {}; refusing {}",
+                    other.display(),
+                    path.display()
+                );
+                (error, None)
+            } else {
+                let error = format!(
+                    "plugin name {name:?} is already served by {}; refusing {}",
+                    other.display(),
+                    path.display()
+                );
+                (error, Some(name))
+            };
+            self.record_failure(path, Some(digest), error, conflict);
             return;
         }
         let entry = state.files.entry(path.to_path_buf()).or_default();
@@ -449,6 +456,22 @@ impl PluginRegistry {
         entry.attempted = Some(digest);
         entry.error = None;
         entry.conflict = None;
+        if shadow {
+            if let Some(previous) = previous.filter(|p| p.name() != name) {
+                state.shadows.remove(previous.name());
+            }
+            let serving = state.by_name.get(&name).map(|p| p.version().to_owned());
+            state.shadows.insert(name.clone(), plugin.clone());
+            tracing::info!(
+                plugin = %name,
+                shadow.version = %plugin.version(),
+                shadow.digest = %plugin.digest(),
+                serving.version = serving.as_deref().unwrap_or("none"),
+                path = %path.display(),
+                "loaded shadow version: it runs beside the serving version and never writes"
+            );
+            return;
+        }
         if let Some(previous) = previous.as_ref().filter(|p| p.name() != name) {
             // The file now declares another plugin: the old name is gone.
             let old_name = previous.name().to_string();
@@ -485,42 +508,6 @@ impl PluginRegistry {
                 let _ = self.inner.events.send(RegistryEvent::Loaded(plugin));
             }
         }
-    }
-
-    /// Installs the shadow version loaded from `path` (replacing the
-    /// previous shadow of its name, unless another shadow file holds it).
-    fn install_shadow(&self, path: &Path, digest: String, plugin: LoadedPlugin) {
-        let name = plugin.name().to_string();
-        let mut state = self.inner.state.lock();
-        let other = state.other_file_serving(path, &name);
-        if let Some(other) = other {
-            drop(state);
-            let error = format!(
-                "a shadow of plugin {name:?} is already loaded from {}; refusing {}",
-                other.display(),
-                path.display()
-            );
-            self.record_failure(path, Some(digest), error, None);
-            return;
-        }
-        let entry = state.files.entry(path.to_path_buf()).or_default();
-        let previous = entry.serving.replace(plugin.clone());
-        entry.attempted = Some(digest);
-        entry.error = None;
-        entry.conflict = None;
-        if let Some(previous) = previous.filter(|p| p.name() != name) {
-            state.shadows.remove(previous.name());
-        }
-        let serving = state.by_name.get(&name).map(|p| p.version().to_owned());
-        state.shadows.insert(name.clone(), plugin.clone());
-        tracing::info!(
-            plugin = %name,
-            shadow.version = %plugin.version(),
-            shadow.digest = %plugin.digest(),
-            serving.version = serving.as_deref().unwrap_or("none"),
-            path = %path.display(),
-            "loaded shadow version: it runs beside the serving version and never writes"
-        );
     }
 
     fn record_failure(
