@@ -101,6 +101,9 @@ struct RecordArgs {
     /// DIR/shadow with --record, else rekon-shadow-cases in the temp directory).
     #[arg(long, env = "REKON_SHADOW_CASES")]
     shadow_cases: Option<PathBuf>,
+    /// Stop keeping shadow divergences after this many MiB of cases.
+    #[arg(long, env = "REKON_SHADOW_CASES_MAX_MIB", default_value_t = 32)]
+    shadow_cases_max_mib: u64,
     /// Ignore `*.shadow.wasm` files (no shadow rollout).
     #[arg(long, env = "REKON_NO_SHADOW")]
     no_shadow: bool,
@@ -124,7 +127,10 @@ impl RecordArgs {
             keep_secrets: self.record_secrets,
             ..rekon::record::RecordConfig::new(dir)
         });
-        let shadow = (!self.no_shadow).then(|| rekon::shadow::ShadowConfig::new(shadow_dir));
+        let shadow = (!self.no_shadow).then(|| rekon::shadow::ShadowConfig {
+            max_bytes: self.shadow_cases_max_mib.saturating_mul(1 << 20),
+            ..rekon::shadow::ShadowConfig::new(shadow_dir)
+        });
         (record, shadow)
     }
 }

@@ -54,13 +54,15 @@ pub struct ShadowConfig {
 }
 
 impl ShadowConfig {
-    /// Divergences into `cases_dir`, 256 queued runs, 256 MiB of cases.
+    /// Divergences into `cases_dir`, 256 queued runs, 32 MiB of cases
+    /// (the default directory is in the temp directory, which the
+    /// Deployment in `deploy/` limits to 64 MiB).
     #[must_use]
     pub fn new(cases_dir: impl Into<PathBuf>) -> Self {
         Self {
             cases_dir: cases_dir.into(),
             queue: 256,
-            max_bytes: 256 << 20,
+            max_bytes: 32 << 20,
         }
     }
 }
