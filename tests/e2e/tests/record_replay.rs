@@ -163,6 +163,8 @@ async fn recorded_seed_reconciles_replay_identically_with_the_same_build() {
         assert!(!case["reads"].as_array().unwrap().is_empty(), "{case}");
         assert!(case["outcome"]["ok"]["actions"].is_array(), "{case}");
 
+        // Stopped first: the cases replayed are all the cases there are.
+        env.rekon.stop();
         for (file, name) in [("test_fanout.wasm", "test-fanout"), ("nodepool.wasm", "nodepool")] {
             let plugin = env.paths.plugins.join(file).display().to_string();
             let dir = recorded.path().join(name).display().to_string();
@@ -173,7 +175,6 @@ async fn recorded_seed_reconciles_replay_identically_with_the_same_build() {
             assert_eq!(report.matches("identical  ").count(), n, "{report}");
             assert!(!report.contains("DIFFERS") && !report.contains("INVALID"), "{report}");
         }
-        env.rekon.stop();
     })
     .await
     .expect("test timed out: likely deadlocked");
@@ -309,20 +310,21 @@ async fn a_shadow_version_diverges_without_writing_and_promote_makes_it_serve() 
         let addr = env.ops_addr.unwrap();
         let prefix = r#"rekon_shadow_reconciles_total{plugin="chaos",kind="actions"}"#;
         let dir = shadow_cases.path().join("chaos");
-        env.wait_for("a counted and recorded divergence", WAIT, |_| {
-            let body = http_get(addr, "/metrics").ok()?;
-            (metric(&body, prefix) >= 1.0 && !cases(&dir).is_empty()).then_some(())
-        })
+        // calm-a decides the same in both versions, ok-a does not.
+        let identical = r#"rekon_shadow_reconciles_total{plugin="chaos",kind="identical"}"#;
+        env.wait_for(
+            "a counted and recorded divergence, and an identical run",
+            WAIT,
+            |_| {
+                let body = http_get(addr, "/metrics").ok()?;
+                (metric(&body, prefix) >= 1.0
+                    && metric(&body, identical) >= 1.0
+                    && !cases(&dir).is_empty())
+                .then_some(())
+            },
+        )
         .await
         .unwrap();
-        let body = http_get(addr, "/metrics").unwrap();
-        assert!(
-            metric(
-                &body,
-                r#"rekon_shadow_reconciles_total{plugin="chaos",kind="identical"}"#
-            ) >= 1.0,
-            "calm-a decides the same in both versions\n{body}"
-        );
         // Every divergence is ok-a's, kept with both decisions.
         for case in cases(&dir) {
             let body = read_json(&case);
