@@ -8,7 +8,13 @@
 //!   file is missing),
 //! - `rekon`: the engine with the same logic as a native reconciler (queue,
 //!   caches, mapping and writer without the sandbox),
-//! - `kube-rs`: a native kube-rs `Controller` doing the same thing.
+//! - `kube-rs`: a native kube-rs `Controller` doing the same thing,
+//! - `wasm+rec`: `rekon-wasm` recording every reconcile as a case file
+//!   (`rekon run --record`; `REKON_BENCH_RECORD_SAMPLE=0.1` records one in
+//!   ten; the average case size is printed below the table),
+//! - `wasm+shadow`: `rekon-wasm` with a shadow version (the same logic, another
+//!   digest) run beside it on every reconcile (its time per call and the
+//!   shadow runs dropped under load are printed below the table).
 //!
 //! Each scenario runs in its own process (so peak RSS and CPU are that
 //! engine's alone) and talks to kube-sim running in yet another process,
@@ -107,12 +113,13 @@ fn orchestrate_fanout() -> anyhow::Result<()> {
         "engine benchmark: {n} primaries fanned out to every cluster (concurrency {CONCURRENCY})"
     );
     println!(
-        "{:<10} {:>8} {:>12} {:>10} {:>12} {:>12} {:>14}",
+        "{:<11} {:>8} {:>12} {:>10} {:>12} {:>12} {:>14}",
         "engine", "clusters", "converge s", "writes", "writes/s", "cpu s", "peak RSS MiB"
     );
+    let mut notes = Vec::new();
     for clusters in [1_usize, 3] {
-        for engine in ["rekon-wasm", "rekon", "kube-rs"] {
-            if engine == "rekon-wasm" && !plugin_path().is_file() {
+        for engine in ["rekon-wasm", "wasm+rec", "wasm+shadow", "rekon", "kube-rs"] {
+            if is_wasm(engine) && !plugin_path().is_file() {
                 println!(
                     "{engine:<10} {clusters:>8} skipped: {} not built",
                     plugin_path().display()
@@ -134,8 +141,11 @@ fn orchestrate_fanout() -> anyhow::Result<()> {
             let r: Value = serde_json::from_str(line)?;
             let secs = r["seconds"].as_f64().unwrap_or_default();
             let writes = r["writes"].as_u64().unwrap_or_default();
+            if let Some(note) = r["note"].as_str() {
+                notes.push(format!("{engine} x{clusters}: {note}"));
+            }
             println!(
-                "{:<10} {:>8} {:>12.2} {:>10} {:>12.0} {:>12.2} {:>14.1}",
+                "{:<11} {:>8} {:>12.2} {:>10} {:>12.0} {:>12.2} {:>14.1}",
                 engine,
                 clusters,
                 secs,
@@ -146,7 +156,14 @@ fn orchestrate_fanout() -> anyhow::Result<()> {
             );
         }
     }
+    for note in notes {
+        println!("{note}");
+    }
     Ok(())
+}
+
+fn is_wasm(engine: &str) -> bool {
+    engine == "rekon-wasm" || engine.starts_with("wasm+")
 }
 
 // ---------------------------------------------------------------- simulator
@@ -244,17 +261,24 @@ fn scenario_main() -> anyhow::Result<()> {
     }
     // Compiling the component is a one-time cost (cached on disk by digest
     // in production): done before the measurement starts.
-    let plugin: Option<Arc<dyn Reconciler>> = if engine == "rekon-wasm" {
-        let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
+    let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
+    let plugin: Option<Arc<dyn Reconciler>> = if is_wasm(&engine) {
         Some(Arc::new(runtime.load_file(plugin_path())?))
     } else {
         None
+    };
+    let work = tempfile::tempdir()?;
+    let tap = {
+        let _in_runtime = rt.enter();
+        bench_tap(&engine, runtime, work.path())?
     };
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     sim.send("start")?;
     let stop = match engine.as_str() {
-        "rekon" | "rekon-wasm" => rt.block_on(start_rekon(&names, &clients, plugin))?,
+        "rekon" | "rekon-wasm" | "wasm+rec" | "wasm+shadow" => {
+            rt.block_on(start_rekon(&names, &clients, plugin, tap))?
+        }
         "kube-rs" => rt.block_on(start_kube_rs(&names, &clients)),
         other => anyhow::bail!("unknown engine {other}"),
     };
@@ -262,9 +286,10 @@ fn scenario_main() -> anyhow::Result<()> {
     let seconds = t0.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     let rss = peak_rss_mib();
+    let note = bench_note(&engine, work.path());
     println!(
         "RESULT {}",
-        json!({"seconds": seconds, "writes": n * clusters, "cpu_seconds": cpu, "peak_rss_mib": rss})
+        json!({"seconds": seconds, "writes": n * clusters, "cpu_seconds": cpu, "peak_rss_mib": rss, "note": note})
     );
     rt.block_on(stop);
     sim.stop();
@@ -349,12 +374,102 @@ fn secret(cluster: &str, ns: &str, name: &str, value: &Value) -> Value {
     })
 }
 
+/// Recording (`wasm+rec`) or a shadow version (`wasm+shadow`: the bench
+/// plugin with a custom section appended, so another digest with the same
+/// behaviour) for the engine under test.
+fn bench_tap(
+    engine: &str,
+    runtime: rekon::plugin::PluginRuntime,
+    work: &std::path::Path,
+) -> anyhow::Result<rekon::shadow::Tap> {
+    Ok(match engine {
+        "wasm+rec" => {
+            // REKON_BENCH_RECORD_SAMPLE: the fraction recorded (default all).
+            let sample = std::env::var("REKON_BENCH_RECORD_SAMPLE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1.0);
+            let recorder = rekon::record::Recorder::start(rekon::record::RecordConfig {
+                sample,
+                ..rekon::record::RecordConfig::new(work.join("cases"))
+            })?;
+            rekon::shadow::Tap::new(Some(recorder), None)?
+        }
+        "wasm+shadow" => {
+            let dir = work.join("plugins");
+            std::fs::create_dir_all(&dir)?;
+            let mut bytes = std::fs::read(plugin_path())?;
+            // A custom section: id 0, size, name length, name, payload.
+            bytes.extend_from_slice(&[0, 8, 6]);
+            bytes.extend_from_slice(b"shadow");
+            bytes.push(1);
+            std::fs::write(dir.join("bench.shadow.wasm"), bytes)?;
+            let registry = rekon::plugin::PluginRegistry::new(runtime);
+            registry.load_dir(&dir)?;
+            anyhow::ensure!(
+                registry.shadows().len() == 1,
+                "shadow did not load: {:?}",
+                registry.status()
+            );
+            rekon::shadow::Tap::new(
+                None,
+                Some((
+                    registry,
+                    rekon::shadow::ShadowConfig::new(work.join("shadow-cases")),
+                )),
+            )?
+        }
+        _ => rekon::shadow::Tap::default(),
+    })
+}
+
+/// What the table does not show: case sizes, shadow call time and drops.
+fn bench_note(engine: &str, work: &std::path::Path) -> Option<String> {
+    let metrics = rekon::ops::metrics::Metrics::global().encode();
+    let value = |prefix: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .fold(0.0, |a, b| a + b)
+    };
+    match engine {
+        "wasm+rec" => {
+            let files: Vec<u64> = std::fs::read_dir(work.join("cases/bench-fanout"))
+                .ok()?
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+                .collect();
+            let total: u64 = files.iter().sum();
+            Some(format!(
+                "{} cases written at convergence, {:.0} bytes per case, {} dropped",
+                files.len(),
+                total as f64 / files.len().max(1) as f64,
+                value("rekon_record_dropped_total"),
+            ))
+        }
+        "wasm+shadow" => {
+            let count = value("rekon_shadow_call_duration_seconds_count");
+            let sum = value("rekon_shadow_call_duration_seconds_sum");
+            Some(format!(
+                "{count} shadow reconciles at convergence ({} identical), {:.3} ms per shadow reconcile, {} dropped (queue full)",
+                value(r#"rekon_shadow_reconciles_total{plugin="bench-fanout",kind="identical"}"#),
+                sum * 1000.0 / count.max(1.0),
+                value("rekon_shadow_dropped_total"),
+            ))
+        }
+        _ => None,
+    }
+}
+
 async fn start_rekon(
     names: &[String],
     clients: &[kube::Client],
     plugin: Option<Arc<dyn Reconciler>>,
+    tap: rekon::shadow::Tap,
 ) -> anyhow::Result<BoxFuture<'static, ()>> {
     let manager = support::rekon_manager(names, clients, CONCURRENCY)?;
+    manager.set_tap(tap);
     if let Some(plugin) = plugin {
         manager.upsert(plugin);
         return Ok(async move { manager.shutdown().await }.boxed());

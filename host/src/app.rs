@@ -53,6 +53,9 @@ pub enum AppError {
     /// The operator policy file could not be loaded.
     #[error(transparent)]
     Policy(#[from] crate::plugin::PolicyError),
+    /// The case directory of `--record` or of the shadow rollout could not be set up.
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
     /// Tracing could not be initialised.
     #[error("failed to initialise logging: {0}")]
     Logging(String),
@@ -133,6 +136,10 @@ pub struct Config {
     /// `rekon run` adds the replica's identity, see
     /// [`crate::cluster::user_agent_for`]).
     pub user_agent: String,
+    /// Record reconciles as case files (`rekon run --record DIR`).
+    pub record: Option<crate::record::RecordConfig>,
+    /// Run `*.shadow.wasm` versions beside the serving ones (`crate::shadow`).
+    pub shadow: Option<crate::shadow::ShadowConfig>,
 }
 
 impl Config {
@@ -154,6 +161,8 @@ impl Config {
             ops: crate::ops::OpsConfig::default(),
             policy_file: None,
             user_agent: cluster::default_user_agent(),
+            record: None,
+            shadow: None,
         }
     }
 }
@@ -236,6 +245,19 @@ impl App {
                 shards: ops.shards(),
             },
         );
+        let recorder = config
+            .record
+            .clone()
+            .map(crate::record::Recorder::start)
+            .transpose()?;
+        if let Some(r) = &config.record {
+            info!(dir = %r.dir.display(), plugins = ?r.plugins, sample = r.sample, max_bytes = r.max_bytes, keep_secrets = r.keep_secrets, "recording reconciles");
+        }
+        if let Some(s) = &config.shadow {
+            info!(cases = %s.cases_dir.display(), "shadow versions (*.shadow.wasm) run beside the serving ones; divergences are kept here");
+        }
+        let shadow = config.shadow.clone().map(|c| (registry.clone(), c));
+        manager.set_tap(crate::shadow::Tap::new(recorder, shadow)?);
         ops.bind(&crate::ops::EngineParts {
             clusters: clusters.clone(),
             plugins: registry.clone(),

@@ -69,7 +69,70 @@ struct RunArgs {
     #[arg(long, env = "REKON_PROBE_INTERVAL", default_value_t = 1)]
     probe_interval: u64,
     #[command(flatten)]
+    record: RecordArgs,
+    #[command(flatten)]
     ops: OpsArgs,
+}
+
+/// Recording reconciles and shadow versions.
+#[derive(Debug, clap::Args)]
+struct RecordArgs {
+    /// Record reconciles as case files in DIR/<plugin>/ (replay them with
+    /// `rekon plugin replay`).
+    #[arg(long, env = "REKON_RECORD")]
+    record: Option<PathBuf>,
+    /// Record only this plugin (repeatable; default: every plugin).
+    #[arg(
+        long = "record-plugin",
+        env = "REKON_RECORD_PLUGINS",
+        value_delimiter = ','
+    )]
+    record_plugins: Vec<String>,
+    /// Fraction of reconciles recorded (0.0 to 1.0).
+    #[arg(long, env = "REKON_RECORD_SAMPLE", default_value_t = 1.0)]
+    record_sample: f64,
+    /// Stop recording after this many MiB of cases.
+    #[arg(long, env = "REKON_RECORD_MAX_MIB", default_value_t = 1024)]
+    record_max_mib: u64,
+    /// Keep the values of Secrets the plugins read or write (default: keys only).
+    #[arg(long, env = "REKON_RECORD_SECRETS")]
+    record_secrets: bool,
+    /// Where shadow versions' divergences are written as cases (default:
+    /// DIR/shadow with --record, else rekon-shadow-cases in the temp directory).
+    #[arg(long, env = "REKON_SHADOW_CASES")]
+    shadow_cases: Option<PathBuf>,
+    /// Stop keeping shadow divergences after this many MiB of cases.
+    #[arg(long, env = "REKON_SHADOW_CASES_MAX_MIB", default_value_t = 32)]
+    shadow_cases_max_mib: u64,
+    /// Ignore `*.shadow.wasm` files (no shadow rollout).
+    #[arg(long, env = "REKON_NO_SHADOW")]
+    no_shadow: bool,
+}
+
+impl RecordArgs {
+    fn into_config(
+        self,
+    ) -> (
+        Option<rekon::record::RecordConfig>,
+        Option<rekon::shadow::ShadowConfig>,
+    ) {
+        let shadow_dir = self.shadow_cases.unwrap_or_else(|| match &self.record {
+            Some(dir) => dir.join("shadow"),
+            None => std::env::temp_dir().join("rekon-shadow-cases"),
+        });
+        let record = self.record.map(|dir| rekon::record::RecordConfig {
+            plugins: self.record_plugins,
+            sample: self.record_sample.clamp(0.0, 1.0),
+            max_bytes: self.record_max_mib.saturating_mul(1 << 20),
+            keep_secrets: self.record_secrets,
+            ..rekon::record::RecordConfig::new(dir)
+        });
+        let shadow = (!self.no_shadow).then(|| rekon::shadow::ShadowConfig {
+            max_bytes: self.shadow_cases_max_mib.saturating_mul(1 << 20),
+            ..rekon::shadow::ShadowConfig::new(shadow_dir)
+        });
+        (record, shadow)
+    }
 }
 
 /// Operations: metrics, probes, leader election, dynamic clusters.
@@ -297,6 +360,30 @@ enum PluginCommand {
     /// plugin was removed, they cannot finish deleting) and, with
     /// `--remove`, remove that finalizer from them without cleanup.
     Release(Box<ReleaseArgs>),
+    /// Run a plugin build against recorded cases (`rekon run --record`),
+    /// host reads served from the recording; print per case whether its
+    /// decision is identical, else a YAML diff per action. Exits non-zero
+    /// on any difference unless --allow-diff.
+    Replay {
+        /// The plugin component (`*.wasm`).
+        file: PathBuf,
+        /// Case files, or directories searched for `*.json`.
+        #[arg(required = true)]
+        cases: Vec<PathBuf>,
+        /// Exit 0 even when cases differ.
+        #[arg(long)]
+        allow_diff: bool,
+    },
+    /// Make the shadow version of plugin NAME (`*.shadow.wasm` in the
+    /// plugin directory) the serving one: renames it over the serving file;
+    /// a running host swaps it in and stops shadowing.
+    Promote {
+        /// The plugin's name.
+        name: String,
+        /// Directory of plugin components.
+        #[arg(long, env = "REKON_PLUGINS")]
+        plugins: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -388,6 +475,25 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Plugin(PluginCommand::Release(args)) => release(*args)?,
+        Command::Plugin(PluginCommand::Replay {
+            file,
+            cases,
+            allow_diff,
+        }) => {
+            let report = rekon::replay::replay(&file, &cases)?;
+            print!("{}", report.render());
+            if report.differing() > 0 && !allow_diff {
+                anyhow::bail!(
+                    "{} of {} cases differ",
+                    report.differing(),
+                    report.cases.len()
+                );
+            }
+        }
+        Command::Plugin(PluginCommand::Promote { name, plugins }) => {
+            let (from, to) = rekon::shadow::promote(&plugins, &name)?;
+            eprintln!("promoted {name}: {} -> {}", from.display(), to.display());
+        }
         Command::Rbac(args) => {
             let policy = rekon::plugin::Policy::load(args.policy.as_deref())?;
             let primary = (!args.remote).then_some(args.cluster.as_str());
@@ -425,7 +531,10 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // One identity per process: in the Leases it holds and in the
     // User-Agent of every request (audit logs tell replicas apart).
     let identity = rekon::ops::leader::default_identity();
+    let (record, shadow) = args.record.into_config();
     let config = rekon::app::Config {
+        record,
+        shadow,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         cache_dir: args.cache_dir,
         ops: args.ops.into_config(&identity),

@@ -1511,5 +1511,8 @@ impl Backend for WorldBackend {
     }
 }
 
+mod case;
+pub use case::{CASE_FORMAT, CaseError, CaseReplay, RecordedCase, assert_cases};
+
 #[cfg(test)]
 mod tests;

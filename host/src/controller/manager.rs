@@ -130,6 +130,8 @@ pub struct Manager {
 
 struct ManagerInner {
     ctx: Ctx,
+    /// Recording and shadowing around every plugin (`crate::shadow`).
+    tap: parking_lot::RwLock<crate::shadow::Tap>,
     controllers: Mutex<HashMap<String, Controller>>,
     degraded: broadcast::Sender<Degraded>,
     _stop_background: tokio::sync::oneshot::Sender<()>,
@@ -161,6 +163,7 @@ impl Manager {
                 writer,
                 config,
             },
+            tap: parking_lot::RwLock::default(),
             controllers: Mutex::new(HashMap::new()),
             degraded: broadcast::channel(256).0,
             _stop_background: stop_tx,
@@ -374,6 +377,7 @@ impl Manager {
     /// (watches follow the new registration, every primary is requeued once;
     /// in-flight reconciles finish on the version that started them).
     pub fn upsert(&self, plugin: Arc<dyn Reconciler>) {
+        let plugin = self.inner.tap.read().wrap(plugin);
         // The writer's last gate for this plugin: every write done for it,
         // the host's finalizer patches included, must be one it may do.
         let gate_plugin = Arc::clone(&plugin);
@@ -397,6 +401,12 @@ impl Manager {
                 controllers.insert(name, Controller::start(plugin, self.inner.ctx.clone()));
             }
         }
+    }
+
+    /// Record and shadow every plugin started or swapped in from now on
+    /// (set it before [`Self::run`]).
+    pub fn set_tap(&self, tap: crate::shadow::Tap) {
+        *self.inner.tap.write() = tap;
     }
 
     /// Stop a plugin's controller (in-flight reconciles finish) and release

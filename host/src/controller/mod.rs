@@ -79,6 +79,10 @@ pub trait Reconciler: Send + Sync + 'static {
     }
     /// Its registration.
     fn registration(&self) -> &Registration;
+    /// Hex sha256 of the build, where there is one (recorded cases name it).
+    fn digest(&self) -> &str {
+        ""
+    }
     /// Reconcile one request in `phase` (live, deleting, leaving).
     fn reconcile(
         &self,
@@ -120,6 +124,10 @@ impl Reconciler for LoadedPlugin {
 
     fn registration(&self) -> &Registration {
         LoadedPlugin::registration(self)
+    }
+
+    fn digest(&self) -> &str {
+        LoadedPlugin::digest(self)
     }
 
     fn reconcile(

@@ -145,6 +145,12 @@ struct ActionLabels {
     result: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginKindLabels {
+    plugin: String,
+    kind: String,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// controller-runtime's reconcile-time buckets (5 ms .. 60 s).
@@ -196,6 +202,11 @@ struct Inner {
     wasm_call_time: HistogramFamily<PluginFunctionLabels>,
     wasm_call_failures: Family<WasmFailureLabels, Counter>,
     writer_actions: Family<ActionLabels, Counter>,
+    record_cases: Family<PluginLabels, Counter>,
+    record_dropped: Family<PluginKindLabels, Counter>,
+    shadow_reconciles: Family<PluginKindLabels, Counter>,
+    shadow_dropped: Family<PluginLabels, Counter>,
+    shadow_call_time: HistogramFamily<PluginLabels>,
     /// Loaded version per plugin, to remove a replaced version's
     /// `rekon_plugin_info` series (a `Family` cannot be iterated).
     plugin_versions: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
@@ -362,6 +373,31 @@ impl Metrics {
                 "rekon_writer_actions",
                 "Actions executed by the writer per plugin, cluster, action kind and result",
                 Family::default()
+            ),
+            record_cases: reg!(
+                "rekon_record_cases",
+                "Reconciles recorded as case files (rekon run --record)",
+                Family::default()
+            ),
+            record_dropped: reg!(
+                "rekon_record_dropped",
+                "Reconciles not recorded (kind: queue_full, size_cap, write_error)",
+                Family::default()
+            ),
+            shadow_reconciles: reg!(
+                "rekon_shadow_reconciles",
+                "Shadow reconciles per plugin by result (kind: identical, or the divergence: actions, outcome, error, timeout, memory)",
+                Family::default()
+            ),
+            shadow_dropped: reg!(
+                "rekon_shadow_dropped",
+                "Shadow reconciles skipped because the shadow queue was full",
+                Family::default()
+            ),
+            shadow_call_time: reg!(
+                "rekon_shadow_call_duration_seconds",
+                "Time of one shadow reconcile (a synchronous wasm call: its CPU time)",
+                HistogramFamily::new_with_constructor(wasm_histogram as fn() -> Histogram)
             ),
             plugin_versions: parking_lot::Mutex::default(),
             registry,
@@ -670,6 +706,59 @@ impl Metrics {
                 plugin: plugin.to_owned(),
                 function: function.to_owned(),
                 reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    // ----- record and shadow -----------------------------------------------
+
+    /// A reconcile of `plugin` was written as a case file.
+    pub fn record_case(&self, plugin: &str) {
+        self.inner
+            .record_cases
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A reconcile of `plugin` was not recorded (`reason`: `queue_full`,
+    /// `size_cap`, `write_error`).
+    pub fn record_dropped(&self, plugin: &str, reason: &str) {
+        self.inner
+            .record_dropped
+            .get_or_create(&PluginKindLabels {
+                plugin: plugin.to_owned(),
+                kind: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A shadow reconcile of `plugin` ran: `kind` is `identical` or the
+    /// divergence (`actions`, `outcome`, `error`, `timeout`, `memory`).
+    pub fn shadow_reconciled(&self, plugin: &str, kind: &str, took: Duration) {
+        let labels = PluginLabels {
+            plugin: plugin.to_owned(),
+        };
+        self.inner
+            .shadow_call_time
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        self.inner
+            .shadow_reconciles
+            .get_or_create(&PluginKindLabels {
+                plugin: plugin.to_owned(),
+                kind: kind.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A shadow reconcile of `plugin` was skipped (the shadow queue was full).
+    pub fn shadow_dropped(&self, plugin: &str) {
+        self.inner
+            .shadow_dropped
+            .get_or_create(&PluginLabels {
+                plugin: plugin.to_owned(),
             })
             .inc();
     }

@@ -231,12 +231,37 @@ impl LoadedPlugin {
         reads: Arc<dyn HostReads>,
         request_time: SystemTime,
     ) -> Result<Outcome, CallError> {
+        self.reconcile_as("reconcile", req, phase, reads, request_time)
+    }
+
+    /// [`Self::reconcile_blocking`] for a shadow run (`crate::shadow`): its
+    /// time and sandbox failures are reported under function
+    /// `shadow_reconcile`, apart from the serving version's `reconcile`.
+    pub(crate) fn shadow_reconcile_blocking(
+        &self,
+        req: &Request,
+        phase: Phase,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+    ) -> Result<Outcome, CallError> {
+        self.reconcile_as("shadow_reconcile", req, phase, reads, request_time)
+    }
+
+    fn reconcile_as(
+        &self,
+        metric: &'static str,
+        req: &Request,
+        phase: Phase,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+    ) -> Result<Outcome, CallError> {
         let clusters = reads.clusters();
-        let result = self.call_fresh("reconcile", reads, request_time, |store, plugin| {
-            plugin
-                .rekon_plugin_guest()
-                .call_reconcile(store, req, phase)
-        })?;
+        let result =
+            self.call_fresh_as("reconcile", metric, reads, request_time, |store, plugin| {
+                plugin
+                    .rekon_plugin_guest()
+                    .call_reconcile(store, req, phase)
+            })?;
         self.finish_reconcile(result, &clusters)
     }
 
@@ -349,6 +374,18 @@ impl LoadedPlugin {
         request_time: SystemTime,
         f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        self.call_fresh_as(function, function, reads, request_time, f)
+    }
+
+    /// [`Self::call_fresh`], its metrics labelled `metric` rather than `function`.
+    fn call_fresh_as<R>(
+        &self,
+        function: &'static str,
+        metric: &'static str,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+        f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
         let span = tracing::debug_span!("plugin call", plugin = %self.inner.name, function);
         let _entered = span.enter();
         let started = std::time::Instant::now();
@@ -365,11 +402,11 @@ impl LoadedPlugin {
         // ops hook: per-call WASM time and sandbox failures (a plugin's own
         // error result is not a sandbox failure).
         let metrics = crate::ops::metrics::Metrics::global();
-        metrics.observe_wasm_call(&self.inner.name, function, started.elapsed());
+        metrics.observe_wasm_call(&self.inner.name, metric, started.elapsed());
         if let Err(e) = &result
             && e.kind() != "plugin_error"
         {
-            metrics.wasm_call_failed(&self.inner.name, function, e.kind());
+            metrics.wasm_call_failed(&self.inner.name, metric, e.kind());
         }
         result
     }

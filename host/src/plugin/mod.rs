@@ -77,7 +77,7 @@ pub use inspect::{
 };
 pub use loaded::{LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
-pub use registry::{PluginRegistry, PluginStatus, RegistryEvent};
+pub use registry::{PluginRegistry, PluginStatus, RegistryEvent, is_shadow_file};
 pub use runtime::{
     CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };

@@ -19,6 +19,13 @@
 //!    old [`LoadedPlugin`] and finish on it.
 //! 6. A removed file unregisters its plugin ([`RegistryEvent::Removed`]); a
 //!    file refused for a name conflict with it is then retried.
+//!
+//! A file named `*.shadow.wasm` goes through the same steps but never
+//! serves: it becomes the *shadow* of the plugin it registers
+//! ([`PluginRegistry::shadow`], see `crate::shadow`), replacing the
+//! previous shadow of that name; removing the file ends the shadow. No
+//! [`RegistryEvent`] is sent for shadows (controllers look them up per
+//! reconcile).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -81,6 +88,8 @@ pub struct PluginStatus {
     pub error: Option<String>,
     /// When it was refused.
     pub failed_at: Option<SystemTime>,
+    /// A `*.shadow.wasm` file: runs beside the serving version, never serves.
+    pub shadow: bool,
 }
 
 /// Loaded plugins by name. Cheap to clone (shared state).
@@ -99,6 +108,8 @@ struct Inner {
 #[derive(Default)]
 struct State {
     by_name: BTreeMap<String, LoadedPlugin>,
+    /// Shadow versions (from `*.shadow.wasm` files), by plugin name.
+    shadows: BTreeMap<String, LoadedPlugin>,
     files: BTreeMap<PathBuf, FileEntry>,
 }
 
@@ -111,6 +122,22 @@ struct FileEntry {
     error: Option<(String, SystemTime)>,
     /// Refused because this plugin name is served by another file.
     conflict: Option<String>,
+}
+
+impl State {
+    /// Another file of the same kind as `path` (serving, or shadow) that
+    /// loaded plugin `name`.
+    fn other_file_serving(&self, path: &Path, name: &str) -> Option<PathBuf> {
+        let shadow = is_shadow_file(path);
+        self.files
+            .iter()
+            .find(|(p, e)| {
+                p.as_path() != path
+                    && is_shadow_file(p) == shadow
+                    && e.serving.as_ref().is_some_and(|s| s.name() == name)
+            })
+            .map(|(p, _)| p.clone())
+    }
 }
 
 /// Outcome of looking at a file once.
@@ -168,6 +195,19 @@ impl PluginRegistry {
         self.inner.state.lock().by_name.get(name).cloned()
     }
 
+    /// The shadow version of plugin `name`, if a `*.shadow.wasm` file
+    /// registering it is loaded.
+    #[must_use]
+    pub fn shadow(&self, name: &str) -> Option<LoadedPlugin> {
+        self.inner.state.lock().shadows.get(name).cloned()
+    }
+
+    /// Every loaded shadow version, by name.
+    #[must_use]
+    pub fn shadows(&self) -> Vec<LoadedPlugin> {
+        self.inner.state.lock().shadows.values().cloned().collect()
+    }
+
     /// Every loaded plugin, by name.
     #[must_use]
     pub fn plugins(&self) -> Vec<LoadedPlugin> {
@@ -189,6 +229,7 @@ impl PluginRegistry {
                 loaded_at: entry.serving.as_ref().map(LoadedPlugin::loaded_at),
                 error: entry.error.as_ref().map(|(e, _)| e.clone()),
                 failed_at: entry.error.as_ref().map(|(_, t)| *t),
+                shadow: is_shadow_file(path),
             })
             .collect()
     }
@@ -386,23 +427,28 @@ impl PluginRegistry {
     }
 
     fn install(&self, path: &Path, digest: String, plugin: LoadedPlugin) {
+        let shadow = is_shadow_file(path);
         let name = plugin.name().to_string();
         let mut state = self.inner.state.lock();
-        let other = state
-            .files
-            .iter()
-            .find(|(p, e)| {
-                p.as_path() != path && e.serving.as_ref().is_some_and(|s| s.name() == name)
-            })
-            .map(|(p, _)| p.clone());
+        let other = state.other_file_serving(path, &name);
         if let Some(other) = other {
             drop(state);
-            let error = format!(
-                "plugin name {name:?} is already served by {}; refusing {}",
-                other.display(),
-                path.display()
-            );
-            self.record_failure(path, Some(digest), error, Some(name));
+            let (error, conflict) = if shadow {
+                let error = format!(
+                    "a shadow of plugin {name:?} is already loaded from {}; refusing {}",
+                    other.display(),
+                    path.display()
+                );
+                (error, None)
+            } else {
+                let error = format!(
+                    "plugin name {name:?} is already served by {}; refusing {}",
+                    other.display(),
+                    path.display()
+                );
+                (error, Some(name))
+            };
+            self.record_failure(path, Some(digest), error, conflict);
             return;
         }
         let entry = state.files.entry(path.to_path_buf()).or_default();
@@ -410,6 +456,22 @@ impl PluginRegistry {
         entry.attempted = Some(digest);
         entry.error = None;
         entry.conflict = None;
+        if shadow {
+            if let Some(previous) = previous.filter(|p| p.name() != name) {
+                state.shadows.remove(previous.name());
+            }
+            let serving = state.by_name.get(&name).map(|p| p.version().to_owned());
+            state.shadows.insert(name.clone(), plugin.clone());
+            tracing::info!(
+                plugin = %name,
+                shadow.version = %plugin.version(),
+                shadow.digest = %plugin.digest(),
+                serving.version = serving.as_deref().unwrap_or("none"),
+                path = %path.display(),
+                "loaded shadow version: it runs beside the serving version and never writes"
+            );
+            return;
+        }
         if let Some(previous) = previous.as_ref().filter(|p| p.name() != name) {
             // The file now declares another plugin: the old name is gone.
             let old_name = previous.name().to_string();
@@ -500,6 +562,17 @@ impl PluginRegistry {
                 return;
             };
             let name = plugin.name().to_string();
+            if is_shadow_file(path) {
+                if state
+                    .shadows
+                    .get(&name)
+                    .is_some_and(|p| p.same_load(&plugin))
+                {
+                    state.shadows.remove(&name);
+                }
+                tracing::info!(plugin = %name, path = %path.display(), "shadow version removed (file deleted)");
+                return;
+            }
             if state
                 .by_name
                 .get(&name)
@@ -548,6 +621,16 @@ fn is_change(kind: &notify::EventKind) -> bool {
         EventKind::Access(_) => false,
         _ => true,
     }
+}
+
+/// `x.shadow.wasm`: a shadow version, never serving.
+#[must_use]
+pub fn is_shadow_file(path: &Path) -> bool {
+    is_plugin_file(path)
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".shadow.wasm"))
 }
 
 /// `x.wasm`, not hidden (editors and `cp --backup` leave dot files).
