@@ -271,6 +271,47 @@ pub(crate) enum RawRead {
 }
 
 impl RawRead {
+    /// `inner.get(..)`, its answer logged into `log` and passed through
+    /// (the recording tape and the replay's live fallback both read so).
+    pub(crate) fn get_through(
+        inner: &dyn HostReads,
+        log: &Mutex<Vec<RawRead>>,
+        cluster: &str,
+        resource: &Resource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<String>, ReadError> {
+        let result = inner.get(cluster, resource, namespace, name);
+        log.lock().push(RawRead::Get {
+            cluster: cluster.to_owned(),
+            resource: resource.clone(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+            result: result.clone(),
+        });
+        result
+    }
+
+    /// `inner.list(..)`, logged like [`RawRead::get_through`].
+    pub(crate) fn list_through(
+        inner: &dyn HostReads,
+        log: &Mutex<Vec<RawRead>>,
+        cluster: &str,
+        resource: &Resource,
+        namespace: Option<&str>,
+        label_selector: Option<&str>,
+    ) -> Result<Vec<String>, ReadError> {
+        let result = inner.list(cluster, resource, namespace, label_selector);
+        log.lock().push(RawRead::List {
+            cluster: cluster.to_owned(),
+            resource: resource.clone(),
+            namespace: namespace.map(str::to_owned),
+            label_selector: label_selector.map(str::to_owned),
+            result: result.clone(),
+        });
+        result
+    }
+
     fn into_read(self, redact: bool) -> Read {
         match self {
             Self::Get {
@@ -358,15 +399,14 @@ impl HostReads for Tape {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<String>, ReadError> {
-        let result = self.inner.get(cluster, resource, namespace, name);
-        self.reads.lock().push(RawRead::Get {
-            cluster: cluster.to_owned(),
-            resource: resource.clone(),
-            namespace: namespace.map(str::to_owned),
-            name: name.to_owned(),
-            result: result.clone(),
-        });
-        result
+        RawRead::get_through(
+            &*self.inner,
+            &self.reads,
+            cluster,
+            resource,
+            namespace,
+            name,
+        )
     }
 
     fn list(
@@ -376,17 +416,14 @@ impl HostReads for Tape {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<String>, ReadError> {
-        let result = self
-            .inner
-            .list(cluster, resource, namespace, label_selector);
-        self.reads.lock().push(RawRead::List {
-            cluster: cluster.to_owned(),
-            resource: resource.clone(),
-            namespace: namespace.map(str::to_owned),
-            label_selector: label_selector.map(str::to_owned),
-            result: result.clone(),
-        });
-        result
+        RawRead::list_through(
+            &*self.inner,
+            &self.reads,
+            cluster,
+            resource,
+            namespace,
+            label_selector,
+        )
     }
 
     fn clusters(&self) -> Vec<ClusterInfo> {

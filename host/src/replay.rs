@@ -277,15 +277,7 @@ impl HostReads for CaseReads {
             Some(Answer::Objects(_)) => Err(self.miss(&key)),
             None => match &self.fallback {
                 Some(live) => {
-                    let result = live.get(cluster, resource, namespace, name);
-                    self.extra.lock().push(RawRead::Get {
-                        cluster: cluster.to_owned(),
-                        resource: resource.clone(),
-                        namespace: namespace.map(str::to_owned),
-                        name: name.to_owned(),
-                        result: result.clone(),
-                    });
-                    result
+                    RawRead::get_through(&**live, &self.extra, cluster, resource, namespace, name)
                 }
                 None => Err(self.miss(&key)),
             },
@@ -310,17 +302,14 @@ impl HostReads for CaseReads {
             Some(Answer::Error(e)) => Err(e.clone()),
             Some(Answer::Object(_)) => Err(self.miss(&key)),
             None => match &self.fallback {
-                Some(live) => {
-                    let result = live.list(cluster, resource, namespace, label_selector);
-                    self.extra.lock().push(RawRead::List {
-                        cluster: cluster.to_owned(),
-                        resource: resource.clone(),
-                        namespace: namespace.map(str::to_owned),
-                        label_selector: label_selector.map(str::to_owned),
-                        result: result.clone(),
-                    });
-                    result
-                }
+                Some(live) => RawRead::list_through(
+                    &**live,
+                    &self.extra,
+                    cluster,
+                    resource,
+                    namespace,
+                    label_selector,
+                ),
                 None => Err(self.miss(&key)),
             },
         }

@@ -11,9 +11,11 @@
 //! ```no_run
 //! # use rekon_sdk::prelude::*;
 //! # struct MyPlugin;
+//! # use rekon_sdk::k8s_openapi::api::core::v1::ConfigMap;
 //! # impl Plugin for MyPlugin {
+//! #     type Primary = ConfigMap;
 //! #     fn register() -> Result<Registration, Error> { unimplemented!() }
-//! #     fn reconcile(_: &Context, _: &Request) -> Result<Outcome, Error> { unimplemented!() }
+//! #     fn reconcile(_: &Context, _: &Request, _: Event<ConfigMap>) -> Result<Outcome, Error> { unimplemented!() }
 //! # }
 //! // tests/golden.rs of a plugin crate, with cases copied from production
 //! // into tests/cases/:
