@@ -459,8 +459,11 @@ async fn reconcile_key(
     let started = std::time::Instant::now();
     let metrics = shared.metrics.clone();
     let started_at = unix_micros();
-    let done = match fence {
-        Some((gate, _in_flight)) => {
+    // The in-flight guard lives until the line below is logged: a hand-over
+    // of the shard waits for it, so the next holder starts after it.
+    let (gate, in_flight) = fence.unzip();
+    let done = match gate {
+        Some(gate) => {
             crate::writer::FENCE
                 .scope(gate, reconcile_inner(shared, key).instrument(span.clone()))
                 .await
@@ -477,6 +480,7 @@ async fn reconcile_key(
             "reconciled"
         );
     });
+    drop(in_flight);
     metrics.observe_work_duration(started.elapsed());
     timer.finish(match done {
         Done::Success(None) => ReconcileResult::Success,
