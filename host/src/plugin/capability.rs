@@ -216,7 +216,7 @@ pub(crate) fn check_action_with_policy(
             plugin: plugin.to_string(),
             action: action_label(action).to_string(),
             resource: "<unknown>".to_string(),
-            cluster: action_cluster(action).to_string(),
+            cluster: crate::writer::action_cluster(action).to_string(),
             reason,
         })?;
         let Some(Required {
@@ -310,17 +310,6 @@ pub(crate) fn action_label(action: &Action) -> &'static str {
         Action::Delete(_) => "delete",
         Action::Create(_) => "create",
         Action::Event(_) => "event",
-    }
-}
-
-/// The cluster an action writes (or reports) in.
-pub(crate) fn action_cluster(action: &Action) -> &str {
-    match action {
-        Action::Apply(a) => &a.cluster,
-        Action::Patch(p) => &p.target.cluster,
-        Action::Delete(d) => &d.target.cluster,
-        Action::Create(c) => &c.cluster,
-        Action::Event(e) => &e.regarding.cluster,
     }
 }
 

@@ -61,14 +61,15 @@ mod runtime;
 mod sandbox;
 mod validation;
 
+pub(crate) use crate::writer::action_cluster;
 pub use bindings::types::{
     Action, ApplyAction, ClusterHealth, ClusterInfo, ClusterSet, CreateAction, DeleteAction,
     EventAction, EventType, LogLevel, Mapping, ObjectRef, Outcome, OwnerLabels, PatchAction,
     PatchType, Permission, Phase, Propagation, ReadError, ReconcileError, Registration, Request,
     Resource, Scope, Timestamp, Watch,
 };
+pub(crate) use capability::action_label;
 pub use capability::{Required, Verb, describe_resource, permits, required_permission};
-pub(crate) use capability::{action_cluster, action_label};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
 pub use error::{CallError, LoadError, RegistryError};
 pub use inspect::{
