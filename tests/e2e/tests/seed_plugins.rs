@@ -142,10 +142,16 @@ async fn a_test_fans_out_to_both_clusters_and_finishes_when_the_sub_job_complete
             "{test}"
         );
 
-        env.wait_for("status running with both clusters", WAIT, |env| {
+        // Both lines settled on `Pending` (a line reads `Creating` until the
+        // Job is in the cache, or `Syncing` while that cluster lists): only
+        // then is the Test converged.
+        env.wait_for("status running with both Jobs pending", WAIT, |env| {
             let t = test_obj(env.main(), "e2e", "t1")?;
-            let lines = t.pointer("/status/clusters")?.as_array()?.len();
-            (t["status"]["phase"] == "running" && lines == 2).then_some(())
+            let lines = t.pointer("/status/clusters")?.as_array()?;
+            (t["status"]["phase"] == "running"
+                && lines.len() == 2
+                && lines.iter().all(|l| l["state"] == "Pending"))
+            .then_some(())
         })
         .await
         .unwrap();
