@@ -738,25 +738,10 @@ pub fn read_case(path: &Path) -> Result<Case, String> {
 /// # Errors
 /// When a path does not exist or a directory cannot be read.
 pub fn case_files(paths: &[PathBuf]) -> std::io::Result<Vec<PathBuf>> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for p in entries {
-            if p.is_dir() {
-                walk(&p, out)?;
-            } else if p.extension().is_some_and(|e| e == "json") {
-                out.push(p);
-            }
-        }
-        Ok(())
-    }
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            walk(p, &mut out)?;
+            out.extend(rekon_rules::cases::case_files_in(p)?);
         } else if p.exists() {
             out.push(p.clone());
         } else {

@@ -9,10 +9,12 @@
 //! | module | rule |
 //! |---|---|
 //! | [`selector`] | Kubernetes label selector strings: parsing and matching |
+//! | [`cases`] | which files of a directory are recorded cases |
 //! | [`mapping`] | what makes a declarative mapping valid |
 //! | [`registration`] | what makes a plugin's registration valid (names, versions, verbs, resources, selectors, cluster sets, mappings, finalizer, CRDs) |
 //! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
 
+pub mod cases;
 pub mod mapping;
 pub mod registration;
 pub mod scope;

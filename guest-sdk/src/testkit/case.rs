@@ -256,24 +256,8 @@ impl RecordedCase {
     /// # Errors
     /// When the directory cannot be read or a case does not load.
     pub fn load_dir(dir: impl AsRef<Path>) -> Result<Vec<Self>, CaseError> {
-        fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .collect();
-            entries.sort();
-            for p in entries {
-                if p.is_dir() {
-                    walk(&p, out)?;
-                } else if p.extension().is_some_and(|e| e == "json") {
-                    out.push(p);
-                }
-            }
-            Ok(())
-        }
         let dir = dir.as_ref();
-        let mut paths = Vec::new();
-        walk(dir, &mut paths).map_err(|e| CaseError {
+        let paths = rekon_rules::cases::case_files_in(dir).map_err(|e| CaseError {
             path: dir.to_path_buf(),
             message: e.to_string(),
         })?;
