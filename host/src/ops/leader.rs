@@ -584,12 +584,7 @@ impl<S: LeaseStore> LeaderElector<S> {
     async fn observe_only(&mut self) {
         let started = Instant::now();
         match self.store.get().await {
-            Ok(Some(current)) => {
-                if self.observed.as_ref().map(|o| &o.spec) != Some(&current.spec) {
-                    self.observed_at = started;
-                }
-                self.observed = Some(current);
-            }
+            Ok(Some(current)) => self.note_read(current, started),
             Ok(None) => {}
             Err(e) => debug!(lease = %self.config.lease_key(), error = %e, "failed to read lease"),
         }
@@ -639,10 +634,7 @@ impl<S: LeaseStore> LeaderElector<S> {
             };
         };
 
-        if self.observed.as_ref().map(|o| &o.spec) != Some(&current.spec) {
-            self.observed_at = started;
-        }
-        self.observed = Some(current.clone());
+        self.note_read(current.clone(), started);
         let spec = current.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let ours = holder == self.config.identity;
@@ -699,6 +691,15 @@ impl<S: LeaseStore> LeaderElector<S> {
                 false
             }
         }
+    }
+
+    /// A read of the lease at `at`: its record's expiry clock restarts
+    /// only when the record changed (client-go's `observedTime`).
+    fn note_read(&mut self, current: Lease, at: Instant) {
+        if self.observed.as_ref().map(|o| &o.spec) != Some(&current.spec) {
+            self.observed_at = at;
+        }
+        self.observed = Some(current);
     }
 
     fn observe(&mut self, lease: Lease, at: Instant) {

@@ -456,7 +456,11 @@ impl ShardRunner {
                 let shards = shards.clone();
                 async move { shards.idle(i).await }
             };
-            tasks.spawn(elector.run_while(want, drained, stopped()));
+            let run = elector.run_while(want, drained, stopped());
+            tasks.spawn(async move {
+                // A shard Lease demotes on loss (never `RunEnd::Lost`).
+                run.await;
+            });
             // Forward this shard's gains and losses to the controllers.
             let mut gate = self.shards.inner.gates[i].subscribe();
             let shards = self.shards.clone();
@@ -472,7 +476,6 @@ impl ShardRunner {
                     metrics.set_shards_held(shards.held().len());
                     shards.inner.changes.send_modify(|g| *g += 1);
                 }
-                leader::RunEnd::Shutdown
             });
         }
         info!(
