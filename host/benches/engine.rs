@@ -247,18 +247,12 @@ fn scenario_main() -> anyhow::Result<()> {
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    let kubeconfig = sim.kubeconfig.clone();
-    let mut clients = Vec::new();
-    for name in &names {
-        clients.push(rt.block_on(connect(
-            name,
-            &Source::Context {
-                kubeconfig: Some(kubeconfig.clone()),
-                context: Some(name.clone()),
-            },
-            &rekon::cluster::default_user_agent(),
-        ))?);
-    }
+    let clients = connect_all(
+        &rt,
+        &sim.kubeconfig,
+        &names,
+        &rekon::cluster::default_user_agent(),
+    )?;
     // Compiling the component is a one-time cost (cached on disk by digest
     // in production): done before the measurement starts.
     let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
@@ -294,6 +288,25 @@ fn scenario_main() -> anyhow::Result<()> {
     rt.block_on(stop);
     sim.stop();
     Ok(())
+}
+
+/// A client per cluster `names`, from the sim's kubeconfig contexts.
+fn connect_all(
+    rt: &tokio::runtime::Runtime,
+    kubeconfig: &std::path::Path,
+    names: &[String],
+    user_agent: &str,
+) -> anyhow::Result<Vec<kube::Client>> {
+    names
+        .iter()
+        .map(|name| {
+            let source = Source::Context {
+                kubeconfig: Some(kubeconfig.to_path_buf()),
+                context: Some(name.clone()),
+            };
+            Ok(rt.block_on(connect(name, &source, user_agent))?)
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------- rekon
@@ -673,17 +686,12 @@ fn replica_main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let _runtime = rt.enter();
     let names: Vec<String> = CLUSTER_NAMES.iter().map(|s| (*s).to_owned()).collect();
-    let mut clients = Vec::new();
-    for name in &names {
-        clients.push(rt.block_on(connect(
-            name,
-            &Source::Context {
-                kubeconfig: Some(kubeconfig.clone()),
-                context: Some(name.clone()),
-            },
-            &rekon::cluster::user_agent_for(&format!("bench-replica-{index}")),
-        ))?);
-    }
+    let clients = connect_all(
+        &rt,
+        &kubeconfig,
+        &names,
+        &rekon::cluster::user_agent_for(&format!("bench-replica-{index}")),
+    )?;
     let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
     let plugin: Arc<dyn Reconciler> = Arc::new(runtime.load_file(plugin_path())?);
     let config = rekon::ops::shard::ShardingConfig {

@@ -174,17 +174,7 @@ fn kustomize_sharded_variant_runs_replicas_with_shards_and_lease_rights() {
     let args = string_list(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
     assert!(args.iter().any(|a| a.starts_with("--shards=")), "{args:?}");
     assert!(!args.iter().any(|a| a == "--leader-elect"), "{args:?}");
-    let mut check = args.clone();
-    check.push("--help".to_owned());
-    let out = Command::new(env!("CARGO_BIN_EXE_rekon"))
-        .args(&check)
-        .output()
-        .expect("run rekon");
-    assert!(
-        out.status.success(),
-        "the sharded Deployment's args are not accepted by `rekon`: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_rekon_accepts("the sharded Deployment's", &args);
     let role = docs
         .iter()
         .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "rekon-sharding")
@@ -272,17 +262,20 @@ fn kustomize_base_renders_a_hardened_deployment() {
         "{env:?}"
     );
 
-    // `rekon` accepts exactly these arguments (clap rejects an unknown flag
-    // before it gets to the trailing --help).
-    let mut check = args.clone();
-    check.push("--help");
+    assert_rekon_accepts("the Deployment's", &args);
+}
+
+/// `rekon` accepts exactly these arguments (clap rejects an unknown flag
+/// before it gets to the trailing --help).
+fn assert_rekon_accepts<S: AsRef<std::ffi::OsStr>>(whose: &str, args: &[S]) {
     let out = Command::new(env!("CARGO_BIN_EXE_rekon"))
-        .args(&check)
+        .args(args)
+        .arg("--help")
         .output()
         .expect("run rekon");
     assert!(
         out.status.success(),
-        "the Deployment's args are not accepted by `rekon`: {}",
+        "{whose} args are not accepted by `rekon`: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -475,6 +475,24 @@ pub fn apply_manifests(cluster: &SimCluster, yaml: &str) -> anyhow::Result<Vec<S
     Ok(applied)
 }
 
+/// Creates a seed `Test` (busybox) `ns/name` in `cluster`, and its
+/// namespace when missing.
+///
+/// # Errors
+/// On API errors.
+pub fn create_test(cluster: &SimCluster, ns: &str, name: &str) -> anyhow::Result<()> {
+    if get(cluster, "v1", "namespaces", None, ns).is_none() {
+        apply_manifests(
+            cluster,
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
+        )?;
+    }
+    let test = json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test",
+                      "metadata": {"name": name, "namespace": ns}, "spec": {"image": "busybox:1.36"}});
+    apply_object(cluster, test)?;
+    Ok(())
+}
+
 /// Creates or merge-patches one object; returns `kind/name`.
 ///
 /// # Errors

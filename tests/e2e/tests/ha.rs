@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 use kube_sim::SimCluster;
 use kube_sim::faults::FaultRule;
 use rekon_e2e::{Env, EnvOptions, RekonProcess, apply_manifests, get, mark_nodes_ready};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(60);
 const TEST_TIMEOUT: Duration = Duration::from_secs(300);
@@ -59,21 +59,8 @@ fn holder(c: &SimCluster, lease: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn ensure_namespace(c: &SimCluster, ns: &str) {
-    if get(c, "v1", "namespaces", None, ns).is_none() {
-        apply_manifests(
-            c,
-            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
-        )
-        .expect("create namespace");
-    }
-}
-
 fn create_test(env: &Env, ns: &str, name: &str) {
-    ensure_namespace(env.main(), ns);
-    let test = json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test",
-                      "metadata": {"name": name, "namespace": ns}, "spec": {"image": "busybox:1.36"}});
-    rekon_e2e::apply_object(env.main(), test).expect("create the Test");
+    rekon_e2e::create_test(env.main(), ns, name).expect("create the Test");
 }
 
 /// Every Test named in `tests` has its Job in every cluster of `clusters`.

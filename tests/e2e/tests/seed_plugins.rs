@@ -78,16 +78,7 @@ fn rv(v: &Value) -> String {
 }
 
 fn create_test(env: &Env, ns: &str, name: &str) {
-    if get(env.main(), "v1", "namespaces", None, ns).is_none() {
-        apply_manifests(
-            env.main(),
-            &format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"),
-        )
-        .unwrap();
-    }
-    let test = json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test",
-                      "metadata": {"name": name, "namespace": ns}, "spec": {"image": "busybox:1.36"}});
-    rekon_e2e::apply_object(env.main(), test).expect("create the Test");
+    rekon_e2e::create_test(env.main(), ns, name).expect("create the Test");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
