@@ -14,8 +14,8 @@
 //! # use rekon_sdk::k8s_openapi::api::core::v1::ConfigMap;
 //! # impl Plugin for MyPlugin {
 //! #     type Primary = ConfigMap;
-//! #     fn register() -> Result<Registration, Error> { unimplemented!() }
-//! #     fn reconcile(_: &Context, _: &Request, _: Event<ConfigMap>) -> Result<Outcome, Error> { unimplemented!() }
+//! #     fn register() -> Result<Registration, Error> { Ok(Registration::new::<ConfigMap>("my-plugin", "0.1.0")) }
+//! #     fn reconcile(_: &Context, _: &Request, _: Event<ConfigMap>) -> Result<Outcome, Error> { Ok(Outcome::done()) }
 //! # }
 //! // tests/golden.rs of a plugin crate, with cases copied from production
 //! // into tests/cases/:
