@@ -49,12 +49,13 @@ use kube::runtime::controller::{
 };
 use kube::runtime::reflector::ObjectRef as KubeObjectRef;
 use kube::runtime::watcher;
+use rekon::action::{
+    Action, ApplyAction, ClusterSet, Mapping, Outcome, OwnerLabels, Phase, Registration, Request,
+    Resource, Scope, Watch,
+};
 use rekon::cluster::{Source, connect};
 use rekon::controller::Reconciler;
-use rekon::plugin::{
-    Action, ApplyAction, CallError, ClusterSet, HostReads, Mapping, Outcome, OwnerLabels, Phase,
-    Registration, Request, Resource, Scope, Watch,
-};
+use rekon::plugin::{CallError, HostReads};
 use serde_json::{Value, json};
 
 mod support;
@@ -394,7 +395,7 @@ fn bench_tap(
     engine: &str,
     runtime: rekon::plugin::PluginRuntime,
     work: &std::path::Path,
-) -> anyhow::Result<rekon::shadow::Tap> {
+) -> anyhow::Result<rekon::change::shadow::Tap> {
     Ok(match engine {
         "wasm+rec" => {
             // REKON_BENCH_RECORD_SAMPLE: the fraction recorded (default all).
@@ -402,11 +403,12 @@ fn bench_tap(
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1.0);
-            let recorder = rekon::record::Recorder::start(rekon::record::RecordConfig {
-                sample,
-                ..rekon::record::RecordConfig::new(work.join("cases"))
-            })?;
-            rekon::shadow::Tap::new(Some(recorder), None)?
+            let recorder =
+                rekon::change::record::Recorder::start(rekon::change::record::RecordConfig {
+                    sample,
+                    ..rekon::change::record::RecordConfig::new(work.join("cases"))
+                })?;
+            rekon::change::shadow::Tap::new(Some(recorder), None)?
         }
         "wasm+shadow" => {
             let dir = work.join("plugins");
@@ -424,21 +426,21 @@ fn bench_tap(
                 "shadow did not load: {:?}",
                 registry.status()
             );
-            rekon::shadow::Tap::new(
+            rekon::change::shadow::Tap::new(
                 None,
                 Some((
                     registry,
-                    rekon::shadow::ShadowConfig::new(work.join("shadow-cases")),
+                    rekon::change::shadow::ShadowConfig::new(work.join("shadow-cases")),
                 )),
             )?
         }
-        _ => rekon::shadow::Tap::default(),
+        _ => rekon::change::shadow::Tap::default(),
     })
 }
 
 /// What the table does not show: case sizes, shadow call time and drops.
 fn bench_note(engine: &str, work: &std::path::Path) -> Option<String> {
-    let metrics = rekon::ops::metrics::Metrics::global().encode();
+    let metrics = rekon::telemetry::metrics::Metrics::global().encode();
     let value = |prefix: &str| -> f64 {
         metrics
             .lines()
@@ -479,10 +481,12 @@ async fn start_rekon(
     names: &[String],
     clients: &[kube::Client],
     plugin: Option<Arc<dyn Reconciler>>,
-    tap: rekon::shadow::Tap,
+    tap: rekon::change::shadow::Tap,
 ) -> anyhow::Result<BoxFuture<'static, ()>> {
     let manager = support::rekon_manager(names, clients, CONCURRENCY)?;
-    manager.set_tap(tap);
+    if tap.is_active() {
+        manager.set_layer(Arc::new(tap));
+    }
     if let Some(plugin) = plugin {
         manager.upsert(plugin);
         return Ok(async move { manager.shutdown().await }.boxed());
@@ -694,17 +698,17 @@ fn replica_main() -> anyhow::Result<()> {
     )?;
     let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
     let plugin: Arc<dyn Reconciler> = Arc::new(runtime.load_file(plugin_path())?);
-    let config = rekon::ops::shard::ShardingConfig {
+    let config = rekon::lease::shard::ShardingConfig {
         identity: format!("bench-replica-{index}"),
         lease_duration: Duration::from_secs(4),
         renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_millis(300),
-        ..rekon::ops::shard::ShardingConfig::new(SHARDS, "bench", "default")
+        ..rekon::lease::shard::ShardingConfig::new(SHARDS, "bench", "default")
     };
-    let (shards, runner) = rekon::ops::shard::ShardRunner::new(
+    let (shards, runner) = rekon::lease::shard::ShardRunner::new(
         &clients[0],
         config,
-        rekon::ops::metrics::Metrics::global().clone(),
+        rekon::telemetry::metrics::Metrics::global().clone(),
     )?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let runner = rt.spawn(runner.run(async {

@@ -34,10 +34,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context as _, bail};
-use rekon::plugin::{
-    Action, CallMode, ClusterHealth, ClusterInfo, HostReads, LoadedPlugin, Phase, PluginRuntime,
-    ReadError, Request, Resource, RuntimeConfig,
-};
+use rekon::action::{Action, ClusterHealth, ClusterInfo, Phase, Request, Resource};
+use rekon::plugin::{CallMode, HostReads, LoadedPlugin, PluginRuntime, ReadError, RuntimeConfig};
 
 const NODE_JSON: &str = include_str!("../../tests/plugins/bench-node/node.json");
 const NODE_NAME: &str = "worker-eu-west-1a-7f3c2";
@@ -197,7 +195,7 @@ impl Row {
     }
 }
 
-fn check_outcome(outcome: &rekon::plugin::Outcome) {
+fn check_outcome(outcome: &rekon::action::Outcome) {
     let [Action::Apply(apply)] = outcome.actions.as_slice() else {
         panic!("bench-node returned {outcome:?}");
     };

@@ -1,16 +1,31 @@
-//! rekon host library.
+//! rekon host library: the engine behind the `rekon` binary.
+//!
+//! # Floors
+//!
+//! The crate is built in floors; a module only imports modules on floors
+//! below its own (checked by `host/tests/layout.rs`). From the bottom:
+//!
+//! | floor | modules | what |
+//! |---|---|---|
+//! | 1 | [`telemetry`], [`action`] | metrics, Events and the HTTP server; the decision vocabulary |
+//! | 2 | [`cluster`], [`lease`] | the cluster registry; leader election and shards |
+//! | 3 | [`cache`] | shared watches and stores |
+//! | 4 | [`plugin`], [`writer`] | the wasm runtime; performing actions (they meet only in [`action`]) |
+//! | 5 | [`controller`] | per-plugin controllers and their manager |
+//! | 6 | [`change`] | safe change: record, replay, shadow, promote |
+//! | 7 | [`app`] | `rekon run`: the wiring, probes, reporting |
+//! | 8 | [`commands`] | one-shot jobs: plan, release, inspect, crds, rbac, scaffold |
+//!
+//! `main.rs` (the binary) parses the command line and calls into these.
 
+pub mod action;
 pub mod app;
 pub mod cache;
+pub mod change;
 pub mod cluster;
+pub mod commands;
 pub mod controller;
-pub mod ops;
-pub mod plan;
+pub mod lease;
 pub mod plugin;
-pub mod plugin_crds;
-pub mod record;
-pub mod release;
-pub mod replay;
-pub mod scaffold;
-pub mod shadow;
+pub mod telemetry;
 pub mod writer;

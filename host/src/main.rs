@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use rekon::plugin::OutputFormat;
+use rekon::commands::inspect::OutputFormat;
 
 /// rekon: a Kubernetes reconciliation engine whose decisions live in
 /// WebAssembly plugins.
@@ -113,23 +113,23 @@ impl RecordArgs {
     fn into_config(
         self,
     ) -> (
-        Option<rekon::record::RecordConfig>,
-        Option<rekon::shadow::ShadowConfig>,
+        Option<rekon::change::record::RecordConfig>,
+        Option<rekon::change::shadow::ShadowConfig>,
     ) {
         let shadow_dir = self.shadow_cases.unwrap_or_else(|| match &self.record {
             Some(dir) => dir.join("shadow"),
             None => std::env::temp_dir().join("rekon-shadow-cases"),
         });
-        let record = self.record.map(|dir| rekon::record::RecordConfig {
+        let record = self.record.map(|dir| rekon::change::record::RecordConfig {
             plugins: self.record_plugins,
             sample: self.record_sample.clamp(0.0, 1.0),
             max_bytes: self.record_max_mib.saturating_mul(1 << 20),
             keep_secrets: self.record_secrets,
-            ..rekon::record::RecordConfig::new(dir)
+            ..rekon::change::record::RecordConfig::new(dir)
         });
-        let shadow = (!self.no_shadow).then(|| rekon::shadow::ShadowConfig {
+        let shadow = (!self.no_shadow).then(|| rekon::change::shadow::ShadowConfig {
             max_bytes: self.shadow_cases_max_mib.saturating_mul(1 << 20),
-            ..rekon::shadow::ShadowConfig::new(shadow_dir)
+            ..rekon::change::shadow::ShadowConfig::new(shadow_dir)
         });
         (record, shadow)
     }
@@ -221,7 +221,7 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 
 impl OpsArgs {
     /// The ops config of a replica called `identity`.
-    fn into_config(self, identity: &str) -> rekon::ops::OpsConfig {
+    fn into_config(self, identity: &str) -> rekon::app::ops::OpsConfig {
         let namespace = self
             .lease_namespace
             .or_else(|| {
@@ -232,38 +232,38 @@ impl OpsArgs {
             .unwrap_or_else(|| "rekon-system".to_owned());
         let leader_election = self
             .leader_elect
-            .then(|| rekon::ops::leader::LeaderElectionConfig {
+            .then(|| rekon::lease::LeaderElectionConfig {
                 identity: identity.to_owned(),
                 lease_duration: self.lease_duration,
                 renew_deadline: self.renew_deadline,
                 retry_period: self.retry_period,
                 on_lost: if self.on_lost == "demote" {
-                    rekon::ops::leader::OnLost::Demote
+                    rekon::lease::OnLost::Demote
                 } else {
-                    rekon::ops::leader::OnLost::Exit
+                    rekon::lease::OnLost::Exit
                 },
-                ..rekon::ops::leader::LeaderElectionConfig::new(&self.lease_name, &namespace)
+                ..rekon::lease::LeaderElectionConfig::new(&self.lease_name, &namespace)
             });
-        let sharding = (self.shards > 0).then(|| rekon::ops::shard::ShardingConfig {
+        let sharding = (self.shards > 0).then(|| rekon::lease::shard::ShardingConfig {
             identity: identity.to_owned(),
             by: if self.shard_by == "cluster" {
-                rekon::ops::shard::ShardBy::Cluster
+                rekon::lease::shard::ShardBy::Cluster
             } else {
-                rekon::ops::shard::ShardBy::Key
+                rekon::lease::shard::ShardBy::Key
             },
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
-            ..rekon::ops::shard::ShardingConfig::new(self.shards, &self.lease_name, &namespace)
+            ..rekon::lease::shard::ShardingConfig::new(self.shards, &self.lease_name, &namespace)
         });
-        rekon::ops::OpsConfig {
+        rekon::app::ops::OpsConfig {
             metrics_addr: self.metrics_addr.0,
             probe_addr: self.probe_addr.0,
             leader_election,
             sharding,
             cluster_dir: self.cluster_dir,
             cluster_secrets: self.cluster_secrets_namespace.map(|namespace| {
-                rekon::ops::SecretSource {
+                rekon::app::ops::SecretSource {
                     namespace,
                     selector: self.cluster_secrets_selector,
                 }
@@ -469,7 +469,7 @@ fn main() -> anyhow::Result<()> {
             let policy = rekon::plugin::Policy::load(policy.as_deref())?;
             print!(
                 "{}",
-                rekon::plugin::inspect_file_with_policy(&file, output, policy)?
+                rekon::commands::inspect::inspect_file_with_policy(&file, output, policy)?
             );
         }
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
@@ -480,7 +480,7 @@ fn main() -> anyhow::Result<()> {
             cases,
             allow_diff,
         }) => {
-            let report = rekon::replay::replay(&file, &cases)?;
+            let report = rekon::change::replay::replay(&file, &cases)?;
             print!("{}", report.render());
             if report.differing() > 0 && !allow_diff {
                 anyhow::bail!(
@@ -491,15 +491,16 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Command::Plugin(PluginCommand::Promote { name, plugins }) => {
-            let (from, to) = rekon::shadow::promote(&plugins, &name)?;
+            let (from, to) = rekon::change::promote::promote(&plugins, &name)?;
             eprintln!("promoted {name}: {} -> {}", from.display(), to.display());
         }
         Command::Rbac(args) => {
             let policy = rekon::plugin::Policy::load(args.policy.as_deref())?;
             let primary = (!args.remote).then_some(args.cluster.as_str());
-            let registrations =
-                rekon::ops::manifests::load_registrations_with_policy(&args.dir, policy, primary)?;
-            let opts = rekon::ops::manifests::RbacOptions {
+            let registrations = rekon::commands::manifests::load_registrations_with_policy(
+                &args.dir, policy, primary,
+            )?;
+            let opts = rekon::commands::manifests::RbacOptions {
                 name: args.name,
                 namespace: args.namespace,
                 service_account: args.service_account,
@@ -509,14 +510,14 @@ fn main() -> anyhow::Result<()> {
             };
             print!(
                 "{}",
-                rekon::ops::manifests::rbac_yaml(&registrations, &opts)?
+                rekon::commands::manifests::rbac_yaml(&registrations, &opts)?
             );
         }
         Command::Crds { dir, out_dir } => {
-            let registrations = rekon::ops::manifests::load_registrations(&dir)?;
+            let registrations = rekon::commands::manifests::load_registrations(&dir)?;
             match out_dir {
-                None => print!("{}", rekon::ops::manifests::crds_yaml(&registrations)?),
-                Some(out) => rekon::ops::manifests::write_crds(&registrations, &out)?,
+                None => print!("{}", rekon::commands::manifests::crds_yaml(&registrations)?),
+                Some(out) => rekon::commands::manifests::write_crds(&registrations, &out)?,
             }
         }
     }
@@ -530,7 +531,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     let install_crds = args.install_crds;
     // One identity per process: in the Leases it holds and in the
     // User-Agent of every request (audit logs tell replicas apart).
-    let identity = rekon::ops::leader::default_identity();
+    let identity = rekon::lease::default_identity();
     let (record, shadow) = args.record.into_config();
     let config = rekon::app::Config {
         record,
@@ -551,7 +552,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             // Ends with the runtime when `run` returns.
             let (clusters, plugins) = (app.clusters().clone(), app.registry().clone());
             let forever = std::future::pending();
-            tokio::spawn(rekon::plugin_crds::run(clusters, plugins, forever));
+            tokio::spawn(rekon::app::install_crds::run(clusters, plugins, forever));
         }
         app.run(rekon::app::shutdown_signal()).await?;
         anyhow::Ok(())
@@ -562,14 +563,15 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 /// carrying a plugin's finalizer. Exits non-zero when a removal failed.
 fn release(args: ReleaseArgs) -> anyhow::Result<()> {
     let remove = args.remove;
-    let config = rekon::release::ReleaseConfig {
+    let config = rekon::commands::release::ReleaseConfig {
         name: args.name,
         from: args.from,
         finalizer: args.finalizer,
         remove,
         clusters: args.clusters.config(PathBuf::new()),
     };
-    let report = tokio::runtime::Runtime::new()?.block_on(rekon::release::release(config))?;
+    let report =
+        tokio::runtime::Runtime::new()?.block_on(rekon::commands::release::release(config))?;
     match args.output {
         OutputFormat::Yaml => print!("{}", serde_yaml::to_string(&report)?),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
@@ -600,7 +602,7 @@ fn release(args: ReleaseArgs) -> anyhow::Result<()> {
 
 /// `rekon plugin new`: scaffold a plugin crate.
 fn new_plugin(args: NewArgs) -> anyhow::Result<()> {
-    use rekon::scaffold::{Scaffold, SdkSource};
+    use rekon::commands::scaffold::{Scaffold, SdkSource};
     let sdk = match (args.sdk_path, args.sdk_git) {
         (Some(path), _) => SdkSource::Path(std::path::absolute(path)?),
         (None, Some(url)) => SdkSource::Git(url),
@@ -619,7 +621,7 @@ fn new_plugin(args: NewArgs) -> anyhow::Result<()> {
 
 /// `rekon plugin plan`: print what the plugin would do now.
 fn plan(args: PlanArgs) -> anyhow::Result<()> {
-    let config = rekon::plan::PlanConfig {
+    let config = rekon::commands::plan::PlanConfig {
         file: args.file,
         clusters: rekon::app::Config {
             policy_file: args.policy,
@@ -628,7 +630,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
         only: args.only,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout),
     };
-    let plan = tokio::runtime::Runtime::new()?.block_on(rekon::plan::plan(config))?;
+    let plan = tokio::runtime::Runtime::new()?.block_on(rekon::commands::plan::plan(config))?;
     match args.output {
         OutputFormat::Yaml => print!("{}", plan.to_yaml_documents()),
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&plan)?),

@@ -14,12 +14,13 @@ use engine_support::*;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use kube_sim::FaultRule;
+use rekon::action::{
+    Action, ApplyAction, ClusterSet, Mapping, Outcome, Phase, Registration, Request, Resource,
+    Watch,
+};
 use rekon::cluster::Health;
 use rekon::controller::{ControllerConfig, Reconciler};
-use rekon::plugin::{
-    Action, ApplyAction, CallError, ClusterSet, HostReads, Mapping, Outcome, Phase, Registration,
-    Request, Resource, Watch,
-};
+use rekon::plugin::{CallError, HostReads};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -258,7 +259,7 @@ async fn a_failing_watch_degrades_only_the_plugins_that_need_it() {
             || async { engine.manager.degraded().is_empty() },
         )
         .await?;
-        let metrics = rekon::ops::metrics::Metrics::global().encode();
+        let metrics = rekon::telemetry::metrics::Metrics::global().encode();
         assert!(metrics.contains("rekon_watch_failed"), "metric missing");
         engine.stop().await;
         anyhow::Ok(())

@@ -9,11 +9,12 @@ use std::time::{Duration, SystemTime};
 use engine_support::*;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use rekon::controller::Reconciler;
-use rekon::plugin::{
-    Action, CallError, ClusterSet, HostReads, ObjectRef, Outcome, PatchAction, PatchType, Phase,
-    Registration, Request, Resource,
+use rekon::action::{
+    Action, ClusterSet, ObjectRef, Outcome, PatchAction, PatchType, Phase, Registration, Request,
+    Resource,
 };
+use rekon::controller::Reconciler;
+use rekon::plugin::{CallError, HostReads};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -10,11 +10,10 @@ use engine_support::*;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
+use rekon::action::{ClusterHealth, ClusterSet, Outcome, Phase, Registration, Request};
 use rekon::cluster::Health;
 use rekon::controller::Reconciler;
-use rekon::plugin::{
-    CallError, ClusterHealth, ClusterSet, HostReads, Outcome, Phase, Registration, Request,
-};
+use rekon::plugin::{CallError, HostReads};
 
 /// Within this, a health change must have requeued every covered primary.
 const WAIT: Duration = Duration::from_secs(15);

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use engine_support::*;
+use rekon::action::{ClusterSet, Mapping, Watch};
 use rekon::controller::ControllerConfig;
-use rekon::plugin::{ClusterSet, Mapping, Watch};
 use serde_json::json;
 
 const WAIT: Duration = Duration::from_secs(30);

@@ -6,9 +6,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, PostParams};
 use kube_sim::SimCluster;
-use rekon::ops::events::{HostEvents, report_plugin_status};
-use rekon::ops::metrics::Metrics;
+use rekon::app::reporting::report_plugin_status;
 use rekon::plugin::{PluginRegistry, PluginRuntime, RuntimeConfig};
+use rekon::telemetry::events::HostEvents;
+use rekon::telemetry::metrics::Metrics;
 use tokio::sync::oneshot;
 use tokio::time::timeout;
 

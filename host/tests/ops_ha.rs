@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rekon::app::ops::OpsConfig;
 use rekon::app::{App, Config};
-use rekon::ops::OpsConfig;
-use rekon::ops::leader::LeaderElectionConfig;
+use rekon::lease::LeaderElectionConfig;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};

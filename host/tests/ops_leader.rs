@@ -7,8 +7,8 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kube_sim::{FaultRule, SimCluster};
-use rekon::ops::leader::{LeaderElectionConfig, LeaderElector, LeaderGate};
-use rekon::ops::metrics::Metrics;
+use rekon::lease::{LeaderElectionConfig, LeaderElector, LeaderGate};
+use rekon::telemetry::metrics::Metrics;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, timeout};
 
@@ -21,7 +21,7 @@ fn config(identity: &str) -> LeaderElectionConfig {
         renew_deadline: Duration::from_millis(2000),
         retry_period: Duration::from_millis(400),
         // These tests partition a leader and expect it to campaign again.
-        on_lost: rekon::ops::leader::OnLost::Demote,
+        on_lost: rekon::lease::OnLost::Demote,
         ..LeaderElectionConfig::new("rekon", "default")
     }
 }
@@ -39,7 +39,7 @@ async fn client(sim: &SimCluster) -> anyhow::Result<kube::Client> {
 struct Running {
     gate: LeaderGate,
     stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<rekon::ops::leader::RunEnd>,
+    task: tokio::task::JoinHandle<rekon::lease::RunEnd>,
 }
 
 async fn start(

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use rekon::ops::metrics::{Metrics, ReconcileResult};
-use rekon::ops::server::{OpsServer, Readiness};
+use rekon::telemetry::metrics::{Metrics, ReconcileResult};
+use rekon::telemetry::server::{OpsServer, Readiness};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, watch};
 use tokio::time::timeout;

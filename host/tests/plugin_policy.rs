@@ -10,9 +10,11 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
+use rekon::action::{Outcome, Phase};
+use rekon::commands::inspect::OutputFormat;
 use rekon::plugin::{
-    CallError, LoadError, LoadedPlugin, Outcome, OutputFormat, Phase, PluginRegistry,
-    PluginRuntime, Policy, RegistryEvent, RuntimeConfig,
+    CallError, LoadError, LoadedPlugin, PluginRegistry, PluginRuntime, Policy, RegistryEvent,
+    RuntimeConfig,
 };
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -231,7 +233,7 @@ fn inspect_and_rbac_show_the_effective_permissions() {
     let dir = tempfile::tempdir().unwrap();
     let (path, policy) = policy_file(dir.path(), DENY_CONFIGMAP_PATCH);
 
-    let text = rekon::plugin::inspect_file_with_policy(
+    let text = rekon::commands::inspect::inspect_file_with_policy(
         &chaos_v1(),
         OutputFormat::Json,
         Some(policy.clone()),
@@ -250,7 +252,7 @@ fn inspect_and_rbac_show_the_effective_permissions() {
         report["policy"]["source"],
         serde_json::json!(path.display().to_string())
     );
-    let plain = rekon::plugin::inspect_file(&chaos_v1(), OutputFormat::Json).unwrap();
+    let plain = rekon::commands::inspect::inspect_file(&chaos_v1(), OutputFormat::Json).unwrap();
     let plain: serde_json::Value = serde_json::from_str(&plain).unwrap();
     assert!(plain.get("declaredPermissions").is_none());
     assert_eq!(
@@ -261,15 +263,15 @@ fn inspect_and_rbac_show_the_effective_permissions() {
     // RBAC: configmaps patch is granted only without the policy.
     let plugins = tempfile::tempdir().unwrap();
     std::fs::copy(chaos_v1(), plugins.path().join("chaos.wasm")).unwrap();
-    let opts = rekon::ops::manifests::RbacOptions::default();
+    let opts = rekon::commands::manifests::RbacOptions::default();
     let configmap_verbs = |policy: Option<Arc<Policy>>| -> Vec<String> {
-        let regs = rekon::ops::manifests::load_registrations_with_policy(
+        let regs = rekon::commands::manifests::load_registrations_with_policy(
             plugins.path(),
             policy,
             Some(&opts.cluster),
         )
         .expect("plugins load");
-        let objects = rekon::ops::manifests::rbac_objects(&regs, &opts).expect("rbac");
+        let objects = rekon::commands::manifests::rbac_objects(&regs, &opts).expect("rbac");
         let rules = objects[0]["rules"].as_array().unwrap().clone();
         rules
             .iter()

@@ -9,10 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
-use rekon::plugin::{
-    Action, ClusterInfo, HostReads, LoadedPlugin, Outcome, Phase, PluginRegistry, ReadError,
-    RegistryEvent, Resource,
-};
+use rekon::action::{Action, ClusterInfo, Outcome, Phase, Resource};
+use rekon::plugin::{HostReads, LoadedPlugin, PluginRegistry, ReadError, RegistryEvent};
 use tokio::sync::{broadcast, oneshot};
 
 const DEADLINE: Duration = Duration::from_secs(60);

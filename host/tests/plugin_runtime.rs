@@ -8,7 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
-use rekon::plugin::{Action, CallError, LoadError, LoadedPlugin, Outcome, PatchType, Phase};
+use rekon::action::{Action, Outcome, PatchType, Phase};
+use rekon::plugin::{CallError, LoadError, LoadedPlugin};
 
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -351,7 +352,7 @@ fn pooling_allocator_is_used_or_degrades() {
 fn public_futures_are_send(
     plugin: &LoadedPlugin,
     registry: &rekon::plugin::PluginRegistry,
-    resource: &rekon::plugin::Resource,
+    resource: &rekon::action::Resource,
 ) {
     fn assert_send<T: Send>(_: &T) {}
     assert_send(&plugin.reconcile(
@@ -366,7 +367,7 @@ fn public_futures_are_send(
 
 #[test]
 fn inspect_prints_the_registration() {
-    use rekon::plugin::{OutputFormat, inspect_file};
+    use rekon::commands::inspect::{OutputFormat, inspect_file};
     let json = inspect_file(&chaos_v1(), OutputFormat::Json).expect("inspects");
     let value: serde_json::Value = serde_json::from_str(&json).expect("JSON output");
     assert_eq!(value["name"], "chaos");

@@ -47,7 +47,7 @@ fn promote_renames_the_shadow_over_the_serving_file() {
     // File names need not match the plugin name: the registration decides.
     std::fs::copy(chaos_v1(), dir.path().join("serving-build.wasm")).unwrap();
     std::fs::copy(chaos_v2(), dir.path().join("next.shadow.wasm")).unwrap();
-    let (from, to) = rekon::shadow::promote(dir.path(), "chaos").unwrap();
+    let (from, to) = rekon::change::promote::promote(dir.path(), "chaos").unwrap();
     assert_eq!(from, dir.path().join("next.shadow.wasm"));
     assert_eq!(to, dir.path().join("serving-build.wasm"));
     let registry = PluginRegistry::new(runtime(None));
@@ -55,7 +55,7 @@ fn promote_renames_the_shadow_over_the_serving_file() {
     assert_eq!(registry.get("chaos").unwrap().version(), "2.0.0");
     assert!(registry.shadow("chaos").is_none());
     // Nothing left to promote.
-    let err = rekon::shadow::promote(dir.path(), "chaos").unwrap_err();
+    let err = rekon::change::promote::promote(dir.path(), "chaos").unwrap_err();
     assert!(
         err.to_string()
             .contains("no shadow version of plugin chaos"),

@@ -12,7 +12,7 @@
 use std::cell::RefCell;
 
 use proptest::prelude::*;
-use rekon::plugin as host;
+use rekon::action as host;
 use rekon_sdk::__private::{WitRegistration, bindings::rekon::plugin::types as wit};
 use rekon_sdk::prelude::*;
 use rekon_sdk::serde_json::{Value, json};
@@ -45,7 +45,7 @@ fn sdk_accepts(reg: &Registration) -> Result<(), String> {
 /// The host's verdict on what the component would hand it.
 fn host_accepts(reg: &Registration) -> Result<(), String> {
     let lowered: WitRegistration = reg.clone().into();
-    host::validate_registration(&to_host(lowered))
+    rekon::plugin::validate_registration(&to_host(lowered))
 }
 
 fn sample<T: Clone + std::fmt::Debug + 'static>(values: &[T]) -> impl Strategy<Value = T> + use<T> {

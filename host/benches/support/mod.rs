@@ -130,7 +130,7 @@ pub fn rekon_sharded_manager(
     names: &[String],
     clients: &[kube::Client],
     concurrency: usize,
-    shards: Option<rekon::ops::shard::Shards>,
+    shards: Option<rekon::lease::shard::Shards>,
 ) -> anyhow::Result<rekon::controller::Manager> {
     let registry = rekon::cluster::ClusterRegistry::new(names[0].clone(), clients[0].clone());
     for (name, client) in names.iter().zip(clients).skip(1) {

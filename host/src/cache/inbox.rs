@@ -19,7 +19,8 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tokio::sync::Notify;
 
-use super::{CacheEvent, ObjectKey};
+use super::event::CacheEvent;
+use super::store::ObjectKey;
 
 #[derive(Debug)]
 struct Pending {

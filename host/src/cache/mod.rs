@@ -32,7 +32,10 @@
 //! health. The watch keeps retrying with backoff and recovers by itself when
 //! the cause goes away.
 
+pub mod error;
+pub mod event;
 pub mod inbox;
+pub mod resource;
 pub mod store;
 
 use std::collections::HashMap;
@@ -42,175 +45,19 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::core::{GroupVersionKind, TypeMeta};
-use kube::discovery::{ApiResource, Scope};
+use kube::core::TypeMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
 use parking_lot::{Mutex, RwLock};
 use tracing::{debug, info, warn};
 
 use crate::cluster::{Cluster, ClusterRegistry, is_connectivity_error};
-use crate::ops::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
+pub use error::{Error, Result};
+pub use event::{CacheEvent, Change};
 pub use inbox::Inbox;
+pub use resource::{Resolved, Resolver, ResourceId};
 pub use store::{CachedObject, ObjectKey, Store};
-
-/// Errors of the cache layer.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The cluster is not engaged.
-    #[error("failed to start a cache: cluster {0} is not engaged")]
-    UnknownCluster(String),
-    /// Discovery could not resolve a kind.
-    #[error("failed to resolve {api_version}/{kind} in cluster {cluster}")]
-    Discovery {
-        /// Cluster.
-        cluster: String,
-        /// Group/version.
-        api_version: String,
-        /// Kind.
-        kind: String,
-        /// Cause.
-        #[source]
-        source: Box<kube::Error>,
-    },
-}
-
-/// Result with this module's [`Error`].
-pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// A resource type, independent of the WIT bindings.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ResourceId {
-    /// API group ("" for core).
-    pub group: String,
-    /// Version.
-    pub version: String,
-    /// Kind.
-    pub kind: String,
-    /// Plural; empty = resolve through discovery.
-    pub plural: String,
-    /// Namespaced or cluster-scoped.
-    pub namespaced: bool,
-}
-
-impl ResourceId {
-    /// `group/version`, or `version` for the core group.
-    #[must_use]
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-
-    /// Same group, version and kind (plural and scope may be unknown on one side).
-    #[must_use]
-    pub fn same_type(&self, other: &Self) -> bool {
-        self.group == other.group && self.version == other.version && self.kind == other.kind
-    }
-
-    fn type_key(&self) -> TypeKey {
-        (self.group.clone(), self.version.clone(), self.kind.clone())
-    }
-}
-
-impl std::fmt::Display for ResourceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.api_version(), self.kind)
-    }
-}
-
-type TypeKey = (String, String, String);
-
-/// A kind resolved against one cluster.
-#[derive(Clone, Debug)]
-pub struct Resolved {
-    /// The API resource (plural, apiVersion).
-    pub api: ApiResource,
-    /// Whether it is namespaced.
-    pub namespaced: bool,
-}
-
-/// Resolves kinds to API resources per cluster (discovery), with a cache.
-#[derive(Clone, Default)]
-pub struct Resolver {
-    known: Arc<RwLock<HashMap<(String, TypeKey), Resolved>>>,
-}
-
-impl std::fmt::Debug for Resolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Resolver").finish_non_exhaustive()
-    }
-}
-
-impl Resolver {
-    /// Resolve `group/version/kind` in `cluster`. A known plural (from a
-    /// registration) is trusted as is; otherwise discovery answers.
-    ///
-    /// # Errors
-    /// When discovery fails or does not know the kind (yet).
-    pub async fn resolve(&self, cluster: &Cluster, id: &ResourceId) -> Result<Resolved> {
-        let key = (cluster.name().to_owned(), id.type_key());
-        if let Some(r) = self.known.read().get(&key) {
-            return Ok(r.clone());
-        }
-        let gvk = GroupVersionKind::gvk(&id.group, &id.version, &id.kind);
-        let resolved = if id.plural.is_empty() {
-            let (api, caps) = kube::discovery::oneshot::pinned_kind(&cluster.client(), &gvk)
-                .await
-                .map_err(|source| Error::Discovery {
-                    cluster: cluster.name().to_owned(),
-                    api_version: id.api_version(),
-                    kind: id.kind.clone(),
-                    source: Box::new(source),
-                })?;
-            Resolved {
-                api,
-                namespaced: caps.scope == Scope::Namespaced,
-            }
-        } else {
-            Resolved {
-                api: ApiResource::from_gvk_with_plural(&gvk, &id.plural),
-                namespaced: id.namespaced,
-            }
-        };
-        self.known.write().insert(key, resolved.clone());
-        Ok(resolved)
-    }
-
-    /// Forget what was resolved for `cluster` (it was removed).
-    pub fn forget_cluster(&self, cluster: &str) {
-        self.known.write().retain(|(c, _), _| c != cluster);
-    }
-}
-
-/// What happened to an object.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
-    /// Created or modified (or present at subscription time).
-    Applied,
-    /// Deleted; the object is its last known state.
-    Deleted,
-}
-
-/// One change of one cache, as delivered to subscribers.
-#[derive(Debug)]
-pub struct CacheEvent {
-    /// The cluster.
-    pub cluster: Arc<str>,
-    /// The resource.
-    pub resource: Arc<ResourceId>,
-    /// What happened.
-    pub change: Change,
-    /// The object (last state for deletions).
-    pub object: Arc<CachedObject>,
-    /// For a change of a cached object, its state before (like
-    /// controller-runtime's `UpdateEvent.ObjectOld`): mappings map both, so
-    /// an object that stopped naming a primary (a label removed) still
-    /// wakes it once.
-    pub old: Option<Arc<CachedObject>>,
-}
 
 struct Subscriber {
     id: u64,
@@ -518,7 +365,7 @@ impl Drop for Subscription {
     }
 }
 
-type CacheKey = (String, TypeKey);
+type CacheKey = (String, resource::TypeKey);
 
 /// Starts and shares caches. Cheap to clone.
 #[derive(Clone)]

@@ -29,7 +29,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
 
-use crate::ops::metrics::Metrics;
+use crate::telemetry::metrics::Metrics;
 
 /// Errors of the cluster registry.
 #[derive(Debug, thiserror::Error)]

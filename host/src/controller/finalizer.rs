@@ -14,7 +14,7 @@
 
 use serde_json::{Value, json};
 
-use crate::plugin::{Action, ObjectRef, PatchAction, PatchType};
+use crate::action::{Action, ObjectRef, PatchAction, PatchType};
 
 /// JSON patch adding `finalizer`, guarded by the resourceVersion the decision
 /// was made on (kube-runtime's finalizer helper guards with the list itself).

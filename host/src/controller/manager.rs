@@ -11,15 +11,19 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
+use super::config::{ControllerConfig, QueueStats};
 use super::health::{HEALTH_DEBOUNCE, HealthDebounce};
 use super::reads::cluster_infos;
-use super::routing::{WatchKey, run_events};
+use super::reconciler::{Layer, Reconciler};
+use super::routing::run_events;
 use super::runner::{Ctx, Shared, run_queue, sleep_until};
-use super::{ControllerConfig, QueueStats, Reconciler, covers};
+use super::scope::WatchKey;
+use super::scope::covers;
+use crate::action::Registration;
 use crate::cache::{CacheManager, WatchFailure, WatchFailureChange};
 use crate::cluster::ClusterEvent;
-use crate::ops::metrics::Metrics;
-use crate::plugin::{LoadedPlugin, PluginRegistry, Registration, RegistryEvent};
+use crate::plugin::{LoadedPlugin, PluginRegistry, RegistryEvent};
+use crate::telemetry::metrics::Metrics;
 use crate::writer::Writer;
 
 /// A plugin degraded in one cluster because a watch it needs fails for a
@@ -130,8 +134,9 @@ pub struct Manager {
 
 struct ManagerInner {
     ctx: Ctx,
-    /// Recording and shadowing around every plugin (`crate::shadow`).
-    tap: parking_lot::RwLock<crate::shadow::Tap>,
+    /// Wrapped around every plugin started or swapped in (recording and
+    /// shadowing, `crate::change`).
+    layer: parking_lot::RwLock<Option<Arc<dyn Layer>>>,
     controllers: Mutex<HashMap<String, Controller>>,
     degraded: broadcast::Sender<Degraded>,
     _stop_background: tokio::sync::oneshot::Sender<()>,
@@ -163,7 +168,7 @@ impl Manager {
                 writer,
                 config,
             },
-            tap: parking_lot::RwLock::default(),
+            layer: parking_lot::RwLock::default(),
             controllers: Mutex::new(HashMap::new()),
             degraded: broadcast::channel(256).0,
             _stop_background: stop_tx,
@@ -377,7 +382,10 @@ impl Manager {
     /// (watches follow the new registration, every primary is requeued once;
     /// in-flight reconciles finish on the version that started them).
     pub fn upsert(&self, plugin: Arc<dyn Reconciler>) {
-        let plugin = self.inner.tap.read().wrap(plugin);
+        let plugin = match &*self.inner.layer.read() {
+            Some(layer) => layer.wrap(plugin),
+            None => plugin,
+        };
         // The writer's last gate for this plugin: every write done for it,
         // the host's finalizer patches included, must be one it may do.
         let gate_plugin = Arc::clone(&plugin);
@@ -403,10 +411,10 @@ impl Manager {
         }
     }
 
-    /// Record and shadow every plugin started or swapped in from now on
-    /// (set it before [`Self::run`]).
-    pub fn set_tap(&self, tap: crate::shadow::Tap) {
-        *self.inner.tap.write() = tap;
+    /// Wrap every plugin started or swapped in from now on with `layer`
+    /// (recording and shadowing; set it before [`Self::run`]).
+    pub fn set_layer(&self, layer: Arc<dyn Layer>) {
+        *self.inner.layer.write() = Some(layer);
     }
 
     /// Stop a plugin's controller (in-flight reconciles finish) and release

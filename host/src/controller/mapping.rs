@@ -3,8 +3,8 @@
 //! `map` export and `all-primaries` reads the primary caches, both handled
 //! by the controller.
 
+use crate::action::{Mapping, OwnerLabels};
 use crate::cache::{CacheEvent, CachedObject, ResourceId};
-use crate::plugin::{Mapping, OwnerLabels};
 
 use super::queue::ReqKey;
 

@@ -4,10 +4,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::routing::WatchKey;
+use super::scope::WatchKey;
+use crate::action::{ClusterHealth, ClusterInfo, Resource};
 use crate::cache::SharedCache;
 use crate::cluster::{ClusterRegistry, Health};
-use crate::plugin::{ClusterHealth, ClusterInfo, HostReads, ReadError, Resource};
+use crate::plugin::{HostReads, ReadError};
 use rekon_rules::LabelSelector;
 
 /// The caches of one controller, by watch.
@@ -116,8 +117,8 @@ pub fn cluster_infos(clusters: &ClusterRegistry) -> Vec<ClusterInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::action::Scope;
     use crate::cache::{CacheManager, Resolver};
-    use crate::plugin::Scope;
 
     fn resource(kind: &str) -> Resource {
         Resource {

@@ -23,15 +23,17 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, error, info, info_span, warn};
 
+use super::config::{ControllerConfig, QueueStats};
 use super::finalizer;
 use super::queue::{Done, ReqKey, WorkQueue};
 use super::reads::{CacheMap, PluginReads};
-use super::routing::{PrimaryScope, Route, WatchKey, desired_watches};
-use super::{ControllerConfig, QueueStats, Reconciler};
+use super::reconciler::Reconciler;
+use super::scope::{PrimaryScope, Route, WatchKey, desired_watches};
+use crate::action::{ObjectRef, Request};
 use crate::cache::{CacheManager, Inbox, SharedCache, Subscription};
 use crate::cluster::{ClusterRegistry, Health};
-use crate::ops::metrics::{Metrics, QueueMetrics, ReconcileResult};
-use crate::plugin::{HostReads, ObjectRef, Request};
+use crate::plugin::HostReads;
+use crate::telemetry::metrics::{Metrics, QueueMetrics, ReconcileResult};
 use crate::writer::Writer;
 
 /// What every controller shares with the manager.
@@ -329,12 +331,12 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     let mut leader_changes = leader.subscribe();
     let mut leader_alive = true;
     // Sharding: only keys of held shards are reconciled; gaining a shard
-    // requeues its primaries (see `ops::shard`).
+    // requeues its primaries (see `crate::lease::shard`).
     let shards = shared.ctx.config.shards.clone();
-    let mut shard_changes = shards.as_ref().map(crate::ops::shard::Shards::changes);
+    let mut shard_changes = shards.as_ref().map(crate::lease::shard::Shards::changes);
     let mut held = shards
         .as_ref()
-        .map(crate::ops::shard::Shards::held)
+        .map(crate::lease::shard::Shards::held)
         .unwrap_or_default();
     let resync_every = shared.ctx.config.resync_period.filter(|d| !d.is_zero());
     let mut next_resync = resync_every.map(|d| Instant::now() + d);
@@ -394,7 +396,7 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                 }
                 let now: Vec<u32> = shards
                     .as_ref()
-                    .map(crate::ops::shard::Shards::held)
+                    .map(crate::lease::shard::Shards::held)
                     .unwrap_or_default();
                 let gained: Vec<u32> = now.iter().copied().filter(|s| !held.contains(s)).collect();
                 if !gained.is_empty() {
@@ -437,7 +439,7 @@ pub(crate) async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// A shard's write fence and the in-flight guard a hand-over waits for.
-type ShardFence = (crate::ops::leader::LeaderGate, crate::ops::shard::InFlight);
+type ShardFence = (crate::lease::LeaderGate, crate::lease::shard::InFlight);
 
 /// One reconcile of one key, inside its span; with sharding, every write of
 /// it is fenced by its shard's Lease.

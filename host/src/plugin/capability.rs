@@ -1,178 +1,20 @@
 //! Capability checks: every action a plugin returns must be covered by a
 //! permission it declared in its registration (resource, verb, status
-//! subresource, cluster). One uncovered action refuses the whole outcome.
-//!
-//! Verbs required per action:
-//!
-//! | action          | verb     | notes                                            |
-//! |-----------------|----------|--------------------------------------------------|
-//! | apply           | `patch`  | server-side apply is a PATCH; see below          |
-//! | apply (status)  | `patch`  | on a permission with `status: true`              |
-//! | patch           | `patch`  | `status: true` permission for status patches     |
-//! | delete          | `delete` |                                                  |
-//! | create          | `create` |                                                  |
-//! | event           | —        | events.k8s.io Events are always allowed          |
-//!
-//! An apply of an absent object creates it. The check does not demand
-//! `create` for apply (a plugin that labels Nodes must not need to be able
-//! to create Nodes); instead the RBAC generated from the permissions grants
-//! only the declared verbs, and the API server refuses an apply that would
-//! create without `create`. [`permits`] lets the writer ask the same question
-//! before it applies.
+//! subresource, cluster; which verb an action needs is
+//! [`crate::action::permission`]'s table). One uncovered action refuses the
+//! whole outcome.
 //!
 //! An action the declared permissions cover is then checked against the
 //! operator policy ([`super::policy`]), when one applies to the plugin: the
 //! operator can only narrow what a plugin declared, never widen it.
 
-use super::bindings::types::{Action, ClusterInfo, ClusterSet, Outcome, Registration, Resource};
+use crate::action::{
+    Action, ClusterInfo, Outcome, Registration, Required, action_cluster, action_label,
+    describe_resource, permits, required_permission, why_not,
+};
+
 use super::error::CallError;
 use super::policy::PluginPolicy;
-
-pub use rekon_rules::Verb;
-
-/// `Node`, `Job.batch`, `NodePool.nodes.lailin.xyz`.
-pub fn describe_resource(r: &Resource) -> String {
-    let kind = if r.kind.is_empty() {
-        &r.plural
-    } else {
-        &r.kind
-    };
-    if r.group.is_empty() {
-        kind.to_string()
-    } else {
-        format!("{kind}.{}", r.group)
-    }
-}
-
-/// Same resource type: same group, and same kind (or, when a side gives no
-/// kind, the same plural). Versions are not compared: permissions hold for
-/// every version of a type, like RBAC.
-fn same_resource(declared: &Resource, wanted: &Resource) -> bool {
-    if declared.group != wanted.group {
-        return false;
-    }
-    if !declared.kind.is_empty() && !wanted.kind.is_empty() {
-        return declared.kind == wanted.kind;
-    }
-    !declared.plural.is_empty() && declared.plural == wanted.plural
-}
-
-/// Whether `cluster` belongs to `set`, with the primary resolved from
-/// `clusters`.
-fn in_cluster_set(set: &ClusterSet, cluster: &str, clusters: &[ClusterInfo]) -> bool {
-    match set {
-        ClusterSet::All => true,
-        ClusterSet::Primary => clusters.iter().any(|c| c.primary && c.name == cluster),
-        ClusterSet::Others => clusters.iter().any(|c| !c.primary && c.name == cluster),
-        ClusterSet::Named(names) => names.iter().any(|n| n == cluster),
-    }
-}
-
-/// Whether the registration permits `verb` on `resource` (its status
-/// subresource when `status`) in `cluster`.
-#[must_use]
-pub fn permits(
-    registration: &Registration,
-    resource: &Resource,
-    verb: Verb,
-    status: bool,
-    cluster: &str,
-    clusters: &[ClusterInfo],
-) -> bool {
-    registration.permissions.iter().any(|p| {
-        same_resource(&p.resource, resource)
-            && (!status || p.status)
-            && p.verbs.iter().any(|v| v == verb.as_str())
-            && in_cluster_set(&p.clusters, cluster, clusters)
-    })
-}
-
-/// What one action needs from the permissions.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Required {
-    /// `apply`, `status apply`, `patch`, `status patch`, `delete`, `create`.
-    pub action: &'static str,
-    /// The resource type written.
-    pub resource: Resource,
-    /// The verb needed.
-    pub verb: Verb,
-    /// On the status subresource.
-    pub status: bool,
-    /// In this cluster.
-    pub cluster: String,
-}
-
-/// What an action needs; `None` for actions that are always allowed
-/// (Events). An object without a parsable `apiVersion`/`kind` is an error
-/// message.
-pub fn required_permission(action: &Action) -> Result<Option<Required>, String> {
-    let (action, resource, verb, status, cluster) = match action {
-        Action::Apply(a) => {
-            let resource = resource_of_object(&a.object)?;
-            let label = if a.status { "status apply" } else { "apply" };
-            (label, resource, Verb::Patch, a.status, a.cluster.clone())
-        }
-        Action::Patch(p) => {
-            let label = if p.status { "status patch" } else { "patch" };
-            (
-                label,
-                p.target.resource.clone(),
-                Verb::Patch,
-                p.status,
-                p.target.cluster.clone(),
-            )
-        }
-        Action::Delete(d) => (
-            "delete",
-            d.target.resource.clone(),
-            Verb::Delete,
-            false,
-            d.target.cluster.clone(),
-        ),
-        Action::Create(c) => (
-            "create",
-            resource_of_object(&c.object)?,
-            Verb::Create,
-            false,
-            c.cluster.clone(),
-        ),
-        Action::Event(_) => return Ok(None),
-    };
-    Ok(Some(Required {
-        action,
-        resource,
-        verb,
-        status,
-        cluster,
-    }))
-}
-
-/// The resource type of a JSON object, from `apiVersion` and `kind`.
-fn resource_of_object(object: &str) -> Result<Resource, String> {
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct TypeMeta {
-        api_version: Option<String>,
-        kind: Option<String>,
-    }
-    let meta: TypeMeta =
-        serde_json::from_str(object).map_err(|e| format!("object is not a JSON object: {e}"))?;
-    let (Some(api_version), Some(kind)) = (meta.api_version, meta.kind) else {
-        return Err("object has no apiVersion and kind".to_string());
-    };
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) => (g.to_string(), v.to_string()),
-        None => (String::new(), api_version),
-    };
-    Ok(Resource {
-        group,
-        version,
-        kind,
-        plural: String::new(),
-        // Scope does not take part in the comparison.
-        scope: super::Scope::Namespaced,
-    })
-}
 
 /// Checks every action of `outcome`; the first uncovered one refuses it.
 #[cfg(test)]
@@ -216,7 +58,7 @@ pub(crate) fn check_action_with_policy(
             plugin: plugin.to_string(),
             action: action_label(action).to_string(),
             resource: "<unknown>".to_string(),
-            cluster: crate::writer::action_cluster(action).to_string(),
+            cluster: action_cluster(action).to_string(),
             reason,
         })?;
         let Some(Required {
@@ -261,62 +103,10 @@ pub(crate) fn check_action_with_policy(
     Ok(())
 }
 
-/// Explains which part of the permission is missing.
-fn why_not(
-    registration: &Registration,
-    resource: &Resource,
-    verb: Verb,
-    status: bool,
-    cluster: &str,
-    clusters: &[ClusterInfo],
-) -> String {
-    let matching: Vec<_> = registration
-        .permissions
-        .iter()
-        .filter(|p| same_resource(&p.resource, resource))
-        .collect();
-    let what = describe_resource(resource);
-    if matching.is_empty() {
-        return format!("no permission declared for {what}");
-    }
-    let with_verb: Vec<_> = matching
-        .iter()
-        .filter(|p| p.verbs.iter().any(|v| v == verb.as_str()))
-        .collect();
-    if with_verb.is_empty() {
-        return format!("verb {} is not declared for {what}", verb.as_str());
-    }
-    if status && !with_verb.iter().any(|p| p.status) {
-        return format!(
-            "verb {} is declared for {what} but not for its status subresource",
-            verb.as_str()
-        );
-    }
-    let primary = clusters
-        .iter()
-        .find(|c| c.primary)
-        .map_or("<none engaged>", |c| c.name.as_str());
-    format!(
-        "{} on {what} is not declared for cluster {cluster} (primary is {primary})",
-        verb.as_str()
-    )
-}
-
-/// `apply`, `patch`, `delete`, `create` or `event`.
-pub(crate) fn action_label(action: &Action) -> &'static str {
-    match action {
-        Action::Apply(_) => "apply",
-        Action::Patch(_) => "patch",
-        Action::Delete(_) => "delete",
-        Action::Create(_) => "create",
-        Action::Event(_) => "event",
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::bindings::types::*;
     use super::*;
+    use crate::action::*;
 
     fn res(group: &str, kind: &str) -> Resource {
         Resource {

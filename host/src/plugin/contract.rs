@@ -29,7 +29,7 @@ fn host_version() -> semver::Version {
 }
 
 /// How compatible versions are described to a user: `0.1.x` or `1.x`.
-pub(crate) fn host_range() -> String {
+pub fn host_range() -> String {
     let v = host_version();
     if v.major == 0 {
         format!("{CONTRACT_PACKAGE}@{}.{}.x", v.major, v.minor)

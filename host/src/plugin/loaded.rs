@@ -8,14 +8,66 @@ use std::time::{Duration, Instant, SystemTime};
 
 use wasmtime::Store;
 
+use super::bindings::types as wit;
 use super::bindings::{Plugin, PluginPre};
 use super::capability;
+use super::convert::Convert;
 use super::error::{CallError, LoadError};
-use super::runtime::{self, LoadTimings, PluginRuntime, RuntimeInner};
+use super::host_reads::{HostReads, NoReads};
+use super::policy::PluginPolicy;
+use super::runtime::{self, LoadTimings, PluginRuntime, Prepared, RuntimeConfig, RuntimeInner};
 use super::sandbox::CallState;
-use super::{
-    Action, ClusterInfo, HostReads, NoReads, Outcome, Phase, Registration, Request, Resource,
+use super::validation::validate_registration;
+use crate::action::{
+    Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, Timestamp, timestamp,
 };
+
+/// Loading: the runtime prepares a component, `register` makes it a plugin.
+impl PluginRuntime {
+    /// A runtime with `config` loading one file on the blocking pool: what
+    /// a command looking at a single plugin (`plan`, `release`) needs.
+    ///
+    /// # Errors
+    /// Why the runtime could not start or the file did not load, as text.
+    pub async fn load_one(config: RuntimeConfig, path: &Path) -> Result<LoadedPlugin, String> {
+        let runtime = Self::new(config).map_err(|e| e.to_string())?;
+        let file = path.to_path_buf();
+        tokio::task::spawn_blocking(move || runtime.load_file(&file))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+
+    /// Loads a plugin file: compile (or load the cached artifact), check the
+    /// contract, link, call `register`, validate the registration.
+    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<LoadedPlugin, LoadError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        self.load_from(&bytes, path.display().to_string(), Some(path.to_path_buf()))
+    }
+
+    /// Like [`Self::load_file`] for bytes; `origin` names them in messages.
+    pub fn load_bytes(&self, bytes: &[u8], origin: &str) -> Result<LoadedPlugin, LoadError> {
+        self.load_from(bytes, origin.to_string(), None)
+    }
+
+    pub(crate) fn load_from(
+        &self,
+        bytes: &[u8],
+        origin: String,
+        path: Option<PathBuf>,
+    ) -> Result<LoadedPlugin, LoadError> {
+        let Prepared {
+            pre,
+            digest,
+            timings,
+        } = self.prepare(bytes, &origin)?;
+        LoadedPlugin::register(self.inner.clone(), pre, digest, origin, path, timings)
+    }
+}
 
 /// A plugin that compiled, linked and registered. Cheap to clone; a call
 /// holds a clone, so a reload never disturbs in-flight calls.
@@ -29,7 +81,7 @@ struct Inner {
     registration: Registration,
     /// The operator policy entries that apply to this plugin (resolved at
     /// load from the runtime's policy; a reload resolves them again).
-    policy: Option<super::PluginPolicy>,
+    policy: Option<PluginPolicy>,
     /// `registration` with its permissions narrowed by `policy`.
     effective: Registration,
     digest: String,
@@ -73,7 +125,7 @@ impl LoadedPlugin {
             "register",
             timeout,
             Arc::new(NoReads),
-            super::timestamp(SystemTime::UNIX_EPOCH),
+            timestamp(SystemTime::UNIX_EPOCH),
             |store, plugin| plugin.rekon_plugin_guest().call_register(store),
         )
         .map_err(|source| LoadError::Register {
@@ -83,13 +135,12 @@ impl LoadedPlugin {
         .map_err(|message| LoadError::Refused {
             origin: origin.clone(),
             message,
-        })?;
+        })?
+        .convert();
         timings.register = started.elapsed();
-        super::validate_registration(&registration).map_err(|reason| {
-            LoadError::InvalidRegistration {
-                origin: origin.clone(),
-                reason,
-            }
+        validate_registration(&registration).map_err(|reason| LoadError::InvalidRegistration {
+            origin: origin.clone(),
+            reason,
         })?;
         let policy = runtime
             .config
@@ -170,7 +221,7 @@ impl LoadedPlugin {
 
     /// The operator policy entries that apply to this plugin, if any.
     #[must_use]
-    pub fn policy(&self) -> Option<&super::PluginPolicy> {
+    pub fn policy(&self) -> Option<&PluginPolicy> {
         self.inner.policy.as_ref()
     }
 
@@ -234,7 +285,7 @@ impl LoadedPlugin {
         self.reconcile_as("reconcile", req, phase, reads, request_time)
     }
 
-    /// [`Self::reconcile_blocking`] for a shadow run (`crate::shadow`): its
+    /// [`Self::reconcile_blocking`] for a shadow run (`crate::change::shadow`): its
     /// time and sandbox failures are reported under function
     /// `shadow_reconcile`, apart from the serving version's `reconcile`.
     pub(crate) fn shadow_reconcile_blocking(
@@ -256,11 +307,12 @@ impl LoadedPlugin {
         request_time: SystemTime,
     ) -> Result<Outcome, CallError> {
         let clusters = reads.clusters();
+        let req: wit::Request = req.clone().convert();
         let result =
             self.call_fresh_as("reconcile", metric, reads, request_time, |store, plugin| {
                 plugin
                     .rekon_plugin_guest()
-                    .call_reconcile(store, req, phase)
+                    .call_reconcile(store, &req, phase.convert())
             })?;
         self.finish_reconcile(result, &clusters)
     }
@@ -283,14 +335,16 @@ impl LoadedPlugin {
 
     fn finish_reconcile(
         &self,
-        result: Result<Outcome, super::ReconcileError>,
+        result: Result<wit::Outcome, wit::ReconcileError>,
         clusters: &[ClusterInfo],
     ) -> Result<Outcome, CallError> {
-        let outcome = result.map_err(|e| CallError::Plugin {
-            plugin: self.name().to_string(),
-            message: e.message,
-            retryable: e.retryable,
-        })?;
+        let outcome: Outcome = result
+            .map_err(|e| CallError::Plugin {
+                plugin: self.name().to_string(),
+                message: e.message,
+                retryable: e.retryable,
+            })?
+            .convert();
         capability::check_outcome_with_policy(
             self.name(),
             &self.inner.registration,
@@ -328,11 +382,13 @@ impl LoadedPlugin {
         object_json: &str,
         reads: Arc<dyn HostReads>,
     ) -> Result<Vec<Request>, CallError> {
+        let resource: wit::Resource = resource.clone().convert();
         self.call_fresh("map", reads, SystemTime::now(), |store, plugin| {
             plugin
                 .rekon_plugin_guest()
-                .call_map(store, cluster, resource, object_json)
+                .call_map(store, cluster, &resource, object_json)
         })
+        .map(Convert::convert)
     }
 
     /// Instantiates the plugin once for several calls. The controller does
@@ -350,7 +406,7 @@ impl LoadedPlugin {
             &self.inner.runtime,
             &self.inner.name,
             reads,
-            super::timestamp(request_time),
+            timestamp(request_time),
         );
         let timeout = self.inner.runtime.config.call_timeout;
         store.set_epoch_deadline(runtime::deadline_ticks(&self.inner.runtime, timeout));
@@ -396,12 +452,12 @@ impl LoadedPlugin {
             function,
             self.inner.runtime.config.call_timeout,
             reads,
-            super::timestamp(request_time),
+            timestamp(request_time),
             f,
         );
         // ops hook: per-call WASM time and sandbox failures (a plugin's own
         // error result is not a sandbox failure).
-        let metrics = crate::ops::metrics::Metrics::global();
+        let metrics = crate::telemetry::metrics::Metrics::global();
         metrics.observe_wasm_call(&self.inner.name, metric, started.elapsed());
         if let Err(e) = &result
             && e.kind() != "plugin_error"
@@ -478,7 +534,7 @@ impl PluginSession {
         let result = self
             .instance
             .rekon_plugin_guest()
-            .call_reconcile(&mut self.store, req, Phase::Live)
+            .call_reconcile(&mut self.store, &req.clone().convert(), wit::Phase::Live)
             .map_err(|e| {
                 self.poisoned = true;
                 classify(&inner.name, "reconcile", &self.store, &e, timeout, false)
@@ -491,7 +547,7 @@ fn new_store(
     runtime: &RuntimeInner,
     name: &Arc<str>,
     reads: Arc<dyn HostReads>,
-    request_time: super::Timestamp,
+    request_time: Timestamp,
 ) -> Store<CallState> {
     let state = CallState::new(
         name.clone(),
@@ -514,7 +570,7 @@ fn call<R>(
     function: &'static str,
     timeout: Duration,
     reads: Arc<dyn HostReads>,
-    request_time: super::Timestamp,
+    request_time: Timestamp,
     f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
     let mut store = new_store(runtime, name, reads, request_time);

@@ -10,7 +10,10 @@
 //! # Layout
 //!
 //! - `bindings`: the one `bindgen!` over `wit/`; everything generated stays
-//!   private, the curated types are re-exported here.
+//!   private; `convert` translates its values to and from
+//!   [`crate::action`], the vocabulary everything above speaks.
+//! - `host_reads`: [`HostReads`], what a call may read (the engine's caches
+//!   implement it).
 //! - `runtime`: [`PluginRuntime`] ([`RuntimeConfig`] → engine with pooling
 //!   allocator and epoch ticker), compile cache, loading and validation.
 //! - `contract`: checks a component's imports/exports against the contract
@@ -25,7 +28,11 @@
 //!   do (`rekon run --policy`), resolved per plugin at load.
 //! - `registry`: [`PluginRegistry`]: the set of loaded plugins, keyed by
 //!   name, fed by a directory scan and a notify watcher (hot reload).
-//! - `inspect`: what `rekon plugin inspect` prints.
+//!
+//! # Floor
+//! Imports [`crate::action`] and [`crate::telemetry`]; never the writer,
+//! the controller or anything above. `mod.rs` only declares and re-exports:
+//! no file here imports it back.
 //!
 //! # Example
 //!
@@ -52,8 +59,9 @@
 mod bindings;
 mod capability;
 mod contract;
+mod convert;
 mod error;
-mod inspect;
+mod host_reads;
 mod loaded;
 mod policy;
 mod registry;
@@ -61,21 +69,10 @@ mod runtime;
 mod sandbox;
 mod validation;
 
-pub(crate) use crate::writer::action_cluster;
-pub use bindings::types::{
-    Action, ApplyAction, ClusterHealth, ClusterInfo, ClusterSet, CreateAction, DeleteAction,
-    EventAction, EventType, LogLevel, Mapping, ObjectRef, Outcome, OwnerLabels, PatchAction,
-    PatchType, Permission, Phase, Propagation, ReadError, ReconcileError, Registration, Request,
-    Resource, Scope, Timestamp, Watch,
-};
-pub(crate) use capability::action_label;
-pub use capability::{Required, Verb, describe_resource, permits, required_permission};
-pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION};
+pub use bindings::types::{LogLevel, ReadError, ReconcileError};
+pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
-pub use inspect::{
-    ClustersView, InspectError, InspectPolicy, InspectReport, MappingView, OutputFormat,
-    PermissionView, ResourceView, WatchView, inspect_file, inspect_file_with_policy,
-};
+pub use host_reads::{HostReads, NoReads};
 pub use loaded::{LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
 pub use registry::{PluginRegistry, PluginStatus, RegistryEvent, is_shadow_file};
@@ -83,96 +80,3 @@ pub use runtime::{
     CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };
 pub use validation::validate_registration;
-
-/// Read access to the host's caches, given to a plugin for one call.
-///
-/// Implemented by the engine's caches, scoped per plugin (a plugin only sees
-/// the resources it watches, in the clusters it covers). Called from a
-/// blocking thread while the guest runs: implementations must not block on
-/// the async runtime.
-pub trait HostReads: Send + Sync + 'static {
-    /// The object `name` (in `namespace` for namespaced resources) of
-    /// `resource` in `cluster`, as JSON; `None` if the cache has no such object.
-    fn get(
-        &self,
-        cluster: &str,
-        resource: &Resource,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<String>, ReadError>;
-
-    /// Objects of `resource` in `cluster` as JSON, optionally limited to a
-    /// namespace and a Kubernetes label selector.
-    fn list(
-        &self,
-        cluster: &str,
-        resource: &Resource,
-        namespace: Option<&str>,
-        label_selector: Option<&str>,
-    ) -> Result<Vec<String>, ReadError>;
-
-    /// The engaged clusters and their health. Also used to resolve
-    /// [`ClusterSet::Primary`] when checking a plugin's actions.
-    fn clusters(&self) -> Vec<ClusterInfo>;
-}
-
-/// A [`HostReads`] that sees nothing: every read fails with
-/// [`ReadError::NotWatched`] and no cluster is engaged. Used for `register`
-/// (which runs before any watch exists) and `rekon plugin inspect`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoReads;
-
-impl HostReads for NoReads {
-    fn get(
-        &self,
-        _cluster: &str,
-        resource: &Resource,
-        _namespace: Option<&str>,
-        _name: &str,
-    ) -> Result<Option<String>, ReadError> {
-        Err(ReadError::NotWatched(format!(
-            "no cache is available here (reading {})",
-            capability::describe_resource(resource)
-        )))
-    }
-
-    fn list(
-        &self,
-        _cluster: &str,
-        resource: &Resource,
-        _namespace: Option<&str>,
-        _label_selector: Option<&str>,
-    ) -> Result<Vec<String>, ReadError> {
-        Err(ReadError::NotWatched(format!(
-            "no cache is available here (listing {})",
-            capability::describe_resource(resource)
-        )))
-    }
-
-    fn clusters(&self) -> Vec<ClusterInfo> {
-        Vec::new()
-    }
-}
-
-/// Converts a [`std::time::SystemTime`] into the contract's [`Timestamp`]
-/// (times before the Unix epoch clamp to zero).
-#[must_use]
-pub fn timestamp(time: std::time::SystemTime) -> Timestamp {
-    let since = time
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    Timestamp {
-        seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
-        nanoseconds: since.subsec_nanos(),
-    }
-}
-
-impl From<rekon_rules::Phase> for Phase {
-    fn from(p: rekon_rules::Phase) -> Self {
-        match p {
-            rekon_rules::Phase::Live => Self::Live,
-            rekon_rules::Phase::Deleting => Self::Deleting,
-            rekon_rules::Phase::Leaving => Self::Leaving,
-        }
-    }
-}

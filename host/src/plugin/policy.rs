@@ -49,8 +49,7 @@ use std::sync::Arc;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 
-use super::bindings::types::{ClusterSet, Permission, Registration, Resource};
-use super::capability::{Verb, describe_resource};
+use crate::action::{ClusterSet, Permission, Registration, Resource, Verb, describe_resource};
 
 /// Matches any group, kind, verb, cluster or plugin.
 pub const ANY: &str = "*";
@@ -441,8 +440,8 @@ impl PluginPolicy {
 
 #[cfg(test)]
 mod tests {
-    use super::super::bindings::types::{Scope, Watch};
     use super::*;
+    use crate::action::{Scope, Watch};
 
     const EXAMPLE: &str = r#"
 plugins:
@@ -487,7 +486,7 @@ plugins:
                 .map(|resource| Watch {
                     resource,
                     clusters: ClusterSet::All,
-                    mapping: crate::plugin::Mapping::Itself,
+                    mapping: crate::action::Mapping::Itself,
                     label_selector: None,
                 })
                 .collect(),

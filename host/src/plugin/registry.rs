@@ -22,7 +22,7 @@
 //!
 //! A file named `*.shadow.wasm` goes through the same steps but never
 //! serves: it becomes the *shadow* of the plugin it registers
-//! ([`PluginRegistry::shadow`], see `crate::shadow`), replacing the
+//! ([`PluginRegistry::shadow`], see `crate::change::shadow`), replacing the
 //! previous shadow of that name; removing the file ends the shadow. No
 //! [`RegistryEvent`] is sent for shadows (controllers look them up per
 //! reconcile).
@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::broadcast;
 
-use super::error::RegistryError;
+use super::error::{LoadError, RegistryError};
 use super::loaded::LoadedPlugin;
 use super::runtime::PluginRuntime;
 
@@ -601,11 +601,7 @@ impl PluginRegistry {
 impl PluginRuntime {
     /// Loads bytes read from `path` (the registry reads files itself to
     /// check they are not being written).
-    pub(crate) fn load_at(
-        &self,
-        bytes: &[u8],
-        path: &Path,
-    ) -> Result<LoadedPlugin, super::LoadError> {
+    pub(crate) fn load_at(&self, bytes: &[u8], path: &Path) -> Result<LoadedPlugin, LoadError> {
         self.load_from(bytes, path.display().to_string(), Some(path.to_path_buf()))
     }
 }

@@ -17,7 +17,6 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::{Plugin, PluginPre};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
-use super::loaded::LoadedPlugin;
 use super::sandbox::{CallState, Limits};
 
 /// The wasmtime version compiled artifacts are keyed by (also covered by
@@ -109,6 +108,15 @@ pub struct LoadTimings {
     pub link: Duration,
     /// The `register` call.
     pub register: Duration,
+}
+
+/// A component compiled, checked against the contract and linked: what
+/// `register` is called on.
+pub(crate) struct Prepared {
+    pub(crate) pre: PluginPre<CallState>,
+    /// Hex sha256 of the component's bytes.
+    pub(crate) digest: String,
+    pub(crate) timings: LoadTimings,
 }
 
 /// Counters of a runtime, for metrics and tests.
@@ -228,42 +236,10 @@ impl PluginRuntime {
         }
     }
 
-    /// A runtime with `config` loading one file on the blocking pool: what
-    /// a command looking at a single plugin (`plan`, `release`) needs.
-    ///
-    /// # Errors
-    /// Why the runtime could not start or the file did not load, as text.
-    pub async fn load_one(config: RuntimeConfig, path: &Path) -> Result<LoadedPlugin, String> {
-        let runtime = Self::new(config).map_err(|e| e.to_string())?;
-        let file = path.to_path_buf();
-        tokio::task::spawn_blocking(move || runtime.load_file(&file))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
-    }
-
-    /// Loads a plugin file: compile (or load the cached artifact), check the
-    /// contract, link, call `register`, validate the registration.
-    pub fn load_file(&self, path: impl AsRef<Path>) -> Result<LoadedPlugin, LoadError> {
-        let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        self.load_from(&bytes, path.display().to_string(), Some(path.to_path_buf()))
-    }
-
-    /// Like [`Self::load_file`] for bytes; `origin` names them in messages.
-    pub fn load_bytes(&self, bytes: &[u8], origin: &str) -> Result<LoadedPlugin, LoadError> {
-        self.load_from(bytes, origin.to_string(), None)
-    }
-
-    pub(crate) fn load_from(
-        &self,
-        bytes: &[u8],
-        origin: String,
-        path: Option<PathBuf>,
-    ) -> Result<LoadedPlugin, LoadError> {
+    /// Everything of a load up to `register`: digest, contract precheck,
+    /// compile (or the cached artifact), contract check, link.
+    pub(crate) fn prepare(&self, bytes: &[u8], origin: &str) -> Result<Prepared, LoadError> {
+        let origin = origin.to_string();
         let started = Instant::now();
         let digest = hex::encode(Sha256::digest(bytes));
         let mut timings = LoadTimings {
@@ -305,7 +281,11 @@ impl PluginRuntime {
             reason: format!("exports do not match {}: {e:#}", contract::host_range()),
         })?;
         timings.link = started.elapsed();
-        LoadedPlugin::register(self.inner.clone(), pre, digest, origin, path, timings)
+        Ok(Prepared {
+            pre,
+            digest,
+            timings,
+        })
     }
 
     /// Compiled component for `bytes`, from the cache when present.

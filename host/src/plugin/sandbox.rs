@@ -31,8 +31,9 @@ use wasmtime::{ResourceLimiter, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
-use super::HostReads;
 use super::bindings::{host, types};
+use super::convert::Convert;
+use super::host_reads::HostReads;
 
 /// Everything one call's store holds.
 pub(crate) struct CallState {
@@ -56,9 +57,10 @@ impl CallState {
     pub(crate) fn new(
         plugin: Arc<str>,
         reads: Arc<dyn HostReads>,
-        request_time: types::Timestamp,
+        request_time: crate::action::Timestamp,
         limits: Limits,
     ) -> Self {
+        let request_time: types::Timestamp = request_time.convert();
         let output = MemoryOutputPipe::new(limits.output_bytes);
         let since_epoch = Duration::new(
             u64::try_from(request_time.seconds).unwrap_or(0),
@@ -212,7 +214,7 @@ impl host::Host for CallState {
         name: String,
     ) -> Result<Option<String>, types::ReadError> {
         self.reads
-            .get(&cluster, &resource, namespace.as_deref(), &name)
+            .get(&cluster, &resource.convert(), namespace.as_deref(), &name)
     }
 
     fn list(
@@ -224,14 +226,14 @@ impl host::Host for CallState {
     ) -> Result<Vec<String>, types::ReadError> {
         self.reads.list(
             &cluster,
-            &resource,
+            &resource.convert(),
             namespace.as_deref(),
             label_selector.as_deref(),
         )
     }
 
     fn clusters(&mut self) -> Vec<types::ClusterInfo> {
-        self.reads.clusters()
+        self.reads.clusters().convert()
     }
 
     fn log(&mut self, level: types::LogLevel, message: String, fields: Vec<(String, String)>) {

@@ -5,7 +5,7 @@
 
 use rekon_rules::registration as rules;
 
-use super::bindings::types::{ClusterSet, Mapping, Registration, Resource};
+use crate::action::{ClusterSet, Mapping, Registration, Resource};
 
 /// Checks a registration as the host does when it loads a plugin.
 ///

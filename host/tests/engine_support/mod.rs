@@ -13,13 +13,14 @@ use std::time::{Duration, SystemTime};
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
+use rekon::action::{
+    Action, ApplyAction, ClusterSet, DeleteAction, EventAction, EventType, Mapping, ObjectRef,
+    Outcome, OwnerLabels, Phase, Registration, Request, Resource, Scope, Watch,
+};
 use rekon::cache::{CacheManager, Resolver};
 use rekon::cluster::{ClusterRegistry, Source, connect};
 use rekon::controller::{ControllerConfig, Manager, Reconciler};
-use rekon::plugin::{
-    Action, ApplyAction, CallError, ClusterSet, DeleteAction, EventAction, EventType, HostReads,
-    Mapping, ObjectRef, Outcome, OwnerLabels, Phase, Registration, Request, Resource, Scope, Watch,
-};
+use rekon::plugin::{CallError, HostReads};
 use rekon::writer::{Writer, WriterConfig};
 use serde_json::{Value, json};
 

@@ -7,10 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rekon::plugin::{
-    ClusterHealth, ClusterInfo, HostReads, PluginRuntime, ReadError, Request, Resource,
-    RuntimeConfig,
-};
+use rekon::action::{ClusterHealth, ClusterInfo, Request, Resource};
+use rekon::plugin::{HostReads, PluginRuntime, ReadError, RuntimeConfig};
 
 /// `dist/test-plugins/<name>` (or `$REKON_TEST_PLUGINS/<name>`), built by
 /// `make plugins`. Panics with instructions when missing: tests never build

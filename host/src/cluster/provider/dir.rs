@@ -9,7 +9,7 @@ use notify::{RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::{Candidate, ClusterSink, Engager, ProviderError, fingerprint};
+use super::engager::{Candidate, ClusterSink, Engager, ProviderError, fingerprint};
 
 /// How a file's cluster name is chosen.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

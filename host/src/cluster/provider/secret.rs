@@ -8,7 +8,7 @@ use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use tracing::{debug, info, warn};
 
-use super::{Candidate, ClusterSink, Engager, ProviderError, fingerprint};
+use super::engager::{Candidate, ClusterSink, Engager, ProviderError, fingerprint};
 
 /// Engages one cluster per Secret carrying a label (default
 /// `rekon.dev/kubeconfig=true`) in a namespace of the primary cluster.

@@ -1,0 +1,466 @@
+//! `rekon run`: configuration → build → run, with shutdown passed in as a
+//! future (the mini-redis shape).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), rekon::app::AppError> {
+//! use rekon::app::{App, Config};
+//! let config = Config {
+//!     kubeconfig: Some("/etc/rekon/kubeconfig".into()),
+//!     context: Some("main".into()),
+//!     clusters: vec![("edge".into(), "edge-ctx".into())],
+//!     ..Config::new("/plugins")
+//! };
+//! let app = App::build(config).await?;
+//! app.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//! - this file: [`Config`] → [`App::build`] → [`App::run`], the wiring of
+//!   the floors below.
+//! - [`ops`]: what runs beside the engine: the HTTP server (probes from
+//!   the [`Manager`]), leader election or shards, dynamic-cluster
+//!   providers, reporting.
+//! - [`reporting`]: plugin loads and leadership as logs, metrics, Events.
+//! - [`install_crds`]: `--install-crds`, a plugin's CRDs applied when it
+//!   loads.
+//!
+//! # Floor
+//! Above the controller; may import every floor below. Only the safe-change
+//! machinery (`crate::change`), the one-shot commands (`crate::commands`)
+//! and `main.rs` stand on it.
+
+pub mod install_crds;
+pub mod ops;
+pub mod reporting;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::cache::{CacheManager, Resolver};
+use crate::cluster::{self, ClusterRegistry, Source};
+use crate::controller::{ControllerConfig, Manager};
+use crate::plugin::{PluginRegistry, PluginRuntime, RuntimeConfig};
+use crate::writer::{Writer, WriterConfig};
+
+/// Errors of building or running the host.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A cluster could not be connected.
+    #[error("failed to connect cluster")]
+    Cluster(#[from] cluster::Error),
+    /// The plugin runtime could not start.
+    #[error("failed to start the plugin runtime: {0}")]
+    Runtime(String),
+    /// The plugin directory could not be read or watched.
+    #[error("failed to load plugins from {dir}: {message}")]
+    Plugins {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The process stopped itself (e.g. it lost the leader lease with `--on-lost=exit`).
+    #[error("stopped: {0}")]
+    Stopped(String),
+    /// The operations side (server, leader election, providers) could not be set up.
+    #[error("failed to set up operations")]
+    Ops(#[from] ops::OpsError),
+    /// The operator policy file could not be loaded.
+    #[error(transparent)]
+    Policy(#[from] crate::plugin::PolicyError),
+    /// The case directory of `--record` or of the shadow rollout could not be set up.
+    #[error(transparent)]
+    Record(#[from] crate::change::record::RecordError),
+    /// Tracing could not be initialised.
+    #[error("failed to initialise logging: {0}")]
+    Logging(String),
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line (with the current span's fields).
+    Json,
+}
+
+/// Install the global tracing subscriber: `filter` in `RUST_LOG` syntax
+/// (default `info`), lines to stderr.
+///
+/// # Errors
+/// When the filter does not parse or a subscriber is already installed.
+pub fn init_tracing(format: LogFormat, filter: Option<&str>) -> Result<(), AppError> {
+    let filter = match filter {
+        Some(f) => tracing_subscriber::EnvFilter::try_new(f)
+            .map_err(|e| AppError::Logging(e.to_string()))?,
+        None => tracing_subscriber::EnvFilter::new("info"),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    let result = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+    };
+    result.map_err(|e| AppError::Logging(e.to_string()))
+}
+
+/// Everything `rekon run` is configured with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Kubeconfig file; `None`: `KUBECONFIG` / `~/.kube/config`, or the
+    /// in-cluster service account when neither exists.
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the primary cluster; `None`: the current context.
+    pub context: Option<String>,
+    /// Name of the primary cluster in requests and actions; `None`: the
+    /// context name, or `main`.
+    pub primary_name: Option<String>,
+    /// Further clusters: (name, context).
+    pub clusters: Vec<(String, String)>,
+    /// Directory of plugin components, watched for changes.
+    pub plugins_dir: PathBuf,
+    /// Concurrent reconciles per plugin unless its registration says otherwise.
+    pub max_concurrent_reconciles: usize,
+    /// Where compiled plugins are cached (by digest).
+    pub cache_dir: Option<PathBuf>,
+    /// Writer settings.
+    pub writer: WriterConfig,
+    /// How long controllers wait for their caches before reconciling.
+    pub sync_timeout: Duration,
+    /// Period of the cluster health probes (a stalled cluster is reported
+    /// unreachable within about two periods).
+    pub probe_interval: Duration,
+    /// Requeue every primary this often even if nothing changed
+    /// (controller-runtime's `SyncPeriod`); `None`: never.
+    pub resync_period: Option<Duration>,
+    /// Metrics and probe server, leader election, dynamic cluster providers
+    /// (default: none of them; this process always leads).
+    pub ops: ops::OpsConfig,
+    /// Operator permission policy (YAML/JSON) narrowing what each plugin
+    /// may do; see [`crate::plugin::Policy`]. A file that does not load
+    /// fails [`App::build`].
+    pub policy_file: Option<PathBuf>,
+    /// `User-Agent` of every request (default `rekon/<version>`;
+    /// `rekon run` adds the replica's identity, see
+    /// [`crate::cluster::user_agent_for`]).
+    pub user_agent: String,
+    /// Record reconciles as case files (`rekon run --record DIR`).
+    pub record: Option<crate::change::record::RecordConfig>,
+    /// Run `*.shadow.wasm` versions beside the serving ones (`crate::change::shadow`).
+    pub shadow: Option<crate::change::shadow::ShadowConfig>,
+}
+
+impl Config {
+    /// Defaults, with plugins from `plugins_dir`.
+    #[must_use]
+    pub fn new(plugins_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            kubeconfig: None,
+            context: None,
+            primary_name: None,
+            clusters: Vec::new(),
+            plugins_dir: plugins_dir.into(),
+            max_concurrent_reconciles: 4,
+            cache_dir: None,
+            writer: WriterConfig::default(),
+            sync_timeout: Duration::from_secs(30),
+            probe_interval: Duration::from_secs(1),
+            resync_period: ControllerConfig::default().resync_period,
+            ops: ops::OpsConfig::default(),
+            policy_file: None,
+            user_agent: cluster::default_user_agent(),
+            record: None,
+            shadow: None,
+        }
+    }
+}
+
+/// A built host, ready to run.
+pub struct App {
+    config: Config,
+    clusters: ClusterRegistry,
+    registry: PluginRegistry,
+    manager: Manager,
+    ops: ops::Ops,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("clusters", &self.clusters)
+            .field("plugins_dir", &self.config.plugins_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl App {
+    /// Connect the clusters, start the plugin runtime and load the plugin
+    /// directory. Must run inside a tokio runtime.
+    ///
+    /// # Errors
+    /// When a cluster's configuration cannot be loaded, or the runtime or the
+    /// plugin directory cannot be set up. (A plugin file that fails to load
+    /// is reported and skipped, not an error.)
+    pub async fn build(config: Config) -> Result<Self, AppError> {
+        // The policy first: a broken policy must not start anything.
+        let policy = crate::plugin::Policy::load(config.policy_file.as_deref())?;
+        if let Some(policy) = &policy {
+            info!(policy = %policy.source(), plugins = ?policy.entries().keys().collect::<Vec<_>>(), "operator policy loaded");
+        }
+        let clusters = connect_clusters(&config).await?;
+        info!(primary = %clusters.primary(), clusters = ?clusters.names(), "clusters configured");
+
+        let runtime = PluginRuntime::new(RuntimeConfig {
+            cache_dir: config.cache_dir.clone(),
+            policy,
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| AppError::Runtime(e.to_string()))?;
+        let registry = PluginRegistry::new(runtime);
+        {
+            let registry = registry.clone();
+            let dir = config.plugins_dir.clone();
+            tokio::task::spawn_blocking(move || registry.load_dir(&dir))
+                .await
+                .map_err(|e| AppError::Plugins {
+                    dir: config.plugins_dir.clone(),
+                    message: e.to_string(),
+                })?
+                .map_err(|e| AppError::Plugins {
+                    dir: config.plugins_dir.clone(),
+                    message: e.to_string(),
+                })?;
+        }
+        for status in registry.status() {
+            if let Some(error) = &status.error {
+                warn!(path = %status.path.display(), %error, "plugin file refused");
+            }
+        }
+
+        let resolver = Resolver::default();
+        let caches = CacheManager::new(clusters.clone(), resolver.clone());
+        // Leader election gates every write (and, through the writer, every reconcile).
+        let mut ops = ops::Ops::build(config.ops.clone(), &clusters).await?;
+        let writer = Writer::new(clusters.clone(), resolver, config.writer.clone())
+            .with_leader_gate(ops.gate());
+        let manager = Manager::new(
+            caches,
+            writer,
+            ControllerConfig {
+                max_concurrent_reconciles: config.max_concurrent_reconciles,
+                sync_timeout: config.sync_timeout,
+                resync_period: config.resync_period,
+                shards: ops.shards(),
+            },
+        );
+        let recorder = config
+            .record
+            .clone()
+            .map(crate::change::record::Recorder::start)
+            .transpose()?;
+        if let Some(r) = &config.record {
+            info!(dir = %r.dir.display(), plugins = ?r.plugins, sample = r.sample, max_bytes = r.max_bytes, keep_secrets = r.keep_secrets, "recording reconciles");
+        }
+        if let Some(s) = &config.shadow {
+            info!(cases = %s.cases_dir.display(), "shadow versions (*.shadow.wasm) run beside the serving ones; divergences are kept here");
+        }
+        let shadow = config.shadow.clone().map(|c| (registry.clone(), c));
+        let tap = crate::change::shadow::Tap::new(recorder, shadow)?;
+        if tap.is_active() {
+            manager.set_layer(Arc::new(tap));
+        }
+        ops.bind(&ops::EngineParts {
+            clusters: clusters.clone(),
+            plugins: registry.clone(),
+            manager: manager.clone(),
+        })
+        .await?;
+        Ok(Self {
+            config,
+            clusters,
+            registry,
+            manager,
+            ops,
+        })
+    }
+
+    /// The engaged clusters (add and remove at runtime through it).
+    #[must_use]
+    pub fn clusters(&self) -> &ClusterRegistry {
+        &self.clusters
+    }
+
+    /// The plugin registry.
+    #[must_use]
+    pub fn registry(&self) -> &PluginRegistry {
+        &self.registry
+    }
+
+    /// The controller manager.
+    #[must_use]
+    pub fn manager(&self) -> &Manager {
+        &self.manager
+    }
+
+    /// Run until `shutdown` resolves: follow the plugin directory, probe the
+    /// clusters, reconcile. On shutdown, in-flight reconciles finish.
+    ///
+    /// # Errors
+    /// When the plugin directory cannot be watched.
+    pub async fn run(
+        self,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<(), AppError> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stopped = move || {
+            let mut rx = stop_rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let watch_dir = {
+            let registry = self.registry.clone();
+            let dir = self.config.plugins_dir.clone();
+            let stop = stopped();
+            tokio::spawn(async move { registry.watch_dir(dir, stop).await })
+        };
+        let probes = tokio::spawn(self.clusters.clone().run_probes(
+            self.config.probe_interval,
+            // A probe may take two periods (the next waits for it): slow
+            // but answering clusters are not flagged; stalled ones are,
+            // within about two seconds at the default period.
+            (self.config.probe_interval * 2).min(Duration::from_secs(5)),
+            stopped(),
+        ));
+        let manager = self.manager.clone();
+        let registry = Arc::new(self.registry.clone());
+        let run = {
+            let stop = stopped();
+            tokio::spawn(async move { manager.run(&registry, stop).await })
+        };
+        // Stopped only after the controllers finished: the lease is released
+        // once this replica no longer writes.
+        let (ops_stop_tx, mut ops_stop_rx) = tokio::sync::watch::channel(false);
+        let mut fatal = self.ops.fatal();
+        let ops = tokio::spawn(self.ops.run(
+            ops::EngineParts {
+                clusters: self.clusters.clone(),
+                plugins: self.registry.clone(),
+                manager: self.manager.clone(),
+            },
+            async move {
+                let _ = ops_stop_rx.wait_for(|s| *s).await;
+            },
+        ));
+        info!(plugins_dir = %self.config.plugins_dir.display(), "rekon running");
+        // Stop early if the directory watcher fails.
+        let mut watch_dir = watch_dir;
+        let mut lost = None;
+        let watch_result = tokio::select! {
+            () = shutdown => None,
+            r = &mut watch_dir => Some(r),
+            reason = async { fatal.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) } => {
+                lost = Some(reason.unwrap_or_default());
+                None
+            }
+        };
+        info!("shutting down: finishing in-flight reconciles");
+        let _ = stop_tx.send(true);
+        let _ = run.await;
+        let _ = probes.await;
+        let _ = ops_stop_tx.send(true);
+        match ops.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(error = %e, "operations stopped with an error"),
+            Err(e) => warn!(error = %e, "operations task failed"),
+        }
+        if let Some(reason) = lost {
+            watch_dir.abort();
+            return Err(AppError::Stopped(reason));
+        }
+        let watch_result = match watch_result {
+            Some(r) => r,
+            None => watch_dir.await,
+        };
+        match watch_result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(AppError::Plugins {
+                dir: self.config.plugins_dir.clone(),
+                message: e.to_string(),
+            }),
+            Err(e) => Err(AppError::Plugins {
+                dir: self.config.plugins_dir.clone(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => info!("SIGINT received"),
+        () = term => info!("SIGTERM received"),
+    }
+}
+
+/// Connect the clusters `config` names: the primary (from `--context`, or the
+/// kubeconfig's current context, or in-cluster) and every `--cluster NAME=CTX`.
+///
+/// # Errors
+/// When a cluster's configuration cannot be loaded or its client built.
+pub async fn connect_clusters(config: &Config) -> Result<ClusterRegistry, AppError> {
+    let primary_source = match (&config.kubeconfig, &config.context) {
+        (None, None) => Source::Infer,
+        (kubeconfig, context) => Source::Context {
+            kubeconfig: kubeconfig.clone(),
+            context: context.clone(),
+        },
+    };
+    let primary = config
+        .primary_name
+        .clone()
+        .or_else(|| config.context.clone())
+        .unwrap_or_else(|| "main".to_owned());
+    let clusters = ClusterRegistry::new(
+        primary.clone(),
+        cluster::connect(&primary, &primary_source, &config.user_agent).await?,
+    );
+    clusters.set_user_agent(config.user_agent.clone());
+    for (name, context) in &config.clusters {
+        let source = Source::Context {
+            kubeconfig: config.kubeconfig.clone(),
+            context: Some(context.clone()),
+        };
+        clusters.add(
+            name.clone(),
+            cluster::connect(name, &source, &config.user_agent).await?,
+        )?;
+    }
+    Ok(clusters)
+}

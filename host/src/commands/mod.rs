@@ -1,0 +1,19 @@
+//! One-shot jobs that borrow the engine, each behind a `rekon` subcommand.
+//!
+//! # Layout
+//! - [`plan`]: `rekon plugin plan`, a dry run against live clusters.
+//! - [`release`]: `rekon plugin release`, a removed plugin's finalizers.
+//! - [`inspect`]: `rekon plugin inspect`, Kubernetes-style views of a
+//!   plugin's registration.
+//! - [`manifests`]: `rekon rbac` and `rekon crds`.
+//! - [`scaffold`]: `rekon plugin new`.
+//!
+//! # Floor
+//! The top floor of the library: may import anything below; only
+//! `main.rs` imports it.
+
+pub mod inspect;
+pub mod manifests;
+pub mod plan;
+pub mod release;
+pub mod scaffold;

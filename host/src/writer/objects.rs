@@ -1,0 +1,352 @@
+//! Apply, patch, delete and create: one object written.
+
+use kube::api::{
+    DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
+};
+use serde_json::Value;
+use tracing::debug;
+
+use super::config::Error;
+use super::requests::{PatchOn, Writer, Written, resource_id};
+use crate::action::{
+    ApplyAction, CreateAction, DeleteAction, PatchAction, PatchType, Propagation, field_manager,
+};
+use crate::cache::ResourceId;
+
+impl Writer {
+    pub(super) async fn apply(&self, plugin: &str, a: &ApplyAction) -> Result<Written, Error> {
+        let action = if a.status { "apply status of" } else { "apply" };
+        let cluster = self.cluster(plugin, action, &a.cluster, "object")?;
+        let invalid = |reason: String| Error::Invalid {
+            plugin: plugin.to_owned(),
+            action,
+            cluster: a.cluster.clone(),
+            reason,
+        };
+        let (obj, id, ns, name) = parse_object(&a.object).map_err(invalid)?;
+        let target = self
+            .target(plugin, action, &cluster, &id, ns.as_deref(), &name)
+            .await?;
+        let mut params = PatchParams::apply(&field_manager(plugin));
+        if a.force {
+            params = params.force();
+        }
+        let patch = Patch::Apply(&obj);
+        let on = PatchOn {
+            plugin,
+            action,
+            cluster: &cluster,
+            target: &target,
+            status: a.status,
+            retry_conflict: false,
+        };
+        let written = self.send_patch(on, &params, &patch).await?;
+        Ok(Written::Object(id, Box::new(written)))
+    }
+
+    /// PATCH the object or its `/status`, through [`Writer::call`].
+    async fn send_patch<P: serde::Serialize + std::fmt::Debug>(
+        &self,
+        on: PatchOn<'_>,
+        params: &PatchParams,
+        patch: &Patch<P>,
+    ) -> Result<DynamicObject, Error> {
+        let t = on.target;
+        self.call(
+            on.plugin,
+            on.action,
+            on.cluster,
+            &t.describe,
+            on.retry_conflict,
+            || async {
+                if on.status {
+                    t.api.patch_status(&t.name, params, patch).await
+                } else {
+                    t.api.patch(&t.name, params, patch).await
+                }
+            },
+        )
+        .await
+    }
+
+    pub(super) async fn patch(&self, plugin: &str, p: &PatchAction) -> Result<Written, Error> {
+        let action = if p.status { "patch status of" } else { "patch" };
+        let t = &p.target;
+        let cluster = self.cluster(plugin, action, &t.cluster, &t.name)?;
+        let invalid = |reason: String| Error::Invalid {
+            plugin: plugin.to_owned(),
+            action,
+            cluster: t.cluster.clone(),
+            reason,
+        };
+        let body: Value = serde_json::from_str(&p.patch)
+            .map_err(|e| invalid(format!("patch is not JSON: {e}")))?;
+        let id = resource_id(&t.resource);
+        let target = self
+            .target(
+                plugin,
+                action,
+                &cluster,
+                &id,
+                t.namespace.as_deref(),
+                &t.name,
+            )
+            .await?;
+        let params = PatchParams::default();
+        let precondition = p.resource_version.is_some();
+        // One call for both patch types: `Patch::Json` carries its operations
+        // whatever the type parameter, so both fit `Patch<Value>`.
+        let patch: Patch<serde_json::Value> = match p.patch_type {
+            PatchType::Merge => {
+                Patch::Merge(merge_patch(body, p.resource_version.as_deref()).map_err(invalid)?)
+            }
+            PatchType::Json => {
+                Patch::Json(json_patch(body, p.resource_version.as_deref()).map_err(invalid)?)
+            }
+        };
+        let on = PatchOn {
+            plugin,
+            action,
+            cluster: &cluster,
+            target: &target,
+            status: p.status,
+            retry_conflict: !precondition,
+        };
+        let written = self.send_patch(on, &params, &patch).await?;
+        Ok(Written::Object(id, Box::new(written)))
+    }
+
+    pub(super) async fn delete(&self, plugin: &str, d: &DeleteAction) -> Result<Written, Error> {
+        let action = "delete";
+        let t = &d.target;
+        let cluster = self.cluster(plugin, action, &t.cluster, &t.name)?;
+        let id = resource_id(&t.resource);
+        let target = self
+            .target(
+                plugin,
+                action,
+                &cluster,
+                &id,
+                t.namespace.as_deref(),
+                &t.name,
+            )
+            .await?;
+        let params = delete_params(d.uid.as_deref(), d.propagation);
+        let result = self
+            .call(
+                plugin,
+                action,
+                &cluster,
+                &target.describe,
+                d.uid.is_none(),
+                || async { target.api.delete(&target.name, &params).await },
+            )
+            .await;
+        let gone = || Written::Gone {
+            id: id.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+        };
+        match result {
+            // Still there (finalizers, foreground deletion): cache its
+            // deletionTimestamp.
+            Ok(answer) => Ok(match answer.left() {
+                Some(obj) => Written::Object(id.clone(), Box::new(obj)),
+                None => gone(),
+            }),
+            // Already gone: done, not retried.
+            Err(e) if e.status() == Some(404) => Ok(gone()),
+            // The UID precondition failed: the object we meant no longer exists.
+            Err(e) if e.status() == Some(409) && d.uid.is_some() => {
+                debug!(%plugin, object = %target.describe, "delete skipped: the object was replaced (uid mismatch)");
+                Ok(Written::Nothing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) async fn create(&self, plugin: &str, c: &CreateAction) -> Result<Written, Error> {
+        let action = "create";
+        let cluster = self.cluster(plugin, action, &c.cluster, "object")?;
+        let invalid = |reason: String| Error::Invalid {
+            plugin: plugin.to_owned(),
+            action,
+            cluster: c.cluster.clone(),
+            reason,
+        };
+        let (obj, id, ns, name) = parse_object(&c.object).map_err(invalid)?;
+        let obj: DynamicObject =
+            serde_json::from_value(obj).map_err(|e| invalid(format!("not an object: {e}")))?;
+        let target = self
+            .target(plugin, action, &cluster, &id, ns.as_deref(), &name)
+            .await?;
+        let result = self
+            .call(
+                plugin,
+                action,
+                &cluster,
+                &target.describe,
+                false,
+                || async { target.api.create(&PostParams::default(), &obj).await },
+            )
+            .await;
+        match result {
+            Ok(obj) => Ok(Written::Object(id, Box::new(obj))),
+            Err(Error::Api { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists") => {
+                Ok(Written::Nothing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Parse an object of an apply/create action: its JSON, type, namespace, name.
+pub(super) fn parse_object(
+    json: &str,
+) -> Result<(Value, ResourceId, Option<String>, String), String> {
+    let obj: Value = serde_json::from_str(json).map_err(|e| format!("object is not JSON: {e}"))?;
+    let api_version = obj["apiVersion"]
+        .as_str()
+        .ok_or("object has no apiVersion")?;
+    let kind = obj["kind"].as_str().ok_or("object has no kind")?;
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .filter(|n| !n.is_empty())
+        .ok_or("object has no metadata.name")?
+        .to_owned();
+    let namespace = obj["metadata"]["namespace"].as_str().map(str::to_owned);
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g.to_owned(), v.to_owned()),
+        None => (String::new(), api_version.to_owned()),
+    };
+    let id = ResourceId {
+        group,
+        version,
+        kind: kind.to_owned(),
+        plural: String::new(),
+        namespaced: namespace.is_some(),
+    };
+    Ok((obj, id, namespace, name))
+}
+
+/// A merge patch with an optional resourceVersion precondition in its metadata.
+fn merge_patch(mut body: Value, resource_version: Option<&str>) -> Result<Value, String> {
+    let Some(rv) = resource_version else {
+        return Ok(body);
+    };
+    let obj = body
+        .as_object_mut()
+        .ok_or("a merge patch with a resourceVersion precondition must be a JSON object")?;
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    let meta = meta
+        .as_object_mut()
+        .ok_or("metadata of a merge patch must be an object")?;
+    meta.insert("resourceVersion".into(), Value::String(rv.to_owned()));
+    Ok(body)
+}
+
+/// A JSON patch with an optional resourceVersion precondition as a leading `test`.
+fn json_patch(
+    body: Value,
+    resource_version: Option<&str>,
+) -> Result<kube_json_patch::Patch, String> {
+    let mut ops = match body {
+        Value::Array(ops) => ops,
+        _ => return Err("a JSON patch must be an array of operations".into()),
+    };
+    if let Some(rv) = resource_version {
+        ops.insert(
+            0,
+            serde_json::json!({"op": "test", "path": "/metadata/resourceVersion", "value": rv}),
+        );
+    }
+    serde_json::from_value(Value::Array(ops)).map_err(|e| format!("invalid JSON patch: {e}"))
+}
+
+fn delete_params(uid: Option<&str>, propagation: Option<Propagation>) -> DeleteParams {
+    DeleteParams {
+        propagation_policy: propagation.map(|p| match p {
+            Propagation::Background => PropagationPolicy::Background,
+            Propagation::Foreground => PropagationPolicy::Foreground,
+            Propagation::Orphan => PropagationPolicy::Orphan,
+        }),
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_patch_carries_the_resource_version() {
+        let p = merge_patch(json!({"spec": {"a": 1}}), Some("42")).unwrap();
+        assert_eq!(
+            p,
+            json!({"spec": {"a": 1}, "metadata": {"resourceVersion": "42"}})
+        );
+        let p = merge_patch(json!({"metadata": {"labels": {"x": "y"}}}), Some("7")).unwrap();
+        assert_eq!(
+            p,
+            json!({"metadata": {"labels": {"x": "y"}, "resourceVersion": "7"}})
+        );
+        assert_eq!(merge_patch(json!({"a": 1}), None).unwrap(), json!({"a": 1}));
+        assert!(merge_patch(json!([1]), Some("1")).is_err());
+    }
+
+    #[test]
+    fn json_patch_gets_a_leading_test() {
+        let p = json_patch(
+            json!([{"op": "remove", "path": "/metadata/labels/x"}]),
+            Some("9"),
+        )
+        .unwrap();
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(
+            v,
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "9"},
+                {"op": "remove", "path": "/metadata/labels/x"}
+            ])
+        );
+        assert!(json_patch(json!({"op": "add"}), None).is_err());
+        assert!(json_patch(json!([{"op": "frobnicate", "path": "/a"}]), None).is_err());
+    }
+
+    #[test]
+    fn delete_params_carry_uid_and_propagation() {
+        let p = delete_params(Some("u1"), Some(Propagation::Foreground));
+        assert_eq!(p.preconditions.unwrap().uid.as_deref(), Some("u1"));
+        assert!(matches!(
+            p.propagation_policy,
+            Some(PropagationPolicy::Foreground)
+        ));
+        let p = delete_params(None, None);
+        assert!(p.preconditions.is_none() && p.propagation_policy.is_none());
+    }
+
+    #[test]
+    fn objects_name_their_type() {
+        let (_, id, ns, name) = parse_object(
+            r#"{"apiVersion":"batch/v1","kind":"Job","metadata":{"name":"j","namespace":"d"}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (id.group.as_str(), id.version.as_str(), id.kind.as_str()),
+            ("batch", "v1", "Job")
+        );
+        assert_eq!((ns.as_deref(), name.as_str()), (Some("d"), "j"));
+        let (_, id, ns, _) =
+            parse_object(r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"n"}}"#).unwrap();
+        assert_eq!((id.group.as_str(), ns), ("", None));
+        assert!(parse_object(r#"{"apiVersion":"v1","kind":"Node","metadata":{}}"#).is_err());
+        assert!(parse_object("nope").is_err());
+    }
+}
