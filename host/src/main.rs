@@ -25,11 +25,13 @@ enum Command {
     /// Print the least-privilege RBAC (ClusterRole, Role, bindings) the
     /// plugins in DIR and the host need in one cluster.
     Rbac(RbacArgs),
-    /// Print the CRDs every plugin in DIR declares (or write one file per
-    /// CRD plus a kustomization.yaml with --out-dir).
+    /// Print the host's own CRD (the Plugin resource) and the CRDs every
+    /// plugin in DIR declares (or write one file per CRD plus a
+    /// kustomization.yaml with --out-dir).
     Crds {
-        /// Directory of plugin components (`*.wasm`).
-        dir: PathBuf,
+        /// Directory of plugin components (`*.wasm`); without it, only the
+        /// host's own CRD.
+        dir: Option<PathBuf>,
         /// Write `<crd>.yaml` files and `kustomization.yaml` here instead of printing.
         #[arg(long)]
         out_dir: Option<PathBuf>,
@@ -329,6 +331,10 @@ struct RbacArgs {
     /// Leave out read access to kubeconfig Secrets (no Secret cluster provider).
     #[arg(long)]
     no_secret_provider: bool,
+    /// Leave out access to Plugin objects and their pull Secrets (no
+    /// `rekon run --plugin-objects`).
+    #[arg(long)]
+    no_plugin_objects: bool,
     /// Operator permission policy: the RBAC covers only the effective
     /// (declared and allowed) permissions.
     #[arg(long)]
@@ -507,6 +513,7 @@ fn main() -> anyhow::Result<()> {
                 cluster: args.cluster,
                 primary: !args.remote,
                 secret_provider: !args.no_secret_provider,
+                plugin_objects: !args.no_plugin_objects,
             };
             print!(
                 "{}",
@@ -514,7 +521,10 @@ fn main() -> anyhow::Result<()> {
             );
         }
         Command::Crds { dir, out_dir } => {
-            let registrations = rekon::commands::manifests::load_registrations(&dir)?;
+            let registrations = match dir {
+                Some(dir) => rekon::commands::manifests::load_registrations(&dir)?,
+                None => Vec::new(),
+            };
             match out_dir {
                 None => print!("{}", rekon::commands::manifests::crds_yaml(&registrations)?),
                 Some(out) => rekon::commands::manifests::write_crds(&registrations, &out)?,

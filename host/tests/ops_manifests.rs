@@ -108,6 +108,22 @@ fn checked_in_crds_match_rekon_crds() {
     }
 }
 
+#[test]
+fn rekon_crds_prints_the_plugin_crd_without_a_plugin_directory() {
+    let printed = rekon(&["crds"]);
+    let crd: serde_json::Value = serde_yaml::from_str(
+        printed
+            .split("---\n")
+            .find(|d| d.contains("plugins.rekon.dev"))
+            .expect("the Plugin CRD is printed"),
+    )
+    .expect("YAML");
+    assert_eq!(crd["kind"], "CustomResourceDefinition");
+    assert_eq!(crd["metadata"]["name"], "plugins.rekon.dev");
+    assert_eq!(crd["spec"]["scope"], "Cluster");
+    assert_eq!(printed.matches("kind: CustomResourceDefinition").count(), 1);
+}
+
 fn kubectl_available() -> bool {
     Command::new("kubectl")
         .args(["version", "--client"])

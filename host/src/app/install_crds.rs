@@ -1,4 +1,5 @@
-//! `rekon run --install-crds`: server-side apply the CustomResourceDefinitions
+//! `rekon run --install-crds`: server-side apply the host's own CRD (the
+//! `Plugin` resource, in the primary cluster) and the CustomResourceDefinitions
 //! a plugin declares to the clusters its primaries live in, whenever the
 //! plugin loads (or is replaced) and whenever such a cluster is engaged.
 //!
@@ -21,10 +22,11 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::action::Registration;
+use crate::action::{ClusterSet, Registration};
 use crate::cluster::{ClusterEvent, ClusterRegistry};
 use crate::controller::covers;
 use crate::plugin::{LoadedPlugin, PluginRegistry, RegistryEvent};
+use kube::CustomResourceExt;
 
 /// Field manager of CRD applies.
 pub const FIELD_MANAGER: &str = "rekon.crds";
@@ -86,17 +88,25 @@ pub fn crds_of(reg: &Registration) -> Result<Vec<CustomResourceDefinition>, Erro
 /// On the first manifest that does not parse or apply that fails.
 pub async fn install(clusters: &ClusterRegistry, reg: &Registration) -> Result<usize, Error> {
     let crds = crds_of(reg)?;
-    if crds.is_empty() {
-        return Ok(0);
-    }
+    apply_crds(clusters, &reg.name, &crds, &reg.primary_clusters).await
+}
+
+/// Server-side applies `crds` (on behalf of `owner`, for logs and errors)
+/// in every engaged cluster of `set`; how many applies were made.
+async fn apply_crds(
+    clusters: &ClusterRegistry,
+    owner: &str,
+    crds: &[CustomResourceDefinition],
+    set: &ClusterSet,
+) -> Result<usize, Error> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let mut applied = 0;
     for cluster in clusters.all() {
-        if !covers(&reg.primary_clusters, cluster.name(), clusters.primary()) {
+        if !covers(set, cluster.name(), clusters.primary()) {
             continue;
         }
         let api: Api<CustomResourceDefinition> = Api::all(cluster.client());
-        for crd in &crds {
+        for crd in crds {
             let name = crd.metadata.name.clone().unwrap_or_default();
             let mut body = crd.clone();
             body.metadata.managed_fields = None;
@@ -105,16 +115,34 @@ pub async fn install(clusters: &ClusterRegistry, reg: &Registration) -> Result<u
             api.patch(&name, &params, &Patch::Apply(&body))
                 .await
                 .map_err(|source| Error::Apply {
-                    plugin: reg.name.clone(),
+                    plugin: owner.to_owned(),
                     crd: name.clone(),
                     cluster: cluster.name().to_owned(),
                     source: Box::new(source),
                 })?;
-            info!(plugin = %reg.name, crd = %name, cluster = %cluster.name(), "installed CRD");
+            info!(owner = %owner, crd = %name, cluster = %cluster.name(), "installed CRD");
             applied += 1;
         }
     }
     Ok(applied)
+}
+
+/// Installs the host's own CRD (`plugins.rekon.dev`, the Plugin resource)
+/// in the primary cluster, retried with backoff (1 s doubling to 30 s)
+/// until it succeeds.
+pub async fn install_host_crds(clusters: ClusterRegistry) {
+    let crds = [crate::source::plugin_crd::Plugin::crd()];
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match apply_crds(&clusters, "rekon host", &crds, &ClusterSet::Primary).await {
+            Ok(_) => return,
+            Err(e) => {
+                warn!(error = %e, retry_in = ?delay, "failed to install the Plugin CRD; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
 }
 
 /// Installs the CRDs of every loaded plugin, then of every plugin that loads
@@ -126,6 +154,7 @@ pub async fn run(
     plugins: PluginRegistry,
     shutdown: impl Future<Output = ()>,
 ) {
+    let host_crds = tokio::spawn(install_host_crds(clusters.clone()));
     // Subscribe before looking at what is loaded, so nothing slips between.
     let mut plugin_events = plugins.subscribe();
     let mut cluster_events = clusters.subscribe();
@@ -181,6 +210,7 @@ pub async fn run(
         () = events => {}
         () = shutdown => {}
     }
+    host_crds.abort();
     for (_, task) in tasks {
         task.abort();
     }

@@ -159,6 +159,26 @@ pub struct Config {
     pub record: Option<crate::change::record::RecordConfig>,
     /// Run `*.shadow.wasm` versions beside the serving ones (`crate::change::shadow`).
     pub shadow: Option<crate::change::shadow::ShadowConfig>,
+    /// Load the plugins `Plugin` objects in the primary cluster name
+    /// (`rekon run --plugin-objects`), beside the plugin directory.
+    pub plugin_objects: Option<PluginObjectsSource>,
+}
+
+/// Where Plugin objects' modules come from, and how they are followed.
+#[derive(Clone)]
+pub struct PluginObjectsSource {
+    /// The module fetcher (the OCI client in `rekon run`).
+    pub modules: Arc<dyn crate::source::plugin_objects::ModuleSource>,
+    /// Pull-Secret namespace, retries, status period.
+    pub config: crate::source::plugin_objects::PluginObjectsConfig,
+}
+
+impl std::fmt::Debug for PluginObjectsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginObjectsSource")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -182,6 +202,7 @@ impl Config {
             user_agent: cluster::default_user_agent(),
             record: None,
             shadow: None,
+            plugin_objects: None,
         }
     }
 }
@@ -353,6 +374,23 @@ impl App {
         // once this replica no longer writes.
         let (ops_stop_tx, mut ops_stop_rx) = tokio::sync::watch::channel(false);
         let mut fatal = self.ops.fatal();
+        let primary = self.clusters.get(self.clusters.primary());
+        let plugin_objects =
+            self.config
+                .plugin_objects
+                .clone()
+                .zip(primary)
+                .map(|(source, primary)| {
+                    let gate = self.ops.gate();
+                    let objects = crate::source::plugin_objects::PluginObjects::new(
+                        primary.client(),
+                        self.registry.clone(),
+                        source.modules,
+                        Some(gate),
+                        source.config,
+                    );
+                    tokio::spawn(objects.run(stopped()))
+                });
         let ops = tokio::spawn(self.ops.run(
             ops::EngineParts {
                 clusters: self.clusters.clone(),
@@ -379,6 +417,9 @@ impl App {
         let _ = stop_tx.send(true);
         let _ = run.await;
         let _ = probes.await;
+        if let Some(objects) = plugin_objects {
+            let _ = objects.await;
+        }
         let _ = ops_stop_tx.send(true);
         match ops.await {
             Ok(Ok(())) => {}

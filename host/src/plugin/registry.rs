@@ -274,6 +274,70 @@ impl PluginRegistry {
         Ok(())
     }
 
+    /// Loads `bytes` as the content of `origin`, a source other than the
+    /// plugin directory (a Plugin object: `plugins.rekon.dev/NAME.wasm`, or
+    /// `NAME.shadow.wasm` for its shadow), through the same steps as a file:
+    /// compile, check, register, then `accept` (the caller's own conditions:
+    /// a grant, a name), then swap in. On any failure whatever `origin`
+    /// served before keeps serving, and the reason is returned (and logged,
+    /// and announced as [`RegistryEvent::Failed`] once per change). A name
+    /// already served by another origin or file is refused, whichever came
+    /// first keeps it.
+    ///
+    /// Compiles on the calling thread (use `spawn_blocking` from async code).
+    ///
+    /// # Errors
+    /// Why the module does not serve.
+    pub fn apply_module(
+        &self,
+        origin: &Path,
+        bytes: &[u8],
+        accept: impl FnOnce(&LoadedPlugin) -> Result<(), String>,
+    ) -> Result<LoadedPlugin, String> {
+        let digest = hex::encode(Sha256::digest(bytes));
+        let plugin = match self.inner.runtime.load_at(bytes, origin) {
+            Ok(plugin) => plugin,
+            Err(e) => {
+                let error = error_chain(&e);
+                self.record_failure(origin, Some(digest), error.clone(), None);
+                return Err(error);
+            }
+        };
+        if let Err(error) = accept(&plugin) {
+            self.record_failure(origin, Some(digest), error.clone(), None);
+            return Err(error);
+        }
+        self.install(origin, digest, plugin.clone());
+        let state = self.inner.state.lock();
+        match state.files.get(origin) {
+            Some(entry) if entry.serving.as_ref().is_some_and(|p| p.same_load(&plugin)) => {
+                Ok(plugin)
+            }
+            Some(FileEntry {
+                error: Some((error, _)),
+                ..
+            }) => Err(error.clone()),
+            _ => Err(format!("{} was not installed", origin.display())),
+        }
+    }
+
+    /// Forgets `origin` (see [`Self::apply_module`]) and unregisters what it
+    /// served.
+    pub fn remove_module(&self, origin: &Path) {
+        self.remove_file(origin);
+    }
+
+    /// What `origin` serves now, if anything.
+    #[must_use]
+    pub fn serving(&self, origin: &Path) -> Option<LoadedPlugin> {
+        self.inner
+            .state
+            .lock()
+            .files
+            .get(origin)
+            .and_then(|e| e.serving.clone())
+    }
+
     /// Watches `dir` until `shutdown` resolves: new, changed, renamed and
     /// removed `*.wasm` files are (re)loaded or unregistered after a quiet
     /// period. Rescans the directory once the watch is established, so

@@ -753,6 +753,31 @@ impl Metrics {
             .inc();
     }
 
+    /// Shadow reconciles of `plugin` so far, and how many of them diverged
+    /// (every kind but `identical`), as counted by [`Self::shadow_reconciled`].
+    #[must_use]
+    pub fn shadow_counts(&self, plugin: &str) -> (u64, u64) {
+        const KINDS: &[&str] = &[
+            "identical",
+            "actions",
+            "outcome",
+            "error",
+            "timeout",
+            "memory",
+        ];
+        let count = |kind: &str| {
+            self.inner
+                .shadow_reconciles
+                .get_or_create(&PluginKindLabels {
+                    plugin: plugin.to_owned(),
+                    kind: kind.to_owned(),
+                })
+                .get()
+        };
+        let total: u64 = KINDS.iter().map(|k| count(k)).sum();
+        (total, total - count("identical"))
+    }
+
     /// A shadow reconcile of `plugin` was skipped (the shadow queue was full).
     pub fn shadow_dropped(&self, plugin: &str) {
         self.inner

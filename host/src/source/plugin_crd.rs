@@ -1,0 +1,416 @@
+//! The `Plugin` custom resource (`plugins.rekon.dev/v1alpha1`,
+//! cluster-scoped): which plugin runs, from which OCI artifact, with which
+//! settings and which granted permissions, and (optionally) which candidate
+//! version runs beside it as a shadow.
+//!
+//! ```yaml
+//! apiVersion: rekon.dev/v1alpha1
+//! kind: Plugin
+//! metadata:
+//!   name: nodepool
+//! spec:
+//!   module: registry.example.com/rekon/nodepool:1.2.0
+//!   digest: sha256:4f1c…            # optional: refuse anything else
+//!   pullPolicy: IfNotPresent
+//!   pullSecret: registry-credentials  # kubernetes.io/dockerconfigjson, host namespace
+//!   permissions:                     # the grant: what `rekon plugin inspect` prints
+//!     - resource: {apiVersion: v1, kind: Node, scope: Cluster}
+//!       verbs: [get, list, watch, patch]
+//!       clusters: Primary
+//!   shadow:
+//!     module: registry.example.com/rekon/nodepool:1.3.0-rc.1
+//! ```
+//!
+//! Field names fixed by the issue that introduced the resource (users'
+//! manifests and tools rely on them): `spec.module`, `spec.settings`,
+//! `spec.shadow.module`, `status.shadow.divergences`, a `Ready` condition.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::action::{ClusterSet, Permission, Resource, Scope};
+
+/// The API group of the `Plugin` resource.
+pub const GROUP: &str = "rekon.dev";
+/// Condition: the module (and shadow) were fetched and verified.
+pub const FETCHED: &str = "Fetched";
+/// Condition: the module serves (loaded, registered, within its grant).
+pub const READY: &str = "Ready";
+/// Condition: something is wrong while an older version may keep serving.
+pub const DEGRADED: &str = "Degraded";
+
+/// Which plugin runs, from where, with what settings and permissions.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "rekon.dev",
+    version = "v1alpha1",
+    kind = "Plugin",
+    plural = "plugins",
+    status = "PluginObjectStatus",
+    printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
+    printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.digest","priority":1}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Divergences","type":"integer","jsonPath":".status.shadow.divergences"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginSpec {
+    /// OCI reference of the module: `registry/repository:tag` or
+    /// `registry/repository@sha256:…` (a CNCF wasm artifact).
+    pub module: String,
+    /// Expected manifest digest (`sha256:…`): anything else is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `IfNotPresent` (default: a digest already in the host's cache is not
+    /// pulled again) or `Always` (tags are resolved on every change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_policy: Option<PullPolicy>,
+    /// A `kubernetes.io/dockerconfigjson` Secret in the host's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<String>,
+    /// Free-form settings handed to the plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub settings: Option<Value>,
+    /// The permissions the operator grants (the shape `rekon plugin
+    /// inspect` prints). A module that declares more is refused.
+    #[serde(default)]
+    pub permissions: Vec<GrantedPermission>,
+    /// A candidate version that runs beside the serving one and writes
+    /// nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowSpec>,
+    /// Stop reconciling without unloading (finalizers stay).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspend: bool,
+}
+
+/// When a module is pulled.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PullPolicy {
+    /// Pull unless the digest is in the cache (default).
+    #[default]
+    IfNotPresent,
+    /// Resolve the reference on every change of the Plugin.
+    Always,
+}
+
+/// A shadow (candidate) version.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowSpec {
+    /// OCI reference of the candidate module.
+    pub module: String,
+    /// Expected manifest digest of the candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The candidate's settings (the serving version's when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form")]
+    pub settings: Option<Value>,
+}
+
+/// A granted permission, as `rekon plugin inspect` prints one.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantedPermission {
+    /// The resource type.
+    pub resource: GrantedResource,
+    /// RBAC verbs (`*`: any).
+    pub verbs: Vec<String>,
+    /// `[status]` to extend the verbs to the status subresource.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subresources: Vec<String>,
+    /// `Primary`, `All`, `Others`, or a list of cluster names.
+    #[schemars(schema_with = "free_form")]
+    pub clusters: Value,
+}
+
+/// A resource type of a grant.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrantedResource {
+    /// `group/version` or `version` (the version is not compared).
+    pub api_version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural (optional).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub plural: String,
+    /// `Namespaced` or `Cluster` (informational).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// What the host reports about a Plugin.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginObjectStatus {
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Manifest digest of the module serving now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The plugin version serving (its registration's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The shadow's digest and counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowStatus>,
+    /// `Fetched`, `Ready`, `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The shadow version's standing.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowStatus {
+    /// Manifest digest of the candidate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Reconciles the candidate ran beside the serving version.
+    #[serde(default)]
+    pub reconciles: u64,
+    /// Of those, how many decided differently.
+    #[serde(default)]
+    pub divergences: u64,
+}
+
+fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
+}
+
+impl GrantedPermission {
+    /// The grant as a permission of the vocabulary.
+    ///
+    /// # Errors
+    /// A cluster set that is neither a keyword nor a list of names.
+    pub fn to_permission(&self) -> Result<Permission, String> {
+        let (group, version) = match self.resource.api_version.split_once('/') {
+            Some((g, v)) => (g.to_owned(), v.to_owned()),
+            None => (String::new(), self.resource.api_version.clone()),
+        };
+        let clusters = match &self.clusters {
+            Value::String(s) if s == "Primary" => ClusterSet::Primary,
+            Value::String(s) if s == "All" => ClusterSet::All,
+            Value::String(s) if s == "Others" => ClusterSet::Others,
+            Value::Array(names) => ClusterSet::Named(
+                names
+                    .iter()
+                    .map(|n| {
+                        n.as_str()
+                            .map(str::to_owned)
+                            .ok_or_else(|| format!("cluster name {n} is not a string"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => {
+                return Err(format!(
+                    "clusters must be Primary, All, Others or a list of names, not {other}"
+                ));
+            }
+        };
+        Ok(Permission {
+            resource: Resource {
+                group,
+                version,
+                kind: self.resource.kind.clone(),
+                plural: self.resource.plural.clone(),
+                scope: match self.resource.scope.as_deref() {
+                    Some("Cluster") => Scope::Cluster,
+                    _ => Scope::Namespaced,
+                },
+            },
+            verbs: self.verbs.clone(),
+            status: self.subresources.iter().any(|s| s == "status"),
+            clusters,
+        })
+    }
+}
+
+/// What of `declared` the grant does not cover, one line each (empty: all
+/// covered). A declared verb is covered by a granted permission on the same
+/// resource type (group and kind) with that verb (or `*`), the status
+/// subresource when declared, and a cluster set that contains the declared
+/// one.
+#[must_use]
+pub fn exceeding(declared: &[Permission], grant: &[Permission]) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in declared {
+        for verb in &p.verbs {
+            let covered = grant.iter().any(|g| {
+                crate::action::resource::same_resource(&g.resource, &p.resource)
+                    && g.verbs.iter().any(|v| v == verb || v == "*")
+                    && (!p.status || g.status)
+                    && set_contains(&g.clusters, &p.clusters)
+            });
+            if !covered {
+                let status = if p.status { " (and its status)" } else { "" };
+                out.push(format!(
+                    "{verb} on {}{status} in {}",
+                    crate::action::describe_resource(&p.resource),
+                    describe_set(&p.clusters)
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether every cluster `inner` can name is in `outer`, whatever clusters
+/// are engaged.
+fn set_contains(outer: &ClusterSet, inner: &ClusterSet) -> bool {
+    match (outer, inner) {
+        (ClusterSet::All, _) => true,
+        (ClusterSet::Primary, ClusterSet::Primary) | (ClusterSet::Others, ClusterSet::Others) => {
+            true
+        }
+        (ClusterSet::Named(o), ClusterSet::Named(i)) => i.iter().all(|n| o.contains(n)),
+        _ => false,
+    }
+}
+
+fn describe_set(set: &ClusterSet) -> String {
+    match set {
+        ClusterSet::Primary => "the primary cluster".to_owned(),
+        ClusterSet::All => "every cluster".to_owned(),
+        ClusterSet::Others => "every cluster but the primary".to_owned(),
+        ClusterSet::Named(n) => format!("clusters {}", n.join(", ")),
+    }
+}
+
+/// The conditions of a status, by type.
+#[must_use]
+pub fn condition<'a>(status: &'a PluginObjectStatus, kind: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    fn perm(kind: &str, verbs: &[&str], status: bool, clusters: ClusterSet) -> Permission {
+        Permission {
+            resource: Resource {
+                group: String::new(),
+                version: "v1".into(),
+                kind: kind.into(),
+                plural: String::new(),
+                scope: Scope::Cluster,
+            },
+            verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+            status,
+            clusters,
+        }
+    }
+
+    #[test]
+    fn the_crd_has_the_fixed_names() {
+        let crd = serde_json::to_value(Plugin::crd()).unwrap();
+        assert_eq!(crd["metadata"]["name"], "plugins.rekon.dev");
+        assert_eq!(crd["spec"]["scope"], "Cluster");
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["name"], "v1alpha1");
+        let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        for field in ["module", "settings", "shadow", "permissions", "suspend"] {
+            assert!(spec.get(field).is_some(), "spec.{field} missing: {spec}");
+        }
+        assert!(spec["shadow"]["properties"].get("module").is_some());
+        let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+        assert!(status["shadow"]["properties"].get("divergences").is_some());
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(columns, ["Module", "Digest", "Ready", "Divergences", "Age"]);
+    }
+
+    #[test]
+    fn grants_parse_from_the_inspect_shape() {
+        let g: GrantedPermission = serde_json::from_value(serde_json::json!({
+            "resource": {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "scope": "Cluster"},
+            "verbs": ["get", "patch"],
+            "subresources": ["status"],
+            "clusters": ["main", "edge"],
+        }))
+        .unwrap();
+        let p = g.to_permission().unwrap();
+        assert_eq!(p.resource.group, "node.k8s.io");
+        assert!(p.status);
+        assert_eq!(
+            p.clusters,
+            ClusterSet::Named(vec!["main".into(), "edge".into()])
+        );
+        let bad = GrantedPermission {
+            clusters: serde_json::json!(3),
+            ..g
+        };
+        assert!(bad.to_permission().is_err());
+    }
+
+    #[test]
+    fn a_grant_covers_only_what_it_names() {
+        let grant = vec![
+            perm(
+                "Node",
+                &["get", "list", "watch", "patch"],
+                false,
+                ClusterSet::Primary,
+            ),
+            perm("ConfigMap", &["*"], true, ClusterSet::All),
+        ];
+        assert!(
+            exceeding(
+                &[perm("Node", &["patch"], false, ClusterSet::Primary)],
+                &grant
+            )
+            .is_empty()
+        );
+        assert!(
+            exceeding(
+                &[perm("ConfigMap", &["delete"], true, ClusterSet::Others)],
+                &grant
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            exceeding(
+                &[perm(
+                    "Node",
+                    &["patch", "delete"],
+                    false,
+                    ClusterSet::Primary
+                )],
+                &grant
+            ),
+            ["delete on Node in the primary cluster"]
+        );
+        assert_eq!(
+            exceeding(
+                &[perm("Node", &["patch"], true, ClusterSet::Primary)],
+                &grant
+            ),
+            ["patch on Node (and its status) in the primary cluster"]
+        );
+        assert_eq!(
+            exceeding(&[perm("Node", &["get"], false, ClusterSet::All)], &grant),
+            ["get on Node in every cluster"]
+        );
+        assert_eq!(
+            exceeding(
+                &[perm("Secret", &["get"], false, ClusterSet::Primary)],
+                &grant
+            ),
+            ["get on Secret in the primary cluster"]
+        );
+    }
+}

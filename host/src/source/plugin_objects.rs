@@ -1,0 +1,797 @@
+//! Plugins from `Plugin` objects in the primary cluster (`rekon run
+//! --plugin-objects`): each object names a module by OCI reference; the
+//! module is fetched, verified, loaded and checked against the grant, then
+//! swapped in through the plugin registry like a changed file; the object's
+//! status says what serves and what went wrong.
+//!
+//! # Per object (level-based)
+//!
+//! 1. The watch delivers the object; a spec that already serves (same
+//!    generation applied) only refreshes the status.
+//! 2. The module is fetched ([`ModuleSource`]: the OCI fetcher, digest
+//!    verified before anything is compiled). A failure sets `Fetched=False`
+//!    with the fetcher's reason and is retried with backoff (1 s doubling
+//!    to 5 min); whatever served keeps serving (`Degraded=True`).
+//! 3. The module is loaded under the origin `plugins.rekon.dev/NAME.wasm`
+//!    ([`crate::plugin::PluginRegistry::apply_module`]): compiled, checked
+//!    against the contract, registered, then accepted only if its
+//!    registration names the object (`NameMismatch`) and declares nothing
+//!    beyond the granted `spec.permissions` (`PermissionsExceedGrant`,
+//!    naming what exceeds). A module from a registry never widens its own
+//!    powers. A name the plugin directory already serves is refused
+//!    (`NameConflict`), and the other way round: whichever came first keeps
+//!    it, loudly.
+//! 4. `spec.shadow.module` goes through the same steps under
+//!    `plugins.rekon.dev/NAME.shadow.wasm`: it runs beside the serving
+//!    version (when `rekon run` shadows) and writes nothing; the status
+//!    counts its reconciles and divergences.
+//! 5. Deleting the object unloads its plugin (finalizers stay on its
+//!    primaries; `rekon plugin release` frees them).
+//!
+//! Only the replica whose gate is open (the leader) writes statuses; every
+//! replica loads what the objects say.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, watcher};
+use parking_lot::Mutex;
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use super::plugin_crd::{
+    DEGRADED, FETCHED, Plugin, PluginObjectStatus, PluginSpec, PullPolicy, READY, ShadowStatus,
+    exceeding,
+};
+use crate::action::Permission;
+use crate::lease::LeaderGate;
+use crate::plugin::{LoadedPlugin, PluginRegistry};
+use crate::telemetry::metrics::Metrics;
+
+/// What a module fetch is asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchRequest {
+    /// OCI reference.
+    pub reference: String,
+    /// Expected manifest digest, if pinned.
+    pub digest: Option<String>,
+    /// Resolve the reference again even if the cache has it.
+    pub always: bool,
+    /// `.dockerconfigjson` of the pull Secret, if any.
+    pub docker_config: Option<Vec<u8>>,
+}
+
+/// A fetched, verified module.
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// Manifest digest (`sha256:…`), what the status records.
+    pub digest: String,
+    /// The component's bytes.
+    pub bytes: Arc<[u8]>,
+    /// Served from the host's disk cache (nothing pulled).
+    pub from_cache: bool,
+}
+
+/// Why a fetch failed: a condition reason (`RegistryUnreachable`,
+/// `DigestMismatch`, …) and a message naming the reference.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct FetchFailure {
+    /// CamelCase condition reason.
+    pub reason: String,
+    /// For humans.
+    pub message: String,
+}
+
+/// Where modules come from: the OCI fetcher in production.
+pub trait ModuleSource: Send + Sync + 'static {
+    /// Fetch and verify one module.
+    fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>>;
+}
+
+/// Settings of the Plugin-object source.
+#[derive(Clone, Debug)]
+pub struct PluginObjectsConfig {
+    /// Namespace of pull Secrets (the host's own).
+    pub namespace: String,
+    /// Longest wait between retries of a failed fetch.
+    pub max_backoff: Duration,
+    /// How often shadow counts are written to the status.
+    pub status_period: Duration,
+    /// Field manager of the status writes.
+    pub field_manager: String,
+}
+
+impl PluginObjectsConfig {
+    /// Defaults, pull Secrets in `namespace`.
+    #[must_use]
+    pub fn new(namespace: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            max_backoff: Duration::from_secs(300),
+            status_period: Duration::from_secs(10),
+            field_manager: "rekon.dev/host".to_owned(),
+        }
+    }
+}
+
+/// The origin a Plugin object's module is registered under.
+#[must_use]
+pub fn origin(name: &str) -> PathBuf {
+    PathBuf::from(format!("plugins.rekon.dev/{name}.wasm"))
+}
+
+/// The origin of a Plugin object's shadow module.
+#[must_use]
+pub fn shadow_origin(name: &str) -> PathBuf {
+    PathBuf::from(format!("plugins.rekon.dev/{name}.shadow.wasm"))
+}
+
+/// Follows the Plugin objects of the primary cluster. Cheap to clone.
+#[derive(Clone)]
+pub struct PluginObjects {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    api: Api<Plugin>,
+    secrets: Api<Secret>,
+    registry: PluginRegistry,
+    source: Arc<dyn ModuleSource>,
+    status_gate: Option<LeaderGate>,
+    config: PluginObjectsConfig,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+#[derive(Default)]
+struct Entry {
+    latest: Option<Arc<Plugin>>,
+    /// The spec (and generation) that serves, once one did.
+    applied: Option<(Option<i64>, PluginSpec)>,
+    running: bool,
+    dirty: bool,
+    failures: u32,
+    retry_at: Option<Instant>,
+    /// Last status written (to skip identical writes).
+    written: Option<PluginObjectStatus>,
+}
+
+/// What one pass over an object ended with.
+struct Pass {
+    status: PluginObjectStatus,
+    /// Retry after a transient failure (a fetch).
+    retry: bool,
+}
+
+impl std::fmt::Debug for PluginObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginObjects")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PluginObjects {
+    /// Plugin objects read through `client` (the primary cluster's), their
+    /// modules from `source`, loaded into `registry`. Statuses are written
+    /// only while `status_gate` is open (`None`: always).
+    #[must_use]
+    pub fn new(
+        client: kube::Client,
+        registry: PluginRegistry,
+        source: Arc<dyn ModuleSource>,
+        status_gate: Option<LeaderGate>,
+        config: PluginObjectsConfig,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                api: Api::all(client.clone()),
+                secrets: Api::namespaced(client, &config.namespace),
+                registry,
+                source,
+                status_gate,
+                config,
+                entries: Mutex::default(),
+            }),
+        }
+    }
+
+    /// Follow the Plugin objects until `shutdown` resolves.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) {
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(String, Pass)>();
+        let mut events = watcher(self.inner.api.clone(), watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut refresh = tokio::time::interval(self.inner.config.status_period);
+        tokio::pin!(shutdown);
+        info!("following Plugin objects (plugins.rekon.dev) in the primary cluster");
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                event = events.next() => match event {
+                    None => break,
+                    Some(Ok(event)) => self.on_event(event, &mut seen, &done_tx),
+                    Some(Err(e)) => warn!(error = %e, "watch of Plugin objects failed; retrying"),
+                },
+                Some((name, pass)) = done_rx.recv() => self.finished(&name, pass, &done_tx).await,
+                _ = tick.tick() => self.retry_due(&done_tx),
+                _ = refresh.tick() => self.refresh_shadow_counts().await,
+            }
+        }
+        debug!("stopped following Plugin objects");
+    }
+
+    fn on_event(
+        &self,
+        event: watcher::Event<Plugin>,
+        seen: &mut BTreeSet<String>,
+        done: &mpsc::UnboundedSender<(String, Pass)>,
+    ) {
+        match event {
+            watcher::Event::Init => seen.clear(),
+            watcher::Event::InitApply(obj) => {
+                seen.insert(obj.name_any());
+                self.changed(obj, done);
+            }
+            watcher::Event::Apply(obj) => self.changed(obj, done),
+            watcher::Event::InitDone => {
+                let gone: Vec<String> = self
+                    .inner
+                    .entries
+                    .lock()
+                    .keys()
+                    .filter(|n| !seen.contains(*n))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    self.deleted(&name);
+                }
+            }
+            watcher::Event::Delete(obj) => self.deleted(&obj.name_any()),
+        }
+    }
+
+    fn changed(&self, obj: Plugin, done: &mpsc::UnboundedSender<(String, Pass)>) {
+        let name = obj.name_any();
+        {
+            let mut entries = self.inner.entries.lock();
+            let entry = entries.entry(name.clone()).or_default();
+            entry.latest = Some(Arc::new(obj));
+            entry.retry_at = None;
+        }
+        self.trigger(&name, done);
+    }
+
+    fn deleted(&self, name: &str) {
+        if self.inner.entries.lock().remove(name).is_none() {
+            return;
+        }
+        info!(plugin = %name, "Plugin object deleted: unloading its plugin (finalizers stay on its objects)");
+        self.inner.registry.remove_module(&origin(name));
+        self.inner.registry.remove_module(&shadow_origin(name));
+    }
+
+    fn trigger(&self, name: &str, done: &mpsc::UnboundedSender<(String, Pass)>) {
+        let obj = {
+            let mut entries = self.inner.entries.lock();
+            let Some(entry) = entries.get_mut(name) else {
+                return;
+            };
+            if entry.running {
+                entry.dirty = true;
+                return;
+            }
+            let Some(obj) = entry.latest.clone() else {
+                return;
+            };
+            entry.running = true;
+            entry.dirty = false;
+            obj
+        };
+        let this = self.clone();
+        let done = done.clone();
+        let name = name.to_owned();
+        tokio::spawn(async move {
+            let pass = this.pass(&obj).await;
+            let _ = done.send((name, pass));
+        });
+    }
+
+    async fn finished(&self, name: &str, pass: Pass, done: &mpsc::UnboundedSender<(String, Pass)>) {
+        let (obj, rerun) = {
+            let mut entries = self.inner.entries.lock();
+            let Some(entry) = entries.get_mut(name) else {
+                return;
+            };
+            entry.running = false;
+            if pass.retry {
+                entry.failures += 1;
+                let wait = Duration::from_secs(1)
+                    .saturating_mul(1 << entry.failures.min(16))
+                    .min(self.inner.config.max_backoff);
+                entry.retry_at = Some(Instant::now() + wait);
+                debug!(plugin = %name, ?wait, "Plugin object will be tried again");
+            } else {
+                entry.failures = 0;
+                entry.retry_at = None;
+            }
+            (entry.latest.clone(), entry.dirty)
+        };
+        if let Some(obj) = obj {
+            self.write_status(&obj, pass.status).await;
+        }
+        if rerun {
+            self.trigger(name, done);
+        }
+    }
+
+    fn retry_due(&self, done: &mpsc::UnboundedSender<(String, Pass)>) {
+        let now = Instant::now();
+        let due: Vec<String> = self
+            .inner
+            .entries
+            .lock()
+            .iter()
+            .filter(|(_, e)| !e.running && e.retry_at.is_some_and(|t| t <= now))
+            .map(|(n, _)| n.clone())
+            .collect();
+        for name in due {
+            if let Some(e) = self.inner.entries.lock().get_mut(&name) {
+                e.retry_at = None;
+                // Force a new attempt of the same spec.
+                e.applied = None;
+            }
+            self.trigger(&name, done);
+        }
+    }
+
+    /// One pass over an object: fetch, load, accept, swap; the status it
+    /// leads to.
+    async fn pass(&self, obj: &Plugin) -> Pass {
+        let name = obj.name_any();
+        let generation = obj.metadata.generation;
+        let spec = &obj.spec;
+        let mut status = PluginObjectStatus {
+            observed_generation: generation,
+            ..obj.status.clone().unwrap_or_default()
+        };
+        let already = self
+            .inner
+            .entries
+            .lock()
+            .get(&name)
+            .and_then(|e| e.applied.clone())
+            .is_some_and(|(g, s)| g == generation && s == *spec);
+        let serving = self.inner.registry.serving(&origin(&name));
+        if already && serving.is_some() {
+            return Pass {
+                status,
+                retry: false,
+            };
+        }
+        let keeps = |serving: &Option<LoadedPlugin>| match serving {
+            Some(p) => format!("; version {} keeps serving", p.version()),
+            None => String::new(),
+        };
+        if spec.suspend {
+            // Unloading stops every reconcile; the finalizers stay on the
+            // objects and the compiled module stays cached, so resuming is a
+            // reload that requeues every primary.
+            self.inner.registry.remove_module(&origin(&name));
+            self.inner.registry.remove_module(&shadow_origin(&name));
+            set(
+                &mut status,
+                READY,
+                false,
+                "Suspended",
+                "spec.suspend is set: nothing is reconciled; finalizers stay",
+            );
+            set(
+                &mut status,
+                DEGRADED,
+                false,
+                "Suspended",
+                "suspended on request",
+            );
+            self.mark_applied(&name, generation, spec);
+            return Pass {
+                status,
+                retry: false,
+            };
+        }
+        if spec.settings.is_some() || spec.shadow.as_ref().is_some_and(|s| s.settings.is_some()) {
+            let message = format!(
+                "spec.settings is not supported by this host yet (contract {}): refusing rather than running the plugin without them{}",
+                crate::plugin::CONTRACT_VERSION,
+                keeps(&serving)
+            );
+            return refused(status, &serving, "SettingsUnsupported", message, false);
+        }
+        let grant = match spec
+            .permissions
+            .iter()
+            .map(super::plugin_crd::GrantedPermission::to_permission)
+            .collect::<Result<Vec<Permission>, String>>()
+        {
+            Ok(grant) => grant,
+            Err(e) => {
+                let message = format!("spec.permissions: {e}{}", keeps(&serving));
+                return refused(status, &serving, "InvalidGrant", message, false);
+            }
+        };
+        // The serving module.
+        let module = match self.fetch(&spec.module, spec.digest.as_deref(), spec).await {
+            Ok(m) => m,
+            Err(f) => {
+                set(&mut status, FETCHED, false, &f.reason, &f.message);
+                let message = format!("{}{}", f.message, keeps(&serving));
+                return refused(status, &serving, &f.reason, message, true);
+            }
+        };
+        set(
+            &mut status,
+            FETCHED,
+            true,
+            "Fetched",
+            &format!(
+                "{} ({}){}",
+                spec.module,
+                module.digest,
+                if module.from_cache {
+                    ", from the cache"
+                } else {
+                    ""
+                }
+            ),
+        );
+        let loaded = match self.load(&name, &origin(&name), &module, &grant).await {
+            Ok(p) => p,
+            Err((reason, message)) => {
+                let serving = self.inner.registry.serving(&origin(&name));
+                let message = format!("{message}{}", keeps(&serving));
+                return refused(status, &serving, reason, message, false);
+            }
+        };
+        status.digest = Some(module.digest.clone());
+        status.version = Some(loaded.version().to_owned());
+        // The shadow, if any.
+        match &spec.shadow {
+            None => {
+                self.inner.registry.remove_module(&shadow_origin(&name));
+                status.shadow = None;
+            }
+            Some(shadow) => {
+                let outcome = match self
+                    .fetch(&shadow.module, shadow.digest.as_deref(), spec)
+                    .await
+                {
+                    Err(f) => Err((f.reason.clone(), format!("shadow: {}", f.message), true)),
+                    Ok(m) => self
+                        .load(&name, &shadow_origin(&name), &m, &grant)
+                        .await
+                        .map(|_| m.digest)
+                        .map_err(|(r, msg)| (r.to_owned(), format!("shadow: {msg}"), false)),
+                };
+                match outcome {
+                    Ok(digest) => {
+                        let (reconciles, divergences) = Metrics::global().shadow_counts(&name);
+                        status.shadow = Some(ShadowStatus {
+                            digest: Some(digest),
+                            reconciles,
+                            divergences,
+                        });
+                    }
+                    Err((reason, message, retry)) => {
+                        set(
+                            &mut status,
+                            READY,
+                            true,
+                            "Serving",
+                            &serving_message(&loaded, &module),
+                        );
+                        set(&mut status, DEGRADED, true, &reason, &message);
+                        return Pass { status, retry };
+                    }
+                }
+            }
+        }
+        set(
+            &mut status,
+            READY,
+            true,
+            "Serving",
+            &serving_message(&loaded, &module),
+        );
+        set(
+            &mut status,
+            DEGRADED,
+            false,
+            "Serving",
+            "the desired version serves",
+        );
+        self.mark_applied(&name, generation, spec);
+        Pass {
+            status,
+            retry: false,
+        }
+    }
+
+    fn mark_applied(&self, name: &str, generation: Option<i64>, spec: &PluginSpec) {
+        if let Some(e) = self.inner.entries.lock().get_mut(name) {
+            e.applied = Some((generation, spec.clone()));
+        }
+    }
+
+    async fn fetch(
+        &self,
+        reference: &str,
+        digest: Option<&str>,
+        spec: &PluginSpec,
+    ) -> Result<Module, FetchFailure> {
+        let docker_config = match &spec.pull_secret {
+            None => None,
+            Some(secret) => Some(self.pull_secret(secret).await?),
+        };
+        self.inner
+            .source
+            .fetch(FetchRequest {
+                reference: reference.to_owned(),
+                digest: digest.map(str::to_owned),
+                always: spec.pull_policy == Some(PullPolicy::Always),
+                docker_config,
+            })
+            .await
+    }
+
+    async fn pull_secret(&self, name: &str) -> Result<Vec<u8>, FetchFailure> {
+        let fail = |message: String| FetchFailure {
+            reason: "PullSecretUnavailable".to_owned(),
+            message,
+        };
+        let ns = &self.inner.config.namespace;
+        let secret = self
+            .inner
+            .secrets
+            .get_opt(name)
+            .await
+            .map_err(|e| fail(format!("failed to read pull Secret {ns}/{name}: {e}")))?
+            .ok_or_else(|| fail(format!("pull Secret {ns}/{name} does not exist")))?;
+        if secret.type_.as_deref() != Some("kubernetes.io/dockerconfigjson") {
+            return Err(fail(format!(
+                "pull Secret {ns}/{name} is of type {}, not kubernetes.io/dockerconfigjson",
+                secret.type_.as_deref().unwrap_or("Opaque")
+            )));
+        }
+        secret
+            .data
+            .and_then(|d| d.get(".dockerconfigjson").map(|b| b.0.clone()))
+            .ok_or_else(|| fail(format!("pull Secret {ns}/{name} has no .dockerconfigjson")))
+    }
+
+    /// Compile, register and accept `module` under `origin` (blocking pool).
+    async fn load(
+        &self,
+        name: &str,
+        origin: &std::path::Path,
+        module: &Module,
+        grant: &[Permission],
+    ) -> Result<LoadedPlugin, (&'static str, String)> {
+        let registry = self.inner.registry.clone();
+        let origin = origin.to_path_buf();
+        let bytes = Arc::clone(&module.bytes);
+        let name = name.to_owned();
+        let grant = grant.to_vec();
+        let reason: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("LoadFailed"));
+        let why = Arc::clone(&reason);
+        let result = tokio::task::spawn_blocking(move || {
+            registry.apply_module(&origin, &bytes, |plugin| {
+                if plugin.name() != name {
+                    *why.lock() = "NameMismatch";
+                    return Err(format!(
+                        "the module registers plugin {:?}; a Plugin object serves the plugin it is named after ({name:?})",
+                        plugin.name()
+                    ));
+                }
+                let exceeds = exceeding(&plugin.registration().permissions, &grant);
+                if !exceeds.is_empty() {
+                    *why.lock() = "PermissionsExceedGrant";
+                    return Err(format!(
+                        "the module declares more than spec.permissions grants: {}",
+                        exceeds.join("; ")
+                    ));
+                }
+                Ok(())
+            })
+        })
+        .await
+        .map_err(|e| ("LoadFailed", format!("the load task failed: {e}")))?;
+        result.map_err(|message| {
+            let reason = match *reason.lock() {
+                "LoadFailed" if message.contains("is already served by") => "NameConflict",
+                r => r,
+            };
+            (reason, message)
+        })
+    }
+
+    async fn write_status(&self, obj: &Plugin, status: PluginObjectStatus) {
+        let name = obj.name_any();
+        if self
+            .inner
+            .status_gate
+            .as_ref()
+            .is_some_and(|g| !g.is_leader())
+        {
+            return;
+        }
+        let unchanged = self
+            .inner
+            .entries
+            .lock()
+            .get(&name)
+            .and_then(|e| e.written.as_ref())
+            .is_some_and(|w| *w == status);
+        if unchanged || obj.status.as_ref() == Some(&status) {
+            return;
+        }
+        let patch = Patch::Merge(json!({ "status": status }));
+        let params = PatchParams::default();
+        match self.inner.api.patch_status(&name, &params, &patch).await {
+            Ok(_) => {
+                if let Some(e) = self.inner.entries.lock().get_mut(&name) {
+                    e.written = Some(status);
+                }
+            }
+            Err(e) => {
+                warn!(plugin = %name, error = %e, "failed to write the status of a Plugin object")
+            }
+        }
+    }
+
+    /// Writes the shadow counts of every object with a serving shadow.
+    async fn refresh_shadow_counts(&self) {
+        let objects: Vec<Arc<Plugin>> = self
+            .inner
+            .entries
+            .lock()
+            .values()
+            .filter(|e| !e.running)
+            .filter_map(|e| e.latest.clone())
+            .filter(|o| o.spec.shadow.is_some())
+            .collect();
+        for obj in objects {
+            let name = obj.name_any();
+            let Some(mut status) = self
+                .inner
+                .entries
+                .lock()
+                .get(&name)
+                .and_then(|e| e.written.clone().or_else(|| obj.status.clone()))
+            else {
+                continue;
+            };
+            let Some(shadow) = status.shadow.as_mut() else {
+                continue;
+            };
+            let (reconciles, divergences) = Metrics::global().shadow_counts(&name);
+            if (shadow.reconciles, shadow.divergences) == (reconciles, divergences) {
+                continue;
+            }
+            shadow.reconciles = reconciles;
+            shadow.divergences = divergences;
+            self.write_status(&obj, status).await;
+        }
+    }
+}
+
+fn serving_message(plugin: &LoadedPlugin, module: &Module) -> String {
+    format!(
+        "plugin {} version {} ({}) serves",
+        plugin.name(),
+        plugin.version(),
+        module.digest
+    )
+}
+
+/// A pass that did not make the desired version serve: `Ready` says
+/// whether something older still serves, `Degraded` why the desired one
+/// does not.
+fn refused(
+    mut status: PluginObjectStatus,
+    serving: &Option<LoadedPlugin>,
+    reason: &str,
+    message: String,
+    retry: bool,
+) -> Pass {
+    match serving {
+        Some(p) => set(
+            &mut status,
+            READY,
+            true,
+            "Serving",
+            &format!("an earlier version ({}) serves", p.version()),
+        ),
+        None => set(&mut status, READY, false, reason, &message),
+    }
+    set(&mut status, DEGRADED, true, reason, &message);
+    Pass { status, retry }
+}
+
+/// Sets a condition, keeping its transition time when its status did not
+/// change.
+fn set(status: &mut PluginObjectStatus, kind: &str, value: bool, reason: &str, message: &str) {
+    let value = if value { "True" } else { "False" };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let previous = status.conditions.iter().position(|c| c.type_ == kind);
+    let transition = previous
+        .map(|i| &status.conditions[i])
+        .filter(|c| c.status == value)
+        .map_or(now, |c| c.last_transition_time.clone());
+    let condition = Condition {
+        type_: kind.to_owned(),
+        status: value.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        observed_generation: status.observed_generation,
+        last_transition_time: transition,
+    };
+    match previous {
+        Some(i) => status.conditions[i] = condition,
+        None => status.conditions.push(condition),
+    }
+    // A stable order, whatever order they were first set in.
+    let order: BTreeMap<&str, usize> = [(FETCHED, 0), (READY, 1), (DEGRADED, 2)].into();
+    status
+        .conditions
+        .sort_by_key(|c| order.get(c.type_.as_str()).copied().unwrap_or(usize::MAX));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_keep_their_transition_time_and_order() {
+        let mut status = PluginObjectStatus::default();
+        set(&mut status, READY, true, "Serving", "a");
+        set(&mut status, FETCHED, true, "Fetched", "b");
+        let first = status.conditions[1].last_transition_time.clone();
+        std::thread::sleep(Duration::from_millis(5));
+        set(&mut status, READY, true, "Serving", "c");
+        assert_eq!(status.conditions[1].last_transition_time, first);
+        assert_eq!(status.conditions[1].message, "c");
+        assert_eq!(
+            status
+                .conditions
+                .iter()
+                .map(|c| c.type_.as_str())
+                .collect::<Vec<_>>(),
+            [FETCHED, READY]
+        );
+        set(&mut status, READY, false, "LoadFailed", "d");
+        assert_ne!(status.conditions[1].last_transition_time, first);
+    }
+
+    #[test]
+    fn origins_are_not_files_of_any_directory() {
+        assert_eq!(
+            origin("nodepool"),
+            PathBuf::from("plugins.rekon.dev/nodepool.wasm")
+        );
+        assert!(crate::plugin::is_shadow_file(&shadow_origin("nodepool")));
+        assert!(!crate::plugin::is_shadow_file(&origin("nodepool")));
+    }
+}
