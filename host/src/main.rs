@@ -359,6 +359,19 @@ enum PluginCommand {
         #[arg(long)]
         policy: Option<PathBuf>,
     },
+    /// Print a Plugin object (plugins.rekon.dev) that serves FILE from the
+    /// OCI reference --module, granting exactly what FILE declares (review
+    /// the grant before applying).
+    Manifest {
+        /// The plugin component (`*.wasm`).
+        file: PathBuf,
+        /// OCI reference the component is published under.
+        #[arg(long)]
+        module: String,
+        /// Pin the manifest digest (`sha256:…`, as `rekon plugin push` printed).
+        #[arg(long)]
+        digest: Option<String>,
+    },
     /// Dry run: connect the clusters, fill the plugin's caches, reconcile
     /// every primary once and print the actions it would take. Writes nothing.
     Plan(Box<PlanArgs>),
@@ -380,15 +393,21 @@ enum PluginCommand {
         #[arg(long)]
         allow_diff: bool,
     },
-    /// Make the shadow version of plugin NAME (`*.shadow.wasm` in the
-    /// plugin directory) the serving one: renames it over the serving file;
-    /// a running host swaps it in and stops shadowing.
+    /// Make the shadow version of plugin NAME the serving one: in the
+    /// plugin directory (`*.shadow.wasm` renamed over the serving file), or
+    /// with --object in its Plugin object (spec.shadow becomes spec.module;
+    /// roll back with the same edit back). A running host swaps it in.
     Promote {
         /// The plugin's name.
         name: String,
         /// Directory of plugin components.
-        #[arg(long, env = "REKON_PLUGINS")]
-        plugins: PathBuf,
+        #[arg(long, env = "REKON_PLUGINS", required_unless_present = "object")]
+        plugins: Option<PathBuf>,
+        /// Promote in the Plugin object NAME of the primary cluster.
+        #[arg(long)]
+        object: bool,
+        #[command(flatten)]
+        clusters: ClusterArgs,
     },
 }
 
@@ -478,6 +497,14 @@ fn main() -> anyhow::Result<()> {
                 rekon::commands::inspect::inspect_file_with_policy(&file, output, policy)?
             );
         }
+        Command::Plugin(PluginCommand::Manifest {
+            file,
+            module,
+            digest,
+        }) => print!(
+            "{}",
+            rekon::commands::plugin_manifest::plugin_manifest(&file, &module, digest.as_deref())?
+        ),
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Plugin(PluginCommand::Release(args)) => release(*args)?,
@@ -496,9 +523,30 @@ fn main() -> anyhow::Result<()> {
                 );
             }
         }
-        Command::Plugin(PluginCommand::Promote { name, plugins }) => {
-            let (from, to) = rekon::change::promote::promote(&plugins, &name)?;
-            eprintln!("promoted {name}: {} -> {}", from.display(), to.display());
+        Command::Plugin(PluginCommand::Promote {
+            name,
+            plugins,
+            object,
+            clusters,
+        }) => {
+            if object {
+                let config = clusters.config(PathBuf::new());
+                let (from, to) = tokio::runtime::Runtime::new()?.block_on(async {
+                    let clusters = rekon::app::connect_clusters(&config).await?;
+                    let primary = clusters
+                        .get(clusters.primary())
+                        .ok_or_else(|| anyhow::anyhow!("the primary cluster is not connected"))?;
+                    anyhow::Ok(
+                        rekon::change::promote::promote_object(primary.client(), &name).await?,
+                    )
+                })?;
+                eprintln!("promoted Plugin {name}: {from} -> {to}");
+            } else {
+                let plugins = plugins
+                    .ok_or_else(|| anyhow::anyhow!("--plugins is required without --object"))?;
+                let (from, to) = rekon::change::promote::promote(&plugins, &name)?;
+                eprintln!("promoted {name}: {} -> {}", from.display(), to.display());
+            }
         }
         Command::Rbac(args) => {
             let policy = rekon::plugin::Policy::load(args.policy.as_deref())?;

@@ -124,6 +124,39 @@ fn rekon_crds_prints_the_plugin_crd_without_a_plugin_directory() {
     assert_eq!(printed.matches("kind: CustomResourceDefinition").count(), 1);
 }
 
+#[test]
+fn sample_plugin_objects_grant_what_the_seeds_declare() {
+    let plugins = seed_plugins();
+    let text = std::fs::read_to_string(repo().join("deploy/samples/plugins.yaml"))
+        .expect("deploy/samples/plugins.yaml");
+    let samples: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).expect("YAML document"))
+        .collect();
+    assert_eq!(samples.len(), 2, "one Plugin per seed");
+    for (crate_name, plugin) in [("nodepool", "nodepool"), ("test_fanout", "test-fanout")] {
+        let module = format!("registry.example.com/rekon/{plugin}:0.1.0");
+        let printed = rekon(&[
+            "plugin",
+            "manifest",
+            plugins
+                .join(format!("{crate_name}.wasm"))
+                .to_str()
+                .expect("utf-8 path"),
+            "--module",
+            &module,
+        ]);
+        let generated: serde_json::Value = serde_yaml::from_str(&printed).expect("YAML");
+        let sample = samples
+            .iter()
+            .find(|s| s["metadata"]["name"] == plugin)
+            .unwrap_or_else(|| panic!("no sample Plugin {plugin}"));
+        assert_eq!(
+            sample, &generated,
+            "deploy/samples/plugins.yaml drifted from `rekon plugin manifest` for {plugin}; regenerate it (see its header)"
+        );
+    }
+}
+
 fn kubectl_available() -> bool {
     Command::new("kubectl")
         .args(["version", "--client"])

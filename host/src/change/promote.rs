@@ -1,4 +1,7 @@
-//! `rekon plugin promote NAME`: the shadow version becomes the serving one.
+//! `rekon plugin promote NAME`: the shadow version becomes the serving one,
+//! in the plugin directory (a file renamed) or in a `Plugin` object (an edit:
+//! `spec.module` takes `spec.shadow.module`; rolling back is the same edit
+//! back).
 
 use std::path::{Path, PathBuf};
 
@@ -16,6 +19,21 @@ pub enum PromoteError {
         name: String,
         /// The directory.
         dir: PathBuf,
+    },
+    /// The Plugin object has no `spec.shadow`.
+    #[error("Plugin {name} has no spec.shadow to promote")]
+    NoObjectShadow {
+        /// The Plugin object.
+        name: String,
+    },
+    /// Reading or editing the Plugin object failed.
+    #[error("failed to promote the shadow of Plugin {name}")]
+    Api {
+        /// The Plugin object.
+        name: String,
+        /// Cause.
+        #[source]
+        source: Box<kube::Error>,
     },
     /// The directory could not be read or the rename failed.
     #[error("failed to promote the shadow of plugin {name}")]
@@ -76,4 +94,52 @@ pub fn promote(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), PromoteErro
 
 fn shadow_stem(path: &Path) -> Option<&str> {
     path.file_name()?.to_str()?.strip_suffix(".shadow.wasm")
+}
+
+/// Makes the shadow of the Plugin object `name` the serving version: one
+/// merge patch (with a resourceVersion precondition, so a concurrent edit
+/// is not overwritten) sets `spec.module`, `spec.digest` and, when the
+/// shadow has its own, `spec.settings` from `spec.shadow`, and removes
+/// `spec.shadow`. A running host swaps the new version in. Returns (old
+/// module, new module).
+///
+/// # Errors
+/// When the object has no shadow, or the API refuses the read or the edit.
+pub async fn promote_object(
+    client: kube::Client,
+    name: &str,
+) -> Result<(String, String), PromoteError> {
+    use crate::source::plugin_crd::Plugin;
+    let api = kube::Api::<Plugin>::all(client);
+    let api_err = |source| PromoteError::Api {
+        name: name.to_owned(),
+        source: Box::new(source),
+    };
+    let obj = api.get(name).await.map_err(api_err)?;
+    let Some(shadow) = obj.spec.shadow.clone() else {
+        return Err(PromoteError::NoObjectShadow {
+            name: name.to_owned(),
+        });
+    };
+    let mut spec = serde_json::json!({
+        "module": shadow.module,
+        "digest": shadow.digest,
+        "shadow": null,
+    });
+    if let Some(settings) = shadow.settings {
+        spec["settings"] = settings;
+    }
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": obj.metadata.resource_version},
+        "spec": spec,
+    });
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map_err(api_err)?;
+    tracing::info!(plugin = %name, from = %obj.spec.module, to = %shadow.module, "shadow version promoted in the Plugin object");
+    Ok((obj.spec.module, shadow.module))
 }

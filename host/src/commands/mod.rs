@@ -6,6 +6,7 @@
 //! - [`inspect`]: `rekon plugin inspect`, Kubernetes-style views of a
 //!   plugin's registration.
 //! - [`manifests`]: `rekon rbac` and `rekon crds`.
+//! - [`plugin_manifest`]: `rekon plugin manifest`, a Plugin object to review.
 //! - [`scaffold`]: `rekon plugin new`.
 //!
 //! # Floor
@@ -15,5 +16,6 @@
 pub mod inspect;
 pub mod manifests;
 pub mod plan;
+pub mod plugin_manifest;
 pub mod release;
 pub mod scaffold;

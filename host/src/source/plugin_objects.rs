@@ -647,7 +647,14 @@ impl PluginObjects {
         if unchanged || obj.status.as_ref() == Some(&status) {
             return;
         }
-        let patch = Patch::Merge(json!({ "status": status }));
+        // A merge patch leaves out what is absent: clear what is gone.
+        let mut body = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
+        if let Some(map) = body.as_object_mut() {
+            for key in ["digest", "version", "shadow"] {
+                map.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
+        let patch = Patch::Merge(json!({ "status": body }));
         let params = PatchParams::default();
         match self.inner.api.patch_status(&name, &params, &patch).await {
             Ok(_) => {

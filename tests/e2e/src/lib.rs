@@ -27,6 +27,7 @@ use anyhow::{Context as _, bail};
 use kube_sim::{Sim, SimCluster};
 use serde_json::{Value, json};
 
+pub mod registry;
 pub mod view;
 
 /// The seed plugin files `make plugins` produces.
@@ -384,7 +385,7 @@ impl Env {
 }
 
 /// A free port on 127.0.0.1 (bound, then released for the child to take).
-fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
+pub(crate) fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").context("failed to find a free local port")?;
     Ok(listener.local_addr()?)
@@ -452,6 +453,8 @@ pub fn plural(kind: &str) -> anyhow::Result<&'static str> {
         "RuntimeClass" => "runtimeclasses",
         "Event" => "events",
         "CustomResourceDefinition" => "customresourcedefinitions",
+        "ConfigMap" => "configmaps",
+        "Plugin" => "plugins",
         other => bail!("no plural known for kind {other}"),
     })
 }

@@ -1,0 +1,360 @@
+//! Plugins as cluster objects, end to end with real parts: a real OCI
+//! registry (Docker Distribution, `docker-registry`), `rekon plugin push`,
+//! `rekon plugin manifest`, and `rekon run --plugin-objects` on kube-sim.
+//!
+//! The plugin is the chaos test plugin in two builds: v1 annotates every
+//! ConfigMap it reconciles (`data.mode: ok`) with `chaos.rekon.dev/version:
+//! v1`, v2 with `v2`, so which build serves is visible on the objects.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rekon_e2e::registry::Registry;
+use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get};
+use serde_json::{Value, json};
+
+const ANNOTATION: &str = "chaos.rekon.dev/version";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// `rekon plugin push FILE REF`; the manifest digest it prints.
+fn push(paths: &Paths, file: &str, reference: &str) -> anyhow::Result<String> {
+    let out = Command::new(&paths.rekon)
+        .args(["plugin", "push"])
+        .arg(paths.test_plugins.join(file))
+        .arg(reference)
+        .output()
+        .context("run rekon plugin push")?;
+    if !out.status.success() {
+        bail!(
+            "rekon plugin push {file} {reference} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stdout = String::from_utf8(out.stdout)?;
+    stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("sha256:"))
+        .map(str::to_owned)
+        .with_context(|| format!("no digest in the output of rekon plugin push: {stdout}"))
+}
+
+/// The Plugin object `rekon plugin manifest` prints for `file` at `reference`.
+fn manifest(paths: &Paths, file: &str, reference: &str) -> anyhow::Result<Value> {
+    let out = Command::new(&paths.rekon)
+        .args(["plugin", "manifest"])
+        .arg(paths.test_plugins.join(file))
+        .args(["--module", reference])
+        .output()
+        .context("run rekon plugin manifest")?;
+    if !out.status.success() {
+        bail!(
+            "rekon plugin manifest failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(serde_yaml::from_slice(&out.stdout)?)
+}
+
+/// `rekon run --plugin-objects` with no plugin files, caching fetched and
+/// compiled modules in `cache`.
+fn options(cache: &std::path::Path) -> EnvOptions {
+    EnvOptions {
+        plugins: Vec::new(),
+        extra_args: vec![
+            "--plugin-objects".to_owned(),
+            "--cache-dir".to_owned(),
+            cache.display().to_string(),
+        ],
+        ..EnvOptions::default()
+    }
+}
+
+fn plugin(env: &Env) -> Option<Value> {
+    get(env.main(), "rekon.dev/v1alpha1", "plugins", None, "chaos")
+}
+
+fn condition(obj: &Value, kind: &str) -> Option<(String, String, String)> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_owned(),
+                c["reason"].as_str().unwrap_or_default().to_owned(),
+                c["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+}
+
+async fn wait_serving(env: &mut Env, digest: &str) -> anyhow::Result<Value> {
+    let what = format!("Plugin chaos to serve {digest}");
+    env.wait_for(&what, WAIT, |env| {
+        let obj = plugin(env)?;
+        let ready = condition(&obj, "Ready")?;
+        let degraded = condition(&obj, "Degraded")?;
+        (ready.0 == "True" && degraded.0 == "False" && obj["status"]["digest"] == digest)
+            .then_some(obj)
+    })
+    .await
+}
+
+async fn wait_degraded(env: &mut Env, reason: &str) -> anyhow::Result<(Value, String)> {
+    let what = format!("Plugin chaos to be Degraded with reason {reason}");
+    env.wait_for(&what, WAIT, |env| {
+        let obj = plugin(env)?;
+        let (status, why, message) = condition(&obj, "Degraded")?;
+        (status == "True" && why == reason).then_some((obj, message))
+    })
+    .await
+}
+
+fn config_map(env: &Env, name: &str) -> anyhow::Result<()> {
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "default"},
+               "data": {"mode": "ok"}}),
+    )?;
+    Ok(())
+}
+
+fn annotation(env: &Env, name: &str) -> Option<String> {
+    get(env.main(), "v1", "configmaps", Some("default"), name)?["metadata"]["annotations"]
+        [ANNOTATION]
+        .as_str()
+        .map(str::to_owned)
+}
+
+async fn wait_annotated(env: &mut Env, names: &[String], mark: &str) -> anyhow::Result<()> {
+    let what = format!("{} ConfigMaps annotated {mark}", names.len());
+    env.wait_for(&what, WAIT, |env| {
+        names
+            .iter()
+            .all(|n| annotation(env, n).as_deref() == Some(mark))
+            .then_some(())
+    })
+    .await
+}
+
+async fn wait_plugin_crd(env: &mut Env) -> anyhow::Result<()> {
+    env.wait_for("the Plugin CRD to be installed", WAIT, |env| {
+        env.main()
+            .list("rekon.dev/v1alpha1", "plugins", None, "")
+            .is_ok()
+            .then_some(())
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_object_serves_swaps_live_and_rolls_back() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let v1 = format!("{}/rekon/chaos:1", registry.host());
+        let v2 = format!("{}/rekon/chaos:2", registry.host());
+        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+        let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
+        assert_ne!(d1, d2);
+        let cache = tempfile::tempdir()?;
+        let mut env = Env::start(options(cache.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+        apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
+        let obj = wait_serving(&mut env, &d1).await?;
+        assert_eq!(obj["status"]["version"], "1.0.0");
+        assert_eq!(
+            condition(&obj, "Fetched").map(|c| c.0).as_deref(),
+            Some("True")
+        );
+
+        let first: Vec<String> = (0..5).map(|i| format!("before-{i}")).collect();
+        for name in &first {
+            config_map(&env, name)?;
+        }
+        wait_annotated(&mut env, &first, "v1").await?;
+
+        // Swap: the edit, then ConfigMaps created while the new version
+        // comes in. None is lost: all end up reconciled by v2.
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+                   "metadata": {"name": "chaos"}, "spec": {"module": v2}}),
+        )?;
+        let during: Vec<String> = (0..20).map(|i| format!("during-{i}")).collect();
+        for name in &during {
+            config_map(&env, name)?;
+        }
+        let obj = wait_serving(&mut env, &d2).await?;
+        assert_eq!(obj["status"]["version"], "2.0.0");
+        let all: Vec<String> = first.iter().chain(&during).cloned().collect();
+        wait_annotated(&mut env, &all, "v2").await?;
+
+        // Rollback is the same edit back.
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+                   "metadata": {"name": "chaos"}, "spec": {"module": v1}}),
+        )?;
+        wait_serving(&mut env, &d1).await?;
+        wait_annotated(&mut env, &all, "v1").await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_modules_and_grants_keep_the_serving_version() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let mut registry = Registry::start()?;
+        let v1 = format!("{}/rekon/chaos:1", registry.host());
+        let v2 = format!("{}/rekon/chaos:2", registry.host());
+        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+        push(&paths, "chaos-v2.wasm", &v2)?;
+        let cache = tempfile::tempdir()?;
+        let mut env = Env::start(options(cache.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+        let mut good = manifest(&paths, "chaos-v1.wasm", &v1)?;
+        good["spec"]["digest"] = json!(d1);
+        apply_object(env.main(), good.clone())?;
+        wait_serving(&mut env, &d1).await?;
+
+        // A digest that does not match: refused before anything is compiled.
+        let wrong = format!("sha256:{}", "0".repeat(64));
+        let mut bad = good.clone();
+        bad["spec"]["module"] = json!(v2);
+        bad["spec"]["digest"] = json!(wrong);
+        apply_object(env.main(), bad)?;
+        let (obj, message) = wait_degraded(&mut env, "DigestMismatch").await?;
+        assert!(message.contains(&wrong), "{message}");
+        assert!(message.contains("keeps serving"), "{message}");
+        assert_eq!(
+            condition(&obj, "Ready").map(|c| c.0).as_deref(),
+            Some("True")
+        );
+        assert_eq!(obj["status"]["digest"], json!(d1));
+        config_map(&env, "while-mismatched")?;
+        wait_annotated(&mut env, &["while-mismatched".to_owned()], "v1").await?;
+
+        // A grant narrower than what the module declares: refused, naming it.
+        let mut narrow = good.clone();
+        narrow["spec"]["module"] = json!(v2);
+        narrow["spec"]["digest"] = Value::Null;
+        narrow["spec"]["permissions"][0]["verbs"] = json!(["get"]);
+        apply_object(env.main(), narrow)?;
+        let (_, message) = wait_degraded(&mut env, "PermissionsExceedGrant").await?;
+        assert!(message.contains("patch on ConfigMap"), "{message}");
+
+        // The registry stops: a new module cannot be fetched; v1 serves on.
+        registry.stop();
+        let v3 = format!("{}/rekon/chaos:3", registry.host());
+        let mut unreachable = good.clone();
+        unreachable["spec"]["module"] = json!(v3);
+        unreachable["spec"]["digest"] = Value::Null;
+        apply_object(env.main(), unreachable)?;
+        let (obj, _) = wait_degraded(&mut env, "RegistryUnreachable").await?;
+        assert_eq!(
+            condition(&obj, "Fetched").map(|c| (c.0, c.1)),
+            Some(("False".to_owned(), "RegistryUnreachable".to_owned()))
+        );
+        config_map(&env, "while-unreachable")?;
+        wait_annotated(&mut env, &["while-unreachable".to_owned()], "v1").await?;
+
+        // Back to the pinned v1, then a restart with the registry still
+        // down: served from the host's cache, neither pulled nor compiled.
+        apply_object(env.main(), good)?;
+        wait_serving(&mut env, &d1).await?;
+        env.rekon.stop();
+        env.rekon = env.spawn_replica(&options(cache.path()))?;
+        let log = env
+            .wait_for("the restarted host to load chaos", WAIT, |env| {
+                let log = std::fs::read_to_string(env.rekon.log_path()).ok()?;
+                log.contains("loaded plugin").then_some(log)
+            })
+            .await?;
+        // Not compiled again either: the runtime's artifact cache served it.
+        assert!(log.contains("from_cache: true"), "compiled again:\n{log}");
+        env.wait_for(
+            "the Plugin's status to say the module came from the cache",
+            WAIT,
+            |env| {
+                let fetched = condition(&plugin(env)?, "Fetched")?;
+                fetched.2.contains("from the cache").then_some(())
+            },
+        )
+        .await?;
+        config_map(&env, "after-restart")?;
+        wait_annotated(&mut env, &["after-restart".to_owned()], "v1").await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let v1 = format!("{}/rekon/chaos:1", registry.host());
+        let v2 = format!("{}/rekon/chaos:2", registry.host());
+        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+        let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
+        let cache = tempfile::tempdir()?;
+        let mut env = Env::start(options(cache.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+        let mut obj = manifest(&paths, "chaos-v1.wasm", &v1)?;
+        obj["spec"]["shadow"] = json!({"module": v2});
+        apply_object(env.main(), obj)?;
+        wait_serving(&mut env, &d1).await?;
+        let names: Vec<String> = (0..5).map(|i| format!("shadowed-{i}")).collect();
+        for name in &names {
+            config_map(&env, name)?;
+        }
+        wait_annotated(&mut env, &names, "v1").await?;
+        let obj = env
+            .wait_for("shadow divergences in the Plugin's status", WAIT, |env| {
+                let obj = plugin(env)?;
+                (obj["status"]["shadow"]["divergences"].as_u64()? >= 5).then_some(obj)
+            })
+            .await?;
+        assert_eq!(obj["status"]["shadow"]["digest"], json!(d2));
+        assert!(
+            obj["status"]["shadow"]["reconciles"].as_u64()
+                >= obj["status"]["shadow"]["divergences"].as_u64()
+        );
+        // The shadow wrote nothing: every ConfigMap still carries v1.
+        for name in &names {
+            assert_eq!(annotation(&env, name).as_deref(), Some("v1"), "{name}");
+        }
+        // Promotion is an edit of the Plugin, made by `rekon plugin promote`.
+        let out = Command::new(&env.paths.rekon)
+            .args([
+                "plugin",
+                "promote",
+                "chaos",
+                "--object",
+                "--context",
+                "main",
+            ])
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .env_remove("KUBECONFIG")
+            .output()?;
+        assert!(
+            out.status.success(),
+            "rekon plugin promote --object failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let obj = wait_serving(&mut env, &d2).await?;
+        assert_eq!(obj["spec"]["module"], json!(v2));
+        assert!(obj["spec"].get("shadow").is_none(), "{obj}");
+        wait_annotated(&mut env, &names, "v2").await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
