@@ -11,7 +11,7 @@
 //! | 2 | [`cluster`], [`lease`] | the cluster registry; leader election and shards |
 //! | 3 | [`cache`] | shared watches and stores |
 //! | 4 | [`plugin`], [`writer`] | the wasm runtime; performing actions (they meet only in [`action`]) |
-//! | 5 | [`controller`] | per-plugin controllers and their manager |
+//! | 5 | [`controller`], [`source`] | per-plugin controllers and their manager; where plugins come from (OCI registries) |
 //! | 6 | [`change`] | safe change: record, replay, shadow, promote |
 //! | 7 | [`app`] | `rekon run`: the wiring, probes, reporting |
 //! | 8 | [`commands`] | one-shot jobs: plan, release, inspect, crds, rbac, scaffold |
@@ -27,5 +27,6 @@ pub mod commands;
 pub mod controller;
 pub mod lease;
 pub mod plugin;
+pub mod source;
 pub mod telemetry;
 pub mod writer;

@@ -27,6 +27,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("plugin", 4),
     ("writer", 4),
     ("controller", 5),
+    ("source", 5),
     ("change", 6),
     ("app", 7),
     ("commands", 8),
