@@ -347,17 +347,35 @@ enum PluginCommand {
     /// cargo: `NAME/` with Cargo.toml, src/lib.rs, a test-kit test and a
     /// README (test, build, inspect).
     New(NewArgs),
-    /// Load a plugin file and print its registration: name, version,
-    /// primary resource, watches, permissions and CRDs.
+    /// Load a plugin file, or a plugin from an OCI registry
+    /// (`registry/repository:tag` or `@sha256:…`), and print its
+    /// registration: name, version, primary resource, watches, permissions
+    /// and CRDs.
     Inspect {
-        /// The plugin component (`*.wasm`).
-        file: PathBuf,
+        /// The plugin component (`*.wasm`), or an OCI reference naming one
+        /// (anything that is not an existing path and starts with a
+        /// registry host: `ghcr.io/…`, `localhost:5000/…`).
+        file: String,
         /// Output format.
         #[arg(long, short, value_enum, default_value_t = OutputFormat::Yaml)]
         output: OutputFormat,
         /// Operator permission policy: print the effective permissions.
         #[arg(long)]
         policy: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Publish a plugin component to an OCI registry in the CNCF wasm
+    /// artifact layout (config `application/vnd.wasm.config.v0+json`, one
+    /// `application/wasm` layer) and print the manifest digest. The plugin
+    /// is loaded first: a file the host would refuse is not pushed.
+    Push {
+        /// The plugin component (`*.wasm`).
+        file: PathBuf,
+        /// Where to push: `registry/repository:tag`.
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
     /// Print a Plugin object (plugins.rekon.dev) that serves FILE from the
     /// OCI reference --module, granting exactly what FILE declares (review
@@ -409,6 +427,41 @@ enum PluginCommand {
         #[command(flatten)]
         clusters: ClusterArgs,
     },
+}
+
+/// How `plugin push` and `plugin inspect REF` reach a registry.
+#[derive(Debug, clap::Args)]
+struct RegistryArgs {
+    /// A registry (`host[:port]`) spoken to over plain HTTP although it is
+    /// not on a loopback address (loopback registries always are).
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    insecure_registries: Vec<String>,
+    /// Registry user name (with --password); else the credentials file.
+    #[arg(long, env = "REKON_REGISTRY_USERNAME", requires = "password")]
+    username: Option<String>,
+    /// Registry password or token.
+    #[arg(long, env = "REKON_REGISTRY_PASSWORD", requires = "username", hide_env_values = true)]
+    password: Option<String>,
+    /// Docker config JSON with registry credentials (default: the first
+    /// of $REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json,
+    /// ~/.docker/config.json that exists).
+    #[arg(long)]
+    auth_file: Option<PathBuf>,
+    /// Seconds one registry attempt may take.
+    #[arg(long, default_value_t = 30)]
+    registry_timeout: u64,
+}
+
+impl RegistryArgs {
+    fn options(self) -> rekon::commands::push::RegistryOptions {
+        rekon::commands::push::RegistryOptions {
+            insecure_registries: self.insecure_registries,
+            username: self.username,
+            password: self.password,
+            auth_file: self.auth_file,
+            timeout: Some(std::time::Duration::from_secs(self.registry_timeout)),
+        }
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -490,12 +543,43 @@ fn main() -> anyhow::Result<()> {
             file,
             output,
             policy,
+            registry,
         }) => {
             let policy = rekon::plugin::Policy::load(policy.as_deref())?;
-            print!(
-                "{}",
-                rekon::commands::inspect::inspect_file_with_policy(&file, output, policy)?
+            let report = if rekon::commands::push::is_reference(&file) {
+                let fetched = tokio::runtime::Runtime::new()?
+                    .block_on(rekon::commands::push::fetch(&file, &registry.options()))?;
+                eprintln!("{} is {}", fetched.reference, fetched.pinned);
+                rekon::commands::inspect::inspect_bytes_with_policy(
+                    &fetched.bytes,
+                    &fetched.pinned,
+                    output,
+                    policy,
+                )?
+            } else {
+                rekon::commands::inspect::inspect_file_with_policy(
+                    std::path::Path::new(&file),
+                    output,
+                    policy,
+                )?
+            };
+            print!("{report}");
+        }
+        Command::Plugin(PluginCommand::Push {
+            file,
+            reference,
+            registry,
+        }) => {
+            let pushed = tokio::runtime::Runtime::new()?.block_on(rekon::commands::push::push(
+                &file,
+                &reference,
+                &registry.options(),
+            ))?;
+            eprintln!(
+                "pushed {} {} to {reference}",
+                pushed.name, pushed.version
             );
+            println!("{}", pushed.digest);
         }
         Command::Plugin(PluginCommand::Manifest {
             file,

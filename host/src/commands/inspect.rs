@@ -1,11 +1,14 @@
-//! `rekon plugin inspect FILE [--policy F]`: load a plugin file and
-//! describe it (with its permissions narrowed by an operator policy).
+//! `rekon plugin inspect FILE|REF [--policy F]`: load a plugin file (or a
+//! component fetched from a registry) and describe it (with its
+//! permissions narrowed by an operator policy).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::action::{ClusterSet, Mapping, Permission, Resource, Scope, Watch};
-use crate::plugin::{LoadError, PluginRuntime, Policy, PolicyEntry, RuntimeConfig, RuntimeError};
+use crate::plugin::{
+    LoadError, LoadedPlugin, PluginRuntime, Policy, PolicyEntry, RuntimeConfig, RuntimeError,
+};
 
 /// Output format of `plugin inspect`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -253,12 +256,36 @@ pub fn inspect_file_with_policy(
     format: OutputFormat,
     policy: Option<Arc<Policy>>,
 ) -> Result<String, InspectError> {
-    let runtime = PluginRuntime::new(RuntimeConfig {
+    let plugin = throwaway_runtime(policy.clone())?.load_file(file)?;
+    render(&plugin, format, policy)
+}
+
+/// [`inspect_file_with_policy`] for a component in memory (one fetched
+/// from a registry); `origin` names it in messages.
+pub fn inspect_bytes_with_policy(
+    bytes: &[u8],
+    origin: &str,
+    format: OutputFormat,
+    policy: Option<Arc<Policy>>,
+) -> Result<String, InspectError> {
+    let plugin = throwaway_runtime(policy.clone())?.load_bytes(bytes, origin)?;
+    render(&plugin, format, policy)
+}
+
+/// A runtime without cache or pool, for one load.
+fn throwaway_runtime(policy: Option<Arc<Policy>>) -> Result<PluginRuntime, RuntimeError> {
+    PluginRuntime::new(RuntimeConfig {
         pooling: false,
-        policy: policy.clone(),
+        policy,
         ..RuntimeConfig::default()
-    })?;
-    let plugin = runtime.load_file(file)?;
+    })
+}
+
+fn render(
+    plugin: &LoadedPlugin,
+    format: OutputFormat,
+    policy: Option<Arc<Policy>>,
+) -> Result<String, InspectError> {
     let reg = plugin.effective_registration().clone();
     let narrowed = plugin.policy().is_some();
     let views = |p: &[Permission]| p.iter().map(PermissionView::from).collect::<Vec<_>>();

@@ -5,6 +5,8 @@
 //! - [`release`]: `rekon plugin release`, a removed plugin's finalizers.
 //! - [`inspect`]: `rekon plugin inspect`, Kubernetes-style views of a
 //!   plugin's registration.
+//! - [`push`]: `rekon plugin push`, and fetching a reference for
+//!   `rekon plugin inspect`.
 //! - [`manifests`]: `rekon rbac` and `rekon crds`.
 //! - [`plugin_manifest`]: `rekon plugin manifest`, a Plugin object to review.
 //! - [`scaffold`]: `rekon plugin new`.
@@ -17,5 +19,6 @@ pub mod inspect;
 pub mod manifests;
 pub mod plan;
 pub mod plugin_manifest;
+pub mod push;
 pub mod release;
 pub mod scaffold;

@@ -2,15 +2,20 @@
 //! registry watches itself, `crate::plugin::PluginRegistry::watch_dir`).
 //!
 //! # Layout
+//! - [`oci`]: plugin components in OCI registries (the CNCF wasm artifact
+//!   layout): fetch with digest verification, a disk cache by digest, size
+//!   limit, timeouts and retries; push; pull Secrets.
 //! - [`plugin_crd`]: the `Plugin` custom resource (`plugins.rekon.dev`)
 //!   and the grant check.
 //! - [`plugin_objects`]: [`plugin_objects::PluginObjects`], which follows
-//!   Plugin objects in the primary cluster, fetches their modules, loads
-//!   them into the registry and writes their status.
+//!   Plugin objects in the primary cluster, fetches their modules (through
+//!   [`oci`]), loads them into the registry and writes their status.
 //!
 //! # Floor
-//! Stands on the plugin runtime (its registry), clusters, leases and
-//! telemetry; the app wires it in. Never imports the controller.
+//! Floor 5, beside `controller/`: may import `plugin`, `cluster`,
+//! `telemetry`, `action`, `cache` and `lease`; never `controller`, `change`,
+//! `app` or `commands`.
 
+pub mod oci;
 pub mod plugin_crd;
 pub mod plugin_objects;

@@ -13,8 +13,8 @@
 //!
 //! rekon's own series are prefixed `rekon_`: watch restarts and cache object
 //! counts per cluster and resource, engaged clusters, plugin loads, load
-//! failures and the loaded version, per-call WASM time and failures, and the
-//! writer's actions.
+//! failures and the loaded version, per-call WASM time and failures, the
+//! writer's actions, and plugin fetches from OCI registries by outcome.
 //!
 //! [`Metrics`] is cheap to clone (one `Arc`); every method takes `&self` and
 //! only touches atomics behind a read lock, so the engine and the plugin
@@ -146,6 +146,11 @@ struct ActionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginKindLabels {
     plugin: String,
     kind: String,
@@ -172,6 +177,12 @@ fn workqueue_histogram() -> Histogram {
 /// WASM calls: 50 µs .. ~13 s, factor 2 (a call is bounded by the epoch deadline).
 fn wasm_histogram() -> Histogram {
     Histogram::new(exponential_buckets(50e-6, 2.0, 19))
+}
+
+/// Plugin fetches: 1 ms .. ~131 s, factor 2 (a cache hit takes
+/// milliseconds, a pull from a slow registry seconds).
+fn fetch_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-3, 2.0, 18))
 }
 
 struct Inner {
@@ -207,6 +218,8 @@ struct Inner {
     shadow_reconciles: Family<PluginKindLabels, Counter>,
     shadow_dropped: Family<PluginLabels, Counter>,
     shadow_call_time: HistogramFamily<PluginLabels>,
+    plugin_fetches: Family<OutcomeLabels, Counter>,
+    plugin_fetch_time: Histogram,
     /// Loaded version per plugin, to remove a replaced version's
     /// `rekon_plugin_info` series (a `Family` cannot be iterated).
     plugin_versions: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
@@ -398,6 +411,16 @@ impl Metrics {
                 "rekon_shadow_call_duration_seconds",
                 "Time of one shadow reconcile (a synchronous wasm call: its CPU time)",
                 HistogramFamily::new_with_constructor(wasm_histogram as fn() -> Histogram)
+            ),
+            plugin_fetches: reg!(
+                "rekon_plugin_fetch",
+                "Plugin fetches from OCI registries by outcome: pulled, cached (served from the disk cache), or the failure's reason (registry_unreachable, not_found, unauthorized, digest_mismatch, too_large, not_a_wasm_artifact, invalid_reference, cache_io)",
+                Family::default()
+            ),
+            plugin_fetch_time: reg!(
+                "rekon_plugin_fetch_duration_seconds",
+                "Wall time of one plugin fetch from an OCI registry (retries included)",
+                fetch_histogram()
             ),
             plugin_versions: parking_lot::Mutex::default(),
             registry,
@@ -788,6 +811,20 @@ impl Metrics {
             .inc();
     }
 
+    // ----- plugin sources --------------------------------------------------
+
+    /// One plugin fetch from an OCI registry ended with `outcome` (`pulled`,
+    /// `cached`, or a failure's reason) after `took`.
+    pub fn plugin_fetched(&self, outcome: &str, took: Duration) {
+        self.inner
+            .plugin_fetches
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+        self.inner.plugin_fetch_time.observe(took.as_secs_f64());
+    }
+
     // ----- writer ----------------------------------------------------------
 
     /// The writer executed an `action` (`apply`, `patch`, `delete`, `create`,
@@ -971,6 +1008,22 @@ mod tests {
                 "rekon_leader_election_transitions_total{name=\"rekon-system/rekon\"} 2\n"
             )
         );
+    }
+
+    #[test]
+    fn plugin_fetches_by_outcome() {
+        let m = Metrics::new();
+        m.plugin_fetched("pulled", Duration::from_millis(120));
+        m.plugin_fetched("cached", Duration::from_millis(2));
+        m.plugin_fetched("registry_unreachable", Duration::from_secs(3));
+        m.plugin_fetched("registry_unreachable", Duration::from_secs(3));
+        let text = m.encode();
+        assert!(text.contains("rekon_plugin_fetch_total{outcome=\"pulled\"} 1\n"));
+        assert!(text.contains("rekon_plugin_fetch_total{outcome=\"cached\"} 1\n"));
+        assert!(
+            text.contains("rekon_plugin_fetch_total{outcome=\"registry_unreachable\"} 2\n")
+        );
+        assert!(text.contains("rekon_plugin_fetch_duration_seconds_count 4\n"));
     }
 
     #[test]
