@@ -58,6 +58,19 @@ struct RunArgs {
     /// live in whenever it loads (off by default; for demos and tests).
     #[arg(long, env = "REKON_INSTALL_CRDS")]
     install_crds: bool,
+    /// Also load the plugins that Plugin objects (plugins.rekon.dev) in the
+    /// primary cluster name, pulled from OCI registries.
+    #[arg(long, env = "REKON_PLUGIN_OBJECTS")]
+    plugin_objects: bool,
+    /// A registry (`host[:port]`) spoken to over plain HTTP although not on
+    /// a loopback address (repeatable).
+    #[arg(
+        long = "insecure-registry",
+        value_name = "HOST",
+        env = "REKON_INSECURE_REGISTRIES",
+        value_delimiter = ','
+    )]
+    insecure_registries: Vec<String>,
     /// Operator permission policy (YAML/JSON): narrows what each plugin may
     /// do beyond what it declares. A file that does not load refuses to start.
     #[arg(long, env = "REKON_POLICY")]
@@ -440,7 +453,12 @@ struct RegistryArgs {
     #[arg(long, env = "REKON_REGISTRY_USERNAME", requires = "password")]
     username: Option<String>,
     /// Registry password or token.
-    #[arg(long, env = "REKON_REGISTRY_PASSWORD", requires = "username", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "REKON_REGISTRY_PASSWORD",
+        requires = "username",
+        hide_env_values = true
+    )]
     password: Option<String>,
     /// Docker config JSON with registry credentials (default: the first
     /// of $REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json,
@@ -575,10 +593,7 @@ fn main() -> anyhow::Result<()> {
                 &reference,
                 &registry.options(),
             ))?;
-            eprintln!(
-                "pushed {} {} to {reference}",
-                pushed.name, pushed.version
-            );
+            eprintln!("pushed {} {} to {reference}", pushed.name, pushed.version);
             println!("{}", pushed.digest);
         }
         Command::Plugin(PluginCommand::Manifest {
@@ -675,7 +690,32 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // User-Agent of every request (audit logs tell replicas apart).
     let identity = rekon::lease::default_identity();
     let (record, shadow) = args.record.into_config();
+    let plugin_objects = args.plugin_objects.then(|| {
+        let namespace = args
+            .ops
+            .lease_namespace
+            .clone()
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            })
+            .unwrap_or_else(|| "rekon-system".to_owned());
+        let fetcher = rekon::source::oci::Fetcher::new(rekon::source::oci::OciConfig {
+            // Pulled modules beside the compiled ones: a restart neither
+            // pulls nor compiles.
+            cache_dir: args.cache_dir.as_ref().map(|d| d.join("oci")),
+            insecure_registries: args.insecure_registries.clone(),
+            ..rekon::source::oci::OciConfig::default()
+        })
+        .with_metrics(rekon::telemetry::metrics::Metrics::global().clone());
+        rekon::app::PluginObjectsSource {
+            modules: std::sync::Arc::new(fetcher),
+            config: rekon::source::plugin_objects::PluginObjectsConfig::new(namespace),
+        }
+    });
     let config = rekon::app::Config {
+        plugin_objects,
         record,
         shadow,
         max_concurrent_reconciles: args.max_concurrent_reconciles,

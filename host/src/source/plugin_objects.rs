@@ -100,6 +100,51 @@ pub trait ModuleSource: Send + Sync + 'static {
     fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>>;
 }
 
+/// The OCI fetcher as the module source of Plugin objects: the pull
+/// Secret's credentials for the reference's registry, `pullPolicy: Always`
+/// as [`super::oci::PullPolicy::Always`].
+impl ModuleSource for super::oci::Fetcher {
+    fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>> {
+        use super::oci::{PullPolicy as Policy, RegistryAuth};
+        let fetcher = self.clone();
+        Box::pin(async move {
+            let auth = match &request.docker_config {
+                None => RegistryAuth::Anonymous,
+                Some(json) => {
+                    let registry = request
+                        .reference
+                        .parse::<oci_client::Reference>()
+                        .map(|r| r.registry().to_owned())
+                        .unwrap_or_default();
+                    RegistryAuth::from_docker_config_json(json, &registry).map_err(|e| {
+                        FetchFailure {
+                            reason: "PullSecretUnavailable".to_owned(),
+                            message: format!("the pull Secret is unusable: {e}"),
+                        }
+                    })?
+                }
+            };
+            let policy = if request.always {
+                Policy::Always
+            } else {
+                Policy::IfNotPresent
+            };
+            fetcher
+                .fetch(&request.reference, request.digest.as_deref(), policy, &auth)
+                .await
+                .map(|f| Module {
+                    digest: f.manifest_digest,
+                    bytes: f.bytes,
+                    from_cache: f.from_cache,
+                })
+                .map_err(|e| FetchFailure {
+                    reason: e.reason().to_owned(),
+                    message: e.to_string(),
+                })
+        })
+    }
+}
+
 /// Settings of the Plugin-object source.
 #[derive(Clone, Debug)]
 pub struct PluginObjectsConfig {

@@ -43,7 +43,7 @@ impl Registry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
                 storage.display()
             ),
         )?;
@@ -97,7 +97,9 @@ impl Registry {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if crate::http_get(self.addr, "/v2/").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+            if crate::http_get(self.addr, "/v2/")
+                .is_ok_and(|r| r.lines().next().is_some_and(|l| l.contains(" 200 ")))
+            {
                 return Ok(());
             }
             if Instant::now() > deadline {
