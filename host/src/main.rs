@@ -415,7 +415,12 @@ struct RegistryArgs {
     #[arg(long, env = "REKON_REGISTRY_USERNAME", requires = "password")]
     username: Option<String>,
     /// Registry password or token.
-    #[arg(long, env = "REKON_REGISTRY_PASSWORD", requires = "username", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "REKON_REGISTRY_PASSWORD",
+        requires = "username",
+        hide_env_values = true
+    )]
     password: Option<String>,
     /// Docker config JSON with registry credentials (default: the first
     /// of $REGISTRY_AUTH_FILE, $DOCKER_CONFIG/config.json,
@@ -550,10 +555,7 @@ fn main() -> anyhow::Result<()> {
                 &reference,
                 &registry.options(),
             ))?;
-            eprintln!(
-                "pushed {} {} to {reference}",
-                pushed.name, pushed.version
-            );
+            eprintln!("pushed {} {} to {reference}", pushed.name, pushed.version);
             println!("{}", pushed.digest);
         }
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,

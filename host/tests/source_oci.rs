@@ -149,9 +149,9 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// `skopeo` with `args`; fails the test when skopeo is missing or fails.
 fn skopeo(args: &[&str]) -> anyhow::Result<Vec<u8>> {
-    let out = Command::new("skopeo").args(args).output().with_context(|| {
-        "failed to run `skopeo`: install it with `apt-get install skopeo` (.ci/run does)"
-    })?;
+    let out = Command::new("skopeo").args(args).output().with_context(
+        || "failed to run `skopeo`: install it with `apt-get install skopeo` (.ci/run does)",
+    )?;
     ensure!(
         out.status.success(),
         "skopeo {args:?} failed: {}",
@@ -172,7 +172,12 @@ fn config(cache: Option<&Path>) -> OciConfig {
 
 async fn push(fetcher: &Fetcher, bytes: &[u8], reference: &str) -> anyhow::Result<String> {
     Ok(fetcher
-        .push(bytes, reference, &RegistryAuth::Anonymous, Default::default())
+        .push(
+            bytes,
+            reference,
+            &RegistryAuth::Anonymous,
+            Default::default(),
+        )
         .await?)
 }
 
@@ -207,7 +212,13 @@ async fn push_is_a_wasm_artifact_skopeo_reads_and_fetch_by_tag_and_digest_verifi
         assert_eq!(manifest["layers"][0]["mediaType"], WASM_LAYER_MEDIA_TYPE);
         assert_eq!(manifest["layers"][0]["digest"], sha256(&bytes).as_str());
         assert_eq!(manifest["layers"][0]["size"], bytes.len());
-        let config_raw = skopeo(&["inspect", "--raw", "--config", "--tls-verify=false", &docker])?;
+        let config_raw = skopeo(&[
+            "inspect",
+            "--raw",
+            "--config",
+            "--tls-verify=false",
+            &docker,
+        ])?;
         let wasm_config: serde_json::Value = serde_json::from_slice(&config_raw)?;
         assert_eq!(wasm_config["architecture"], "wasm");
         assert_eq!(wasm_config["os"], "wasip2");
@@ -252,9 +263,18 @@ async fn push_is_a_wasm_artifact_skopeo_reads_and_fetch_by_tag_and_digest_verifi
         assert!(cached.from_cache);
         assert_eq!(&*cached.bytes, bytes.as_slice());
         let text = metrics.encode();
-        assert!(text.contains("rekon_plugin_fetch_total{outcome=\"pulled\"} 1\n"), "{text}");
-        assert!(text.contains("rekon_plugin_fetch_total{outcome=\"cached\"} 3\n"), "{text}");
-        assert!(text.contains("rekon_plugin_fetch_duration_seconds_count 4\n"), "{text}");
+        assert!(
+            text.contains("rekon_plugin_fetch_total{outcome=\"pulled\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rekon_plugin_fetch_total{outcome=\"cached\"} 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rekon_plugin_fetch_duration_seconds_count 4\n"),
+            "{text}"
+        );
         Ok(())
     })
     .await
@@ -275,7 +295,10 @@ async fn a_wrong_expected_digest_is_refused_naming_both() -> anyhow::Result<()> 
             .expect_err("a digest other than the expected one");
         assert_eq!(err.reason(), "DigestMismatch", "{err}");
         let message = err.to_string();
-        assert!(message.contains(&wrong) && message.contains(&digest), "{message}");
+        assert!(
+            message.contains(&wrong) && message.contains(&digest),
+            "{message}"
+        );
         assert!(message.contains(&reference), "{message}");
         // Nothing of the refused artifact was cached under the wrong digest.
         let again = fetcher
@@ -390,7 +413,8 @@ async fn an_artifact_that_is_not_wasm_is_refused() -> anyhow::Result<()> {
             ..Default::default()
         });
         let layer = ImageLayer::oci_v1(b"not a tarball".to_vec(), None);
-        let image_config = Config::oci_v1(br#"{"architecture":"amd64","os":"linux"}"#.to_vec(), None);
+        let image_config =
+            Config::oci_v1(br#"{"architecture":"amd64","os":"linux"}"#.to_vec(), None);
         client
             .push(
                 &reference.parse()?,
@@ -470,7 +494,11 @@ async fn a_layer_damaged_in_the_registry_and_a_damaged_cache_entry_are_never_ser
             .await?;
         assert!(!again.from_cache, "a damaged cache entry is refetched");
         assert_eq!(&*again.bytes, bytes.as_slice());
-        assert_eq!(std::fs::read(&cached)?, bytes, "the cache entry is repaired");
+        assert_eq!(
+            std::fs::read(&cached)?,
+            bytes,
+            "the cache entry is repaired"
+        );
 
         // The registry's own copy is damaged (same size): the layer digest
         // check refuses it.
@@ -508,7 +536,8 @@ async fn rekon_plugin_push_and_inspect_a_reference() -> anyhow::Result<()> {
     within(async {
         let registry = Registry::start()?;
         let reference = registry.reference("rekon/chaos:cli");
-        let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/test-plugins/chaos-v1.wasm");
+        let file =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/test-plugins/chaos-v1.wasm");
         chaos();
         let rekon = env!("CARGO_BIN_EXE_rekon");
         let run = move |args: &[&str]| -> anyhow::Result<String> {
@@ -559,9 +588,10 @@ async fn rekon_plugin_push_and_inspect_a_reference() -> anyhow::Result<()> {
         );
         // The same report as for the file.
         let file_arg = file.display().to_string();
-        let from_file =
-            tokio::task::spawn_blocking(move || run(&["plugin", "inspect", &file_arg, "-o", "json"]))
-                .await??;
+        let from_file = tokio::task::spawn_blocking(move || {
+            run(&["plugin", "inspect", &file_arg, "-o", "json"])
+        })
+        .await??;
         assert_eq!(inspected, from_file);
 
         // A file that is not a plugin is not pushed.

@@ -221,7 +221,9 @@ mod tests {
     #[test]
     fn references_and_files() {
         assert!(is_reference("127.0.0.1:5000/rekon/chaos:v1"));
-        assert!(is_reference("ghcr.io/acme/nodepool@sha256:0123456789012345678901234567890123456789012345678901234567890123"));
+        assert!(is_reference(
+            "ghcr.io/acme/nodepool@sha256:0123456789012345678901234567890123456789012345678901234567890123"
+        ));
         assert!(is_reference("localhost/chaos:v1"));
         // A missing file stays a file (its error names the path).
         assert!(!is_reference("dist/plugins/missing.wasm"));

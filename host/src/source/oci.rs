@@ -424,7 +424,7 @@ pub enum PushError {
         stage: &'static str,
         /// The failure, classified as for fetches.
         #[source]
-        source: FetchError,
+        source: Box<FetchError>,
     },
 }
 
@@ -679,16 +679,16 @@ impl Fetcher {
             move |e: OciDistributionError| PushError::Registry {
                 reference: reference.to_string(),
                 stage,
-                source: classify(reference, e),
+                source: Box::new(classify(reference, e)),
             }
         };
         let timeout = |stage: &'static str| PushError::Registry {
             reference: reference.to_string(),
             stage,
-            source: FetchError::Unreachable {
+            source: Box::new(FetchError::Unreachable {
                 reference: reference.to_string(),
                 detail: format!("timed out after {:?}", self.config.timeout),
-            },
+            }),
         };
         let client = self.client(&parsed).map_err(failed("layer"))?;
         client
@@ -786,8 +786,11 @@ fn pinned_digest(
 /// `sha256:<hex>` → `<hex>`, when it is exactly 64 lowercase hex digits.
 fn hex_of(digest: &str) -> Option<&str> {
     let hex = digest.strip_prefix("sha256:")?;
-    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
-        .then_some(hex)
+    (hex.len() == 64
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then_some(hex)
 }
 
 fn sha256_digest(bytes: &[u8]) -> String {
@@ -1084,7 +1087,13 @@ impl ModuleCache {
         Some((layer.digest, module))
     }
 
-    async fn store(&self, manifest_digest: &str, manifest: &[u8], layer_digest: &str, module: &[u8]) {
+    async fn store(
+        &self,
+        manifest_digest: &str,
+        manifest: &[u8],
+        layer_digest: &str,
+        module: &[u8],
+    ) {
         for (kind, digest, bytes) in [
             ("modules", layer_digest, module),
             ("manifests", manifest_digest, manifest),
@@ -1136,7 +1145,12 @@ mod tests {
         ] {
             assert!(is_loopback(r), "{r} is loopback");
         }
-        for r in ["ghcr.io", "10.0.0.1:5000", "localhost.example.com", "[::2]:80"] {
+        for r in [
+            "ghcr.io",
+            "10.0.0.1:5000",
+            "localhost.example.com",
+            "[::2]:80",
+        ] {
             assert!(!is_loopback(r), "{r} is not loopback");
         }
     }
@@ -1167,7 +1181,9 @@ mod tests {
         );
         let err = RegistryAuth::from_docker_config_json(json, "broken.example.com").unwrap_err();
         assert!(err.to_string().contains("broken.example.com"), "{err}");
-        assert!(RegistryAuth::from_docker_config_json(b"[]", "ghcr.io").is_err());
+        for broken in [&b"not json"[..], br#"{"auths": 1}"#] {
+            assert!(RegistryAuth::from_docker_config_json(broken, "ghcr.io").is_err());
+        }
         // Debug never shows the password.
         assert!(!format!("{:?}", basic("u", "hunter2")).contains("hunter2"));
     }
@@ -1179,7 +1195,10 @@ mod tests {
         assert_eq!(pinned_digest("r", None, None).unwrap(), None);
         assert_eq!(pinned_digest("r", Some(&a), None).unwrap(), Some(a.clone()));
         assert_eq!(pinned_digest("r", None, Some(&a)).unwrap(), Some(a.clone()));
-        assert_eq!(pinned_digest("r", Some(&a), Some(&a)).unwrap(), Some(a.clone()));
+        assert_eq!(
+            pinned_digest("r", Some(&a), Some(&a)).unwrap(),
+            Some(a.clone())
+        );
         let err = pinned_digest("r", Some(&a), Some(&b)).unwrap_err();
         assert_eq!(err.reason(), "DigestMismatch");
         assert!(err.to_string().contains(&a) && err.to_string().contains(&b));
@@ -1254,7 +1273,11 @@ mod tests {
         assert_eq!(world.imports, ["rekon:plugin/host@0.3.0"]);
         assert_eq!(world.exports, ["rekon:plugin/guest@0.3.0"]);
         let module = wat::parse_str("(module)").unwrap();
-        assert!(component_world(&module).unwrap_err().contains("core module"));
+        assert!(
+            component_world(&module)
+                .unwrap_err()
+                .contains("core module")
+        );
         assert!(component_world(b"not wasm").is_err());
     }
 

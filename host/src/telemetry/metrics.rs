@@ -995,9 +995,7 @@ mod tests {
         let text = m.encode();
         assert!(text.contains("rekon_plugin_fetch_total{outcome=\"pulled\"} 1\n"));
         assert!(text.contains("rekon_plugin_fetch_total{outcome=\"cached\"} 1\n"));
-        assert!(
-            text.contains("rekon_plugin_fetch_total{outcome=\"registry_unreachable\"} 2\n")
-        );
+        assert!(text.contains("rekon_plugin_fetch_total{outcome=\"registry_unreachable\"} 2\n"));
         assert!(text.contains("rekon_plugin_fetch_duration_seconds_count 4\n"));
     }
 
