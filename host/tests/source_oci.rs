@@ -594,6 +594,30 @@ async fn rekon_plugin_push_and_inspect_a_reference() -> anyhow::Result<()> {
         .await??;
         assert_eq!(inspected, from_file);
 
+        // With SOURCE_DATE_EPOCH, pushing the same build again (another
+        // tag) gives the same digest.
+        let pinned_push = |tag: String| {
+            let file_arg = file.display().to_string();
+            move || -> anyhow::Result<String> {
+                let out = Command::new(rekon)
+                    .args(["plugin", "push", &file_arg, &tag])
+                    .env("SOURCE_DATE_EPOCH", "1700000000")
+                    .env("HOME", "/nonexistent")
+                    .output()?;
+                ensure!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                Ok(String::from_utf8(out.stdout)?.trim().to_string())
+            }
+        };
+        let first =
+            tokio::task::spawn_blocking(pinned_push(registry.reference("rekon/chaos:a"))).await??;
+        let second =
+            tokio::task::spawn_blocking(pinned_push(registry.reference("rekon/chaos:b"))).await??;
+        assert_eq!(first, second, "reproducible pushes");
+
         // A file that is not a plugin is not pushed.
         let bogus = tempfile::NamedTempFile::new()?;
         std::fs::write(bogus.path(), b"not wasm")?;

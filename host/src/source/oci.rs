@@ -637,7 +637,9 @@ impl Fetcher {
     /// layout (config [`WASM_CONFIG_MEDIA_TYPE`]: architecture `wasm`, os
     /// `wasip2`, the layer digests and the component's top-level imports and
     /// exports; one layer [`WASM_LAYER_MEDIA_TYPE`]), with `annotations` on
-    /// the manifest. Returns the manifest digest (`sha256:…`).
+    /// the manifest. Returns the manifest digest (`sha256:…`). The config's
+    /// `created` is `SOURCE_DATE_EPOCH` when set: the same build and
+    /// annotations then always push to the same digest.
     pub async fn push(
         &self,
         component: &[u8],
@@ -655,7 +657,7 @@ impl Fetcher {
         })?;
         let layer_digest = sha256_digest(component);
         let config = WasmConfig {
-            created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            created: created_time(),
             architecture: "wasm",
             os: "wasip2",
             layer_digests: vec![layer_digest.clone()],
@@ -736,6 +738,18 @@ impl Fetcher {
             ..ClientConfig::default()
         })
     }
+}
+
+/// The config's `created`: `SOURCE_DATE_EPOCH` when set (so pushing the
+/// same build twice gives the same digest), else now.
+fn created_time() -> String {
+    let epoch = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0));
+    epoch
+        .unwrap_or_else(chrono::Utc::now)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// `base · 2^attempt`, at most 30 s.
