@@ -424,7 +424,7 @@ pub enum PushError {
         stage: &'static str,
         /// The failure, classified as for fetches.
         #[source]
-        source: FetchError,
+        source: Box<FetchError>,
     },
 }
 
@@ -637,7 +637,9 @@ impl Fetcher {
     /// layout (config [`WASM_CONFIG_MEDIA_TYPE`]: architecture `wasm`, os
     /// `wasip2`, the layer digests and the component's top-level imports and
     /// exports; one layer [`WASM_LAYER_MEDIA_TYPE`]), with `annotations` on
-    /// the manifest. Returns the manifest digest (`sha256:…`).
+    /// the manifest. Returns the manifest digest (`sha256:…`). The config's
+    /// `created` is `SOURCE_DATE_EPOCH` when set: the same build and
+    /// annotations then always push to the same digest.
     pub async fn push(
         &self,
         component: &[u8],
@@ -655,7 +657,7 @@ impl Fetcher {
         })?;
         let layer_digest = sha256_digest(component);
         let config = WasmConfig {
-            created: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            created: created_time(),
             architecture: "wasm",
             os: "wasip2",
             layer_digests: vec![layer_digest.clone()],
@@ -679,16 +681,16 @@ impl Fetcher {
             move |e: OciDistributionError| PushError::Registry {
                 reference: reference.to_string(),
                 stage,
-                source: classify(reference, e),
+                source: Box::new(classify(reference, e)),
             }
         };
         let timeout = |stage: &'static str| PushError::Registry {
             reference: reference.to_string(),
             stage,
-            source: FetchError::Unreachable {
+            source: Box::new(FetchError::Unreachable {
                 reference: reference.to_string(),
                 detail: format!("timed out after {:?}", self.config.timeout),
-            },
+            }),
         };
         let client = self.client(&parsed).map_err(failed("layer"))?;
         client
@@ -736,6 +738,18 @@ impl Fetcher {
             ..ClientConfig::default()
         })
     }
+}
+
+/// The config's `created`: `SOURCE_DATE_EPOCH` when set (so pushing the
+/// same build twice gives the same digest), else now.
+fn created_time() -> String {
+    let epoch = std::env::var("SOURCE_DATE_EPOCH")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok())
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0));
+    epoch
+        .unwrap_or_else(chrono::Utc::now)
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// `base · 2^attempt`, at most 30 s.
@@ -1181,7 +1195,9 @@ mod tests {
         );
         let err = RegistryAuth::from_docker_config_json(json, "broken.example.com").unwrap_err();
         assert!(err.to_string().contains("broken.example.com"), "{err}");
-        assert!(RegistryAuth::from_docker_config_json(b"[]", "ghcr.io").is_err());
+        for broken in [&b"not json"[..], br#"{"auths": 1}"#] {
+            assert!(RegistryAuth::from_docker_config_json(broken, "ghcr.io").is_err());
+        }
         // Debug never shows the password.
         assert!(!format!("{:?}", basic("u", "hunter2")).contains("hunter2"));
     }
