@@ -110,6 +110,12 @@ impl RekonProcess {
         all[all.len().saturating_sub(lines)..].join("\n")
     }
 
+    /// The process id.
+    #[must_use]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))

@@ -1,0 +1,351 @@
+//! Plugins as cluster objects, measured (a bench: it prints tables and
+//! asserts nothing about time).
+//!
+//! 1. Pull + verify + compile of the seed modules from a real registry
+//!    (Debian's docker-registry on loopback), cold and from the caches.
+//! 2. Edit of a Plugin object → the new version serving (its status
+//!    reporting the new digest), with the module cached and with a pull,
+//!    and ConfigMaps created during each swap that were never reconciled
+//!    (events lost).
+//! 3. Resident memory of one extra (shadow) version.
+//!
+//! `cargo bench -p rekon-e2e --bench plugin_objects` (after `make plugins
+//! test-plugins`); `REKON_BENCH_SWAPS` sets the swaps per row (default 6).
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use rekon::plugin::{PluginRuntime, RuntimeConfig};
+use rekon::source::oci::{Fetcher, OciConfig, PullPolicy, RegistryAuth};
+use rekon_e2e::registry::Registry;
+use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get};
+use serde_json::{Value, json};
+
+fn push(paths: &Paths, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
+    let out = Command::new(&paths.rekon)
+        .args(["plugin", "push"])
+        .arg(file)
+        .arg(reference)
+        .output()?;
+    if !out.status.success() {
+        bail!("push failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    String::from_utf8(out.stdout)?
+        .split_whitespace()
+        .find(|w| w.starts_with("sha256:"))
+        .map(str::to_owned)
+        .context("no digest printed")
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
+/// Pull + verify, then compile (no cache), then both again from the caches.
+async fn module_costs(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
+    println!("\n## Pull + verify + compile of the seed modules (debug host, loopback registry)\n");
+    println!(
+        "| module | size | pull + verify | compile + link + register | from caches: fetch | from caches: load |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for (file, name) in [
+        ("nodepool.wasm", "nodepool"),
+        ("test_fanout.wasm", "test-fanout"),
+    ] {
+        let reference = format!("{}/bench/{name}:1", registry.host());
+        let digest = push(paths, &paths.plugins.join(file), &reference)?;
+        let cache = tempfile::tempdir()?;
+        let fetcher = Fetcher::new(OciConfig {
+            cache_dir: Some(cache.path().join("oci")),
+            ..OciConfig::default()
+        });
+        let started = Instant::now();
+        let fetched = fetcher
+            .fetch(
+                &reference,
+                None,
+                PullPolicy::IfNotPresent,
+                &RegistryAuth::Anonymous,
+            )
+            .await?;
+        let pull = started.elapsed();
+        let runtime = |cache_dir| {
+            PluginRuntime::new(RuntimeConfig {
+                cache_dir,
+                ..RuntimeConfig::default()
+            })
+        };
+        let bytes = Arc::clone(&fetched.bytes);
+        let rt = runtime(Some(cache.path().join("code")))?;
+        let started = Instant::now();
+        let plugin = tokio::task::spawn_blocking(move || rt.load_bytes(&bytes, "bench")).await??;
+        let compile = started.elapsed();
+        assert!(!plugin.load_timings().from_cache);
+        // A restart: a new fetcher and runtime on the same caches, the
+        // reference pinned by digest.
+        let fetcher = Fetcher::new(OciConfig {
+            cache_dir: Some(cache.path().join("oci")),
+            ..OciConfig::default()
+        });
+        let started = Instant::now();
+        let again = fetcher
+            .fetch(
+                &reference,
+                Some(&digest),
+                PullPolicy::IfNotPresent,
+                &RegistryAuth::Anonymous,
+            )
+            .await?;
+        let cached_fetch = started.elapsed();
+        assert!(again.from_cache, "the second fetch pulled");
+        let rt = runtime(Some(cache.path().join("code")))?;
+        let bytes = Arc::clone(&again.bytes);
+        let started = Instant::now();
+        let plugin = tokio::task::spawn_blocking(move || rt.load_bytes(&bytes, "bench")).await??;
+        let cached_load = started.elapsed();
+        assert!(plugin.load_timings().from_cache, "compiled again");
+        println!(
+            "| {name} | {:.0} KiB | {} | {} | {} | {} |",
+            fetched.bytes.len() as f64 / 1024.0,
+            millis(pull),
+            millis(compile),
+            millis(cached_fetch),
+            millis(cached_load)
+        );
+    }
+    Ok(())
+}
+
+fn plugin_status(env: &Env) -> Option<Value> {
+    get(env.main(), "rekon.dev/v1alpha1", "plugins", None, "chaos")
+}
+
+fn annotated(env: &Env, name: &str, mark: &str) -> bool {
+    get(env.main(), "v1", "configmaps", Some("default"), name).is_some_and(|o| {
+        o["metadata"]["annotations"]["chaos.rekon.dev/version"].as_str() == Some(mark)
+    })
+}
+
+fn rss_kib(pid: u32) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .context("no VmRSS")
+}
+
+/// Edits the Plugin to `module` and times it until the status reports
+/// `digest`, then until every ConfigMap created during the swap carries
+/// `mark`. Returns (edit → serving, edit → all reconciled, lost).
+async fn swap(
+    env: &mut Env,
+    module: &str,
+    digest: &str,
+    mark: &str,
+    round: usize,
+) -> anyhow::Result<(Duration, Duration, usize)> {
+    let started = Instant::now();
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": module}}),
+    )?;
+    let during: Vec<String> = (0..10).map(|i| format!("r{round}-{i}")).collect();
+    for name in &during {
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": "default"}, "data": {"mode": "ok"}}),
+        )?;
+    }
+    let serving = loop {
+        if plugin_status(env).is_some_and(|o| o["status"]["digest"] == digest) {
+            break started.elapsed();
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            bail!("{module} never served; log:\n{}", env.rekon.log_tail(40));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reconciled = loop {
+        if during.iter().all(|n| annotated(env, n, mark)) {
+            break started.elapsed();
+        }
+        if Instant::now() > deadline {
+            break started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let lost = during.iter().filter(|n| !annotated(env, n, mark)).count();
+    Ok((serving, reconciled, lost))
+}
+
+async fn swaps_and_memory(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
+    let rounds: usize = std::env::var("REKON_BENCH_SWAPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let v1 = format!("{}/bench/chaos:1", registry.host());
+    let d1 = push(paths, &paths.test_plugins.join("chaos-v1.wasm"), &v1)?;
+    let cache = tempfile::tempdir()?;
+    let mut env = Env::start(EnvOptions {
+        plugins: Vec::new(),
+        log_filter: "info".to_owned(),
+        extra_args: vec![
+            "--plugin-objects".to_owned(),
+            "--cache-dir".to_owned(),
+            cache.path().display().to_string(),
+        ],
+        ..EnvOptions::default()
+    })
+    .await?;
+    env.wait_for("the Plugin CRD", Duration::from_secs(60), |env| {
+        env.main()
+            .list("rekon.dev/v1alpha1", "plugins", None, "")
+            .is_ok()
+            .then_some(())
+    })
+    .await?;
+    let grant = json!([{
+        "resource": {"apiVersion": "v1", "kind": "ConfigMap", "plural": "configmaps", "scope": "Namespaced"},
+        "verbs": ["get", "patch"], "clusters": "Primary"}]);
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": v1, "permissions": grant}}),
+    )?;
+    env.wait_for("chaos v1 serving", Duration::from_secs(60), |env| {
+        plugin_status(env).filter(|o| o["status"]["digest"] == d1.as_str())
+    })
+    .await?;
+    let mut rows: BTreeMap<&str, (Vec<Duration>, Vec<Duration>, usize)> = BTreeMap::new();
+    let work = tempfile::tempdir()?;
+    let mut serving = (v1.clone(), d1.clone(), "v1");
+    for round in 0..rounds {
+        // A new version: distinct bytes (a custom section naming the
+        // round), so both the pull and the compile are real.
+        let (base, mark) = if serving.2 == "v1" {
+            ("chaos-v2.wasm", "v2")
+        } else {
+            ("chaos-v1.wasm", "v1")
+        };
+        let file = work.path().join(format!("round-{round}.wasm"));
+        std::fs::write(
+            &file,
+            with_custom_section(&std::fs::read(paths.test_plugins.join(base))?, round),
+        )?;
+        let fresh = format!("{}/bench/chaos:round-{round}", registry.host());
+        let digest = push(paths, &file, &fresh)?;
+        let previous = serving.clone();
+        let (s, r, l) = swap(&mut env, &fresh, &digest, mark, round * 2).await?;
+        let row = rows
+            .entry("new module: pull + verify + compile")
+            .or_default();
+        row.0.push(s);
+        row.1.push(r);
+        row.2 += l;
+        // Roll back: the previous module, cached on disk and compiled.
+        let (s, r, l) = swap(
+            &mut env,
+            &previous.0,
+            &previous.1,
+            previous.2,
+            round * 2 + 1,
+        )
+        .await?;
+        let row = rows.entry("rollback: module cached").or_default();
+        row.0.push(s);
+        row.1.push(r);
+        row.2 += l;
+        serving = previous;
+    }
+    println!(
+        "\n## Plugin edit → new version serving ({rounds} rounds; 10 ConfigMaps created during each swap)\n"
+    );
+    println!(
+        "| swap | edits | edit → status says serving (median) | edit → every new object reconciled by it (median) | objects never reconciled |"
+    );
+    println!("|---|---|---|---|---|");
+    for (kind, (serving, reconciled, lost)) in rows {
+        println!(
+            "| {kind} | {} | {} | {} | {lost} |",
+            serving.len(),
+            millis(median(serving)),
+            millis(median(reconciled))
+        );
+    }
+
+    // Memory of one extra version: the shadow.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = rss_kib(env.rekon.pid())?;
+    let v2 = format!("{}/bench/chaos:2", registry.host());
+    push(paths, &paths.test_plugins.join("chaos-v2.wasm"), &v2)?;
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": v1, "shadow": {"module": v2}}}),
+    )?;
+    env.wait_for("the shadow", Duration::from_secs(60), |env| {
+        plugin_status(env).filter(|o| o["status"]["shadow"]["digest"].is_string())
+    })
+    .await?;
+    for i in 0..50 {
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": format!("shadowed-{i}"), "namespace": "default"}, "data": {"mode": "ok"}}),
+        )?;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = rss_kib(env.rekon.pid())?;
+    println!("\n## Memory of one extra (shadow) version of chaos (504 KiB component)\n");
+    println!(
+        "| host RSS, serving only | with a shadow (after 50 shadowed reconciles) | difference |"
+    );
+    println!("|---|---|---|");
+    println!(
+        "| {:.1} MiB | {:.1} MiB | {:+.1} MiB |",
+        before as f64 / 1024.0,
+        after as f64 / 1024.0,
+        (after as f64 - before as f64) / 1024.0
+    );
+    Ok(())
+}
+
+/// `component` with a custom section `rekon-bench` holding `round`
+/// appended: the same behaviour, other bytes (another digest).
+fn with_custom_section(component: &[u8], round: usize) -> Vec<u8> {
+    let name = b"rekon-bench";
+    let payload = round.to_string();
+    let mut body = vec![u8::try_from(name.len()).unwrap_or(0)];
+    body.extend_from_slice(name);
+    body.extend_from_slice(payload.as_bytes());
+    let mut out = component.to_vec();
+    out.push(0); // custom section id
+    out.push(u8::try_from(body.len()).unwrap_or(0)); // LEB128, < 128
+    out.extend(body);
+    out
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    if std::env::args().any(|a| a == "--list") {
+        // `cargo test --benches` lists benches: nothing to list here.
+        return Ok(());
+    }
+    let paths = Paths::discover()?;
+    let registry = Registry::start()?;
+    module_costs(&paths, &registry).await?;
+    swaps_and_memory(&paths, &registry).await?;
+    Ok(())
+}
