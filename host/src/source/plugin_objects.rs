@@ -92,6 +92,9 @@ pub struct FetchFailure {
     pub reason: String,
     /// For humans.
     pub message: String,
+    /// Worth trying again as is (an unreachable registry, a missing pull
+    /// Secret); a digest mismatch or a wrong artifact waits for an edit.
+    pub transient: bool,
 }
 
 /// Where modules come from: the OCI fetcher in production.
@@ -120,6 +123,7 @@ impl ModuleSource for super::oci::Fetcher {
                         FetchFailure {
                             reason: "PullSecretUnavailable".to_owned(),
                             message: format!("the pull Secret is unusable: {e}"),
+                            transient: false,
                         }
                     })?
                 }
@@ -140,6 +144,7 @@ impl ModuleSource for super::oci::Fetcher {
                 .map_err(|e| FetchFailure {
                     reason: e.reason().to_owned(),
                     message: e.to_string(),
+                    transient: e.is_transient(),
                 })
         })
     }
@@ -214,7 +219,10 @@ struct Entry {
 
 /// What one pass over an object ended with.
 struct Pass {
-    status: PluginObjectStatus,
+    /// The status to write; `None` when the pass found nothing to do (the
+    /// spec already serves): a stale copy of the object must never bring
+    /// back an older status.
+    status: Option<PluginObjectStatus>,
     /// Retry after a transient failure (a fetch).
     retry: bool,
 }
@@ -375,8 +383,8 @@ impl PluginObjects {
             }
             (entry.latest.clone(), entry.dirty)
         };
-        if let Some(obj) = obj {
-            self.write_status(&obj, pass.status).await;
+        if let (Some(obj), Some(status)) = (obj, pass.status) {
+            self.write_status(&obj, status).await;
         }
         if rerun {
             self.trigger(name, done);
@@ -409,24 +417,32 @@ impl PluginObjects {
         let name = obj.name_any();
         let generation = obj.metadata.generation;
         let spec = &obj.spec;
-        let mut status = PluginObjectStatus {
-            observed_generation: generation,
-            ..obj.status.clone().unwrap_or_default()
-        };
-        let already = self
+        // What this host wrote last is newer than what a watch event may
+        // carry.
+        let (already, written) = self
             .inner
             .entries
             .lock()
             .get(&name)
-            .and_then(|e| e.applied.clone())
-            .is_some_and(|(g, s)| g == generation && s == *spec);
+            .map(|e| {
+                let already = e
+                    .applied
+                    .as_ref()
+                    .is_some_and(|(g, s)| *g == generation && s == spec);
+                (already, e.written.clone())
+            })
+            .unwrap_or_default();
         let serving = self.inner.registry.serving(&origin(&name));
         if already && serving.is_some() {
             return Pass {
-                status,
+                status: None,
                 retry: false,
             };
         }
+        let mut status = PluginObjectStatus {
+            observed_generation: generation,
+            ..written.or_else(|| obj.status.clone()).unwrap_or_default()
+        };
         let keeps = |serving: &Option<LoadedPlugin>| match serving {
             Some(p) => format!("; version {} keeps serving", p.version()),
             None => String::new(),
@@ -453,7 +469,7 @@ impl PluginObjects {
             );
             self.mark_applied(&name, generation, spec);
             return Pass {
-                status,
+                status: Some(status),
                 retry: false,
             };
         }
@@ -483,7 +499,7 @@ impl PluginObjects {
             Err(f) => {
                 set(&mut status, FETCHED, false, &f.reason, &f.message);
                 let message = format!("{}{}", f.message, keeps(&serving));
-                return refused(status, &serving, &f.reason, message, true);
+                return refused(status, &serving, &f.reason, message, f.transient);
             }
         };
         set(
@@ -523,7 +539,11 @@ impl PluginObjects {
                     .fetch(&shadow.module, shadow.digest.as_deref(), spec)
                     .await
                 {
-                    Err(f) => Err((f.reason.clone(), format!("shadow: {}", f.message), true)),
+                    Err(f) => Err((
+                        f.reason.clone(),
+                        format!("shadow: {}", f.message),
+                        f.transient,
+                    )),
                     Ok(m) => self
                         .load(&name, &shadow_origin(&name), &m, &grant)
                         .await
@@ -548,7 +568,10 @@ impl PluginObjects {
                             &serving_message(&loaded, &module),
                         );
                         set(&mut status, DEGRADED, true, &reason, &message);
-                        return Pass { status, retry };
+                        return Pass {
+                            status: Some(status),
+                            retry,
+                        };
                     }
                 }
             }
@@ -569,7 +592,7 @@ impl PluginObjects {
         );
         self.mark_applied(&name, generation, spec);
         Pass {
-            status,
+            status: Some(status),
             retry: false,
         }
     }
@@ -602,9 +625,11 @@ impl PluginObjects {
     }
 
     async fn pull_secret(&self, name: &str) -> Result<Vec<u8>, FetchFailure> {
+        // The Secret may yet be created or fixed: tried again.
         let fail = |message: String| FetchFailure {
             reason: "PullSecretUnavailable".to_owned(),
             message,
+            transient: true,
         };
         let ns = &self.inner.config.namespace;
         let secret = self
@@ -779,7 +804,10 @@ fn refused(
         None => set(&mut status, READY, false, reason, &message),
     }
     set(&mut status, DEGRADED, true, reason, &message);
-    Pass { status, retry }
+    Pass {
+        status: Some(status),
+        retry,
+    }
 }
 
 /// Sets a condition, keeping its transition time when its status did not

@@ -90,14 +90,17 @@ fn condition(obj: &Value, kind: &str) -> Option<(String, String, String)> {
 
 async fn wait_serving(env: &mut Env, digest: &str) -> anyhow::Result<Value> {
     let what = format!("Plugin chaos to serve {digest}");
+    let last = std::cell::RefCell::new(Value::Null);
     env.wait_for(&what, WAIT, |env| {
         let obj = plugin(env)?;
+        *last.borrow_mut() = obj.clone();
         let ready = condition(&obj, "Ready")?;
         let degraded = condition(&obj, "Degraded")?;
         (ready.0 == "True" && degraded.0 == "False" && obj["status"]["digest"] == digest)
             .then_some(obj)
     })
     .await
+    .with_context(|| format!("the Plugin was last:\n{:#}", last.borrow()))
 }
 
 async fn wait_degraded(env: &mut Env, reason: &str) -> anyhow::Result<(Value, String)> {
@@ -148,19 +151,55 @@ async fn wait_plugin_crd(env: &mut Env) -> anyhow::Result<()> {
     .await
 }
 
+/// A registry holding chaos v1 and v2, and `rekon run --plugin-objects`
+/// with the Plugin CRD installed.
+struct Setup {
+    paths: Paths,
+    registry: Registry,
+    v1: String,
+    v2: String,
+    d1: String,
+    d2: String,
+    cache: tempfile::TempDir,
+    env: Env,
+}
+
+async fn setup() -> anyhow::Result<Setup> {
+    let paths = Paths::discover()?;
+    let registry = Registry::start()?;
+    let v1 = format!("{}/rekon/chaos:1", registry.host());
+    let v2 = format!("{}/rekon/chaos:2", registry.host());
+    let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+    let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
+    assert_ne!(d1, d2);
+    let cache = tempfile::tempdir()?;
+    let mut env = Env::start(options(cache.path())).await?;
+    wait_plugin_crd(&mut env).await?;
+    Ok(Setup {
+        paths,
+        registry,
+        v1,
+        v2,
+        d1,
+        d2,
+        cache,
+        env,
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_object_serves_swaps_live_and_rolls_back() -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(300), async {
-        let paths = Paths::discover()?;
-        let registry = Registry::start()?;
-        let v1 = format!("{}/rekon/chaos:1", registry.host());
-        let v2 = format!("{}/rekon/chaos:2", registry.host());
-        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
-        let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
-        assert_ne!(d1, d2);
-        let cache = tempfile::tempdir()?;
-        let mut env = Env::start(options(cache.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        let Setup {
+            paths,
+            registry: _registry,
+            v1,
+            v2,
+            d1,
+            d2,
+            cache: _cache,
+            mut env,
+        } = setup().await?;
         apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
         let obj = wait_serving(&mut env, &d1).await?;
         assert_eq!(obj["status"]["version"], "1.0.0");
@@ -208,15 +247,16 @@ async fn a_plugin_object_serves_swaps_live_and_rolls_back() -> anyhow::Result<()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_modules_and_grants_keep_the_serving_version() -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(300), async {
-        let paths = Paths::discover()?;
-        let mut registry = Registry::start()?;
-        let v1 = format!("{}/rekon/chaos:1", registry.host());
-        let v2 = format!("{}/rekon/chaos:2", registry.host());
-        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
-        push(&paths, "chaos-v2.wasm", &v2)?;
-        let cache = tempfile::tempdir()?;
-        let mut env = Env::start(options(cache.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        let Setup {
+            paths,
+            mut registry,
+            v1,
+            v2,
+            d1,
+            cache,
+            mut env,
+            ..
+        } = setup().await?;
         let mut good = manifest(&paths, "chaos-v1.wasm", &v1)?;
         good["spec"]["digest"] = json!(d1);
         apply_object(env.main(), good.clone())?;
@@ -297,15 +337,16 @@ async fn bad_modules_and_grants_keep_the_serving_version() -> anyhow::Result<()>
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(300), async {
-        let paths = Paths::discover()?;
-        let registry = Registry::start()?;
-        let v1 = format!("{}/rekon/chaos:1", registry.host());
-        let v2 = format!("{}/rekon/chaos:2", registry.host());
-        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
-        let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
-        let cache = tempfile::tempdir()?;
-        let mut env = Env::start(options(cache.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        let Setup {
+            paths,
+            registry: _registry,
+            v1,
+            v2,
+            d1,
+            d2,
+            cache: _cache,
+            mut env,
+        } = setup().await?;
         let mut obj = manifest(&paths, "chaos-v1.wasm", &v1)?;
         obj["spec"]["shadow"] = json!({"module": v2});
         apply_object(env.main(), obj)?;
