@@ -410,6 +410,7 @@ async fn run() -> anyhow::Result<()> {
     fs::write(&staged, shadow)?;
     copy_atomically(&staged, &env.plugin_dir.join("nodepool.shadow.wasm"))?;
     let prom = Prometheus::start(&rules_with_short_for(work.path())?, ops).await?;
+    let scraping = Instant::now();
 
     // Some work for the panels: a Test fanned out, the NodePool samples.
     create_test(env.main(), "default", "hello").map_err(|e| anyhow::anyhow!("{e:#}"))?;
@@ -445,16 +446,6 @@ async fn run() -> anyhow::Result<()> {
     .await?;
     let load_failed_after = t.elapsed();
 
-    // main drops every watch: they restart.
-    env.main().close_watches();
-    until("watch restarts counted", &env, &prom, || {
-        Ok(prom
-            .query("rekon_watch_restarts_total")?
-            .first()
-            .map(|_| ()))
-    })
-    .await?;
-
     // sub stops answering.
     env.sub().stall();
     let t = Instant::now();
@@ -471,6 +462,31 @@ async fn run() -> anyhow::Result<()> {
         None,
         "main answers: no alert for it"
     );
+
+    // sub answers again: the alert resolves.
+    env.sub().resume();
+    let t = Instant::now();
+    until(
+        "RekonClusterUnreachable for sub to resolve",
+        &env,
+        &prom,
+        || {
+            Ok(prom
+                .alert_state("RekonClusterUnreachable", &[("cluster", "sub")])?
+                .is_none()
+                .then_some(()))
+        },
+    )
+    .await?;
+    let resolved_after = t.elapsed();
+    // Its watches restarted after the outage.
+    until("sub's watch restarts counted", &env, &prom, || {
+        Ok(prom
+            .query(r#"rekon_watch_restarts_total{cluster="sub"}"#)?
+            .first()
+            .map(|_| ()))
+    })
+    .await?;
 
     // The exposition passes promtool's linter, and declares every metric
     // the alerts and the dashboard read.
@@ -548,7 +564,9 @@ async fn run() -> anyhow::Result<()> {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 
-    // Every panel's queries run; those this run exercises return data.
+    // Every panel's queries run; those this run exercises return data
+    // (after three more scrapes: rate() needs two samples of a new series).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let mut table = Vec::new();
     for (title, targets) in &panels {
         let mut series = 0;
@@ -565,25 +583,15 @@ async fn run() -> anyhow::Result<()> {
         table.push(format!("{title:<36} {series:>3} series"));
     }
     if let Some(file) = std::env::var_os("REKON_DASHBOARD_SNAPSHOT") {
-        write_snapshot(&prom, &panels, started.elapsed(), Path::new(&file))?;
+        // For the picture only: 20 s more of work (a Test every 2 s), so
+        // the panels have a shape.
+        for i in 0..10 {
+            create_test(env.main(), "default", &format!("more-{i}"))?;
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        write_snapshot(&prom, &panels, scraping.elapsed(), Path::new(&file))?;
     }
 
-    // sub answers again: the alert resolves.
-    env.sub().resume();
-    let t = Instant::now();
-    until(
-        "RekonClusterUnreachable for sub to resolve",
-        &env,
-        &prom,
-        || {
-            Ok(prom
-                .alert_state("RekonClusterUnreachable", &[("cluster", "sub")])?
-                .is_none()
-                .then_some(()))
-        },
-    )
-    .await?;
-    let resolved_after = t.elapsed();
     println!(
         "monitoring: RekonPluginLoadFailed firing {load_failed_after:?} after the broken file was dropped in; \
          RekonClusterUnreachable firing {unreachable_after:?} after sub stalled (for: cut to 2s), resolved \
