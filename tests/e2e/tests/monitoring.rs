@@ -341,8 +341,21 @@ async fn until<T>(
     }
 }
 
-fn firing(state: Option<String>) -> Option<()> {
-    (state.as_deref() == Some("firing")).then_some(())
+/// Waits until `alert` for the object `label` names is firing; how long it took.
+async fn until_firing(
+    env: &Env,
+    prom: &Prometheus,
+    alert: &str,
+    label: (&str, &str),
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let what = format!("{alert} for {}={} to fire", label.0, label.1);
+    until(&what, env, prom, || {
+        let state = prom.alert_state(alert, &[label])?;
+        Ok((state.as_deref() == Some("firing")).then_some(()))
+    })
+    .await?;
+    Ok(started.elapsed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -431,32 +444,18 @@ async fn run() -> anyhow::Result<()> {
 
     // A plugin file that fails to load (its register() errors).
     copy_atomically(&broken, &env.plugin_dir.join("chaos-broken-register.wasm"))?;
-    let t = Instant::now();
-    until(
-        "RekonPluginLoadFailed for chaos-broken-register",
+    let load_failed_after = until_firing(
         &env,
         &prom,
-        || {
-            Ok(firing(prom.alert_state(
-                "RekonPluginLoadFailed",
-                &[("plugin", "chaos-broken-register")],
-            )?))
-        },
+        "RekonPluginLoadFailed",
+        ("plugin", "chaos-broken-register"),
     )
     .await?;
-    let load_failed_after = t.elapsed();
 
     // sub stops answering.
     env.sub().stall();
-    let t = Instant::now();
-    until("RekonClusterUnreachable for sub", &env, &prom, || {
-        Ok(firing(prom.alert_state(
-            "RekonClusterUnreachable",
-            &[("cluster", "sub")],
-        )?))
-    })
-    .await?;
-    let unreachable_after = t.elapsed();
+    let unreachable_after =
+        until_firing(&env, &prom, "RekonClusterUnreachable", ("cluster", "sub")).await?;
     assert_eq!(
         prom.alert_state("RekonClusterUnreachable", &[("cluster", "main")])?,
         None,
