@@ -17,6 +17,7 @@
 //! | [`Env::wait_for`] | polling with a deadline that reports what it waited for |
 //! | [`apply_manifests`] | create-or-merge YAML documents into a cluster (in process) |
 //! | [`view`] | one-line renderings of Jobs, Tests, Nodes, NodePools for people |
+//! | [`prometheus`] | a real Prometheus scraping the host, `promtool`, the metric names a query reads |
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -27,6 +28,7 @@ use anyhow::{Context as _, bail};
 use kube_sim::{Sim, SimCluster};
 use serde_json::{Value, json};
 
+pub mod prometheus;
 pub mod registry;
 pub mod view;
 
