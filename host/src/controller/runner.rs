@@ -340,6 +340,11 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         .unwrap_or_default();
     let resync_every = shared.ctx.config.resync_period.filter(|d| !d.is_zero());
     let mut next_resync = resync_every.map(|d| Instant::now() + d);
+    // When each in-flight reconcile started, for the in-progress gauges
+    // (updated every half second, as client-go's metrics updater does).
+    let mut started: HashMap<ReqKey, std::time::Instant> = HashMap::new();
+    let mut in_flight_tick = tokio::time::interval(Duration::from_millis(500));
+    in_flight_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         let limit = shared.max_concurrent.load(Ordering::Relaxed);
         let open = leader.is_leader() && !shared.settling();
@@ -364,6 +369,7 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                 None => None,
             };
             shared.metrics.observe_queue_duration(waited);
+            started.insert(key.clone(), std::time::Instant::now());
             let fut = reconcile_key(Arc::clone(&shared), key.clone(), reason, fence);
             tasks.spawn(async move {
                 let done = AssertUnwindSafe(fut)
@@ -380,10 +386,16 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
         tokio::select! {
             Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Ok((key, done)) = joined {
+                    started.remove(&key);
                     let mut queue = shared.queue.lock();
                     queue.done(&key, done, Instant::now());
                     shared.metrics.set_depth(queue.ready());
                 }
+            }
+            _ = in_flight_tick.tick() => {
+                shared
+                    .metrics
+                    .set_in_flight(started.values().copied(), std::time::Instant::now());
             }
             Some(changed) = async {
                 match shard_changes.as_mut() {
@@ -429,6 +441,9 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
             shared.queue.lock().done(&key, done, Instant::now());
         }
     }
+    shared
+        .metrics
+        .set_in_flight(std::iter::empty(), std::time::Instant::now());
 }
 
 pub(crate) async fn sleep_until(deadline: Option<Instant>) {

@@ -198,6 +198,8 @@ struct Inner {
     queue_duration: HistogramFamily<QueueLabels>,
     work_duration: HistogramFamily<QueueLabels>,
     queue_retries: Family<QueueLabels, Counter>,
+    queue_unfinished: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    queue_longest: Family<QueueLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     leader: Family<NameLabels, Gauge>,
     leader_transitions: Family<NameLabels, Counter>,
     leaderless: HistogramFamily<NameLabels>,
@@ -310,6 +312,16 @@ impl Metrics {
             queue_retries: reg!(
                 "workqueue_retries",
                 "Total number of retries handled by workqueue",
+                Family::default()
+            ),
+            queue_unfinished: reg!(
+                "workqueue_unfinished_work_seconds",
+                "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
+                Family::default()
+            ),
+            queue_longest: reg!(
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running.",
                 Family::default()
             ),
             leader: reg!(
@@ -533,6 +545,8 @@ impl Metrics {
             queue_duration: self.inner.queue_duration.get_or_create(&labels).clone(),
             work_duration: self.inner.work_duration.get_or_create(&labels).clone(),
             retries: self.inner.queue_retries.get_or_create(&labels).clone(),
+            unfinished: self.inner.queue_unfinished.get_or_create(&labels).clone(),
+            longest: self.inner.queue_longest.get_or_create(&labels).clone(),
         }
     }
 
@@ -549,6 +563,8 @@ impl Metrics {
             controller: controller.to_owned(),
         };
         self.inner.queue_depth.remove(&q);
+        self.inner.queue_unfinished.remove(&q);
+        self.inner.queue_longest.remove(&q);
     }
 
     // ----- leader election -------------------------------------------------
@@ -880,12 +896,29 @@ pub struct QueueMetrics {
     queue_duration: Histogram,
     work_duration: Histogram,
     retries: Counter,
+    unfinished: Gauge<f64, std::sync::atomic::AtomicU64>,
+    longest: Gauge<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl QueueMetrics {
     /// A request was added (a duplicate that was merged counts too, as in client-go).
     pub fn add(&self) {
         self.adds.inc();
+    }
+
+    /// The work in progress, from the start times of the requests being
+    /// processed now: the sum of their ages (`workqueue_unfinished_work_seconds`)
+    /// and the oldest's (`workqueue_longest_running_processor_seconds`), as
+    /// client-go's metrics updater reports them.
+    pub fn set_in_flight(&self, started: impl IntoIterator<Item = Instant>, now: Instant) {
+        let (mut total, mut longest) = (0.0_f64, 0.0_f64);
+        for at in started {
+            let age = now.saturating_duration_since(at).as_secs_f64();
+            total += age;
+            longest = longest.max(age);
+        }
+        self.unfinished.set(total);
+        self.longest.set(longest);
     }
 
     /// The number of requests waiting now.
@@ -992,6 +1025,23 @@ mod tests {
         ));
         assert!(text.contains(
             "workqueue_queue_duration_seconds_count{name=\"test-fanout\",controller=\"test-fanout\"} 1\n"
+        ));
+        // Two reconciles in flight, started 3 s and 1 s ago.
+        let now = Instant::now();
+        q.set_in_flight(
+            [now - Duration::from_secs(3), now - Duration::from_secs(1)],
+            now,
+        );
+        let text = m.encode();
+        assert!(text.contains(
+            "workqueue_longest_running_processor_seconds{name=\"test-fanout\",controller=\"test-fanout\"} 3.0\n"
+        ), "{text}");
+        assert!(text.contains(
+            "workqueue_unfinished_work_seconds{name=\"test-fanout\",controller=\"test-fanout\"} 4.0\n"
+        ));
+        q.set_in_flight(std::iter::empty(), now);
+        assert!(m.encode().contains(
+            "workqueue_longest_running_processor_seconds{name=\"test-fanout\",controller=\"test-fanout\"} 0.0\n"
         ));
     }
 

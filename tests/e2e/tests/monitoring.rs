@@ -41,10 +41,7 @@ const WAIT: Duration = Duration::from_secs(40);
 /// Metrics the alerts or the dashboard read that the host does not export
 /// yet, and why. The test fails when one of them appears (then remove it
 /// here) and for any other metric that is missing.
-const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "workqueue_longest_running_processor_seconds",
-    "client-go's gauge of the longest-running reconcile per controller: not exported by the host yet",
-)];
+const KNOWN_GAPS: &[(&str, &str)] = &[];
 
 /// Dashboard panels whose series this run may not produce (reconcile
 /// errors happen only by chance, no OCI fetch): their queries must run,
