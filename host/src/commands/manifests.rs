@@ -769,9 +769,11 @@ mod tests {
         let mut b = nodepool();
         b.name = "other".into();
         let docs = crd_documents(&[a.clone(), b.clone()]).unwrap();
-        assert_eq!(docs.len(), 1);
-        assert_eq!(docs[0].0, "nodepools.nodes.lailin.xyz");
-        let parsed: serde_json::Value = serde_yaml::from_str(&docs[0].1).unwrap();
+        // The host's own Plugin CRD first, then the plugins' (once each).
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].0, "plugins.rekon.dev");
+        assert_eq!(docs[1].0, "nodepools.nodes.lailin.xyz");
+        let parsed: serde_json::Value = serde_yaml::from_str(&docs[1].1).unwrap();
         assert_eq!(parsed["spec"]["names"]["plural"], "nodepools");
         b.crds = vec![crd_json().replace("nodepool\"", "pool\"")];
         assert!(matches!(

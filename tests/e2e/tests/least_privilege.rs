@@ -119,6 +119,19 @@ const ROWS: &[Row] = &[
         resource: "leases",
         refused: "cannot get resource \"leases\"",
     },
+    // --plugin-objects: following Plugin objects, reporting their status.
+    Row {
+        role: "ClusterRole",
+        group: "rekon.dev",
+        resource: "plugins",
+        refused: "cannot list resource \"plugins\"",
+    },
+    Row {
+        role: "ClusterRole",
+        group: "rekon.dev",
+        resource: "plugins/status",
+        refused: "cannot patch resource \"plugins/status\"",
+    },
 ];
 
 /// `(role kind, group, resource)` of every rule in the rendered base.
@@ -181,6 +194,15 @@ fn drive(env: &Secured) {
     apply_manifests(
         main,
         &std::fs::read_to_string(samples.join("nodepools.yaml")).unwrap(),
+    )
+    .unwrap();
+    // A Plugin object whose module cannot be fetched: the host reports so in
+    // its status.
+    rekon_e2e::apply_object(
+        main,
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "unfetchable"},
+               "spec": {"module": "not a reference"}}),
     )
     .unwrap();
 }
@@ -294,6 +316,8 @@ rows! {
     without_pods => 9;
     without_secrets => 10;
     without_leases => 11;
+    without_plugins => 12;
+    without_plugins_status => 13;
 }
 
 /// nodepool patches Nodes; the operator's policy denies it. RBAC would
