@@ -35,9 +35,10 @@ pub struct ResourceInfo {
     pub status_subresource: bool,
     /// Built-in kind (strategic merge patch allowed).
     pub builtin: bool,
-    /// Maintains `metadata.generation`.
-    pub generation: bool,
-    /// `.status` is dropped on create.
+    /// Whether and when `metadata.generation` is maintained.
+    pub generation: Generation,
+    /// `.status` is dropped on create (the strategy's PrepareForCreate
+    /// resets it; defaulting may then fill it in again).
     pub drop_status_on_create: bool,
     /// Structural schema of a custom resource version.
     pub schema: Option<Arc<Value>>,
@@ -74,6 +75,29 @@ impl ScalePaths {
             status_replicas: ".status.replicas".into(),
             label_selector: Some(".spec.selector".into()),
         }
+    }
+}
+
+/// How a resource maintains `metadata.generation`: set to 1 on create and
+/// bumped by an update that changes the desired state, as the REST
+/// strategies' `PrepareForCreate` / `PrepareForUpdate` do
+/// (`pkg/registry/<group>/<kind>/strategy.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Not maintained: the object has no `metadata.generation`.
+    None,
+    /// Bumped when anything but `metadata` changes (and `status`, where
+    /// a status subresource serves it): `!DeepEqual(old.Spec, new.Spec)`.
+    Spec,
+    /// [`Generation::Spec`], and bumped by an annotation change too
+    /// (Deployment: its annotations are copied to its ReplicaSets).
+    SpecOrAnnotations,
+}
+
+impl Generation {
+    /// Whether `metadata.generation` is maintained at all.
+    pub fn maintained(self) -> bool {
+        self != Self::None
     }
 }
 
@@ -167,7 +191,7 @@ struct Builtin {
     short: &'static [&'static str],
     all: bool,
     status: bool,
-    generation: bool,
+    generation: Generation,
     drop_status: bool,
     scale: bool,
 }
@@ -188,22 +212,34 @@ const fn b(
         short,
         all: false,
         status: false,
-        generation: false,
+        generation: Generation::None,
         drop_status: false,
         scale: false,
     }
 }
 
+/// A workload: in `all`, a status subresource, status reset on create,
+/// generation bumped by spec changes.
 const fn workload(mut x: Builtin) -> Builtin {
     x.all = true;
     x.status = true;
-    x.generation = true;
+    x.generation = Generation::Spec;
     x.drop_status = true;
     x
 }
 
+/// A status subresource whose status a create keeps (Node: "Nodes allow
+/// *all* fields, including status, to be set on create").
 const fn with_status(mut x: Builtin) -> Builtin {
     x.status = true;
+    x
+}
+
+/// A status subresource whose status the strategy's PrepareForCreate
+/// resets (`obj.Status = XStatus{}`), leaving what defaulting fills in.
+const fn with_reset_status(mut x: Builtin) -> Builtin {
+    x.status = true;
+    x.drop_status = true;
     x
 }
 
@@ -218,24 +254,24 @@ const fn version(mut x: Builtin, v: &'static str) -> Builtin {
 }
 
 const BUILTINS: &[Builtin] = &[
-    with_status(b("", "namespaces", "Namespace", false, &["ns"])),
+    // PrepareForCreate: `Status{Phase: Active}`; SetDefaults_NamespaceStatus
+    // fills the phase in again after the reset.
+    with_reset_status(b("", "namespaces", "Namespace", false, &["ns"])),
     with_status(b("", "nodes", "Node", false, &["no"])),
     b("", "configmaps", "ConfigMap", true, &["cm"]),
     b("", "secrets", "Secret", true, &[]),
+    // PrepareForCreate: `Status{Phase: Pending, QOSClass: GetPodQOS(pod)}`,
+    // `Generation = 1`; updatePodGeneration bumps on spec changes.
+    workload(b("", "pods", "Pod", true, &["po"])),
     {
-        let mut p = workload(b("", "pods", "Pod", true, &["po"]));
-        p.drop_status = false;
-        p
-    },
-    {
-        let mut s = with_status(b("", "services", "Service", true, &["svc"]));
+        let mut s = with_reset_status(b("", "services", "Service", true, &["svc"]));
         s.all = true;
         s
     },
     b("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
     b("", "events", "Event", true, &["ev"]),
     b("", "endpoints", "Endpoints", true, &["ep"]),
-    with_status(b(
+    with_reset_status(b(
         "",
         "persistentvolumeclaims",
         "PersistentVolumeClaim",
@@ -244,13 +280,17 @@ const BUILTINS: &[Builtin] = &[
     )),
     b("events.k8s.io", "events", "Event", true, &["ev"]),
     b("coordination.k8s.io", "leases", "Lease", true, &[]),
-    with_scale(workload(b(
-        "apps",
-        "deployments",
-        "Deployment",
-        true,
-        &["deploy"],
-    ))),
+    {
+        let mut d = with_scale(workload(b(
+            "apps",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+        )));
+        d.generation = Generation::SpecOrAnnotations;
+        d
+    },
     with_scale(workload(b(
         "apps",
         "replicasets",
@@ -277,7 +317,7 @@ const BUILTINS: &[Builtin] = &[
             false,
             &["crd", "crds"],
         ));
-        c.generation = true;
+        c.generation = Generation::Spec;
         c
     },
     with_scale(workload(b(
@@ -343,7 +383,8 @@ const BUILTINS: &[Builtin] = &[
             ),
             "v2",
         ));
-        h.generation = false;
+        // The HPAGeneration feature gate (off by default) would set it.
+        h.generation = Generation::None;
         h
     },
     {
@@ -354,7 +395,8 @@ const BUILTINS: &[Builtin] = &[
             true,
             &["hpa"],
         ));
-        h.generation = false;
+        // The HPAGeneration feature gate (off by default) would set it.
+        h.generation = Generation::None;
         h
     },
     with_status(b(
@@ -810,7 +852,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             categories: strs(names.get("categories")),
             status_subresource: status,
             builtin: false,
-            generation: true,
+            generation: Generation::Spec,
             drop_status_on_create: status,
             schema,
             conversion: Conversion::None,
@@ -852,6 +894,8 @@ pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
     let mut out = obj.clone();
     if res.conversion == Conversion::HpaV1 {
         hpa_v2_to_v1(&mut out);
+        // v1's `currentReplicas` has no `omitempty`; v2's has.
+        crate::defaults::encode_status(&res.group, &res.version, &res.kind, &mut out);
     }
     if let Some(o) = out.as_object_mut() {
         o.insert("apiVersion".into(), res.api_version().into());
