@@ -153,6 +153,14 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                 set_default(m, "labels", l);
             }
         }
+        ("", "Node") => {
+            // SetDefaults_NodeStatus: allocatable defaults to capacity.
+            if let Some(st) = obj.get_mut("status").and_then(Value::as_object_mut)
+                && let Some(cap) = st.get("capacity").filter(|c| c.is_object()).cloned()
+            {
+                set_default(st, "allocatable", cap);
+            }
+        }
         ("", "PersistentVolume") => {
             if let Some(spec) = obj_mut(obj, "spec") {
                 set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));

@@ -1113,6 +1113,69 @@ mod tests {
         );
     }
 
+    fn unomitted(api_version: &str, kind: &str, obj: Value) -> Value {
+        let mut obj = obj;
+        if let Some(o) = obj.as_object_mut() {
+            write_unomitted(api_version, kind, "status", o);
+        }
+        obj
+    }
+
+    #[test]
+    fn unset_status_fields_are_written_as_go_writes_them() {
+        // Fields without omitempty: zero; omitempty and pointers: absent.
+        assert_eq!(
+            unomitted("apps/v1", "DaemonSet", json!({})),
+            json!({"status": {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                "desiredNumberScheduled": 0, "numberReady": 0}})
+        );
+        assert_eq!(
+            unomitted("v1", "ReplicationController", json!({"status": null})),
+            json!({"status": {"replicas": 0}})
+        );
+        assert_eq!(
+            unomitted("apps/v1", "Deployment", json!({})),
+            json!({"status": {}})
+        );
+        // What is set is kept; a nil slice without omitempty is `null`.
+        assert_eq!(
+            unomitted(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                json!({"status": {"currentReplicas": 2}})
+            ),
+            json!({"status": {"currentReplicas": 2, "desiredReplicas": 0, "currentMetrics": null}})
+        );
+        assert_eq!(
+            unomitted("autoscaling/v1", "HorizontalPodAutoscaler", json!({})),
+            json!({"status": {"currentReplicas": 0, "desiredReplicas": 0}})
+        );
+        // Non-pointer structs are written with their own fields, also
+        // within list items; a `null` Go would omit is dropped.
+        let node = unomitted(
+            "v1",
+            "Node",
+            json!({"status": {"phase": null, "conditions": [{"type": "Ready"}]}}),
+        );
+        assert_eq!(
+            node["status"]["daemonEndpoints"],
+            json!({"kubeletEndpoint": {"Port": 0}})
+        );
+        assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "");
+        assert_eq!(
+            node["status"]["nodeInfo"].as_object().map(Map::len),
+            Some(10)
+        );
+        assert_eq!(
+            node["status"]["conditions"],
+            json!([{"type": "Ready", "status": ""}])
+        );
+        assert!(node["status"].get("phase").is_none(), "{node}");
+        // Kinds without a status field, and custom kinds, are left alone.
+        assert_eq!(unomitted("v1", "ConfigMap", json!({})), json!({}));
+        assert_eq!(unomitted("example.com/v1", "Widget", json!({})), json!({}));
+    }
+
     #[test]
     fn malformed_input_is_an_error_never_a_panic() {
         let good = hex(SECRET);
