@@ -40,6 +40,10 @@ pub struct ResourceInfo {
     /// `.status` is dropped on create (the strategy's PrepareForCreate
     /// resets it; defaulting may then fill it in again).
     pub drop_status_on_create: bool,
+    /// A DELETE that removes the object answers with the object rather
+    /// than a `Status` (the registry's `ReturnDeletedObject`; the OpenAPI
+    /// spec's delete operation names the kind as its 200 response).
+    pub delete_returns_object: bool,
     /// Structural schema of a custom resource version.
     pub schema: Option<Arc<Value>>,
     /// Representation conversion needed between stored and served objects.
@@ -194,6 +198,7 @@ struct Builtin {
     generation: Generation,
     drop_status: bool,
     scale: bool,
+    deleted_object: bool,
 }
 
 const fn b(
@@ -215,6 +220,7 @@ const fn b(
         generation: Generation::None,
         drop_status: false,
         scale: false,
+        deleted_object: false,
     }
 }
 
@@ -243,6 +249,12 @@ const fn with_reset_status(mut x: Builtin) -> Builtin {
     x
 }
 
+/// A DELETE answers with the deleted object (`ReturnDeletedObject: true`).
+const fn returns_deleted(mut x: Builtin) -> Builtin {
+    x.deleted_object = true;
+    x
+}
+
 const fn with_scale(mut x: Builtin) -> Builtin {
     x.scale = true;
     x
@@ -262,22 +274,28 @@ const BUILTINS: &[Builtin] = &[
     b("", "secrets", "Secret", true, &[]),
     // PrepareForCreate: `Status{Phase: Pending, QOSClass: GetPodQOS(pod)}`,
     // `Generation = 1`; updatePodGeneration bumps on spec changes.
-    workload(b("", "pods", "Pod", true, &["po"])),
+    returns_deleted(workload(b("", "pods", "Pod", true, &["po"]))),
     {
-        let mut s = with_reset_status(b("", "services", "Service", true, &["svc"]));
+        let mut s = returns_deleted(with_reset_status(b(
+            "",
+            "services",
+            "Service",
+            true,
+            &["svc"],
+        )));
         s.all = true;
         s
     },
-    b("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+    returns_deleted(b("", "serviceaccounts", "ServiceAccount", true, &["sa"])),
     b("", "events", "Event", true, &["ev"]),
     b("", "endpoints", "Endpoints", true, &["ep"]),
-    with_reset_status(b(
+    returns_deleted(with_reset_status(b(
         "",
         "persistentvolumeclaims",
         "PersistentVolumeClaim",
         true,
         &["pvc"],
-    )),
+    ))),
     b("events.k8s.io", "events", "Event", true, &["ev"]),
     b("coordination.k8s.io", "leases", "Lease", true, &[]),
     {
@@ -327,16 +345,22 @@ const BUILTINS: &[Builtin] = &[
         true,
         &["rc"],
     ))),
-    with_status(b(
+    returns_deleted(with_status(b(
         "",
         "persistentvolumes",
         "PersistentVolume",
         false,
         &["pv"],
-    )),
-    b("", "podtemplates", "PodTemplate", true, &[]),
+    ))),
+    returns_deleted(b("", "podtemplates", "PodTemplate", true, &[])),
     b("", "limitranges", "LimitRange", true, &["limits"]),
-    with_status(b("", "resourcequotas", "ResourceQuota", true, &["quota"])),
+    returns_deleted(with_status(b(
+        "",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"],
+    ))),
     b(
         "discovery.k8s.io",
         "endpointslices",
@@ -413,13 +437,13 @@ const BUILTINS: &[Builtin] = &[
         false,
         &["pc"],
     ),
-    b(
+    returns_deleted(b(
         "storage.k8s.io",
         "storageclasses",
         "StorageClass",
         false,
         &["sc"],
-    ),
+    )),
     b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
     b(
         "rbac.authorization.k8s.io",
@@ -476,6 +500,7 @@ impl Registry {
                 builtin: true,
                 generation: x.generation,
                 drop_status_on_create: x.drop_status,
+                delete_returns_object: x.deleted_object,
                 schema: None,
                 conversion: match (x.group, x.version, x.kind) {
                     ("events.k8s.io", _, _) => Conversion::EventsV1,
@@ -854,6 +879,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             builtin: false,
             generation: Generation::Spec,
             drop_status_on_create: status,
+            delete_returns_object: false,
             schema,
             conversion: Conversion::None,
             type_info: Arc::default(),
