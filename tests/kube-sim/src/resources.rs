@@ -249,6 +249,12 @@ const fn with_reset_status(mut x: Builtin) -> Builtin {
     x
 }
 
+/// `Generation = 1` on create, bumped by spec changes.
+const fn with_generation(mut x: Builtin) -> Builtin {
+    x.generation = Generation::Spec;
+    x
+}
+
 /// A DELETE answers with the deleted object (`ReturnDeletedObject: true`).
 const fn returns_deleted(mut x: Builtin) -> Builtin {
     x.deleted_object = true;
@@ -368,13 +374,13 @@ const BUILTINS: &[Builtin] = &[
         true,
         &[],
     ),
-    with_status(b(
+    with_generation(with_reset_status(b(
         "networking.k8s.io",
         "ingresses",
         "Ingress",
         true,
         &["ing"],
-    )),
+    ))),
     b(
         "networking.k8s.io",
         "networkpolicies",
@@ -389,13 +395,13 @@ const BUILTINS: &[Builtin] = &[
         false,
         &[],
     ),
-    with_status(b(
+    with_generation(with_reset_status(b(
         "policy",
         "poddisruptionbudgets",
         "PodDisruptionBudget",
         true,
         &["pdb"],
-    )),
+    ))),
     {
         let mut h = workload(version(
             b(

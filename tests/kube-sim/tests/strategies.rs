@@ -477,3 +477,87 @@ async fn namespace_finalizers_and_name_label() {
     })
     .await;
 }
+
+// PrepareForCreate: `Status = IngressStatus{}`, `Generation = 1`;
+// `loadBalancer` is a struct.
+strategy_test!(
+    ingress,
+    Case {
+        path: "/apis/networking.k8s.io/v1/namespaces/default/ingresses",
+        body: json!({"metadata": {"name": "ing"}, "spec": {"defaultBackend": {
+            "service": {"name": "s", "port": {"number": 80}}}},
+            "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}),
+        created_status: json!({"loadBalancer": {}}),
+        generation: Some(1),
+        spec_patch: json!({"spec": {"ingressClassName": "nginx"}}),
+        status_write: json!({"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}),
+        written_status: json!({"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}),
+    }
+);
+
+// PrepareForCreate: `Status = PodDisruptionBudgetStatus{}`, `Generation = 1`;
+// four counters without omitempty.
+strategy_test!(
+    pod_disruption_budget,
+    Case {
+        path: "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+        body: json!({"metadata": {"name": "pdb"}, "spec": {"minAvailable": 1,
+            "selector": labels_selector("p")}, "status": {"currentHealthy": 3}}),
+        created_status: json!({"disruptionsAllowed": 0, "currentHealthy": 0,
+            "desiredHealthy": 0, "expectedPods": 0}),
+        generation: Some(1),
+        spec_patch: json!({"spec": {"minAvailable": 2}}),
+        status_write: json!({"expectedPods": 2}),
+        written_status: json!({"disruptionsAllowed": 0, "currentHealthy": 0,
+            "desiredHealthy": 0, "expectedPods": 2}),
+    }
+);
+
+/// DELETE answers with the deleted object where the registry says so
+/// (`ReturnDeletedObject`, the spec's delete response: Pod, Service,
+/// ServiceAccount, PVC, PV, PodTemplate, ResourceQuota, StorageClass),
+/// else with a `Status`.
+#[tokio::test]
+async fn delete_answers_with_the_object_or_a_status() {
+    within(30, "delete responses", async {
+        let sim = SimCluster::start("strategies").await.unwrap();
+        let u = sim.url();
+        for (path, body, kind) in [
+            (
+                "/api/v1/namespaces/default/pods",
+                json!({"metadata": {"name": "p"}, "spec": template("p")["spec"]}),
+                "Pod",
+            ),
+            (
+                "/api/v1/namespaces/default/serviceaccounts",
+                json!({"metadata": {"name": "p"}}),
+                "ServiceAccount",
+            ),
+            (
+                "/api/v1/namespaces/default/configmaps",
+                json!({"metadata": {"name": "p"}}),
+                "Status",
+            ),
+            (
+                "/apis/apps/v1/namespaces/default/deployments",
+                json!({"metadata": {"name": "p"}, "spec": {"selector": labels_selector("p"),
+                    "template": template("p")}}),
+                "Status",
+            ),
+        ] {
+            let (code, created) = req(&u, "POST", path, JSON, Some(body)).await;
+            assert_eq!(code, 201, "{created}");
+            let (code, deleted) = req(&u, "DELETE", &format!("{path}/p"), JSON, None).await;
+            assert_eq!(
+                (code, deleted["kind"].as_str()),
+                (200, Some(kind)),
+                "{deleted}"
+            );
+            if kind != "Status" {
+                assert_eq!(deleted["metadata"]["uid"], created["metadata"]["uid"]);
+            }
+        }
+        sim.shutdown().await;
+    })
+    .await;
+}
