@@ -160,8 +160,18 @@ async fn python_typed_models_of_every_built_in_kind() {
         let sim = Sim::start(&["main"]).await.unwrap();
         let script = include_str!("python/typed_kinds.py");
         let out = python(&sim, script, &["main"]).await;
-        let last = out.lines().last().unwrap_or_default();
-        assert_eq!(last, "ok 39", "{out}");
+        let kinds = out
+            .lines()
+            .filter(|l| l.contains(" create read list replace"))
+            .count();
+        // 39 built-in resources when this test was written; more is fine
+        // (the script fails on a served kind it has no case for).
+        assert!(kinds >= 39, "{out}");
+        assert_eq!(
+            out.lines().last(),
+            Some(format!("ok {kinds}").as_str()),
+            "{out}"
+        );
         for line in [
             "v1 replicationcontrollers create read list replace status delete",
             "apps/v1 daemonsets create read list replace status delete",
