@@ -116,6 +116,7 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
     }
     match (res.group.as_str(), res.kind.as_str()) {
         ("", "Secret") => secret(obj),
+        ("", "Namespace") => namespace(obj),
         ("", "Service") => service(obj, old, alloc),
         ("", "Pod") => {
             if let Some(spec) = obj.get_mut("spec") {
@@ -151,7 +152,14 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
             {
                 set_default(m, "labels", l);
             }
-            status_struct(obj);
+        }
+        ("", "Node") => {
+            // SetDefaults_NodeStatus: allocatable defaults to capacity.
+            if let Some(st) = obj.get_mut("status").and_then(Value::as_object_mut)
+                && let Some(cap) = st.get("capacity").filter(|c| c.is_object()).cloned()
+            {
+                set_default(st, "allocatable", cap);
+            }
         }
         ("", "PersistentVolume") => {
             if let Some(spec) = obj_mut(obj, "spec") {
@@ -212,7 +220,6 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                     pod_template(t);
                 }
             }
-            status_struct(obj);
         }
         ("apps", "ReplicaSet") => {
             if let Some(spec) = obj_mut(obj, "spec") {
@@ -221,7 +228,6 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                     pod_template(t);
                 }
             }
-            status_struct(obj);
         }
         ("apps", "StatefulSet") => {
             if let Some(spec) = obj_mut(obj, "spec") {
@@ -269,7 +275,6 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                     pod_template(t);
                 }
             }
-            status_struct(obj);
         }
         ("apps", "DaemonSet") => {
             if let Some(spec) = obj_mut(obj, "spec") {
@@ -295,7 +300,7 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                     pod_template(t);
                 }
             }
-            status_struct(obj);
+            daemonset_template_generation(obj, old);
         }
         ("batch", "Job") => job(obj, old),
         ("batch", "CronJob") => {
@@ -312,7 +317,6 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                     pod_template(t);
                 }
             }
-            status_struct(obj);
         }
         ("autoscaling", "HorizontalPodAutoscaler") => {
             // SetDefaults_HorizontalPodAutoscaler (autoscaling/v2), on the
@@ -331,7 +335,6 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                     );
                 }
             }
-            status_struct(obj);
         }
         ("scheduling.k8s.io", "PriorityClass") => {
             // SetDefaults_PriorityClass.
@@ -351,18 +354,9 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
                 spec.insert("policyTypes".into(), Value::Array(t));
             }
         }
-        ("networking.k8s.io", "Ingress") | ("policy", "PodDisruptionBudget") => {
-            status_struct(obj);
-        }
         _ => {}
     }
-}
-
-/// `status: {}`: a struct status is always encoded, even before a controller fills it.
-fn status_struct(obj: &mut Value) {
-    if let Some(o) = obj.as_object_mut() {
-        o.entry("status").or_insert_with(|| json!({}));
-    }
+    encode_status(&res.group, &res.storage_version, &res.kind, obj);
 }
 
 fn arr_mut<'a>(v: &'a mut Value, ptr: &str) -> impl Iterator<Item = &'a mut Value> {
@@ -483,6 +477,79 @@ fn service(obj: &mut Value, old: Option<&Value>, alloc: &mut Allocations) {
     alloc.record(obj);
 }
 
+/// SetDefaults_Namespace (the `kubernetes.io/metadata.name` label, also
+/// reasserted by the strategy's Canonicalize) and SetDefaults_NamespaceStatus.
+fn namespace(obj: &mut Value) {
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .map(str::to_string);
+    if let Some(name) = name
+        && let Some(m) = obj_mut(obj, "metadata")
+        && let Some(labels) = m
+            .entry("labels")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+    {
+        labels.insert("kubernetes.io/metadata.name".into(), json!(name));
+    }
+    if let Some(st) = obj_mut(obj, "status") {
+        set_default(st, "phase", json!("Active"));
+    }
+}
+
+/// The annotation apps/v1 carries a DaemonSet's internal
+/// `spec.templateGeneration` in (`Convert_apps_DaemonSet_To_v1_DaemonSet`):
+/// PrepareForCreate raises it to at least 1; PrepareForUpdate keeps the
+/// stored value whatever the client sent, plus one when the pod template
+/// changed.
+fn daemonset_template_generation(obj: &mut Value, old: Option<&Value>) {
+    const KEY: &str = "deprecated.daemonset.template.generation";
+    let of = |o: &Value| {
+        o.pointer("/metadata/annotations")
+            .and_then(|a| a.get(KEY))
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    let generation = match old {
+        None => of(obj).filter(|g| *g >= 1).unwrap_or(1),
+        Some(old) => {
+            let kept = of(old).unwrap_or(0);
+            if old.pointer("/spec/template") == obj.pointer("/spec/template") {
+                kept
+            } else {
+                kept + 1
+            }
+        }
+    };
+    if let Some(m) = obj_mut(obj, "metadata")
+        && let Some(a) = m
+            .entry("annotations")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+    {
+        a.insert(KEY.into(), json!(generation.to_string()));
+    }
+}
+
+/// How Go's typed encoding writes a built-in's status, which clients
+/// generated from the API types (the official Python client's models)
+/// insist on: the status struct is always there (Go never omits a
+/// non-pointer struct, `omitempty` or not), and its fields without
+/// `omitempty` are written even when zero: `status.replicas: 0` of a new
+/// ReplicationController, a DaemonSet's `currentNumberScheduled`,
+/// `numberMisscheduled`, `desiredNumberScheduled` and `numberReady`, a
+/// Node's `nodeInfo` strings. Which fields those are comes from the Go
+/// struct tags in k8s.io/api's `types.go`, through the message table
+/// generated from them (see [`crate::protobuf::write_unomitted`]).
+pub fn encode_status(group: &str, version: &str, kind: &str, obj: &mut Value) {
+    let api_version = crate::resources::gv_string(group, version);
+    if let Some(o) = obj.as_object_mut() {
+        crate::protobuf::write_unomitted(&api_version, kind, "status", o);
+    }
+}
+
 /// SetDefaults_Job (batch/v1) and the Job REST strategy's selector.
 fn job(obj: &mut Value, old: Option<&Value>) {
     let uid = obj
@@ -540,7 +607,6 @@ fn job(obj: &mut Value, old: Option<&Value>) {
     if let Some(t) = spec.get_mut("template") {
         pod_template(t);
     }
-    status_struct(obj);
 }
 
 fn pod_template(t: &mut Value) {

@@ -42,6 +42,15 @@
 //!   validated against their structural schema (type, required, enum,
 //!   bounds, length, pattern → 422); `x-kubernetes-validations` (CEL) is
 //!   not evaluated.
+//! - Built-ins follow their REST strategies (`pkg/registry/*/strategy.go`,
+//!   one table in `resources`): which kinds reset a client's `status` on
+//!   create, which maintain `metadata.generation` (and what bumps it), which
+//!   answer a DELETE with the object. Their status is written as Go's
+//!   typed encoding writes it (fields without `omitempty` as zeros,
+//!   non-pointer structs as objects; `defaults::encode_status`, from the
+//!   Go struct tags in `data/protobuf-messages.txt`), so clients generated
+//!   from the API types (the Python client's models) accept every
+//!   response. The README lists the kinds and fields covered.
 //! - Lists with `limit`/`continue` or an Exact resourceVersion are served
 //!   from a snapshot rebuilt from the watch history.
 //! - Protobuf request bodies are decoded for every built-in kind (what
@@ -102,7 +111,8 @@
 //! - `resources`: built-in and CRD resources, discovery documents.
 //! - `selectors`: label and field selectors.
 //! - `table`: server-side printing (`as=Table`) for `kubectl get`.
-//! - `defaults`: built-in defaulting (defaults.go, admission), Secret `stringData`.
+//! - `defaults`: built-in defaulting (defaults.go, admission), Secret
+//!   `stringData`, Go's encoding of built-in statuses.
 //! - [`openapi`]: OpenAPI v2/v3 documents, schema lookups.
 //! - [`validate`]: unknown fields (`fieldValidation`), CR schema constraints.
 //! - `scale`: the `/scale` subresource (autoscaling/v1 Scale).

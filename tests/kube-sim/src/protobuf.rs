@@ -187,6 +187,10 @@ struct Field {
     /// A zero scalar on the wire is kept: a Go pointer (set explicitly) or
     /// a field without `omitempty`.
     keep_zero: bool,
+    /// A Go pointer: nil is omitted, whatever the tag says.
+    pointer: bool,
+    /// The JSON tag has `omitempty`.
+    omitempty: bool,
     /// `json:",inline"`: the message's fields go into the parent object.
     inline: bool,
 }
@@ -255,6 +259,8 @@ fn table() -> &'static std::collections::HashMap<String, Message> {
                             ty: parse_ty(ty),
                             repeated: flags.contains('r'),
                             keep_zero: flags.contains('p') || flags.contains('k'),
+                            pointer: flags.contains('p'),
+                            omitempty: !flags.contains('k'),
                             inline: flags.contains('i'),
                         });
                     }
@@ -293,6 +299,109 @@ pub fn keeps_empty(def: &str, json: &str) -> bool {
         .get(&format!("k8s.io.{rest}"))
         .and_then(|m| m.fields.iter().find(|f| f.json == json))
         .is_some_and(|f| f.keep_zero)
+}
+
+/// Writes into `obj`, a top-level object of `kind`, what Go's JSON encoder
+/// writes for its field `field` (and the fields within) even when nobody
+/// set them: a field without `omitempty` as its zero value (`0`, `""`,
+/// `false`; `null` for a nil slice or map), a non-pointer struct as an
+/// object (Go never omits one, `omitempty` or not) with its own such
+/// fields. Nil pointers stay absent, a `null` where Go would omit the field
+/// is dropped, and what is set is kept (and filled in within). The
+/// well-known types with a JSON form of their own (times, quantities,
+/// int-or-strings) are left as they are: their zero encodes as `null` or
+/// is never left unset by the server.
+pub fn write_unomitted(api_version: &str, kind: &str, field: &str, obj: &mut Map<String, Value>) {
+    if let Some(f) = kind_message(api_version, kind)
+        .and_then(|m| m.fields.iter().find(|f| f.json == field && !f.inline))
+    {
+        unomitted_field(f, obj, 0);
+    }
+}
+
+/// Go nests status structs a few levels; the bound only guards the walk.
+const UNOMITTED_DEPTH: usize = 16;
+
+fn unomitted_field(f: &Field, parent: &mut Map<String, Value>, depth: usize) {
+    if depth > UNOMITTED_DEPTH {
+        return;
+    }
+    if parent.get(&f.json).is_none_or(Value::is_null) && !f.pointer {
+        match go_zero(f) {
+            Some(z) => {
+                parent.insert(f.json.clone(), z);
+            }
+            None => {
+                if parent.get(&f.json).is_some_and(Value::is_null) {
+                    parent.remove(&f.json);
+                }
+            }
+        }
+    }
+    if let Some(v) = parent.get_mut(&f.json) {
+        unomitted_value(&f.ty, f.repeated, v, depth + 1);
+    }
+}
+
+/// What Go writes for an unset, non-pointer field.
+fn go_zero(f: &Field) -> Option<Value> {
+    if f.repeated || matches!(f.ty, Ty::Map(_) | Ty::Bytes) {
+        return (!f.omitempty).then_some(Value::Null);
+    }
+    match &f.ty {
+        Ty::Msg(name) => is_plain_message(name).then(|| Value::Object(Map::new())),
+        _ if f.omitempty => None,
+        Ty::Str => Some(Value::String(String::new())),
+        Ty::Int32 | Ty::Int64 | Ty::Double => Some(Value::from(0)),
+        Ty::Bool => Some(Value::Bool(false)),
+        Ty::Map(_) | Ty::Bytes => None,
+    }
+}
+
+/// An ordinary message (its JSON is its fields), not a well-known type.
+fn is_plain_message(name: &str) -> bool {
+    !name.starts_with("k8s.io.apimachinery.pkg.api.resource.")
+        && !name.starts_with("k8s.io.apimachinery.pkg.util.intstr.")
+        && !name.starts_with("k8s.io.apimachinery.pkg.runtime.")
+        && !matches!(
+            name,
+            "k8s.io.apimachinery.pkg.apis.meta.v1.Time"
+                | "k8s.io.apimachinery.pkg.apis.meta.v1.MicroTime"
+                | "k8s.io.apimachinery.pkg.apis.meta.v1.Duration"
+                | "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1"
+        )
+}
+
+fn unomitted_value(ty: &Ty, repeated: bool, v: &mut Value, depth: usize) {
+    if repeated {
+        for item in v.as_array_mut().into_iter().flatten() {
+            unomitted_value(ty, false, item, depth);
+        }
+        return;
+    }
+    let (Ty::Msg(name), Some(obj)) = (ty, v.as_object_mut()) else {
+        return;
+    };
+    if let Some(m) = table().get(name).filter(|_| is_plain_message(name)) {
+        unomitted_fields(m, obj, depth);
+    }
+}
+
+fn unomitted_fields(m: &Message, obj: &mut Map<String, Value>, depth: usize) {
+    if depth > UNOMITTED_DEPTH || m.slice {
+        return;
+    }
+    for f in &m.fields {
+        if f.inline {
+            if let Ty::Msg(name) = &f.ty
+                && let Some(inner) = table().get(name)
+            {
+                unomitted_fields(inner, obj, depth + 1);
+            }
+        } else {
+            unomitted_field(f, obj, depth);
+        }
+    }
 }
 
 /// Whether a protobuf body of this kind can be decoded (built-in kinds).
@@ -1002,6 +1111,69 @@ mod tests {
             decode(&body).unwrap_err(),
             ProtoError::UnsupportedEncoding("gzip".into())
         );
+    }
+
+    fn unomitted(api_version: &str, kind: &str, obj: Value) -> Value {
+        let mut obj = obj;
+        if let Some(o) = obj.as_object_mut() {
+            write_unomitted(api_version, kind, "status", o);
+        }
+        obj
+    }
+
+    #[test]
+    fn unset_status_fields_are_written_as_go_writes_them() {
+        // Fields without omitempty: zero; omitempty and pointers: absent.
+        assert_eq!(
+            unomitted("apps/v1", "DaemonSet", json!({})),
+            json!({"status": {"currentNumberScheduled": 0, "numberMisscheduled": 0,
+                "desiredNumberScheduled": 0, "numberReady": 0}})
+        );
+        assert_eq!(
+            unomitted("v1", "ReplicationController", json!({"status": null})),
+            json!({"status": {"replicas": 0}})
+        );
+        assert_eq!(
+            unomitted("apps/v1", "Deployment", json!({})),
+            json!({"status": {}})
+        );
+        // What is set is kept; a nil slice without omitempty is `null`.
+        assert_eq!(
+            unomitted(
+                "autoscaling/v2",
+                "HorizontalPodAutoscaler",
+                json!({"status": {"currentReplicas": 2}})
+            ),
+            json!({"status": {"currentReplicas": 2, "desiredReplicas": 0, "currentMetrics": null}})
+        );
+        assert_eq!(
+            unomitted("autoscaling/v1", "HorizontalPodAutoscaler", json!({})),
+            json!({"status": {"currentReplicas": 0, "desiredReplicas": 0}})
+        );
+        // Non-pointer structs are written with their own fields, also
+        // within list items; a `null` Go would omit is dropped.
+        let node = unomitted(
+            "v1",
+            "Node",
+            json!({"status": {"phase": null, "conditions": [{"type": "Ready"}]}}),
+        );
+        assert_eq!(
+            node["status"]["daemonEndpoints"],
+            json!({"kubeletEndpoint": {"Port": 0}})
+        );
+        assert_eq!(node["status"]["nodeInfo"]["kubeletVersion"], "");
+        assert_eq!(
+            node["status"]["nodeInfo"].as_object().map(Map::len),
+            Some(10)
+        );
+        assert_eq!(
+            node["status"]["conditions"],
+            json!([{"type": "Ready", "status": ""}])
+        );
+        assert!(node["status"].get("phase").is_none(), "{node}");
+        // Kinds without a status field, and custom kinds, are left alone.
+        assert_eq!(unomitted("v1", "ConfigMap", json!({})), json!({}));
+        assert_eq!(unomitted("example.com/v1", "Widget", json!({})), json!({}));
     }
 
     #[test]

@@ -35,10 +35,15 @@ pub struct ResourceInfo {
     pub status_subresource: bool,
     /// Built-in kind (strategic merge patch allowed).
     pub builtin: bool,
-    /// Maintains `metadata.generation`.
-    pub generation: bool,
-    /// `.status` is dropped on create.
+    /// Whether and when `metadata.generation` is maintained.
+    pub generation: Generation,
+    /// `.status` is dropped on create (the strategy's PrepareForCreate
+    /// resets it; defaulting may then fill it in again).
     pub drop_status_on_create: bool,
+    /// A DELETE that removes the object answers with the object rather
+    /// than a `Status` (the registry's `ReturnDeletedObject`; the OpenAPI
+    /// spec's delete operation names the kind as its 200 response).
+    pub delete_returns_object: bool,
     /// Structural schema of a custom resource version.
     pub schema: Option<Arc<Value>>,
     /// Representation conversion needed between stored and served objects.
@@ -74,6 +79,29 @@ impl ScalePaths {
             status_replicas: ".status.replicas".into(),
             label_selector: Some(".spec.selector".into()),
         }
+    }
+}
+
+/// How a resource maintains `metadata.generation`: set to 1 on create and
+/// bumped by an update that changes the desired state, as the REST
+/// strategies' `PrepareForCreate` / `PrepareForUpdate` do
+/// (`pkg/registry/<group>/<kind>/strategy.go`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// Not maintained: the object has no `metadata.generation`.
+    None,
+    /// Bumped when anything but `metadata` changes (and `status`, where
+    /// a status subresource serves it): `!DeepEqual(old.Spec, new.Spec)`.
+    Spec,
+    /// [`Generation::Spec`], and bumped by an annotation change too
+    /// (Deployment: its annotations are copied to its ReplicaSets).
+    SpecOrAnnotations,
+}
+
+impl Generation {
+    /// Whether `metadata.generation` is maintained at all.
+    pub fn maintained(self) -> bool {
+        self != Self::None
     }
 }
 
@@ -167,9 +195,10 @@ struct Builtin {
     short: &'static [&'static str],
     all: bool,
     status: bool,
-    generation: bool,
+    generation: Generation,
     drop_status: bool,
     scale: bool,
+    deleted_object: bool,
 }
 
 const fn b(
@@ -188,22 +217,47 @@ const fn b(
         short,
         all: false,
         status: false,
-        generation: false,
+        generation: Generation::None,
         drop_status: false,
         scale: false,
+        deleted_object: false,
     }
 }
 
+/// A workload: in `all`, a status subresource, status reset on create,
+/// generation bumped by spec changes.
 const fn workload(mut x: Builtin) -> Builtin {
     x.all = true;
     x.status = true;
-    x.generation = true;
+    x.generation = Generation::Spec;
     x.drop_status = true;
     x
 }
 
+/// A status subresource whose status a create keeps (Node: "Nodes allow
+/// *all* fields, including status, to be set on create").
 const fn with_status(mut x: Builtin) -> Builtin {
     x.status = true;
+    x
+}
+
+/// A status subresource whose status the strategy's PrepareForCreate
+/// resets (`obj.Status = XStatus{}`), leaving what defaulting fills in.
+const fn with_reset_status(mut x: Builtin) -> Builtin {
+    x.status = true;
+    x.drop_status = true;
+    x
+}
+
+/// `Generation = 1` on create, bumped by spec changes.
+const fn with_generation(mut x: Builtin) -> Builtin {
+    x.generation = Generation::Spec;
+    x
+}
+
+/// A DELETE answers with the deleted object (`ReturnDeletedObject: true`).
+const fn returns_deleted(mut x: Builtin) -> Builtin {
+    x.deleted_object = true;
     x
 }
 
@@ -218,39 +272,49 @@ const fn version(mut x: Builtin, v: &'static str) -> Builtin {
 }
 
 const BUILTINS: &[Builtin] = &[
-    with_status(b("", "namespaces", "Namespace", false, &["ns"])),
+    // PrepareForCreate: `Status{Phase: Active}`; SetDefaults_NamespaceStatus
+    // fills the phase in again after the reset.
+    with_reset_status(b("", "namespaces", "Namespace", false, &["ns"])),
     with_status(b("", "nodes", "Node", false, &["no"])),
     b("", "configmaps", "ConfigMap", true, &["cm"]),
     b("", "secrets", "Secret", true, &[]),
+    // PrepareForCreate: `Status{Phase: Pending, QOSClass: GetPodQOS(pod)}`,
+    // `Generation = 1`; updatePodGeneration bumps on spec changes.
+    returns_deleted(workload(b("", "pods", "Pod", true, &["po"]))),
     {
-        let mut p = workload(b("", "pods", "Pod", true, &["po"]));
-        p.drop_status = false;
-        p
-    },
-    {
-        let mut s = with_status(b("", "services", "Service", true, &["svc"]));
+        let mut s = returns_deleted(with_reset_status(b(
+            "",
+            "services",
+            "Service",
+            true,
+            &["svc"],
+        )));
         s.all = true;
         s
     },
-    b("", "serviceaccounts", "ServiceAccount", true, &["sa"]),
+    returns_deleted(b("", "serviceaccounts", "ServiceAccount", true, &["sa"])),
     b("", "events", "Event", true, &["ev"]),
     b("", "endpoints", "Endpoints", true, &["ep"]),
-    with_status(b(
+    returns_deleted(with_reset_status(b(
         "",
         "persistentvolumeclaims",
         "PersistentVolumeClaim",
         true,
         &["pvc"],
-    )),
+    ))),
     b("events.k8s.io", "events", "Event", true, &["ev"]),
     b("coordination.k8s.io", "leases", "Lease", true, &[]),
-    with_scale(workload(b(
-        "apps",
-        "deployments",
-        "Deployment",
-        true,
-        &["deploy"],
-    ))),
+    {
+        let mut d = with_scale(workload(b(
+            "apps",
+            "deployments",
+            "Deployment",
+            true,
+            &["deploy"],
+        )));
+        d.generation = Generation::SpecOrAnnotations;
+        d
+    },
     with_scale(workload(b(
         "apps",
         "replicasets",
@@ -277,7 +341,7 @@ const BUILTINS: &[Builtin] = &[
             false,
             &["crd", "crds"],
         ));
-        c.generation = true;
+        c.generation = Generation::Spec;
         c
     },
     with_scale(workload(b(
@@ -287,16 +351,22 @@ const BUILTINS: &[Builtin] = &[
         true,
         &["rc"],
     ))),
-    with_status(b(
+    returns_deleted(with_status(b(
         "",
         "persistentvolumes",
         "PersistentVolume",
         false,
         &["pv"],
-    )),
-    b("", "podtemplates", "PodTemplate", true, &[]),
+    ))),
+    returns_deleted(b("", "podtemplates", "PodTemplate", true, &[])),
     b("", "limitranges", "LimitRange", true, &["limits"]),
-    with_status(b("", "resourcequotas", "ResourceQuota", true, &["quota"])),
+    returns_deleted(with_status(b(
+        "",
+        "resourcequotas",
+        "ResourceQuota",
+        true,
+        &["quota"],
+    ))),
     b(
         "discovery.k8s.io",
         "endpointslices",
@@ -304,13 +374,13 @@ const BUILTINS: &[Builtin] = &[
         true,
         &[],
     ),
-    with_status(b(
+    with_generation(with_reset_status(b(
         "networking.k8s.io",
         "ingresses",
         "Ingress",
         true,
         &["ing"],
-    )),
+    ))),
     b(
         "networking.k8s.io",
         "networkpolicies",
@@ -325,13 +395,13 @@ const BUILTINS: &[Builtin] = &[
         false,
         &[],
     ),
-    with_status(b(
+    with_generation(with_reset_status(b(
         "policy",
         "poddisruptionbudgets",
         "PodDisruptionBudget",
         true,
         &["pdb"],
-    )),
+    ))),
     {
         let mut h = workload(version(
             b(
@@ -343,7 +413,8 @@ const BUILTINS: &[Builtin] = &[
             ),
             "v2",
         ));
-        h.generation = false;
+        // The HPAGeneration feature gate (off by default) would set it.
+        h.generation = Generation::None;
         h
     },
     {
@@ -354,7 +425,8 @@ const BUILTINS: &[Builtin] = &[
             true,
             &["hpa"],
         ));
-        h.generation = false;
+        // The HPAGeneration feature gate (off by default) would set it.
+        h.generation = Generation::None;
         h
     },
     with_status(b(
@@ -371,13 +443,13 @@ const BUILTINS: &[Builtin] = &[
         false,
         &["pc"],
     ),
-    b(
+    returns_deleted(b(
         "storage.k8s.io",
         "storageclasses",
         "StorageClass",
         false,
         &["sc"],
-    ),
+    )),
     b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
     b(
         "rbac.authorization.k8s.io",
@@ -434,6 +506,7 @@ impl Registry {
                 builtin: true,
                 generation: x.generation,
                 drop_status_on_create: x.drop_status,
+                delete_returns_object: x.deleted_object,
                 schema: None,
                 conversion: match (x.group, x.version, x.kind) {
                     ("events.k8s.io", _, _) => Conversion::EventsV1,
@@ -810,8 +883,9 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             categories: strs(names.get("categories")),
             status_subresource: status,
             builtin: false,
-            generation: true,
+            generation: Generation::Spec,
             drop_status_on_create: status,
+            delete_returns_object: false,
             schema,
             conversion: Conversion::None,
             type_info: Arc::default(),
@@ -852,6 +926,8 @@ pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
     let mut out = obj.clone();
     if res.conversion == Conversion::HpaV1 {
         hpa_v2_to_v1(&mut out);
+        // v1's `currentReplicas` has no `omitempty`; v2's has.
+        crate::defaults::encode_status(&res.group, &res.version, &res.kind, &mut out);
     }
     if let Some(o) = out.as_object_mut() {
         o.insert("apiVersion".into(), res.api_version().into());

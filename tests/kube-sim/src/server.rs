@@ -1034,7 +1034,7 @@ async fn resource(
                     if res.builtin && res.kind == "Namespace" && !d.gone && !dopts.dry_run {
                         spawn_namespace_controller(cs);
                     }
-                    if d.gone {
+                    if d.gone && !res.delete_returns_object {
                         let uid = d
                             .obj
                             .pointer("/metadata/uid")

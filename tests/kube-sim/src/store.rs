@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 
 use crate::error::{ApiError, ApiResult};
 use crate::patch;
-use crate::resources::{Registry, ResourceInfo, StorageKey, prune, storage_key_of};
+use crate::resources::{Generation, Registry, ResourceInfo, StorageKey, prune, storage_key_of};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::validate::FieldValidation;
 
@@ -990,7 +990,7 @@ impl Inner {
         m.remove("deletionTimestamp");
         m.remove("deletionGracePeriodSeconds");
         m.remove("selfLink");
-        if res.generation {
+        if res.generation.maintained() {
             m.insert("generation".into(), json!(1));
         } else {
             m.remove("generation");
@@ -1000,9 +1000,26 @@ impl Inner {
                 o.remove("status");
             }
             match res.kind.as_str() {
+                // PrepareForCreate: the `kubernetes` finalizer is required
+                // on create (appended to the client's own).
                 "Namespace" if res.builtin => {
-                    o.insert("spec".into(), json!({"finalizers": ["kubernetes"]}));
-                    o.insert("status".into(), json!({"phase": "Active"}));
+                    let spec = o.entry("spec").or_insert_with(|| json!({}));
+                    if !spec.is_object() {
+                        *spec = json!({});
+                    }
+                    if let Some(f) = spec
+                        .as_object_mut()
+                        .map(|s| s.entry("finalizers").or_insert_with(|| json!([])))
+                    {
+                        if !f.is_array() {
+                            *f = json!([]);
+                        }
+                        if let Some(a) = f.as_array_mut()
+                            && !a.iter().any(|x| x == "kubernetes")
+                        {
+                            a.push(json!("kubernetes"));
+                        }
+                    }
                 }
                 // SetDefaults_Secret: an empty type is Opaque.
                 "Secret"
@@ -1012,12 +1029,6 @@ impl Inner {
                             .is_none_or(str::is_empty) =>
                 {
                     o.insert("type".into(), json!("Opaque"));
-                }
-                "Pod" if res.builtin => {
-                    let st = o.entry("status").or_insert_with(|| json!({}));
-                    if let Some(st) = st.as_object_mut() {
-                        st.entry("phase").or_insert_with(|| json!("Pending"));
-                    }
                 }
                 _ => {}
             }
@@ -1381,7 +1392,15 @@ impl Inner {
         if record {
             self.record_update(res, Some(old), &mut new, opts);
         }
-        if res.generation && spec_changed(old, &new, res.status_subresource) {
+        let bumped = match res.generation {
+            Generation::None => false,
+            Generation::Spec => spec_changed(old, &new, res.status_subresource),
+            Generation::SpecOrAnnotations => {
+                spec_changed(old, &new, res.status_subresource)
+                    || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations")
+            }
+        };
+        if bumped {
             let g = om.get("generation").and_then(Value::as_i64).unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
@@ -1758,7 +1777,7 @@ impl Inner {
             let m = meta_mut(&mut new);
             m.insert("deletionTimestamp".into(), Value::String(now_rfc3339()));
             m.insert("deletionGracePeriodSeconds".into(), json!(0));
-            if res.generation {
+            if res.generation.maintained() {
                 let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
                 m.insert("generation".into(), json!(g + 1));
             }

@@ -1179,18 +1179,11 @@ async fn tables_for_kubectl_get() {
 
 /// The official Python client's watch (`kubernetes.watch.Watch`) against
 /// kube-sim: events after a list RV, then 410 raised as ApiException.
-/// Skipped (with a note) where python3 or the `kubernetes` package is missing.
+/// Fails where python3 or the `kubernetes` package is missing.
 #[tokio::test]
 async fn python_client_watch() {
     within(90, "python watch", async {
-        let probe = tokio::process::Command::new("python3")
-            .args(["-c", "import kubernetes"])
-            .output()
-            .await;
-        if !probe.is_ok_and(|o| o.status.success()) {
-            eprintln!("SKIP python_client_watch: python3 with the `kubernetes` package is not installed");
-            return;
-        }
+        common::require_python_client().await;
         let sim = Sim::start(&["main"]).await.unwrap();
         let script = r#"
 import sys, threading, time, urllib.request

@@ -702,12 +702,7 @@ async fn kube_rs_and_python_clients_over_tls() {
             other => panic!("want a 403, got {other:?}"),
         }
         // The official Python client, with the CA and the token.
-        let probe = tokio::process::Command::new("python3").args(["-c", "import kubernetes"]).output().await;
-        if !probe.is_ok_and(|o| o.status.success()) {
-            eprintln!("SKIP python part: python3 with the `kubernetes` package is not installed");
-            c.shutdown().await;
-            return;
-        }
+        common::require_python_client().await;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("kubeconfig");
         std::fs::write(&path, c.kubeconfig_for(Credentials::Token(token))).unwrap();

@@ -14,6 +14,26 @@ pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T
         .unwrap_or_else(|_| panic!("{what} timed out: likely deadlocked"))
 }
 
+/// Fails the test unless python3 with the official client (`kubernetes`
+/// on PyPI, installed by `.ci/run`) is there: a test that needs it must
+/// not pass without running.
+pub async fn require_python_client() {
+    let probe = tokio::process::Command::new("python3")
+        .args(["-c", "import kubernetes"])
+        .output()
+        .await;
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "python3 cannot import the official client (`python3 -m pip install kubernetes`, as .ci/run does): {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => {
+            panic!("python3 is not installed ({e}); it runs the official Python client tests")
+        }
+    }
+}
+
 /// A kube client for the context `cluster` of the sim's kubeconfig.
 pub async fn client(sim: &Sim, cluster: &str) -> kube::Client {
     let kc = Kubeconfig::read_from(sim.kubeconfig_path()).expect("kubeconfig parses");
