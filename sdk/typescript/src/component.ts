@@ -1,3 +1,4 @@
+/// <reference path="./host.d.ts" />
 /**
  * The component glue: `export const guest = exportPlugin(plugin)` in a
  * plugin's entry module makes it the `rekon:plugin/guest@0.3.0` export
