@@ -16,9 +16,8 @@ from pathlib import Path
 
 
 def find_wit(explicit: str | None) -> Path:
-    """The WIT: ``--wit``, the SDK's own copy, or the repository's ``wit/``."""
-    here = Path(__file__).resolve().parent
-    candidates = [Path(explicit)] if explicit else [here / "wit", here.parent.parent.parent / "wit"]
+    """The WIT: ``--wit``, or the one shipped in the package (a link to the repository's ``wit/``)."""
+    candidates = [Path(explicit)] if explicit else [Path(__file__).parent / "wit"]
     for c in candidates:
         if (c / "world.wit").is_file():
             return c

@@ -29,9 +29,8 @@ if (!entry || !out) {
   process.exit(2);
 }
 const sdk = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-// The WIT ships with the SDK package (`wit/`, copied when packed) or is the
-// repository's own (`../../wit` from sdk/typescript).
-wit ??= [join(sdk, "wit"), join(sdk, "..", "..", "wit")].find((d) => existsSync(join(d, "world.wit")));
+// The WIT ships with the SDK package (`wit/`, a link to the repository's).
+wit ??= [join(sdk, "wit")].find((d) => existsSync(join(d, "world.wit")));
 if (!wit) {
   console.error(`rekon-build: no WIT found next to the SDK at ${sdk}; pass --wit DIR (the rekon repository's wit/)`);
   process.exit(2);

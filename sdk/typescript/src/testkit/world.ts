@@ -179,7 +179,7 @@ export class World {
   }
 
   /** Inserts (or replaces) an object as JSON; returns its reference. */
-  insert(cluster: string, obj: KubeObject): ObjectRef {
+  insert<T extends KubeObject>(cluster: string, obj: T): ObjectRef {
     const o = clone(obj) as unknown as Obj;
     this.stamp(o);
     const ns = o.metadata.namespace;
