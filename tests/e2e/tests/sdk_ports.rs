@@ -64,8 +64,22 @@ fn port(env: &Env, file: &str) -> PathBuf {
 /// The registration `rekon plugin inspect` reads from `wasm`, without the
 /// file's digest.
 fn inspect(env: &Env, wasm: &Path) -> Value {
-    let out = rekon(env, &["plugin", "inspect", "-o", "json", &wasm.display().to_string()]);
-    assert!(out.status.success(), "inspect {}: {}", wasm.display(), text(&out));
+    let out = rekon(
+        env,
+        &[
+            "plugin",
+            "inspect",
+            "-o",
+            "json",
+            &wasm.display().to_string(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "inspect {}: {}",
+        wasm.display(),
+        text(&out)
+    );
     let mut v: Value = serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
     v.as_object_mut().map(|o| o.remove("digest"));
     v
@@ -76,20 +90,29 @@ fn inspect(env: &Env, wasm: &Path) -> Value {
 fn replay_identical(env: &Env, wasm: &Path, dir: &Path) -> usize {
     let out = rekon(
         env,
-        &["plugin", "replay", &wasm.display().to_string(), &dir.display().to_string()],
+        &[
+            "plugin",
+            "replay",
+            &wasm.display().to_string(),
+            &dir.display().to_string(),
+        ],
     );
     let report = text(&out);
     let n = cases(dir).len();
     assert!(out.status.success(), "{report}");
     assert_eq!(report.matches("identical  ").count(), n, "{report}");
-    assert!(!report.contains("DIFFERS") && !report.contains("INVALID"), "{report}");
+    assert!(
+        !report.contains("DIFFERS") && !report.contains("INVALID"),
+        "{report}"
+    );
     // `REKON_CASES_OUT=DIR` keeps the cases (to refresh a port's golden
     // cases, `test/cases` / `tests/cases`, which its native tests replay).
     if let Some(out) = std::env::var_os("REKON_CASES_OUT") {
         let out = Path::new(&out).join(dir.file_name().unwrap_or_default());
         std::fs::create_dir_all(&out).expect("create REKON_CASES_OUT");
         for case in cases(dir) {
-            std::fs::copy(&case, out.join(case.file_name().unwrap_or_default())).expect("copy case");
+            std::fs::copy(&case, out.join(case.file_name().unwrap_or_default()))
+                .expect("copy case");
         }
     }
     n
@@ -162,17 +185,34 @@ async fn the_python_nodepool_port_decides_what_the_rust_seed_decides() {
         let mut env = record_seeds(recorded.path()).await;
         let wasm = port(&env, "nodepool_py.wasm");
         let samples = env.paths.samples.clone();
-        apply_manifests(env.main(), &std::fs::read_to_string(samples.join("nodes.yaml")).unwrap()).unwrap();
+        apply_manifests(
+            env.main(),
+            &std::fs::read_to_string(samples.join("nodes.yaml")).unwrap(),
+        )
+        .unwrap();
         mark_nodes_ready(env.main()).unwrap();
-        apply_manifests(env.main(), &std::fs::read_to_string(samples.join("nodepools.yaml")).unwrap()).unwrap();
+        apply_manifests(
+            env.main(),
+            &std::fs::read_to_string(samples.join("nodepools.yaml")).unwrap(),
+        )
+        .unwrap();
         let ready = |pool: &Value| {
             pool.pointer("/status/conditions")
                 .and_then(Value::as_array)
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
         };
         env.wait_for("both pools Ready", WAIT, |env| {
             let gpu = get(env.main(), "nodes.lailin.xyz/v1", "nodepools", None, "gpu")?;
-            let batch = get(env.main(), "nodes.lailin.xyz/v1", "nodepools", None, "batch")?;
+            let batch = get(
+                env.main(),
+                "nodes.lailin.xyz/v1",
+                "nodepools",
+                None,
+                "batch",
+            )?;
             (ready(&gpu) && ready(&batch)).then_some(())
         })
         .await
@@ -181,19 +221,32 @@ async fn the_python_nodepool_port_decides_what_the_rust_seed_decides() {
             .delete("nodes.lailin.xyz/v1", "nodepools", None, "batch")
             .expect("delete pool batch");
         env.wait_for("pool batch gone after cleanup", WAIT, |env| {
-            get(env.main(), "nodes.lailin.xyz/v1", "nodepools", None, "batch")
-                .is_none()
-                .then_some(())
+            get(
+                env.main(),
+                "nodes.lailin.xyz/v1",
+                "nodepools",
+                None,
+                "batch",
+            )
+            .is_none()
+            .then_some(())
         })
         .await
         .unwrap();
         env.rekon.stop();
 
         let seed = env.paths.plugins.join("nodepool.wasm");
-        assert_eq!(inspect(&env, &wasm), inspect(&env, &seed), "same registration");
+        assert_eq!(
+            inspect(&env, &wasm),
+            inspect(&env, &seed),
+            "same registration"
+        );
         let dir = recorded.path().join("nodepool");
         let n = replay_identical(&env, &wasm, &dir);
-        assert!(n >= 4, "pools converging and a cleanup were recorded: {n} cases");
+        assert!(
+            n >= 4,
+            "pools converging and a cleanup were recorded: {n} cases"
+        );
     })
     .await
     .expect("test timed out: likely deadlocked");
