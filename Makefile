@@ -4,12 +4,14 @@ CARGO ?= cargo
 WASM_TARGET := wasm32-wasip2
 WASM_PROFILE := wasm
 WASM_OUT := target/$(WASM_TARGET)/$(WASM_PROFILE)
+# The rekon binary the SDK test kits run `rekon plugin inspect` with.
+REKON_BIN ?= target/debug/rekon
 # Seed plugins shipped in dist/plugins (crate name -> file name).
 SEED_PLUGINS := test-fanout nodepool
 # Plugins that only exist for tests (misbehaving on purpose, fixtures).
 TEST_PLUGINS := rekon-test-chaos
 
-.PHONY: all build plugins test-plugins test fmt-check clippy unit demo clean-dist wasm-target help
+.PHONY: all build plugins test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
 
 all: build plugins
 
@@ -17,6 +19,8 @@ help:
 	@echo "make demo     build everything and run the demo on embedded kube-sim clusters"
 	@echo "make test     fmt check, clippy -D warnings, plugin build and every test"
 	@echo "make plugins  build the plugins for $(WASM_TARGET) into dist/plugins/"
+	@echo "make sdk-test the TypeScript and Python SDKs' and ports' native tests"
+	@echo "make sdk-plugins build the TypeScript and Python ports into dist/sdk-plugins/"
 
 wasm-target:
 	@rustup target list --installed 2>/dev/null | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
@@ -48,6 +52,39 @@ test-plugins: wasm-target
 	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
 	cp $(WASM_OUT)/rekon_test_cm_sync.wasm dist/test-plugins/cm-sync.wasm
 
+# The TypeScript and Python SDKs and the seed ports written with them
+# (plugins/test-fanout-ts, plugins/nodepool-py). `npm ci` from the committed
+# lock files; the Python SDK and componentize-py/pytest from pyproject.toml.
+TS_PACKAGES := sdk/typescript plugins/test-fanout-ts
+PY_PACKAGES := sdk/python plugins/nodepool-py
+
+sdk-deps:
+	@for d in $(TS_PACKAGES); do \
+	  [ -d $$d/node_modules ] && [ $$d/node_modules/.package-lock.json -nt $$d/package-lock.json ] || (cd $$d && npm ci --no-audit --no-fund) || exit 1; \
+	done
+	@python3 -c 'import rekon_sdk, componentize_py, pytest' 2>/dev/null || \
+	  python3 -m pip install --quiet --disable-pip-version-check -e sdk/python[dev]
+
+sdk-test: sdk-deps build
+	@for d in $(TS_PACKAGES); do (cd $$d && REKON=$(abspath $(REKON_BIN)) npm test) || exit 1; done
+	@for d in $(PY_PACKAGES); do (cd $$d && REKON=$(abspath $(REKON_BIN)) python3 -m pytest -q) || exit 1; done
+
+# The ports' components -> dist/sdk-plugins/ (tests/e2e/tests/sdk_ports.rs
+# replays the Rust seeds' recorded cases against them).
+sdk-plugins: sdk-deps
+	@mkdir -p dist/sdk-plugins
+	cd plugins/test-fanout-ts && npm run build
+	cp plugins/test-fanout-ts/dist/test_fanout_ts.wasm dist/sdk-plugins/
+	cd plugins/nodepool-py && rekon-py-build nodepool_py -o dist/nodepool_py.wasm
+	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
+
+# The e2e seed scenarios with the ports loaded in place of the Rust builds.
+seed-scenarios-ports: sdk-plugins build
+	@mkdir -p dist/ports-as-seeds
+	cp dist/sdk-plugins/test_fanout_ts.wasm dist/ports-as-seeds/test_fanout.wasm
+	cp dist/sdk-plugins/nodepool_py.wasm dist/ports-as-seeds/nodepool.wasm
+	REKON_PLUGINS=$(abspath dist/ports-as-seeds) $(CARGO) test -p rekon-e2e --test seed_plugins
+
 fmt-check:
 	$(CARGO) fmt --all -- --check
 
@@ -57,7 +94,7 @@ clippy:
 # Every test: doctests first (nextest does not run them), then every unit,
 # integration and end-to-end test with nextest (parallel processes, one
 # summary line at the end); plain `cargo test` where nextest is missing.
-unit: plugins test-plugins
+unit: plugins test-plugins sdk-plugins
 	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
 	$(CARGO) test --workspace --doc
 	@if $(CARGO) nextest --version >/dev/null 2>&1; then \
@@ -66,7 +103,7 @@ unit: plugins test-plugins
 	  $(CARGO) test --workspace --no-fail-fast; \
 	fi
 
-test: fmt-check clippy unit
+test: fmt-check clippy sdk-test unit
 
 # Two embedded kube-sim clusters, `rekon run --install-crds` with dist/plugins,
 # deploy/samples applied, every change narrated. DEMO_EXIT_AFTER_CONVERGE=1

@@ -1,5 +1,11 @@
-//! `rekon plugin new`: a plugin crate that builds outside this repository
-//! with plain cargo.
+//! `rekon plugin new`: a plugin project that builds outside this
+//! repository with its language's own tools — a Rust crate (plain cargo),
+//! a TypeScript package (`npm install && npm test && npm run build`) or a
+//! Python project (`pip install -e . && pytest && rekon-py-build ...`).
+//!
+//! TypeScript and Python projects depend on the SDK of a rekon checkout by
+//! path (`@rekon/sdk` as a `file:` dependency, `rekon-sdk @ file://...`);
+//! their files are in [`Scaffold::files`] below the Rust ones.
 //!
 //! The crate is its own workspace (an empty `[workspace]` table, so it
 //! builds even when created below another cargo workspace), depends only on
@@ -30,6 +36,9 @@ pub enum ScaffoldError {
     /// `--primary` is not `GROUP/VERSION/KIND` (or `VERSION/KIND` for the core group).
     #[error("primary {0:?} is not GROUP/VERSION/KIND (or VERSION/KIND for the core group): {1}")]
     Primary(String, &'static str),
+    /// The SDK cannot be taken from where it was asked to be.
+    #[error("{0}")]
+    Sdk(String),
     /// The target directory exists.
     #[error("{0} already exists; choose another name or --dir")]
     Exists(PathBuf),
@@ -51,6 +60,30 @@ pub enum SdkSource {
     Path(PathBuf),
     /// A git repository holding the rekon workspace.
     Git(String),
+}
+
+/// The language of the generated plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    /// A Rust crate on `rekon-sdk` (`guest-sdk/`).
+    #[default]
+    Rust,
+    /// An npm package on `@rekon/sdk` (`sdk/typescript/`).
+    TypeScript,
+    /// A Python project on `rekon_sdk` (`sdk/python/`).
+    Python,
+}
+
+impl Lang {
+    /// The SDK's directory in a rekon checkout.
+    #[must_use]
+    pub fn sdk_dir(self) -> &'static str {
+        match self {
+            Lang::Rust => "guest-sdk",
+            Lang::TypeScript => "sdk/typescript",
+            Lang::Python => "sdk/python",
+        }
+    }
 }
 
 /// The primary resource of the generated plugin.
@@ -137,6 +170,7 @@ pub struct Scaffold {
     name: String,
     sdk: SdkSource,
     primary: Primary,
+    lang: Lang,
 }
 
 impl Scaffold {
@@ -147,7 +181,15 @@ impl Scaffold {
             name: name.to_owned(),
             sdk,
             primary: Primary::parse("v1/ConfigMap").expect("ConfigMap is built in"),
+            lang: Lang::Rust,
         }
+    }
+
+    /// The language of the project (Rust by default).
+    #[must_use]
+    pub fn lang(mut self, lang: Lang) -> Self {
+        self.lang = lang;
+        self
     }
 
     /// The primary resource: `GROUP/VERSION/KIND`, or `VERSION/KIND` for the
@@ -173,7 +215,28 @@ impl Scaffold {
         if dir.exists() {
             return Err(ScaffoldError::Exists(dir));
         }
-        for (path, text) in self.files() {
+        let files: Vec<(String, String)> = match self.lang {
+            Lang::Rust => self
+                .files()
+                .into_iter()
+                .map(|(path, text)| (path.to_owned(), text))
+                .collect(),
+            Lang::TypeScript | Lang::Python => {
+                let SdkSource::Path(sdk) = &self.sdk else {
+                    return Err(ScaffoldError::Sdk(format!(
+                        "the {:?} SDK is not published; pass --sdk-path PATH/TO/REKON/{}",
+                        self.lang,
+                        self.lang.sdk_dir()
+                    )));
+                };
+                if self.lang == Lang::TypeScript {
+                    self.typescript_files(sdk)
+                } else {
+                    self.python_files(sdk)
+                }
+            }
+        };
+        for (path, text) in files {
             let path = dir.join(path);
             let write = || {
                 std::fs::create_dir_all(path.parent().unwrap_or(&dir))?;
@@ -461,6 +524,377 @@ tagged with the plugin and the request (set `RUST_LOG=info` or more).
             },
         )
     }
+    fn api_version(&self) -> String {
+        if self.primary.group.is_empty() {
+            self.primary.version.clone()
+        } else {
+            format!("{}/{}", self.primary.group, self.primary.version)
+        }
+    }
+
+    /// A minimal CRD for a custom primary (`spec.message`, status kept).
+    fn crd_json(&self) -> String {
+        let p = &self.primary;
+        let plural = p.kind.to_ascii_lowercase() + "s";
+        serde_json::to_string_pretty(&serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{}", p.group)},
+            "spec": {
+                "group": p.group,
+                "names": {"kind": p.kind, "plural": plural, "singular": p.kind.to_ascii_lowercase()},
+                "scope": "Namespaced",
+                "versions": [{
+                    "name": p.version, "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"message": {"type": "string"}}},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                    }}}
+                }]
+            }
+        }))
+        .unwrap_or_default()
+            + "\n"
+    }
+
+    fn sample_object(&self) -> (String, String, &'static str) {
+        let p = &self.primary;
+        let spec = if p.builtin.is_none() {
+            r#", "spec": {"message": "hello"}"#
+        } else {
+            ""
+        };
+        let (metadata, namespace) = if p.namespaced {
+            (r#"{"name": "demo", "namespace": "default"}"#, "\"default\"")
+        } else {
+            (r#"{"name": "demo"}"#, "")
+        };
+        (
+            format!(
+                r#"{{"apiVersion": "{}", "kind": "{}", "metadata": {metadata}{spec}}}"#,
+                self.api_version(),
+                p.kind
+            ),
+            namespace.to_owned(),
+            if p.namespaced {
+                "namespaced"
+            } else {
+                "cluster"
+            },
+        )
+    }
+
+    fn typescript_files(&self, sdk: &Path) -> Vec<(String, String)> {
+        let p = &self.primary;
+        let wasm = format!("dist/{}.wasm", self.crate_ident());
+        let kind_expr = if p.builtin.is_some() {
+            format!("kinds.{}", p.kind)
+        } else {
+            format!(
+                r#"customKind("{}", "{}", "{}", "namespaced")"#,
+                self.api_version(),
+                p.kind,
+                p.kind.to_ascii_lowercase() + "s"
+            )
+        };
+        let crd = if p.builtin.is_some() {
+            ""
+        } else {
+            "\n      .crd(crd)"
+        };
+        let crd_import = if p.builtin.is_some() {
+            ""
+        } else {
+            "import crd from \"../crd.json\" with { type: \"json\" };\n"
+        };
+        let (object, namespace, scope) = self.sample_object();
+        let request = if scope == "namespaced" {
+            format!(r#"namespaced("main", {namespace}, "demo")"#)
+        } else {
+            r#"clusterScoped("main", "demo")"#.to_owned()
+        };
+        let ns_arg = if namespace.is_empty() {
+            "undefined".to_owned()
+        } else {
+            namespace
+        };
+        let package = serde_json::json!({
+            "name": self.name, "version": "0.1.0", "private": true, "type": "module",
+            "scripts": {
+                "test": "tsc --noEmit && node --import tsx --test test/*.test.ts",
+                "build": format!("rekon-build src/component.ts -o {wasm}")
+            },
+            "dependencies": {"@rekon/sdk": format!("file:{}", sdk.display())},
+            "devDependencies": {
+                "@types/node": "20.19.25", "kubernetes-types": "1.30.0",
+                "tsx": "4.20.6", "typescript": "5.9.3"
+            }
+        });
+        let mut files = vec![
+            ("package.json".to_owned(), serde_json::to_string_pretty(&package).unwrap_or_default() + "\n"),
+            ("tsconfig.json".to_owned(), r#"{
+  "compilerOptions": {
+    "target": "ES2022", "module": "ESNext", "moduleResolution": "Bundler",
+    "strict": true, "noEmit": true, "skipLibCheck": true,
+    "resolveJsonModule": true, "types": ["node"]
+  },
+  "include": ["src", "test"]
+}
+"#.to_owned()),
+            ("src/plugin.ts".to_owned(), format!(r#"// {name}: a rekon plugin. It stamps the label `{label}` on every
+// {kind} it reconciles, once. Replace `reconcile` with your logic.
+import {{ Action, ClusterSet, Outcome, type Plugin, Registration, customKind, kinds, refForRequest }} from "@rekon/sdk";
+{crd_import}
+/** The label this plugin writes. */
+export const SEEN_LABEL = "{label}";
+
+/** The primary kind. */
+export const PRIMARY = {kind_expr};
+
+export const plugin: Plugin = {{
+  primary: PRIMARY,
+  register: () =>
+    new Registration("{name}", "0.1.0", PRIMARY)
+      .permission(PRIMARY, ["get", "list", "watch", "patch"], ClusterSet.primary){crd},
+  reconcile(ctx, req, event) {{
+    // Cleanup (deletion): nothing to undo, and without a registered
+    // finalizer the host does not ask.
+    if (event.type === "cleanup") return Outcome.done();
+    if (event.primary.metadata?.labels?.[SEEN_LABEL] === "true") return Outcome.done();
+    ctx.info("stamping", {{ name: req.name }});
+    return Outcome.done().with(Action.mergePatch(refForRequest(PRIMARY, req), {{ metadata: {{ labels: {{ [SEEN_LABEL]: "true" }} }} }}));
+  }},
+}};
+// `customKind` is used by custom primaries; keep the import either way.
+void customKind;
+void kinds;
+"#, name = self.name, label = self.label(), kind = p.kind)),
+            ("src/component.ts".to_owned(), "// The component's entry: `npm run build` bundles it into the .wasm.\nimport { exportPlugin } from \"@rekon/sdk/component\";\nimport { plugin } from \"./plugin.js\";\n\nexport const guest = exportPlugin(plugin);\n".to_owned()),
+            ("test/plugin.test.ts".to_owned(), format!(r#"// The plugin against the SDK's test kit: no wasm, no cluster.
+import assert from "node:assert/strict";
+import {{ test }} from "node:test";
+import {{ clusterScoped, namespaced }} from "@rekon/sdk";
+import {{ World }} from "@rekon/sdk/testkit";
+import {{ PRIMARY, SEEN_LABEL, plugin }} from "../src/plugin.js";
+
+test("stamps the label once", () => {{
+  assert.equal(plugin.register().name, "{name}");
+  const world = new World().primary("main");
+  world.insert("main", {object});
+  const req = {request};
+  world.converge(plugin, req);
+  assert.equal(world.get(PRIMARY, "main", {ns_arg}, "demo")?.metadata?.labels?.[SEEN_LABEL], "true");
+  world.assertNoWrites(plugin, req);
+  void clusterScoped;
+  void namespaced;
+}});
+"#, name = self.name)),
+            ("README.md".to_owned(), format!(r#"# {name}
+
+A [rekon](https://github.com/rekon-dev/rekon) plugin in TypeScript,
+scaffolded by `rekon plugin new --lang typescript`. Its primary resource is
+`{gvk}`.
+
+```sh
+npm install                          # @rekon/sdk from {sdk}, componentize-js, esbuild
+npm test                             # native, with the SDK's test kit (node --test)
+npm run build                        # -> {wasm}
+rekon plugin inspect {wasm}
+```
+
+Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
+
+- `src/plugin.ts`: the registration and `reconcile`; `src/component.ts`
+  exports it as the component.
+- `test/plugin.test.ts`: the plugin against a fake world of clusters.
+"#, name = self.name, gvk = format!("{}/{}", self.api_version(), p.kind), sdk = sdk.display())),
+            (".gitignore".to_owned(), "node_modules/\ndist/\n".to_owned()),
+        ];
+        if p.builtin.is_none() {
+            files.push(("crd.json".to_owned(), self.crd_json()));
+        }
+        files
+    }
+
+    fn python_files(&self, sdk: &Path) -> Vec<(String, String)> {
+        let p = &self.primary;
+        let module = self.crate_ident();
+        let wasm = format!("dist/{module}.wasm");
+        let kind_expr = match p.builtin {
+            Some(_) => format!(
+                "ResourceType(\"{}\", \"{}\", \"{}\", \"{}\", \"{}\")",
+                p.group,
+                p.version,
+                p.kind,
+                builtin_plural(&p.kind),
+                if p.namespaced {
+                    "namespaced"
+                } else {
+                    "cluster"
+                }
+            ),
+            None => format!(
+                "ResourceType(\"{}\", \"{}\", \"{}\", \"{}\", \"namespaced\")",
+                p.group,
+                p.version,
+                p.kind,
+                p.kind.to_ascii_lowercase() + "s"
+            ),
+        };
+        let crd = if p.builtin.is_some() {
+            String::new()
+        } else {
+            "\n        reg.crd(json.loads((Path(__file__).parent / \"crd.json\").read_text()))"
+                .to_owned()
+        };
+        let (object, namespace, _) = self.sample_object();
+        let (request, ns_arg) = if p.namespaced {
+            (
+                format!("Request.namespaced(\"main\", {namespace}, \"demo\")"),
+                namespace,
+            )
+        } else {
+            (
+                "Request.cluster_scoped(\"main\", \"demo\")".to_owned(),
+                "None".to_owned(),
+            )
+        };
+        let mut files = vec![
+            (
+                "pyproject.toml".to_owned(),
+                format!(
+                    r#"[project]
+name = "{name}"
+version = "0.1.0"
+requires-python = ">=3.11"
+# The SDK from a rekon checkout, and the tools to test and build.
+dependencies = ["rekon-sdk @ file://{sdk}", "componentize-py==0.25.1", "pytest==8.3.5"]
+
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[tool.setuptools]
+py-modules = ["{module}"]
+
+[tool.pytest.ini_options]
+pythonpath = ["."]
+"#,
+                    name = self.name,
+                    sdk = sdk.display()
+                ),
+            ),
+            (
+                format!("{module}.py"),
+                format!(
+                    r#""""{name}: a rekon plugin. It stamps the label ``{label}`` on every
+{kind} it reconciles, once. Replace ``reconcile`` with your logic."""
+import json
+from pathlib import Path
+
+from rekon_sdk import PRIMARY, Apply, ObjectRef, Outcome, Registration, ResourceType, action
+
+SEEN_LABEL = "{label}"
+KIND = {kind_expr}
+
+
+class Plugin:
+    primary = KIND
+
+    def register(self) -> Registration:
+        reg = Registration("{name}", "0.1.0", KIND).permission(KIND, ["get", "list", "watch", "patch"], PRIMARY){crd}
+        return reg
+
+    def reconcile(self, ctx, req, event) -> Outcome:
+        # Cleanup (deletion): nothing to undo, and without a registered
+        # finalizer the host does not ask.
+        if not isinstance(event, Apply):
+            return Outcome.done()
+        if ((event.primary.get("metadata") or {{}}).get("labels") or {{}}).get(SEEN_LABEL) == "true":
+            return Outcome.done()
+        ctx.info("stamping", name=req.name)
+        patch = {{"metadata": {{"labels": {{SEEN_LABEL: "true"}}}}}}
+        return Outcome.done().push(action.merge_patch(ObjectRef.for_request(KIND, req), patch))
+
+
+plugin = Plugin()
+_ = (json, Path)
+
+try:  # the component's export; wit_world exists only inside componentize-py
+    from rekon_sdk.component import export_plugin
+
+    Guest = export_plugin(plugin)
+except ImportError:
+    pass
+"#,
+                    name = self.name,
+                    label = self.label(),
+                    kind = p.kind
+                ),
+            ),
+            (
+                "tests/test_plugin.py".to_owned(),
+                format!(
+                    r#""""The plugin against the SDK's test kit: no wasm, no cluster."""
+from rekon_sdk import Request
+from rekon_sdk.testkit import World
+
+from {module} import KIND, SEEN_LABEL, plugin
+
+
+def test_stamps_the_label_once():
+    assert plugin.register().name == "{name}"
+    world = World().primary("main")
+    world.insert("main", {object})
+    req = {request}
+    world.converge(plugin, req)
+    assert world.get(KIND, "main", {ns_arg}, "demo")["metadata"]["labels"][SEEN_LABEL] == "true"
+    world.assert_no_writes(plugin, req)
+"#,
+                    name = self.name
+                ),
+            ),
+            (
+                "README.md".to_owned(),
+                format!(
+                    r#"# {name}
+
+A [rekon](https://github.com/rekon-dev/rekon) plugin in Python, scaffolded
+by `rekon plugin new --lang python`. Its primary resource is `{gvk}`.
+
+```sh
+pip install -e .                             # rekon_sdk from {sdk}, componentize-py, pytest
+pytest                                       # native, with the SDK's test kit
+rekon-py-build {module} -o {wasm}    # -> {wasm}
+rekon plugin inspect {wasm}
+```
+
+Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
+
+- `{module}.py`: the registration, `reconcile`, and `Guest`, the component's export.
+- `tests/test_plugin.py`: the plugin against a fake world of clusters.
+"#,
+                    name = self.name,
+                    gvk = format!("{}/{}", self.api_version(), p.kind),
+                    sdk = sdk.display()
+                ),
+            ),
+            (
+                ".gitignore".to_owned(),
+                "dist/\n__pycache__/\n*.egg-info/\n".to_owned(),
+            ),
+        ];
+        if p.builtin.is_none() {
+            files.push(("crd.json".to_owned(), self.crd_json()));
+        }
+        files
+    }
+}
+
+/// The plural of a built-in kind the scaffold knows.
+fn builtin_plural(kind: &str) -> String {
+    kind.to_ascii_lowercase() + "s"
 }
 
 #[cfg(test)]
@@ -510,6 +944,36 @@ mod tests {
             Some("rustup target add wasm32-wasip2")
         );
         assert!(files[1].1.contains("pub struct CmStamperPlugin;"));
+    }
+
+    #[test]
+    fn typescript_and_python_projects_depend_on_the_sdk_by_path_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let ts = Scaffold::new("cm-ts", SdkSource::Path("/rekon/sdk/typescript".into()))
+            .lang(Lang::TypeScript)
+            .write(dir.path())
+            .unwrap();
+        let package = std::fs::read_to_string(ts.join("package.json")).unwrap();
+        assert!(
+            package.contains(r#""@rekon/sdk": "file:/rekon/sdk/typescript""#),
+            "{package}"
+        );
+        assert!(ts.join("src/component.ts").is_file() && ts.join("test/plugin.test.ts").is_file());
+        let py = Scaffold::new("pool-py", SdkSource::Path("/rekon/sdk/python".into()))
+            .lang(Lang::Python)
+            .primary("widgets.example.com/v1/Widget")
+            .unwrap()
+            .write(dir.path())
+            .unwrap();
+        let pyproject = std::fs::read_to_string(py.join("pyproject.toml")).unwrap();
+        assert!(
+            pyproject.contains("rekon-sdk @ file:///rekon/sdk/python"),
+            "{pyproject}"
+        );
+        assert!(py.join("pool_py.py").is_file() && py.join("crd.json").is_file());
+        let git =
+            Scaffold::new("x", SdkSource::Git("https://example.com/r".into())).lang(Lang::Python);
+        assert!(matches!(git.write(dir.path()), Err(ScaffoldError::Sdk(_))));
     }
 
     #[test]

@@ -1,0 +1,51 @@
+"""rekon_sdk — write rekon plugins in Python.
+
+The same shape as the Rust ``rekon-sdk``: a ``Plugin`` with a primary kind,
+a ``Registration`` builder, a typed ``Context`` over the host's caches,
+action builders in an ``Outcome``, ``Apply``/``Cleanup`` events with a
+structural finalizer, retryable vs terminal ``ReconcileError``.
+
+| module | what |
+|---|---|
+| ``types`` | dataclasses of the WIT vocabulary, ``Registration`` |
+| ``kinds`` | built-in resource types |
+| ``context`` | ``Context``, ``status_changed`` |
+| ``action`` | action builders, ``Outcome`` |
+| ``plugin`` | ``Plugin``, ``Apply``/``Cleanup``, ``dispatch`` |
+| ``errors`` | ``ReconcileError``, ``ReadError`` |
+| ``component`` | ``export_plugin``: the component's ``Guest`` (componentize-py) |
+| ``testkit`` | ``World`` and recorded-case replay under pytest |
+| ``build`` | ``rekon-py-build``: the component build |
+"""
+from . import action, kinds
+from .action import ObjectRef, Outcome
+from .context import Context, canonical, status_changed
+from .errors import ReadError, ReconcileError
+from .plugin import Apply, Cleanup, Plugin, dispatch
+from .types import (
+    ALL,
+    ALL_PRIMARIES,
+    CUSTOM,
+    ITSELF,
+    OTHERS,
+    OWNER_REFERENCE,
+    PRIMARY,
+    ClusterInfo,
+    ClusterSet,
+    Mapping,
+    OwnerLabels,
+    Registration,
+    Request,
+    ResourceType,
+    Timestamp,
+    format_time,
+    named,
+)
+
+__all__ = [
+    "action", "kinds", "ObjectRef", "Outcome", "Context", "canonical", "status_changed",
+    "ReadError", "ReconcileError", "Apply", "Cleanup", "Plugin", "dispatch", "ALL",
+    "ALL_PRIMARIES", "CUSTOM", "ITSELF", "OTHERS", "OWNER_REFERENCE", "PRIMARY", "ClusterInfo",
+    "ClusterSet", "Mapping", "OwnerLabels", "Registration", "Request", "ResourceType", "Timestamp",
+    "format_time", "named",
+]

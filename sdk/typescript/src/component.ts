@@ -1,0 +1,148 @@
+/// <reference path="./host.d.ts" />
+/**
+ * The component glue: `export const guest = exportPlugin(plugin)` in a
+ * plugin's entry module makes it the `rekon:plugin/guest@0.3.0` export
+ * componentize-js builds. The only module that imports the host; plugin
+ * code and tests never see the WIT representation.
+ */
+import * as host from "rekon:plugin/host@0.3.0";
+import type { Action, ObjectRef } from "./action.js";
+import { type Backend, Context } from "./context.js";
+import { ReadError, type ReadErrorKind, toReconcileError } from "./errors.js";
+import { type Plugin, dispatch } from "./plugin.js";
+import type { KubeObject } from "./resources.js";
+import type { Mapping, Registration } from "./registration.js";
+import type { Phase, Request, ResourceType } from "./types.js";
+
+function readError(e: unknown): unknown {
+  const payload = (e as { payload?: { tag: ReadErrorKind; val: string } }).payload;
+  return payload ? new ReadError(payload.tag, payload.val) : e;
+}
+
+const hostBackend: Backend = {
+  get(cluster, resource, namespace, name) {
+    try {
+      return host.get(cluster, resource, namespace, name);
+    } catch (e) {
+      throw readError(e);
+    }
+  },
+  list(cluster, resource, namespace, labelSelector) {
+    try {
+      return host.list(cluster, resource, namespace, labelSelector);
+    } catch (e) {
+      throw readError(e);
+    }
+  },
+  clusters: () => host.clusters(),
+  log: (level, message, fields) => host.log(level, message, fields),
+  requestTime() {
+    const t = host.requestTime();
+    return { seconds: Number(t.seconds), nanoseconds: t.nanoseconds };
+  },
+};
+
+/** A component's error result: jco takes the `payload` of what is thrown. */
+class ComponentError {
+  constructor(readonly payload: unknown) {}
+}
+
+function witRequest(r: Request) {
+  return { cluster: r.cluster, namespace: r.namespace, name: r.name };
+}
+
+function witMapping(m: Mapping) {
+  return m.tag === "owner-labels"
+    ? { tag: m.tag, val: { cluster: m.val.cluster, namespace: m.val.namespace, name: m.val.name } }
+    : m;
+}
+
+function witRef(o: ObjectRef) {
+  return { cluster: o.cluster, resource: o.resource, namespace: o.namespace, name: o.name };
+}
+
+function witAction(a: Action) {
+  switch (a.type) {
+    case "apply":
+      return { tag: "apply", val: { cluster: a.cluster, object: JSON.stringify(a.object), status: a.status, force: a.force } };
+    case "patch":
+      return {
+        tag: "patch",
+        val: {
+          target: witRef(a.target),
+          patchType: a.patchType,
+          patch: JSON.stringify(a.patch),
+          resourceVersion: a.resourceVersion,
+          status: a.status,
+        },
+      };
+    case "delete":
+      return { tag: "delete", val: { target: witRef(a.target), uid: a.uid, propagation: a.propagation } };
+    case "create":
+      return { tag: "create", val: { cluster: a.cluster, object: JSON.stringify(a.object) } };
+    case "event":
+      return {
+        tag: "event",
+        val: { regarding: witRef(a.regarding), eventType: a.eventType, reason: a.reason, action: a.action, note: a.note },
+      };
+  }
+}
+
+/** The registration in the WIT representation. */
+export function witRegistration(r: Registration) {
+  return {
+    name: r.name,
+    version: r.version,
+    primary: r.primary,
+    primaryClusters: r.primaryClusters,
+    primarySelector: r.primarySelector,
+    clusters: r.clusters,
+    watches: r.watches.map((w) => ({
+      resource: w.resource,
+      clusters: w.clusters,
+      mapping: witMapping(w.mapping),
+      labelSelector: w.labelSelector,
+    })),
+    finalizer: r.finalizer,
+    permissions: r.permissions,
+    crds: r.crds.map((c) => JSON.stringify(c)),
+    maxConcurrentReconciles: r.maxConcurrentReconciles,
+  };
+}
+
+/** The `guest` export of a component serving `plugin`. */
+export function exportPlugin<T extends KubeObject>(plugin: Plugin<T>) {
+  return {
+    register() {
+      try {
+        return witRegistration(plugin.register());
+      } catch (e) {
+        throw new ComponentError(e instanceof Error ? e.message : String(e));
+      }
+    },
+    reconcile(request: Request, phase: Phase) {
+      const ctx = new Context(hostBackend, phase);
+      try {
+        const o = dispatch(plugin, ctx, { cluster: request.cluster, namespace: request.namespace, name: request.name });
+        return {
+          actions: o.actions.map(witAction),
+          requeueAfterMs: o.requeueAfterMs === undefined ? undefined : BigInt(o.requeueAfterMs),
+          finalized: o.finalized,
+        };
+      } catch (e) {
+        const err = toReconcileError(e);
+        throw new ComponentError({ message: err.message, retryable: err.retryable });
+      }
+    },
+    map(cluster: string, resource: ResourceType, object: string) {
+      const ctx = new Context(hostBackend);
+      if (!plugin.map) return [];
+      try {
+        return plugin.map(ctx, cluster, resource, JSON.parse(object) as KubeObject).map(witRequest);
+      } catch (e) {
+        ctx.warn(`failed to map the object: ${e instanceof Error ? e.message : String(e)}`, { cluster });
+        return [];
+      }
+    },
+  };
+}

@@ -1,0 +1,18 @@
+// The host imports of `rekon:plugin/host@0.3.0` as componentize-js binds
+// them (jco's representation: records as objects, enums as strings,
+// variants as {tag, val}, option as undefined, s64/u64 as bigint, an
+// imported result's error thrown with the value in `payload`).
+declare module "rekon:plugin/host@0.3.0" {
+  export interface WitResource {
+    group: string;
+    version: string;
+    kind: string;
+    plural: string;
+    scope: "namespaced" | "cluster";
+  }
+  export function get(cluster: string, resource: WitResource, namespace: string | undefined, name: string): string | undefined;
+  export function list(cluster: string, resource: WitResource, namespace: string | undefined, labelSelector: string | undefined): string[];
+  export function clusters(): { name: string; primary: boolean; health: "ready" | "syncing" | "unreachable" }[];
+  export function log(level: "debug" | "info" | "warn" | "error", message: string, fields: [string, string][]): void;
+  export function requestTime(): { seconds: bigint; nanoseconds: number };
+}

@@ -1,0 +1,133 @@
+// The SDK natively: the test kit's world runs a small plugin as the host
+// would (finalizer first, typed reads, permissions, cleanup), the wire
+// format matches the host's case format, selectors parse like the host's.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import {
+  Action,
+  ClusterSet,
+  type Event,
+  Outcome,
+  type Plugin,
+  ReconcileError,
+  Registration,
+  kinds,
+  namespaced,
+  refForRequest,
+} from "../src/index.js";
+import { World, actionValue, matches, outcomeValue, parseSelector } from "../src/testkit/index.js";
+import type { ConfigMap } from "kubernetes-types/core/v1";
+
+const LABEL = "example.com/seen";
+const FINALIZER = "example.com/cleanup";
+
+/** Stamps a label; on cleanup, deletes the ConfigMap's "-copy". */
+const stamper: Plugin<ConfigMap> = {
+  primary: kinds.ConfigMap,
+  register: () =>
+    new Registration("stamper", "0.1.0", kinds.ConfigMap)
+      .withFinalizer(FINALIZER)
+      .permission(kinds.ConfigMap, ["get", "list", "watch", "patch", "delete"], ClusterSet.primary),
+  reconcile(ctx, req, event: Event<ConfigMap>) {
+    if (event.type === "cleanup") {
+      return Outcome.done().with(Action.delete(refForRequest(kinds.ConfigMap, { ...req, name: `${req.name}-copy` })));
+    }
+    if (event.primary.data?.mode === "broken") throw ReconcileError.terminal(`configmap ${req.name} is broken`);
+    if (event.primary.metadata?.labels?.[LABEL] === "true") return Outcome.done();
+    ctx.info("stamping", { name: req.name });
+    return Outcome.done().with(Action.mergePatch(refForRequest(kinds.ConfigMap, req), { metadata: { labels: { [LABEL]: "true" } } }));
+  },
+};
+
+test("converges: finalizer first, then the label, then quiet", () => {
+  const world = new World().primary("main");
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app", namespace: "default" } });
+  const req = namespaced("main", "default", "app");
+  const rounds = world.converge(stamper, req);
+  assert.equal(rounds.length, 2);
+  const cm = world.get<ConfigMap>(kinds.ConfigMap, "main", "default", "app");
+  assert.equal(cm?.metadata?.labels?.[LABEL], "true");
+  assert.deepEqual(cm?.metadata?.finalizers, [FINALIZER]);
+  world.assertNoWrites(stamper, req);
+  assert.equal(world.logs[0].message, "stamping");
+});
+
+test("cleanup deletes, finalizes and lets the object go", () => {
+  const world = new World().primary("main");
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app", namespace: "default" } });
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app-copy", namespace: "default" } });
+  const req = namespaced("main", "default", "app");
+  world.converge(stamper, req);
+  world.delete(kinds.ConfigMap, "main", "default", "app");
+  const outcome = world.reconcile(stamper, req);
+  assert.equal(outcome.finalized, true);
+  world.apply(stamper, req, outcome);
+  assert.equal(world.get(kinds.ConfigMap, "main", "default", "app"), undefined);
+  assert.equal(world.get(kinds.ConfigMap, "main", "default", "app-copy"), undefined);
+});
+
+test("a write without permission is refused before anything is written", () => {
+  const world = new World().primary("main");
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app", namespace: "default", finalizers: [FINALIZER] } });
+  const req = namespaced("main", "default", "app");
+  const outcome = Outcome.done().with(Action.create("main", kinds.Job, { metadata: { name: "j", namespace: "default" } }));
+  assert.throws(() => world.apply(stamper, req, outcome), /may not create batch\/v1 Job/);
+  assert.equal(world.get(kinds.Job, "main", "default", "j"), undefined);
+});
+
+test("reads outside the registration fail as not watched", () => {
+  const world = new World().primary("main");
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app", namespace: "default", finalizers: [FINALIZER] } });
+  const nosy: Plugin<ConfigMap> = {
+    ...stamper,
+    reconcile(ctx) {
+      ctx.list(kinds.Node, "main");
+      return Outcome.done();
+    },
+  };
+  assert.throws(() => world.reconcile(nosy, namespaced("main", "default", "app")), /not watched by this plugin/);
+});
+
+test("a terminal error is recorded as the host records it", () => {
+  const v = outcomeValue("stamper", () => {
+    throw ReconcileError.terminal("configmap app is broken");
+  });
+  assert.deepEqual(v, {
+    error: { kind: "plugin_error", message: "plugin stamper failed to reconcile: configmap app is broken", retryable: false },
+  });
+});
+
+test("actions in the host's case format", () => {
+  const ref = refForRequest(kinds.Job, namespaced("main", "e2e", "t1"));
+  assert.deepEqual(actionValue(Action.propagation(Action.delete(ref), "background")), {
+    delete: {
+      target: {
+        cluster: "main",
+        resource: { group: "batch", version: "v1", kind: "Job", plural: "jobs", scope: "Namespaced" },
+        namespace: "e2e",
+        name: "t1",
+      },
+      uid: null,
+      propagation: "Background",
+    },
+  });
+  const v = outcomeValue("p", () => Outcome.done().requeueAfter(30_000));
+  assert.deepEqual(v, { ok: { actions: [], requeueAfterMs: 30000 } });
+});
+
+test("label selectors", () => {
+  const labels = { a: "b", c: "d" };
+  for (const [sel, want] of [
+    ["a=b", true],
+    ["a==b,c", true],
+    ["a!=b", false],
+    ["c in (x, d)", true],
+    ["c notin (d)", false],
+    ["!e", true],
+    ["!a", false],
+    ["e", false],
+  ] as const) {
+    assert.equal(matches(parseSelector(sel), labels), want, sel);
+  }
+  assert.throws(() => parseSelector("a b"), /cannot parse/);
+});
