@@ -587,6 +587,7 @@ tagged with the plugin and the request (set `RUST_LOG=info` or more).
 
     fn typescript_files(&self, sdk: &Path) -> Vec<(String, String)> {
         let p = &self.primary;
+        let gvk = format!("{}/{}", self.api_version(), p.kind);
         let wasm = format!("dist/{}.wasm", self.crate_ident());
         let kind_expr = if p.builtin.is_some() {
             format!("kinds.{}", p.kind)
@@ -708,7 +709,7 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 - `src/plugin.ts`: the registration and `reconcile`; `src/component.ts`
   exports it as the component.
 - `test/plugin.test.ts`: the plugin against a fake world of clusters.
-"#, name = self.name, gvk = format!("{}/{}", self.api_version(), p.kind), sdk = sdk.display())),
+"#, name = self.name, sdk = sdk.display())),
             (".gitignore".to_owned(), "node_modules/\ndist/\n".to_owned()),
         ];
         if p.builtin.is_none() {
@@ -719,6 +720,7 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 
     fn python_files(&self, sdk: &Path) -> Vec<(String, String)> {
         let p = &self.primary;
+        let gvk = format!("{}/{}", self.api_version(), p.kind);
         let module = self.crate_ident();
         let wasm = format!("dist/{module}.wasm");
         let kind_expr = match p.builtin {
@@ -876,7 +878,6 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 - `tests/test_plugin.py`: the plugin against a fake world of clusters.
 "#,
                     name = self.name,
-                    gvk = format!("{}/{}", self.api_version(), p.kind),
                     sdk = sdk.display()
                 ),
             ),

@@ -149,10 +149,12 @@ impl Writer {
         };
         match result {
             // Still there (finalizers, foreground deletion): cache its
-            // deletionTimestamp.
+            // deletionTimestamp. Some kinds (Pods, Services, PVCs, …) answer
+            // a completed delete with the object as it was, without a
+            // deletionTimestamp: that object is gone.
             Ok(answer) => Ok(match answer.left() {
-                Some(obj) => Written::Object(id.clone(), Box::new(obj)),
-                None => gone(),
+                Some(obj) if still_there(&obj) => Written::Object(id.clone(), Box::new(obj)),
+                _ => gone(),
             }),
             // Already gone: done, not retried.
             Err(e) if e.status() == Some(404) => Ok(gone()),
@@ -201,6 +203,14 @@ impl Writer {
 }
 
 /// Parse an object of an apply/create action: its JSON, type, namespace, name.
+/// Whether the object a DELETE answered with still exists: only one
+/// carrying a deletionTimestamp (held by finalizers, or deleted in the
+/// foreground). Pods, Services, PVCs and a few other kinds answer a
+/// completed delete with the object as it was, without one.
+fn still_there(answer: &DynamicObject) -> bool {
+    answer.metadata.deletion_timestamp.is_some()
+}
+
 pub(super) fn parse_object(
     json: &str,
 ) -> Result<(Value, ResourceId, Option<String>, String), String> {
@@ -284,6 +294,23 @@ fn delete_params(uid: Option<&str>, propagation: Option<Propagation>) -> DeleteP
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_delete_answer_without_a_deletion_timestamp_is_gone() {
+        let answer = |extra: serde_json::Value| -> DynamicObject {
+            let mut obj = json!({"apiVersion": "v1", "kind": "Service",
+                                 "metadata": {"name": "web", "namespace": "default"}});
+            obj["metadata"]
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::from_value(obj).unwrap()
+        };
+        assert!(!still_there(&answer(json!({}))));
+        assert!(still_there(&answer(
+            json!({"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["x"]})
+        )));
+    }
 
     #[test]
     fn merge_patch_carries_the_resource_version() {
