@@ -319,13 +319,27 @@ impl PluginObjects {
 
     fn changed(&self, obj: Plugin, done: &mpsc::UnboundedSender<(String, Pass)>) {
         let name = obj.name_any();
-        {
+        let new_spec = {
             let mut entries = self.inner.entries.lock();
             let entry = entries.entry(name.clone()).or_default();
+            // A new object or a new generation is work; an event for a
+            // status or metadata change (our own status writes among them)
+            // is not, and keeps a failed fetch's backoff.
+            let version = |o: &Plugin| (o.metadata.uid.clone(), o.metadata.generation);
+            let new_spec = entry
+                .latest
+                .as_deref()
+                .is_none_or(|old| version(old) != version(&obj));
             entry.latest = Some(Arc::new(obj));
-            entry.retry_at = None;
+            if new_spec {
+                entry.retry_at = None;
+                entry.failures = 0;
+            }
+            new_spec
+        };
+        if new_spec {
+            self.trigger(&name, done);
         }
-        self.trigger(&name, done);
     }
 
     fn deleted(&self, name: &str) {
@@ -367,6 +381,10 @@ impl PluginObjects {
         let (obj, rerun) = {
             let mut entries = self.inner.entries.lock();
             let Some(entry) = entries.get_mut(name) else {
+                // Deleted while the pass ran: what it may have loaded goes.
+                drop(entries);
+                self.inner.registry.remove_module(&origin(name));
+                self.inner.registry.remove_module(&shadow_origin(name));
                 return;
             };
             entry.running = false;
