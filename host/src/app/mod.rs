@@ -381,15 +381,27 @@ impl App {
                 .clone()
                 .zip(primary)
                 .map(|(source, primary)| {
-                    let gate = self.ops.gate();
+                    let shards = self.ops.shards();
+                    // One replica writes the statuses: the leader, or with
+                    // shards the holder of shard 0 (its Lease fences it
+                    // like the leader's).
+                    let gate = shards
+                        .as_ref()
+                        .map_or_else(|| self.ops.gate(), |s| s.gate(0).clone());
+                    let reports = report_board(&self.config.ops, primary.client());
                     let objects = crate::source::plugin_objects::PluginObjects::new(
                         primary.client(),
                         self.registry.clone(),
                         source.modules,
                         Some(gate),
                         source.config,
-                    );
-                    tokio::spawn(objects.run(stopped()))
+                    )
+                    .with_reports(reports.clone(), shards);
+                    let board = tokio::spawn(reports.run(stopped()));
+                    tokio::spawn(async move {
+                        objects.run(stopped()).await;
+                        let _ = board.await;
+                    })
                 });
         let ops = tokio::spawn(self.ops.run(
             ops::EngineParts {
@@ -446,6 +458,31 @@ impl App {
             }),
         }
     }
+}
+
+/// Where this replica publishes what it serves of the Plugin objects: the
+/// group's report Lease (`<lease-name>-reports`) with leader election or
+/// shards, else nowhere (a single replica is the only one).
+fn report_board(ops: &ops::OpsConfig, client: kube::Client) -> crate::lease::reports::ReportBoard {
+    use crate::lease::reports::{ReportBoard, ReportConfig};
+    let config = match (&ops.leader_election, &ops.sharding) {
+        (Some(le), _) => ReportConfig {
+            name: le.lease_name.clone(),
+            namespace: le.lease_namespace.clone(),
+            identity: le.identity.clone(),
+            lease_duration: le.lease_duration,
+            retry_period: le.retry_period,
+        },
+        (None, Some(sc)) => ReportConfig {
+            name: sc.name.clone(),
+            namespace: sc.namespace.clone(),
+            identity: sc.identity.clone(),
+            lease_duration: sc.lease_duration,
+            retry_period: sc.retry_period,
+        },
+        (None, None) => return ReportBoard::local(crate::lease::default_identity()),
+    };
+    ReportBoard::new(client, config)
 }
 
 /// Resolves on SIGINT or SIGTERM.

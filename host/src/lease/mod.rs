@@ -58,6 +58,8 @@
 //!   the writer check before every write.
 //! - [`store`]: where the Lease is read and written ([`KubeLeaseStore`]).
 //! - [`elector`]: [`LeaderElector`], client-go's state machine.
+//! - [`reports`]: per-replica reports (what each replica serves of the
+//!   Plugin objects) in one shared Lease, read by the status writer.
 //! - [`shard`]: sharding across replicas (shard and membership Leases, key
 //!   → shard, assignment) and the [`shard::Shards`] handle.
 //!
@@ -68,6 +70,7 @@
 pub mod config;
 pub mod elector;
 pub mod gate;
+pub mod reports;
 pub mod shard;
 pub mod store;
 

@@ -41,6 +41,9 @@ pub const FETCHED: &str = "Fetched";
 pub const READY: &str = "Ready";
 /// Condition: something is wrong while an older version may keep serving.
 pub const DEGRADED: &str = "Degraded";
+/// Condition: every live replica (and so every shard) serves the desired
+/// digest (and shadow digest); `False` names the replicas that lag and why.
+pub const CONSISTENT: &str = "Consistent";
 
 /// Which plugin runs, from where, with what settings and permissions.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -53,6 +56,7 @@ pub const DEGRADED: &str = "Degraded";
     printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
     printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.digest","priority":1}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Consistent","type":"string","jsonPath":".status.conditions[?(@.type==\"Consistent\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Divergences","type":"integer","jsonPath":".status.shadow.divergences"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -161,9 +165,42 @@ pub struct PluginObjectStatus {
     /// The shadow's digest and counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shadow: Option<ShadowStatus>,
-    /// `Fetched`, `Ready`, `Degraded`.
+    /// Every live replica of the host and what it serves of this plugin
+    /// (the `Consistent` condition sums it up).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replicas: Vec<ReplicaStatus>,
+    /// `Fetched`, `Ready`, `Degraded`, `Consistent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// What one live replica serves of a Plugin, as it reported it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// The replica's identity (`POD_NAME_<random>` in a Pod).
+    pub identity: String,
+    /// Manifest digest of the module it serves (none: nothing serves there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// Manifest digest of the shadow it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow_digest: Option<String>,
+    /// The Plugin's generation it last worked on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Whether it reconciles (false: `spec.suspend`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
+    /// The shards it holds (with `--shards`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<Vec<u32>>,
+    /// Why the desired version does not serve there (a condition reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// For humans.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// The shadow version's standing.

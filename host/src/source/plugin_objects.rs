@@ -28,8 +28,18 @@
 //! 5. Deleting the object unloads its plugin (finalizers stay on its
 //!    primaries; `rekon plugin release` frees them).
 //!
-//! Only the replica whose gate is open (the leader) writes statuses; every
-//! replica loads what the objects say.
+//! # Replicas and shards
+//! Every replica loads what the objects say and publishes what it serves
+//! of each (digest, shadow digest, the generation it worked on, why the
+//! desired version does not serve there) as its report
+//! ([`crate::lease::reports`], renewed every retry period). Only the replica
+//! whose status gate is open writes statuses (the leader; with `--shards`
+//! the holder of shard 0); it reads the live reports and sets `Consistent`:
+//! true only when every live replica serves the desired digest (and shadow
+//! digest), false naming each replica that lags and why, with
+//! `status.replicas` listing what each serves. A replica that cannot fetch
+//! keeps its serving version and says so in its report. The desired digest
+//! is the one the status writer resolved for the current generation.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -51,11 +61,13 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::plugin_crd::{
-    DEGRADED, FETCHED, Plugin, PluginObjectStatus, PluginSpec, PullPolicy, READY, ShadowStatus,
-    exceeding,
+    CONSISTENT, DEGRADED, FETCHED, Plugin, PluginObjectStatus, PluginSpec, PullPolicy, READY,
+    ReplicaStatus, ShadowStatus, exceeding,
 };
 use crate::action::Permission;
 use crate::lease::LeaderGate;
+use crate::lease::reports::ReportBoard;
+use crate::lease::shard::Shards;
 use crate::plugin::{LoadedPlugin, PluginRegistry};
 use crate::telemetry::metrics::Metrics;
 
@@ -202,6 +214,10 @@ struct Inner {
     status_gate: Option<LeaderGate>,
     config: PluginObjectsConfig,
     entries: Mutex<HashMap<String, Entry>>,
+    /// This replica's report and everyone's.
+    reports: ReportBoard,
+    /// The shards this replica holds go into its report.
+    shards: Option<Shards>,
 }
 
 #[derive(Default)]
@@ -215,9 +231,23 @@ struct Entry {
     retry_at: Option<Instant>,
     /// Last status written (to skip identical writes).
     written: Option<PluginObjectStatus>,
+    /// What this replica serves, for its report.
+    here: Here,
+}
+
+/// What this replica serves of one Plugin object.
+#[derive(Clone, Debug, Default)]
+struct Here {
+    /// The generation the last finished pass worked on.
+    generation: Option<i64>,
+    digest: Option<String>,
+    shadow_digest: Option<String>,
+    /// Why the desired version does not serve here (reason, message).
+    problem: Option<(String, String)>,
 }
 
 /// What one pass over an object ended with.
+#[derive(Default)]
 struct Pass {
     /// The status to write; `None` when the pass found nothing to do (the
     /// spec already serves): a stale copy of the object must never bring
@@ -225,6 +255,10 @@ struct Pass {
     status: Option<PluginObjectStatus>,
     /// Retry after a transient failure (a fetch).
     retry: bool,
+    /// The digest of the module this pass made serve.
+    loaded: Option<String>,
+    /// The shadow this pass made run (`Some(None)`: none any more).
+    shadow_loaded: Option<Option<String>>,
 }
 
 impl std::fmt::Debug for PluginObjects {
@@ -256,8 +290,22 @@ impl PluginObjects {
                 status_gate,
                 config,
                 entries: Mutex::default(),
+                reports: ReportBoard::local(crate::lease::default_identity()),
+                shards: None,
             }),
         }
+    }
+
+    /// Publish what this replica serves on `reports` (shared with the other
+    /// replicas), with the shards it holds when sharding. Without it, the
+    /// host is taken to be the only replica.
+    #[must_use]
+    pub fn with_reports(mut self, reports: ReportBoard, shards: Option<Shards>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.reports = reports;
+            inner.shards = shards;
+        }
+        self
     }
 
     /// Follow the Plugin objects until `shutdown` resolves.
@@ -280,7 +328,11 @@ impl PluginObjects {
                     Some(Err(e)) => warn!(error = %e, "watch of Plugin objects failed; retrying"),
                 },
                 Some((name, pass)) = done_rx.recv() => self.finished(&name, pass, &done_tx).await,
-                _ = tick.tick() => self.retry_due(&done_tx),
+                _ = tick.tick() => {
+                    self.retry_due(&done_tx);
+                    self.publish_report();
+                    self.refresh_consistency().await;
+                }
                 _ = refresh.tick() => self.refresh_shadow_counts().await,
             }
         }
@@ -399,8 +451,30 @@ impl PluginObjects {
                 entry.failures = 0;
                 entry.retry_at = None;
             }
+            if let Some(status) = &pass.status {
+                let here = &mut entry.here;
+                here.generation = status.observed_generation;
+                if let Some(d) = &pass.loaded {
+                    here.digest = Some(d.clone());
+                }
+                if let Some(d) = &pass.shadow_loaded {
+                    here.shadow_digest.clone_from(d);
+                }
+                here.problem = status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == DEGRADED && c.status == "True")
+                    .map(|c| (c.reason.clone(), c.message.clone()));
+            }
+            if self.inner.registry.serving(&origin(name)).is_none() {
+                entry.here.digest = None;
+            }
+            if self.inner.registry.serving(&shadow_origin(name)).is_none() {
+                entry.here.shadow_digest = None;
+            }
             (entry.latest.clone(), entry.dirty)
         };
+        self.publish_report();
         if let (Some(obj), Some(status)) = (obj, pass.status) {
             self.write_status(&obj, status).await;
         }
@@ -452,10 +526,7 @@ impl PluginObjects {
             .unwrap_or_default();
         let serving = self.inner.registry.serving(&origin(&name));
         if already && serving.is_some() {
-            return Pass {
-                status: None,
-                retry: false,
-            };
+            return Pass::default();
         }
         let mut status = PluginObjectStatus {
             observed_generation: generation,
@@ -488,7 +559,7 @@ impl PluginObjects {
             self.mark_applied(&name, generation, spec);
             return Pass {
                 status: Some(status),
-                retry: false,
+                ..Pass::default()
             };
         }
         if spec.settings.is_some() || spec.shadow.as_ref().is_some_and(|s| s.settings.is_some()) {
@@ -547,10 +618,12 @@ impl PluginObjects {
         status.digest = Some(module.digest.clone());
         status.version = Some(loaded.version().to_owned());
         // The shadow, if any.
+        let shadow_loaded;
         match &spec.shadow {
             None => {
                 self.inner.registry.remove_module(&shadow_origin(&name));
                 status.shadow = None;
+                shadow_loaded = Some(None);
             }
             Some(shadow) => {
                 let outcome = match self
@@ -571,6 +644,7 @@ impl PluginObjects {
                 match outcome {
                     Ok(digest) => {
                         let (reconciles, divergences) = Metrics::global().shadow_counts(&name);
+                        shadow_loaded = Some(Some(digest.clone()));
                         status.shadow = Some(ShadowStatus {
                             digest: Some(digest),
                             reconciles,
@@ -589,6 +663,8 @@ impl PluginObjects {
                         return Pass {
                             status: Some(status),
                             retry,
+                            loaded: Some(module.digest),
+                            shadow_loaded: None,
                         };
                     }
                 }
@@ -612,6 +688,8 @@ impl PluginObjects {
         Pass {
             status: Some(status),
             retry: false,
+            loaded: Some(module.digest),
+            shadow_loaded,
         }
     }
 
@@ -715,16 +793,183 @@ impl PluginObjects {
         })
     }
 
-    async fn write_status(&self, obj: &Plugin, status: PluginObjectStatus) {
-        let name = obj.name_any();
-        if self
-            .inner
+    fn writes_status(&self) -> bool {
+        self.inner
             .status_gate
             .as_ref()
-            .is_some_and(|g| !g.is_leader())
-        {
+            .is_none_or(LeaderGate::is_leader)
+    }
+
+    /// What this replica serves of each Plugin object, as its report.
+    fn report(&self) -> serde_json::Value {
+        let shards = self.inner.shards.as_ref().map(Shards::held);
+        let identity = self.inner.reports.identity().to_owned();
+        let plugins: BTreeMap<String, ReplicaStatus> = self
+            .inner
+            .entries
+            .lock()
+            .iter()
+            .map(|(name, e)| {
+                let here = &e.here;
+                let status = ReplicaStatus {
+                    identity: identity.clone(),
+                    digest: here.digest.clone(),
+                    shadow_digest: here.shadow_digest.clone(),
+                    observed_generation: here.generation,
+                    suspended: e.latest.as_ref().is_some_and(|o| o.spec.suspend),
+                    shards: shards.clone(),
+                    reason: here.problem.as_ref().map(|p| p.0.clone()),
+                    message: here.problem.as_ref().map(|p| p.1.clone()),
+                };
+                (name.clone(), status)
+            })
+            .collect();
+        json!({ "plugins": plugins })
+    }
+
+    fn publish_report(&self) {
+        self.inner.reports.set_own(self.report());
+    }
+
+    /// `status` with `Consistent` and `status.replicas` from the live
+    /// reports: every live replica must serve the digest (and shadow
+    /// digest) this replica serves for the current generation.
+    fn with_consistency(&self, name: &str, mut status: PluginObjectStatus) -> PluginObjectStatus {
+        let here = self
+            .inner
+            .entries
+            .lock()
+            .get(name)
+            .map(|e| e.here.clone())
+            .unwrap_or_default();
+        let replicas: Vec<ReplicaStatus> = self
+            .inner
+            .reports
+            .live()
+            .into_iter()
+            .map(|r| {
+                r.report
+                    .get("plugins")
+                    .and_then(|p| p.get(name))
+                    .and_then(|v| serde_json::from_value::<ReplicaStatus>(v.clone()).ok())
+                    .map_or_else(
+                        || ReplicaStatus {
+                            identity: r.identity.clone(),
+                            reason: Some("NotLoaded".to_owned()),
+                            message: Some("has not taken up this Plugin yet".to_owned()),
+                            ..ReplicaStatus::default()
+                        },
+                        |s| ReplicaStatus {
+                            identity: r.identity.clone(),
+                            ..s
+                        },
+                    )
+            })
+            .collect();
+        let generation = status.observed_generation;
+        let (value, reason, message) = match (&here.digest, &here.problem) {
+            (_, Some((why, what))) if here.generation == generation => (
+                false,
+                "DesiredUnresolved".to_owned(),
+                format!(
+                    "the desired version does not serve on the replica writing this status ({}): {why}: {what}",
+                    self.inner.reports.identity()
+                ),
+            ),
+            (None, _) => (
+                false,
+                "DesiredUnresolved".to_owned(),
+                format!(
+                    "nothing serves on the replica writing this status ({})",
+                    self.inner.reports.identity()
+                ),
+            ),
+            (Some(desired), _) => {
+                let lagging: Vec<String> = replicas
+                    .iter()
+                    .filter(|r| {
+                        r.digest.as_ref() != Some(desired) || r.shadow_digest != here.shadow_digest
+                    })
+                    .map(|r| {
+                        let serves = match (&r.digest, &r.shadow_digest) {
+                            (None, _) => "serves nothing".to_owned(),
+                            (Some(d), None) => format!("serves {d}"),
+                            (Some(d), Some(s)) => format!("serves {d} (shadow {s})"),
+                        };
+                        match (&r.reason, &r.message) {
+                            (Some(why), Some(what)) => {
+                                format!("{} {serves}: {why}: {what}", r.identity)
+                            }
+                            (Some(why), None) => format!("{} {serves}: {why}", r.identity),
+                            _ => format!("{} {serves}", r.identity),
+                        }
+                    })
+                    .collect();
+                let shadow = here
+                    .shadow_digest
+                    .as_ref()
+                    .map(|s| format!(" (shadow {s})"))
+                    .unwrap_or_default();
+                if lagging.is_empty() {
+                    (
+                        true,
+                        "AllReplicasServing".to_owned(),
+                        format!(
+                            "all {} live replicas serve {desired}{shadow}",
+                            replicas.len()
+                        ),
+                    )
+                } else {
+                    (
+                        false,
+                        "ReplicasLag".to_owned(),
+                        format!(
+                            "{} of {} live replicas do not serve {desired}{shadow}: {}",
+                            lagging.len(),
+                            replicas.len(),
+                            lagging.join("; ")
+                        ),
+                    )
+                }
+            }
+        };
+        status.replicas = replicas;
+        set(&mut status, CONSISTENT, value, &reason, &message);
+        status
+    }
+
+    /// The status writer brings `Consistent` up to date with the reports
+    /// (objects whose current generation this replica has worked on).
+    async fn refresh_consistency(&self) {
+        if !self.writes_status() {
             return;
         }
+        let objects: Vec<(Arc<Plugin>, PluginObjectStatus)> = self
+            .inner
+            .entries
+            .lock()
+            .values()
+            .filter(|e| !e.running)
+            .filter_map(|e| {
+                let obj = e.latest.clone()?;
+                let status = e.written.clone().or_else(|| obj.status.clone())?;
+                (e.here.generation.is_some()
+                    && e.here.generation == obj.metadata.generation
+                    && status.observed_generation == obj.metadata.generation)
+                    .then_some((obj, status))
+            })
+            .collect();
+        for (obj, status) in objects {
+            self.write_status(&obj, status).await;
+        }
+    }
+
+    async fn write_status(&self, obj: &Plugin, status: PluginObjectStatus) {
+        let name = obj.name_any();
+        if !self.writes_status() {
+            return;
+        }
+        let status = self.with_consistency(&name, status);
         let unchanged = self
             .inner
             .entries
@@ -738,7 +983,7 @@ impl PluginObjects {
         // A merge patch leaves out what is absent: clear what is gone.
         let mut body = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
         if let Some(map) = body.as_object_mut() {
-            for key in ["digest", "version", "shadow"] {
+            for key in ["digest", "version", "shadow", "replicas"] {
                 map.entry(key).or_insert(serde_json::Value::Null);
             }
         }
@@ -825,6 +1070,7 @@ fn refused(
     Pass {
         status: Some(status),
         retry,
+        ..Pass::default()
     }
 }
 
@@ -851,7 +1097,8 @@ fn set(status: &mut PluginObjectStatus, kind: &str, value: bool, reason: &str, m
         None => status.conditions.push(condition),
     }
     // A stable order, whatever order they were first set in.
-    let order: BTreeMap<&str, usize> = [(FETCHED, 0), (READY, 1), (DEGRADED, 2)].into();
+    let order: BTreeMap<&str, usize> =
+        [(FETCHED, 0), (READY, 1), (DEGRADED, 2), (CONSISTENT, 3)].into();
     status
         .conditions
         .sort_by_key(|c| order.get(c.type_.as_str()).copied().unwrap_or(usize::MAX));
