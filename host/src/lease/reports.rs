@@ -179,9 +179,10 @@ impl ReportBoard {
             }
             own.clone_from(&report);
         }
-        if self.inner.api.is_none() {
-            self.publish(Vec::new());
-        }
+        // Our own report is current at once in our view; the others see it
+        // at the next round (woken now).
+        let others: Vec<Report> = self.inner.live.borrow().clone();
+        self.publish(others);
         self.inner.wake.notify_one();
     }
 

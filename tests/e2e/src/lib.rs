@@ -462,6 +462,7 @@ pub fn plural(kind: &str) -> anyhow::Result<&'static str> {
         "Event" => "events",
         "CustomResourceDefinition" => "customresourcedefinitions",
         "ConfigMap" => "configmaps",
+        "Secret" => "secrets",
         "Plugin" => "plugins",
         other => bail!("no plural known for kind {other}"),
     })

@@ -203,6 +203,8 @@ async fn a_plugin_object_serves_swaps_live_and_rolls_back() -> anyhow::Result<()
         apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
         let obj = wait_serving(&mut env, &d1).await?;
         assert_eq!(obj["status"]["version"], "1.0.0");
+        // The only replica serves what the object says.
+        wait_consistent(&mut env, "True", "AllReplicasServing", &d1, 1).await?;
         assert_eq!(
             condition(&obj, "Fetched").map(|c| c.0).as_deref(),
             Some("True")
@@ -394,6 +396,169 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
         assert_eq!(obj["spec"]["module"], json!(v2));
         assert!(obj["spec"].get("shadow").is_none(), "{obj}");
         wait_annotated(&mut env, &names, "v2").await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
+
+/// `rekon run --plugin-objects --leader-elect` as replica `name`, with its
+/// own cache and short lease timings (lease 4 s, retry 0.5 s).
+fn replica(name: &str, cache: &std::path::Path) -> EnvOptions {
+    let mut opts = options(cache);
+    opts.extra_args.extend(
+        [
+            "--leader-elect",
+            "--lease-namespace",
+            "default",
+            "--lease-duration",
+            "4s",
+            "--renew-deadline",
+            "3s",
+            "--retry-period",
+            "500ms",
+        ]
+        .map(str::to_owned),
+    );
+    opts.replica = Some(name.to_owned());
+    opts
+}
+
+/// What `status.replicas` says `prefix`'s replica serves.
+fn replica_digest(obj: &Value, prefix: &str) -> Option<String> {
+    obj["status"]["replicas"].as_array()?.iter().find(|r| {
+        r["identity"]
+            .as_str()
+            .is_some_and(|i| i.starts_with(prefix))
+    })?["digest"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// Waits for `Consistent` to be `status` with `reason`, the Plugin serving
+/// `digest` (on the status writer) and `replicas` live replicas listed.
+async fn wait_consistent(
+    env: &mut Env,
+    status: &str,
+    reason: &str,
+    digest: &str,
+    replicas: usize,
+) -> anyhow::Result<Value> {
+    let what = format!("Consistent={status} ({reason}) at {digest} over {replicas} replicas");
+    let last = std::cell::RefCell::new(Value::Null);
+    env.wait_for(&what, WAIT, |env| {
+        let obj = plugin(env)?;
+        *last.borrow_mut() = obj.clone();
+        let (s, why, _) = condition(&obj, "Consistent")?;
+        (s == status
+            && why == reason
+            && obj["status"]["digest"] == digest
+            && obj["status"]["replicas"].as_array().map(Vec::len) == Some(replicas))
+        .then_some(obj)
+    })
+    .await
+    .with_context(|| format!("the Plugin was last:\n{:#}", last.borrow()))
+}
+
+/// Two replicas converge on one digest and `Consistent` says so; one that
+/// cannot fetch the next version (its reads of the pull Secret fail on the
+/// API server, for it alone) keeps serving the old one, and `Consistent`
+/// names it and why; once it can, it catches up and `Consistent` is true
+/// again. The leader writes the status; the follower only reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_converge_and_a_lagging_one_is_named() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let v1 = format!("{}/rekon/chaos:1", registry.host());
+        let v2 = format!("{}/rekon/chaos:2", registry.host());
+        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+        let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
+        let (cache_a, cache_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        let mut env = Env::start(replica("replica-a", cache_a.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+        env.wait_for("replica-a leads", WAIT, |env| {
+            get(
+                env.main(),
+                "coordination.k8s.io/v1",
+                "leases",
+                Some("default"),
+                "rekon",
+            )?["spec"]["holderIdentity"]
+                .as_str()
+                .filter(|h| h.starts_with("replica-a_"))
+                .map(|_| ())
+        })
+        .await?;
+        let mut b = env.spawn_replica(&replica("replica-b", cache_b.path()))?;
+
+        apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
+        let obj = wait_consistent(&mut env, "True", "AllReplicasServing", &d1, 2).await?;
+        assert_eq!(replica_digest(&obj, "replica-a_").as_deref(), Some(&*d1));
+        assert_eq!(replica_digest(&obj, "replica-b_").as_deref(), Some(&*d1));
+
+        // v2 comes with a pull Secret; replica-b may not read it (403 from
+        // the API server for its requests alone; 5xx would be retried by
+        // the client itself).
+        let mut auths = serde_json::Map::new();
+        auths.insert(registry.host(), json!({"username": "u", "password": "p"}));
+        let docker_config = json!({ "auths": auths });
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+                   "metadata": {"name": "pull", "namespace": "default"},
+                   "stringData": {".dockerconfigjson": docker_config.to_string()}}),
+        )?;
+        env.main().fail_next(
+            kube_sim::faults::FaultRule::new(403, u32::MAX)
+                .path("/secrets/pull")
+                .user_agent("(replica-b_"),
+        );
+        let mut edited = manifest(&paths, "chaos-v2.wasm", &v2)?;
+        edited["spec"]["pullSecret"] = json!("pull");
+        apply_object(env.main(), edited)?;
+        wait_consistent(&mut env, "False", "ReplicasLag", &d2, 2).await?;
+        let (obj, message) = env
+            .wait_for("Consistent to say why replica-b lags", WAIT, |env| {
+                let obj = plugin(env)?;
+                let (_, _, message) = condition(&obj, "Consistent")?;
+                message
+                    .contains("PullSecretUnavailable")
+                    .then_some((obj, message))
+            })
+            .await
+            .with_context(|| {
+                format!(
+                    "replica-b's log:\n{}",
+                    std::fs::read_to_string(b.log_path())
+                        .unwrap_or_default()
+                        .lines()
+                        .filter(|l| !l.contains("rekon::lease::elector"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            })?;
+        assert!(
+            message.contains("1 of 2 live replicas")
+                && message.contains("replica-b_")
+                && !message.contains("replica-a_")
+                && message.contains("PullSecretUnavailable")
+                && message.contains(&d1),
+            "{message}"
+        );
+        // It keeps serving v1 and says so; the leader serves v2.
+        assert_eq!(replica_digest(&obj, "replica-b_").as_deref(), Some(&*d1));
+        assert_eq!(replica_digest(&obj, "replica-a_").as_deref(), Some(&*d2));
+        assert!(b.is_running());
+
+        // The fault lifts: replica-b's next retry catches up.
+        env.main().clear_faults();
+        let obj = wait_consistent(&mut env, "True", "AllReplicasServing", &d2, 2).await?;
+        assert_eq!(replica_digest(&obj, "replica-b_").as_deref(), Some(&*d2));
+
+        // A replica that leaves no longer counts.
+        b.stop();
+        wait_consistent(&mut env, "True", "AllReplicasServing", &d2, 1).await?;
         anyhow::Ok(())
     })
     .await
