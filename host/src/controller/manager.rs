@@ -66,12 +66,13 @@ fn max_concurrent(reg: &Registration, default: usize) -> usize {
 }
 
 impl Controller {
-    fn start(plugin: Arc<dyn Reconciler>, ctx: Ctx) -> Self {
+    fn start(plugin: Arc<dyn Reconciler>, ctx: Ctx, suspended: bool) -> Self {
         let max = max_concurrent(plugin.registration(), ctx.config.max_concurrent_reconciles);
         let name = plugin.name().to_owned();
         Metrics::global()
             .set_max_concurrent_reconciles(&name, u32::try_from(max).unwrap_or(u32::MAX));
         let shared = Arc::new(Shared::new(plugin, ctx, max));
+        shared.set_suspended(suspended);
         let (stop, stop_rx) = watch::channel(false);
         let events = tokio::spawn(run_events(
             Arc::clone(&shared),
@@ -138,6 +139,8 @@ struct ManagerInner {
     /// shadowing, `crate::change`).
     layer: parking_lot::RwLock<Option<Arc<dyn Layer>>>,
     controllers: Mutex<HashMap<String, Controller>>,
+    /// Suspended plugins (their controllers start suspended too).
+    suspended: Mutex<std::collections::BTreeSet<String>>,
     degraded: broadcast::Sender<Degraded>,
     _stop_background: tokio::sync::oneshot::Sender<()>,
 }
@@ -170,6 +173,7 @@ impl Manager {
             },
             layer: parking_lot::RwLock::default(),
             controllers: Mutex::new(HashMap::new()),
+            suspended: Mutex::default(),
             degraded: broadcast::channel(256).0,
             _stop_background: stop_tx,
         });
@@ -406,8 +410,46 @@ impl Manager {
             }
             None => {
                 let name = plugin.name().to_owned();
-                controllers.insert(name, Controller::start(plugin, self.inner.ctx.clone()));
+                let suspended = self.inner.suspended.lock().contains(&name);
+                controllers.insert(
+                    name,
+                    Controller::start(plugin, self.inner.ctx.clone(), suspended),
+                );
             }
+        }
+    }
+
+    /// Suspend or resume the controller of `plugin` (now, or when it
+    /// starts): suspended, its watches and queue keep running and events
+    /// are kept (deduplicated per key) but nothing is reconciled or
+    /// written; resumed, it reconciles what queued up.
+    pub fn set_suspended(&self, plugin: &str, suspended: bool) {
+        {
+            let mut set = self.inner.suspended.lock();
+            if suspended {
+                set.insert(plugin.to_owned());
+            } else {
+                set.remove(plugin);
+            }
+        }
+        if let Some(ctl) = self.inner.controllers.lock().get(plugin) {
+            ctl.shared.set_suspended(suspended);
+        }
+    }
+
+    /// Whether `plugin`'s controller is suspended.
+    #[must_use]
+    pub fn is_suspended(&self, plugin: &str) -> bool {
+        self.inner.suspended.lock().contains(plugin)
+    }
+
+    fn follow_suspensions(&self, wanted: &std::collections::BTreeSet<String>) {
+        let current = self.inner.suspended.lock().clone();
+        for name in current.difference(wanted) {
+            self.set_suspended(name, false);
+        }
+        for name in wanted.difference(&current) {
+            self.set_suspended(name, true);
         }
     }
 
@@ -450,6 +492,9 @@ impl Manager {
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         let mut events = registry.subscribe();
+        let mut suspensions = registry.suspensions();
+        let mut suspensions_open = true;
+        self.follow_suspensions(&suspensions.borrow_and_update().clone());
         // What this loop started, to skip `Loaded` events that repeat the
         // initial `plugins()` snapshot.
         let mut started: HashMap<String, LoadedPlugin> = HashMap::new();
@@ -461,8 +506,21 @@ impl Manager {
         loop {
             let event = tokio::select! {
                 ev = events.recv() => ev,
+                changed = suspensions.changed(), if suspensions_open => {
+                    if changed.is_err() {
+                        suspensions_open = false;
+                    } else {
+                        let wanted = suspensions.borrow_and_update().clone();
+                        self.follow_suspensions(&wanted);
+                    }
+                    continue;
+                }
                 () = &mut shutdown => break,
             };
+            // A plugin suspended before it loads starts suspended: the
+            // registry's set is current whatever order events come in.
+            let wanted = suspensions.borrow_and_update().clone();
+            self.follow_suspensions(&wanted);
             match event {
                 Ok(RegistryEvent::Loaded(p)) => {
                     if !started.get(p.name()).is_some_and(|s| s.same_load(&p)) {

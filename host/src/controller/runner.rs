@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     /// out meanwhile); `generation` tells a stale settle task apart.
     settling: AtomicBool,
     generation: AtomicU64,
+    /// Suspended: watches and queue run, nothing is handed out.
+    suspended: AtomicBool,
     pub(crate) metrics: QueueMetrics,
     pub(crate) ctx: Ctx,
 }
@@ -97,6 +99,7 @@ impl Shared {
             next_tag: AtomicU64::new(0),
             settling: AtomicBool::new(false),
             generation: AtomicU64::new(0),
+            suspended: AtomicBool::new(false),
             ctx,
         }
     }
@@ -207,6 +210,22 @@ impl Shared {
 
     fn settling(&self) -> bool {
         self.settling.load(Ordering::SeqCst)
+    }
+
+    /// Suspend or resume reconciling (the queue keeps what arrives).
+    pub(crate) fn set_suspended(&self, suspended: bool) {
+        if self.suspended.swap(suspended, Ordering::SeqCst) != suspended {
+            info!(plugin = %self.name, suspended, queued = self.queue.lock().ready(), "{}", if suspended {
+                "controller suspended: events are queued, nothing is reconciled"
+            } else {
+                "controller resumed: reconciling what queued up"
+            });
+            self.wake.notify_one();
+        }
+    }
+
+    pub(crate) fn suspended(&self) -> bool {
+        self.suspended.load(Ordering::SeqCst)
     }
 
     /// Queue `key` if it names a primary cluster of the plugin.
@@ -347,7 +366,7 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
     in_flight_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         let limit = shared.max_concurrent.load(Ordering::Relaxed);
-        let open = leader.is_leader() && !shared.settling();
+        let open = leader.is_leader() && !shared.settling() && !shared.suspended();
         while open && tasks.len() < limit {
             let Some((key, reason, waited)) = shared.queue.lock().pop_timed() else {
                 break;

@@ -103,6 +103,9 @@ struct Inner {
     state: Mutex<State>,
     events: broadcast::Sender<RegistryEvent>,
     debounce: Duration,
+    /// Plugins whose controllers keep their watches and queue but do not
+    /// reconcile (a Plugin object's `spec.suspend`).
+    suspended: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
 }
 
 #[derive(Default)]
@@ -179,8 +182,29 @@ impl PluginRegistry {
                 state: Mutex::new(State::default()),
                 events,
                 debounce,
+                suspended: tokio::sync::watch::channel(std::collections::BTreeSet::new()).0,
             }),
         }
+    }
+
+    /// Suspend (or resume) the plugin `name`: it stays loaded, its watches
+    /// and queue keep running (events are kept, deduplicated), nothing is
+    /// reconciled or written until it is resumed. Applies to a plugin
+    /// loaded later too.
+    pub fn set_suspended(&self, name: &str, suspended: bool) {
+        self.inner.suspended.send_if_modified(|set| {
+            if suspended {
+                set.insert(name.to_owned())
+            } else {
+                set.remove(name)
+            }
+        });
+    }
+
+    /// The suspended plugins, and their changes.
+    #[must_use]
+    pub fn suspensions(&self) -> tokio::sync::watch::Receiver<std::collections::BTreeSet<String>> {
+        self.inner.suspended.subscribe()
     }
 
     /// The runtime plugins are loaded with.

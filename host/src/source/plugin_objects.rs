@@ -399,6 +399,7 @@ impl PluginObjects {
             return;
         }
         info!(plugin = %name, "Plugin object deleted: unloading its plugin (finalizers stay on its objects)");
+        self.inner.registry.set_suspended(name, false);
         self.inner.registry.remove_module(&origin(name));
         self.inner.registry.remove_module(&shadow_origin(name));
     }
@@ -511,7 +512,7 @@ impl PluginObjects {
         let spec = &obj.spec;
         // What this host wrote last is newer than what a watch event may
         // carry.
-        let (already, written) = self
+        let (already, only_suspend_changed, written, digest_here) = self
             .inner
             .entries
             .lock()
@@ -521,7 +522,18 @@ impl PluginObjects {
                     .applied
                     .as_ref()
                     .is_some_and(|(g, s)| *g == generation && s == spec);
-                (already, e.written.clone())
+                let only_suspend = e.applied.as_ref().is_some_and(|(_, s)| {
+                    PluginSpec {
+                        suspend: spec.suspend,
+                        ..s.clone()
+                    } == *spec
+                }) && e.here.problem.is_none();
+                (
+                    already,
+                    only_suspend,
+                    e.written.clone(),
+                    e.here.digest.clone(),
+                )
             })
             .unwrap_or_default();
         let serving = self.inner.registry.serving(&origin(&name));
@@ -536,25 +548,19 @@ impl PluginObjects {
             Some(p) => format!("; version {} keeps serving", p.version()),
             None => String::new(),
         };
-        if spec.suspend {
-            // Unloading stops every reconcile; the finalizers stay on the
-            // objects and the compiled module stays cached, so resuming is a
-            // reload that requeues every primary.
-            self.inner.registry.remove_module(&origin(&name));
-            self.inner.registry.remove_module(&shadow_origin(&name));
-            set(
+        // Suspended: the plugin stays loaded (watches, queue, finalizers),
+        // nothing is reconciled; set before any load so that a version
+        // loaded now starts suspended.
+        self.inner.registry.set_suspended(&name, spec.suspend);
+        if let Some(loaded) = &serving
+            && only_suspend_changed
+        {
+            // Nothing else changed: no fetch, no reload (a reload would
+            // requeue every primary for nothing).
+            set_ready(
                 &mut status,
-                READY,
-                false,
-                "Suspended",
-                "spec.suspend is set: nothing is reconciled; finalizers stay",
-            );
-            set(
-                &mut status,
-                DEGRADED,
-                false,
-                "Suspended",
-                "suspended on request",
+                spec,
+                &serving_message(loaded, digest_here.as_deref()),
             );
             self.mark_applied(&name, generation, spec);
             return Pass {
@@ -652,12 +658,10 @@ impl PluginObjects {
                         });
                     }
                     Err((reason, message, retry)) => {
-                        set(
+                        set_ready(
                             &mut status,
-                            READY,
-                            true,
-                            "Serving",
-                            &serving_message(&loaded, &module),
+                            spec,
+                            &serving_message(&loaded, Some(&module.digest)),
                         );
                         set(&mut status, DEGRADED, true, &reason, &message);
                         return Pass {
@@ -670,12 +674,10 @@ impl PluginObjects {
                 }
             }
         }
-        set(
+        set_ready(
             &mut status,
-            READY,
-            true,
-            "Serving",
-            &serving_message(&loaded, &module),
+            spec,
+            &serving_message(&loaded, Some(&module.digest)),
         );
         set(
             &mut status,
@@ -1037,13 +1039,27 @@ impl PluginObjects {
     }
 }
 
-fn serving_message(plugin: &LoadedPlugin, module: &Module) -> String {
+fn serving_message(plugin: &LoadedPlugin, digest: Option<&str>) -> String {
     format!(
         "plugin {} version {} ({}) serves",
         plugin.name(),
         plugin.version(),
-        module.digest
+        digest.unwrap_or("digest unknown")
     )
+}
+
+/// `Ready`: `Serving`, or `Suspended` (loaded, not reconciling) while
+/// `spec.suspend` is set.
+fn set_ready(status: &mut PluginObjectStatus, spec: &PluginSpec, serving: &str) {
+    if spec.suspend {
+        let message = format!(
+            "spec.suspend is set: {} but stays loaded with its watches and queue; events are kept, nothing is reconciled or written until it is resumed; finalizers stay",
+            serving.trim_end_matches(" serves")
+        );
+        set(status, READY, false, "Suspended", &message);
+    } else {
+        set(status, READY, true, "Serving", serving);
+    }
 }
 
 /// A pass that did not make the desired version serve: `Ready` says

@@ -564,3 +564,98 @@ async fn two_replicas_converge_and_a_lagging_one_is_named() -> anyhow::Result<()
     .await
     .context("timed out (likely deadlocked)")?
 }
+
+/// Writes to ConfigMaps `rekon` sent to kube-sim since `since`.
+fn config_map_writes(env: &Env, since: std::time::SystemTime) -> Vec<String> {
+    env.main()
+        .faults()
+        .request_log()
+        .into_iter()
+        .filter(|r| r.at >= since && r.path.contains("/configmaps"))
+        .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .map(|r| format!("{} {}", r.verb, r.path))
+        .collect()
+}
+
+/// `spec.suspend` stops reconciling without unloading: the version stays
+/// loaded (same digest, no reload), events keep arriving and are kept,
+/// nothing is written; resuming reconciles what queued up, none lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_plugin_keeps_its_queue_writes_nothing_and_catches_up() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let Setup {
+            paths,
+            registry: _registry,
+            v1,
+            d1,
+            cache: _cache,
+            mut env,
+            ..
+        } = setup().await?;
+        let mut obj = manifest(&paths, "chaos-v1.wasm", &v1)?;
+        apply_object(env.main(), obj.clone())?;
+        wait_serving(&mut env, &d1).await?;
+        let before: Vec<String> = (0..5).map(|i| format!("before-{i}")).collect();
+        for name in &before {
+            config_map(&env, name)?;
+        }
+        wait_annotated(&mut env, &before, "v1").await?;
+
+        obj["spec"]["suspend"] = json!(true);
+        apply_object(env.main(), obj.clone())?;
+        let suspended = env
+            .wait_for("Ready=False (Suspended)", WAIT, |env| {
+                let obj = plugin(env)?;
+                let (s, why, _) = condition(&obj, "Ready")?;
+                (s == "False" && why == "Suspended").then_some(obj)
+            })
+            .await?;
+        let (_, _, message) = condition(&suspended, "Ready").expect("Ready");
+        assert!(message.contains("stays loaded"), "{message}");
+        assert_eq!(suspended["status"]["digest"], json!(d1));
+        let since = std::time::SystemTime::now();
+        // Events while suspended: new objects, and one object changed
+        // three times (one queued key).
+        let during: Vec<String> = (0..10).map(|i| format!("during-{i}")).collect();
+        for name in &during {
+            config_map(&env, name)?;
+        }
+        for round in 0..3 {
+            apply_object(
+                env.main(),
+                json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "before-0", "namespace": "default",
+                                    "labels": {"round": round.to_string()}},
+                       "data": {"mode": "ok"}}),
+            )?;
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(config_map_writes(&env, since), Vec::<String>::new());
+        for name in &during {
+            assert_eq!(
+                annotation(&env, name),
+                None,
+                "{name} reconciled while suspended"
+            );
+        }
+        let log = env.rekon.log_tail(400);
+        assert!(
+            log.contains("controller suspended") && !log.contains("controller stopped"),
+            "the plugin must stay loaded:\n{log}"
+        );
+
+        obj["spec"]["suspend"] = json!(false);
+        apply_object(env.main(), obj)?;
+        wait_serving(&mut env, &d1).await?;
+        wait_annotated(&mut env, &during, "v1").await?;
+        let log = env.rekon.log_tail(400);
+        assert!(log.contains("controller resumed"), "{log}");
+        assert!(
+            !log.contains("plugin replaced"),
+            "resuming reloads nothing:\n{log}"
+        );
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
