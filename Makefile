@@ -11,7 +11,7 @@ SEED_PLUGINS := test-fanout nodepool
 # Plugins that only exist for tests (misbehaving on purpose, fixtures).
 TEST_PLUGINS := rekon-test-chaos
 
-.PHONY: all build plugins test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
+.PHONY: all build plugins chaos-plugins test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
 
 all: build plugins
 
@@ -38,13 +38,19 @@ plugins: wasm-target
 	fi; true
 	@ls -l dist/plugins/ 2>/dev/null || true
 
-# Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
-# plugin, cm-sync: a third plugin written like one from outside the project).
-# Feature builds overwrite the same target file, hence one build per copy.
-test-plugins: wasm-target
+# chaos v1 and v2 alone -> dist/test-plugins/ (the demo's live swap through
+# a Plugin object; the tests' too).
+chaos-plugins: wasm-target
 	@mkdir -p dist/test-plugins
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features v2
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v2.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos
+	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
+
+# Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
+# plugin, cm-sync: a third plugin written like one from outside the project).
+# Feature builds overwrite the same target file, hence one build per copy.
+test-plugins: chaos-plugins
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync
@@ -108,8 +114,13 @@ test: fmt-check clippy sdk-test unit
 # Two embedded kube-sim clusters, `rekon run --install-crds` with dist/plugins,
 # deploy/samples applied, every change narrated. DEMO_EXIT_AFTER_CONVERGE=1
 # (or DEMO_ARGS=--exit-after-converge) exits 0 once both scenarios converged;
-# DEMO_KEEP=1 keeps the work directory (kubeconfig, rekon.log).
-demo: plugins
+# DEMO_KEEP=1 keeps the work directory (kubeconfig, rekon.log). The live swap
+# through a Plugin object needs a local OCI registry, Debian's docker-registry
+# (`sudo apt-get install docker-registry`; .ci/run installs it): without it the
+# demo says so and skips that part.
+demo: plugins chaos-plugins
+	@command -v docker-registry >/dev/null 2>&1 || [ -n "$$REKON_DOCKER_REGISTRY" ] || \
+	  echo "NOTE: docker-registry is not on PATH: the demo skips the live swap through a Plugin object. Install it with 'sudo apt-get install docker-registry' (Debian/Ubuntu)."
 	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
 	./target/debug/rekon-demo $(DEMO_ARGS)
 

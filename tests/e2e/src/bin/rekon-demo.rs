@@ -6,8 +6,14 @@
 //! `deploy/samples` (a Test, three Nodes, two NodePools, one node in both
 //! pools), prints every change as it happens until both scenarios
 //! converged, marks the Job in `sub` complete to show the Test finishing,
-//! then keeps running (printing changes) with the kubectl commands to play
-//! with. `--exit-after-converge` (or `DEMO_EXIT_AFTER_CONVERGE=1`) exits 0
+//! then shows a live swap through a Plugin object: it starts a local OCI
+//! registry (Debian's `docker-registry`), pushes the chaos test plugin v1
+//! with `rekon plugin push`, applies the Plugin `rekon plugin manifest`
+//! prints, lets it annotate a few ConfigMaps, pushes v2, edits the Plugin
+//! and shows the same rekon process serving v2 (no restart). Without
+//! `docker-registry` on PATH that part says what to install and is
+//! skipped. Then it keeps running (printing changes) with the kubectl
+//! commands to play with. `--exit-after-converge` (or `DEMO_EXIT_AFTER_CONVERGE=1`) exits 0
 //! instead, for tests; `--keep` (or `DEMO_KEEP=1`) leaves the work directory
 //! (kubeconfig, plugins, `rekon.log`) behind. It builds nothing: `make demo` does.
 
@@ -16,8 +22,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use kube_sim::Sim;
-use rekon_e2e::{Env, EnvOptions, Paths, apply_manifests, complete_job, mark_nodes_ready, view};
-use serde_json::Value;
+use rekon_e2e::registry::Registry;
+use rekon_e2e::{
+    Env, EnvOptions, Paths, apply_manifests, apply_object, complete_job, mark_nodes_ready, view,
+};
+use serde_json::{Value, json};
 
 const CONVERGE_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -165,6 +174,158 @@ fn apply_samples(env: &Env, narrator: &Narrator) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `rekon plugin push FILE REF`; the manifest digest it printed.
+fn push(env: &Env, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
+    let out = std::process::Command::new(&env.paths.rekon)
+        .args(["plugin", "push"])
+        .arg(file)
+        .arg(reference)
+        .output()
+        .context("run rekon plugin push")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "rekon plugin push failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .split_whitespace()
+        .find(|w| w.starts_with("sha256:"))
+        .map(str::to_owned)
+        .with_context(|| format!("no digest in rekon plugin push's output: {stdout}"))
+}
+
+fn plugin_serves(env: &Env, digest: &str) -> bool {
+    env.main()
+        .get("rekon.dev/v1alpha1", "plugins", None, "chaos")
+        .ok()
+        .is_some_and(|p| {
+            p["status"]["digest"] == digest
+                && p["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                })
+        })
+}
+
+fn annotated(env: &Env, names: &[&str], version: &str) -> bool {
+    names.iter().all(|n| {
+        env.main()
+            .get("v1", "configmaps", Some("default"), n)
+            .ok()
+            .is_some_and(|c| c["metadata"]["annotations"]["chaos.rekon.dev/version"] == version)
+    })
+}
+
+/// The live swap through a Plugin object: registry, push v1, Plugin,
+/// converge, push v2, edit, swap. The registry, kept running while the
+/// demo does; `None`: skipped (what is missing was said).
+async fn plugin_object_swap(
+    env: &mut Env,
+    narrator: &mut Narrator,
+) -> anyhow::Result<Option<Registry>> {
+    let v1_file = env.paths.test_plugins.join("chaos-v1.wasm");
+    let v2_file = env.paths.test_plugins.join("chaos-v2.wasm");
+    if !v1_file.is_file() || !v2_file.is_file() {
+        narrator.say(&format!(
+            "SKIPPED the live swap through a Plugin object: {} or {} is missing (`make demo` builds them with `make chaos-plugins`)",
+            v1_file.display(),
+            v2_file.display()
+        ));
+        return Ok(None);
+    }
+    let registry = match Registry::start() {
+        Ok(r) => r,
+        Err(e) => {
+            narrator.say(&format!(
+                "SKIPPED the live swap through a Plugin object: no local OCI registry ({e:#}).\n\
+                 \x20       Install Docker Distribution, Debian's package `docker-registry`:\n\
+                 \x20         sudo apt-get install docker-registry   (Debian/Ubuntu; .ci/run does this)\n\
+                 \x20       or point REKON_DOCKER_REGISTRY at its binary, then run `make demo` again."
+            ));
+            return Ok(None);
+        }
+    };
+    let pid = env.rekon.pid();
+    narrator.say(&format!(
+        "— a plugin from a registry: docker-registry serves on {} (plain HTTP on loopback)",
+        registry.host()
+    ));
+    let v1 = format!("{}/demo/chaos:1", registry.host());
+    let v2 = format!("{}/demo/chaos:2", registry.host());
+    let d1 = push(env, &v1_file, &v1)?;
+    narrator.say(&format!("rekon plugin push chaos-v1.wasm {v1}: {d1}"));
+    let out = std::process::Command::new(&env.paths.rekon)
+        .args(["plugin", "manifest"])
+        .arg(&v1_file)
+        .args(["--module", &v1])
+        .output()
+        .context("run rekon plugin manifest")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "rekon plugin manifest failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Value = serde_yaml::from_slice(&out.stdout)?;
+    apply_object(env.main(), manifest)?;
+    narrator.say("applied the Plugin chaos that `rekon plugin manifest chaos-v1.wasm --module …` printed (its declared permissions as the grant)");
+    narrator
+        .until(env, &format!("Plugin chaos: Ready, serving {d1}"), |env| {
+            plugin_serves(env, &d1)
+        })
+        .await?;
+    let names = ["demo-a", "demo-b", "demo-c"];
+    for name in names {
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": "default"}, "data": {"mode": "ok"}}),
+        )?;
+    }
+    narrator
+        .until(
+            env,
+            "chaos v1 annotated ConfigMaps demo-a, demo-b, demo-c (chaos.rekon.dev/version=v1)",
+            |env| annotated(env, &names, "v1"),
+        )
+        .await?;
+    let d2 = push(env, &v2_file, &v2)?;
+    narrator.say(&format!("rekon plugin push chaos-v2.wasm {v2}: {d2}"));
+    let edited = Instant::now();
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": v2}}),
+    )?;
+    narrator.say(&format!("edited the Plugin: spec.module = {v2}"));
+    narrator
+        .until(env, &format!("Plugin chaos: Ready, serving {d2}"), |env| {
+            plugin_serves(env, &d2)
+        })
+        .await?;
+    narrator
+        .until(
+            env,
+            "chaos v2 re-annotated every ConfigMap (chaos.rekon.dev/version=v2)",
+            |env| annotated(env, &names, "v2"),
+        )
+        .await?;
+    anyhow::ensure!(
+        env.rekon.is_running() && env.rekon.pid() == pid,
+        "rekon restarted during the swap"
+    );
+    narrator.say(&format!(
+        "✓ Plugin chaos swapped live from v1 to v2 in {} ms (edit to every ConfigMap re-annotated), same rekon process (pid {pid}), no restart",
+        edited.elapsed().as_millis()
+    ));
+    if let Ok(out) = env.kubectl("main", &["get", "plugins", "-o", "wide"]) {
+        for line in out.lines() {
+            narrator.say(&format!("  {line}"));
+        }
+    }
+    Ok(Some(registry))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let exit_after_converge = std::env::args().any(|a| a == "--exit-after-converge")
@@ -174,9 +335,16 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("failed to start the kube-sim clusters")?;
     let work = tempfile::Builder::new().prefix("rekon-demo-").tempdir()?;
+    let cache = work.path().join("cache");
     let opts = EnvOptions {
         log_filter: "info".into(),
         serve_ops: true,
+        // Plugin objects beside the plugin directory (the live swap below).
+        extra_args: vec![
+            "--plugin-objects".to_owned(),
+            "--cache-dir".to_owned(),
+            cache.display().to_string(),
+        ],
         ..EnvOptions::default()
     };
     let mut env = Env::start_in(paths, sim, work, opts)?;
@@ -206,14 +374,15 @@ async fn main() -> anyhow::Result<()> {
         println!("  metrics:      http://{addr}/metrics   probes: http://{addr}/readyz");
     }
     println!(
-        "  running:      rekon run --kubeconfig {kubeconfig} --context main --cluster sub=sub --plugins {} --install-crds",
-        env.plugin_dir.display()
+        "  running:      rekon run --kubeconfig {kubeconfig} --context main --cluster sub=sub --plugins {} --install-crds --plugin-objects --cache-dir {}",
+        env.plugin_dir.display(),
+        cache.display()
     );
     println!();
 
     env.wait_for_crds(CONVERGE_TIMEOUT).await?;
     narrator.say(
-        "rekon installed the CRDs tests.job.lailin.xyz and nodepools.nodes.lailin.xyz in main",
+        "rekon installed the CRDs tests.job.lailin.xyz, nodepools.nodes.lailin.xyz and plugins.rekon.dev in main",
     );
     apply_samples(&env, &narrator)?;
     mark_nodes_ready(env.main())?;
@@ -244,6 +413,10 @@ async fn main() -> anyhow::Result<()> {
         )
         .await?;
 
+    // Stopped (dropped) when the demo ends.
+    let registry = plugin_object_swap(&mut env, &mut narrator).await?;
+    let swapped = registry.is_some();
+
     println!();
     println!("Both scenarios converged. Try (while the demo runs):");
     let k = format!("kubectl --kubeconfig {kubeconfig}");
@@ -264,6 +437,12 @@ async fn main() -> anyhow::Result<()> {
         "  cp target/wasm32-wasip2/wasm/nodepool.wasm {}/   # hot reload a new build",
         env.plugin_dir.display()
     );
+    if swapped {
+        println!("  {k} --context main get plugins -o wide");
+        println!(
+            "  {k} --context main patch plugin chaos --type merge -p '{{\"spec\":{{\"suspend\":true}}}}'   # stays loaded, reconciles nothing"
+        );
+    }
     println!();
 
     if exit_after_converge {
