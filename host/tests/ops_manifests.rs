@@ -223,6 +223,8 @@ fn kustomize_sharded_variant_runs_replicas_with_shards_and_lease_rights() {
     let args = string_list(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
     assert!(args.iter().any(|a| a.starts_with("--shards=")), "{args:?}");
     assert!(!args.iter().any(|a| a == "--leader-elect"), "{args:?}");
+    // The base has no plugin files: its replicas serve Plugin objects.
+    assert!(args.iter().any(|a| a == "--plugin-objects"), "{args:?}");
     assert_rekon_accepts("the sharded Deployment's", &args);
     let role = docs
         .iter()

@@ -659,3 +659,68 @@ async fn a_suspended_plugin_keeps_its_queue_writes_nothing_and_catches_up() -> a
     .await
     .context("timed out (likely deadlocked)")?
 }
+
+/// With `--shards`, every replica reports what it serves and the shards it
+/// holds; the holder of shard 0 writes the status, and `Consistent` covers
+/// every live replica, hence every shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_replicas_report_their_shards_and_converge() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let v1 = format!("{}/rekon/chaos:1", registry.host());
+        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+        let (cache_a, cache_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+        let sharded = |name: &str, cache: &std::path::Path| {
+            let mut opts = replica(name, cache);
+            let at = opts
+                .extra_args
+                .iter()
+                .position(|a| a == "--leader-elect")
+                .expect("--leader-elect");
+            opts.extra_args[at] = "--shards".to_owned();
+            opts.extra_args.insert(at + 1, "4".to_owned());
+            opts
+        };
+        let mut env = Env::start(sharded("replica-a", cache_a.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+        let _b = env.spawn_replica(&sharded("replica-b", cache_b.path()))?;
+        apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
+        let obj = env
+            .wait_for(
+                "both replicas to hold two shards each and serve v1",
+                WAIT,
+                |env| {
+                    let obj = plugin(env)?;
+                    let (s, _, _) = condition(&obj, "Consistent")?;
+                    let replicas = obj["status"]["replicas"].as_array()?.clone();
+                    let mut shards: Vec<u64> = replicas
+                        .iter()
+                        .flat_map(|r| r["shards"].as_array().cloned().unwrap_or_default())
+                        .filter_map(|s| s.as_u64())
+                        .collect();
+                    shards.sort_unstable();
+                    (s == "True"
+                        && replicas.len() == 2
+                        && shards == [0, 1, 2, 3]
+                        && replicas
+                            .iter()
+                            .all(|r| r["shards"].as_array().map(Vec::len) == Some(2)))
+                    .then_some(obj)
+                },
+            )
+            .await?;
+        assert_eq!(obj["status"]["digest"], json!(d1));
+        assert_eq!(replica_digest(&obj, "replica-a_").as_deref(), Some(&*d1));
+        assert_eq!(replica_digest(&obj, "replica-b_").as_deref(), Some(&*d1));
+        // Every shard reconciles with v1.
+        let names: Vec<String> = (0..8).map(|i| format!("sharded-{i}")).collect();
+        for name in &names {
+            config_map(&env, name)?;
+        }
+        wait_annotated(&mut env, &names, "v1").await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
