@@ -189,7 +189,7 @@ pub struct ReplicaStatus {
     /// The Plugin's generation it last worked on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Whether it reconciles (false: `spec.suspend`).
+    /// Loaded but not reconciling (`spec.suspend`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspended: bool,
     /// The shards it holds (with `--shards`).

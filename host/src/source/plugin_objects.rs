@@ -25,7 +25,11 @@
 //!    `plugins.rekon.dev/NAME.shadow.wasm`: it runs beside the serving
 //!    version (when `rekon run` shadows) and writes nothing; the status
 //!    counts its reconciles and divergences.
-//! 5. Deleting the object unloads its plugin (finalizers stay on its
+//! 5. `spec.suspend` keeps the plugin loaded (watches, queue, finalizers)
+//!    but reconciles nothing ([`crate::plugin::PluginRegistry::set_suspended`],
+//!    followed by the controller manager); `Ready=False`, reason
+//!    `Suspended`. Toggling it alone reloads nothing.
+//! 6. Deleting the object unloads its plugin (finalizers stay on its
 //!    primaries; `rekon plugin release` frees them).
 //!
 //! # Replicas and shards

@@ -60,6 +60,18 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
                 (lease["spec"]["holderIdentity"].as_str()?.starts_with(POD_NAME)).then_some(())
             })
             .await;
+        // Its report of what it serves of the Plugin objects, in the
+        // group's report Lease (get, create, update: the Role's Lease rule).
+        rekon
+            .wait_for("the Pod's report in the Lease rekon-reports", || {
+                let lease = get(main, "coordination.k8s.io/v1", "leases", Some("rekon-system"), "rekon-reports")?;
+                lease["metadata"]["annotations"]
+                    .as_object()?
+                    .values()
+                    .any(|v| v.as_str().is_some_and(|v| v.contains(POD_NAME)))
+                    .then_some(())
+            })
+            .await;
 
         // test-fanout: a Test in main fans out to main and to sub (reached
         // through the Secret's credentials).
