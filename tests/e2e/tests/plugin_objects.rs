@@ -424,6 +424,24 @@ fn replica(name: &str, cache: &std::path::Path) -> EnvOptions {
     opts
 }
 
+/// The identities of the reports in the Lease `rekon-reports`.
+fn report_identities(env: &Env) -> Vec<String> {
+    get(
+        env.main(),
+        "coordination.k8s.io/v1",
+        "leases",
+        Some("default"),
+        "rekon-reports",
+    )
+    .and_then(|l| l["metadata"]["annotations"].as_object().cloned())
+    .unwrap_or_default()
+    .iter()
+    .filter(|(k, _)| k.starts_with("rekon.dev/report-"))
+    .filter_map(|(_, v)| serde_json::from_str::<Value>(v.as_str()?).ok())
+    .filter_map(|v| v["identity"].as_str().map(str::to_owned))
+    .collect()
+}
+
 /// What `status.replicas` says `prefix`'s replica serves.
 fn replica_digest(obj: &Value, prefix: &str) -> Option<String> {
     obj["status"]["replicas"].as_array()?.iter().find(|r| {
@@ -556,9 +574,15 @@ async fn two_replicas_converge_and_a_lagging_one_is_named() -> anyhow::Result<()
         let obj = wait_consistent(&mut env, "True", "AllReplicasServing", &d2, 2).await?;
         assert_eq!(replica_digest(&obj, "replica-b_").as_deref(), Some(&*d2));
 
-        // A replica that leaves no longer counts.
+        // A replica that dies (SIGKILL: nothing removes its report) stops
+        // counting once its report has not changed for its lease duration,
+        // and its report is removed after three.
         b.stop();
         wait_consistent(&mut env, "True", "AllReplicasServing", &d2, 1).await?;
+        env.wait_for("the dead replica's report removed", WAIT, |env| {
+            (report_identities(env).len() == 1).then_some(())
+        })
+        .await?;
         anyhow::Ok(())
     })
     .await
@@ -684,7 +708,7 @@ async fn sharded_replicas_report_their_shards_and_converge() -> anyhow::Result<(
         };
         let mut env = Env::start(sharded("replica-a", cache_a.path())).await?;
         wait_plugin_crd(&mut env).await?;
-        let _b = env.spawn_replica(&sharded("replica-b", cache_b.path()))?;
+        let b = env.spawn_replica(&sharded("replica-b", cache_b.path()))?;
         apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
         let obj = env
             .wait_for(
@@ -719,6 +743,30 @@ async fn sharded_replicas_report_their_shards_and_converge() -> anyhow::Result<(
             config_map(&env, name)?;
         }
         wait_annotated(&mut env, &names, "v1").await?;
+
+        // A replica that shuts down (SIGTERM) removes its report at once:
+        // within the lease duration, it no longer counts.
+        let stopped = std::time::Instant::now();
+        let term = Command::new("kill")
+            .args(["-TERM", &b.pid().to_string()])
+            .status()?;
+        assert!(term.success());
+        env.wait_for("replica-b's report removed", WAIT, |env| {
+            let ids = report_identities(env);
+            (ids.len() == 1 && ids[0].starts_with("replica-a_")).then_some(())
+        })
+        .await?;
+        assert!(
+            stopped.elapsed() < Duration::from_secs(4),
+            "removed on shutdown, not expired: {:?}",
+            stopped.elapsed()
+        );
+        let obj = wait_consistent(&mut env, "True", "AllReplicasServing", &d1, 1).await?;
+        assert_eq!(
+            obj["status"]["replicas"][0]["shards"],
+            json!([0, 1, 2, 3]),
+            "the remaining replica took every shard"
+        );
         anyhow::Ok(())
     })
     .await
