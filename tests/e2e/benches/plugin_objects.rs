@@ -8,9 +8,14 @@
 //!    and ConfigMaps created during each swap that were never reconciled
 //!    (events lost).
 //! 3. Resident memory of one extra (shadow) version.
+//! 4. Two replicas (`--leader-elect`, client-go timings: 2 s retry period):
+//!    edit → the leader serving, and edit → `Consistent=True` (both
+//!    replicas' reports show the new digest), side by side.
 //!
 //! `cargo bench -p rekon-e2e --bench plugin_objects` (after `make plugins
-//! test-plugins`); `REKON_BENCH_SWAPS` sets the swaps per row (default 6).
+//! test-plugins`); `REKON_BENCH_SWAPS` sets the swaps per row (default 6);
+//! `REKON_BENCH_SECTIONS` (e.g. `replicas`) runs only the sections named
+//! (`modules`, `swaps`, `replicas`; default all).
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -322,6 +327,147 @@ async fn swaps_and_memory(paths: &Paths, registry: &Registry) -> anyhow::Result<
     Ok(())
 }
 
+fn consistent_at(env: &Env, digest: &str, replicas: usize) -> bool {
+    plugin_status(env).is_some_and(|o| {
+        o["status"]["digest"] == digest
+            && o["status"]["replicas"]
+                .as_array()
+                .is_some_and(|r| r.len() == replicas && r.iter().all(|r| r["digest"] == digest))
+            && o["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Consistent" && c["status"] == "True")
+            })
+    })
+}
+
+/// Edits the Plugin to `module`: (edit → the leader's status says
+/// `digest` serves, edit → `Consistent=True` with both replicas on it).
+async fn time_consistent(
+    env: &Env,
+    module: &str,
+    digest: &str,
+) -> anyhow::Result<(Duration, Duration)> {
+    let started = Instant::now();
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": module}}),
+    )?;
+    let mut leader = None;
+    loop {
+        if leader.is_none() && plugin_status(env).is_some_and(|o| o["status"]["digest"] == digest) {
+            leader = Some(started.elapsed());
+        }
+        if consistent_at(env, digest, 2) {
+            let all = started.elapsed();
+            return Ok((leader.unwrap_or(all), all));
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            bail!(
+                "{module} never consistent; status: {:?}",
+                plugin_status(env)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Two replicas: edit → the leader's status says the new digest serves,
+/// and edit → `Consistent=True` with both replicas on it.
+async fn replicas(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
+    let rounds: usize = std::env::var("REKON_BENCH_SWAPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(6);
+    let v1 = format!("{}/bench/chaos:1", registry.host());
+    let d1 = push(paths, &paths.test_plugins.join("chaos-v1.wasm"), &v1)?;
+    let (cache_a, cache_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    let opts = |name: &str, cache: &std::path::Path| EnvOptions {
+        plugins: Vec::new(),
+        log_filter: "info".to_owned(),
+        extra_args: vec![
+            "--plugin-objects".to_owned(),
+            "--cache-dir".to_owned(),
+            cache.display().to_string(),
+            "--leader-elect".to_owned(),
+            "--lease-namespace".to_owned(),
+            "default".to_owned(),
+        ],
+        replica: Some(name.to_owned()),
+        ..EnvOptions::default()
+    };
+    let mut env = Env::start(opts("replica-a", cache_a.path())).await?;
+    env.wait_for("the Plugin CRD", Duration::from_secs(60), |env| {
+        env.main()
+            .list("rekon.dev/v1alpha1", "plugins", None, "")
+            .is_ok()
+            .then_some(())
+    })
+    .await?;
+    let _b = env.spawn_replica(&opts("replica-b", cache_b.path()))?;
+    let grant = json!([{
+        "resource": {"apiVersion": "v1", "kind": "ConfigMap", "plural": "configmaps", "scope": "Namespaced"},
+        "verbs": ["get", "patch"], "clusters": "Primary"}]);
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": v1, "permissions": grant}}),
+    )?;
+    env.wait_for("both replicas on v1", Duration::from_secs(120), |env| {
+        consistent_at(env, &d1, 2).then_some(())
+    })
+    .await?;
+    let work = tempfile::tempdir()?;
+    let mut rows: BTreeMap<&str, (Vec<Duration>, Vec<Duration>)> = BTreeMap::new();
+    let mut serving = (v1.clone(), d1.clone());
+    for round in 0..rounds {
+        let base = if round % 2 == 0 {
+            "chaos-v2.wasm"
+        } else {
+            "chaos-v1.wasm"
+        };
+        let file = work.path().join(format!("replicas-{round}.wasm"));
+        std::fs::write(
+            &file,
+            with_custom_section(&std::fs::read(paths.test_plugins.join(base))?, 1000 + round),
+        )?;
+        let fresh = format!("{}/bench/chaos:replicas-{round}", registry.host());
+        let digest = push(paths, &file, &fresh)?;
+        let previous = serving.clone();
+        let (l, a) = time_consistent(&env, &fresh, &digest).await?;
+        let row = rows
+            .entry("new module: pull + verify + compile on each replica")
+            .or_default();
+        row.0.push(l);
+        row.1.push(a);
+        let (l, a) = time_consistent(&env, &previous.0, &previous.1).await?;
+        let row = rows
+            .entry("rollback: module cached on each replica")
+            .or_default();
+        row.0.push(l);
+        row.1.push(a);
+        serving = previous;
+    }
+    println!(
+        "\n## Two replicas (--leader-elect, retry period 2 s): Plugin edit → leader serving vs. every replica serving ({rounds} rounds)\n"
+    );
+    println!(
+        "| swap | edits | edit → leader's status says serving (median) | edit → Consistent=True, both replicas on it (median) | max of the latter |"
+    );
+    println!("|---|---|---|---|---|");
+    for (kind, (leader, all)) in rows {
+        let max = all.iter().max().copied().unwrap_or_default();
+        println!(
+            "| {kind} | {} | {} | {} | {} |",
+            leader.len(),
+            millis(median(leader)),
+            millis(median(all)),
+            millis(max)
+        );
+    }
+    Ok(())
+}
+
 /// `component` with a custom section `rekon-bench` holding `round`
 /// appended: the same behaviour, other bytes (another digest).
 fn with_custom_section(component: &[u8], round: usize) -> Vec<u8> {
@@ -345,7 +491,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let paths = Paths::discover()?;
     let registry = Registry::start()?;
-    module_costs(&paths, &registry).await?;
-    swaps_and_memory(&paths, &registry).await?;
+    let sections = std::env::var("REKON_BENCH_SECTIONS").unwrap_or_default();
+    let wanted = |s: &str| sections.is_empty() || sections.split(',').any(|w| w.trim() == s);
+    if wanted("modules") {
+        module_costs(&paths, &registry).await?;
+    }
+    if wanted("swaps") {
+        swaps_and_memory(&paths, &registry).await?;
+    }
+    if wanted("replicas") {
+        replicas(&paths, &registry).await?;
+    }
     Ok(())
 }
