@@ -375,6 +375,11 @@ enum PluginCommand {
         /// Operator permission policy: print the effective permissions.
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// Settings to register the plugin with, as JSON text or `@FILE`
+        /// (JSON or YAML): the plugin validates them as it would in a
+        /// cluster, and refuses invalid ones with its own message.
+        #[arg(long, value_parser = parse_settings)]
+        settings: Option<serde_json::Value>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -557,6 +562,18 @@ struct PlanArgs {
     output: OutputFormat,
 }
 
+/// `--settings`: JSON text, or `@FILE` holding JSON or YAML.
+fn parse_settings(arg: &str) -> Result<serde_json::Value, String> {
+    match arg.strip_prefix('@') {
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+            serde_yaml::from_str(&text).map_err(|e| format!("{file} is not JSON or YAML: {e}"))
+        }
+        None => serde_json::from_str(arg).map_err(|e| format!("not JSON: {e}")),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::Run(args) = cli.command {
@@ -575,6 +592,7 @@ fn main() -> anyhow::Result<()> {
             file,
             output,
             policy,
+            settings,
             registry,
         }) => {
             let policy = rekon::plugin::Policy::load(policy.as_deref())?;
@@ -587,12 +605,14 @@ fn main() -> anyhow::Result<()> {
                     &fetched.pinned,
                     output,
                     policy,
+                    settings.as_ref(),
                 )?
             } else {
                 rekon::commands::inspect::inspect_file_with_policy(
                     std::path::Path::new(&file),
                     output,
                     policy,
+                    settings.as_ref(),
                 )?
             };
             print!("{report}");

@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 pub const CONTRACT_PACKAGE: &str = "rekon:plugin";
 
 /// The version of the WIT package this host speaks (`wit/*.wit`).
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.3.1";
 
 /// Why a component does not fit the contract.
 #[derive(Debug, PartialEq, Eq)]
