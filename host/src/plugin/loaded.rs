@@ -88,7 +88,15 @@ impl PluginRuntime {
             pre,
             digest,
             timings,
+            reads_settings,
         } = self.prepare(bytes, &origin)?;
+        if options.settings.is_some() && !reads_settings {
+            // Never run a plugin without the settings it was given.
+            return Err(LoadError::InvalidSettings {
+                origin,
+                reason: "settings were given, but this plugin cannot read settings (it does not import `settings`: built for contract 0.3.0, or with an SDK that does not read them)".to_owned(),
+            });
+        }
         LoadedPlugin::register(
             self.inner.clone(),
             pre,
