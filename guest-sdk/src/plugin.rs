@@ -246,7 +246,12 @@ pub mod __private {
     /// settings before they leave the plugin so the host gets one clear
     /// message, and declares the settings' schema.
     pub fn register<P: Plugin>() -> Result<WitRegistration, String> {
+        // Natively (tests driving the export path) there is no host: no
+        // settings, nowhere to declare a schema.
+        #[cfg(target_arch = "wasm32")]
         let backend = host_context().backend();
+        #[cfg(not(target_arch = "wasm32"))]
+        let backend: Rc<dyn crate::context::Backend> = Rc::new(crate::settings::Detached);
         let reg = crate::settings::with_backend(Rc::clone(&backend), || {
             super::register_checked::<P>(&*backend)
         })?;

@@ -157,3 +157,47 @@ pub(crate) fn with_backend<R>(backend: Rc<dyn Backend>, f: impl FnOnce() -> R) -
     let _reset = Reset(previous);
     f()
 }
+
+/// A backend with no host behind it (the export path driven natively):
+/// no settings, no objects, no clusters.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) struct Detached;
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Backend for Detached {
+    fn get(
+        &self,
+        cluster: &str,
+        _resource: &crate::ResourceType,
+        _namespace: Option<&str>,
+        _name: &str,
+    ) -> Result<Option<String>, crate::ReadError> {
+        Err(crate::ReadError::UnknownCluster(cluster.to_owned()))
+    }
+
+    fn list(
+        &self,
+        cluster: &str,
+        _resource: &crate::ResourceType,
+        _namespace: Option<&str>,
+        _label_selector: Option<&str>,
+    ) -> Result<Vec<String>, crate::ReadError> {
+        Err(crate::ReadError::UnknownCluster(cluster.to_owned()))
+    }
+
+    fn clusters(&self) -> Vec<crate::ClusterInfo> {
+        Vec::new()
+    }
+
+    fn log(&self, _level: crate::LogLevel, _message: &str, _fields: &[(String, String)]) {}
+
+    fn request_time(&self) -> k8s_openapi::jiff::Timestamp {
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH
+    }
+
+    fn settings(&self) -> Option<String> {
+        None
+    }
+
+    fn declare_settings_schema(&self, _schema: &str) {}
+}

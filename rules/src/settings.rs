@@ -42,10 +42,7 @@ mod tests {
     fn a_refusal_is_recognised_with_the_plugins_reason() {
         let message = refusal("prefix must end with '/'");
         assert_eq!(message, "invalid settings: prefix must end with '/'");
-        assert_eq!(
-            refused_settings(&message),
-            Some("prefix must end with '/'")
-        );
+        assert_eq!(refused_settings(&message), Some("prefix must end with '/'"));
         assert_eq!(refused_settings("no registration"), None);
     }
 

@@ -990,10 +990,8 @@ impl Plugin for SetLabeler {
         for n in ctx.list::<Node>(&req.cluster, None, Some("role=gpu"))? {
             let mut applied = Node::default();
             applied.metadata.name = n.metadata.name.clone();
-            applied.metadata.labels = Some(BTreeMap::from([(
-                settings.label.clone(),
-                req.name.clone(),
-            )]));
+            applied.metadata.labels =
+                Some(BTreeMap::from([(settings.label.clone(), req.name.clone())]));
             outcome.push(Action::apply(&req.cluster, &applied));
         }
         Ok(outcome)
@@ -1027,7 +1025,8 @@ fn settings_are_validated_at_register_and_read_in_register_and_reconcile() {
             .register_plugin::<SetLabeler>()
             .unwrap_err();
         assert!(
-            err.to_string().contains(&format!("invalid settings: ")) && err.to_string().contains(reason),
+            err.to_string().contains(&format!("invalid settings: "))
+                && err.to_string().contains(reason),
             "{settings}: {err}"
         );
     }

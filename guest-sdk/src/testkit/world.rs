@@ -87,9 +87,7 @@ impl World {
     /// Changes the settings (`None`: none given, the plugin's defaults),
     /// as an operator editing the Plugin object would.
     pub fn set_settings(&mut self, settings: Option<Value>) {
-        self.state.borrow_mut().settings = settings
-            .filter(|v| !v.is_null())
-            .map(|v| v.to_string());
+        self.state.borrow_mut().settings = settings.filter(|v| !v.is_null()).map(|v| v.to_string());
     }
 
     /// The JSON Schema the plugin declared for its settings at its last

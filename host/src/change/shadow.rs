@@ -202,7 +202,10 @@ impl Reconciler for Tapped {
             name: name.to_owned(),
             version: self.inner.registration().version.clone(),
             digest: self.inner.digest().to_owned(),
-            settings: self.inner.settings().and_then(|s| serde_json::from_str(s).ok()),
+            settings: self
+                .inner
+                .settings()
+                .and_then(|s| serde_json::from_str(s).ok()),
         };
         async move {
             let result = call.await;

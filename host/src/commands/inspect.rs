@@ -346,9 +346,7 @@ fn render(
             .map(|c| serde_json::from_str(c).unwrap_or(serde_json::Value::String(c.clone())))
             .collect(),
         settings_schema: plugin.settings_schema().cloned(),
-        settings: plugin
-            .settings()
-            .and_then(|s| serde_json::from_str(s).ok()),
+        settings: plugin.settings().and_then(|s| serde_json::from_str(s).ok()),
     };
     match format {
         OutputFormat::Yaml => {

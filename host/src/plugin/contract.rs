@@ -114,7 +114,8 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
                 )));
             }
             if iface == "host"
-                && let wasmtime::component::types::ComponentItem::ComponentInstance(instance) = item.ty
+                && let wasmtime::component::types::ComponentItem::ComponentInstance(instance) =
+                    item.ty
             {
                 reads_settings |= instance.exports(engine).any(|(f, _)| f == "settings");
             }

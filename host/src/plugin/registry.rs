@@ -762,7 +762,12 @@ fn read_settings_file(plugin_file: &Path) -> Result<Option<Arc<str>>, String> {
     let text = match std::fs::read_to_string(&file) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("failed to read settings file {}: {e}", file.display())),
+        Err(e) => {
+            return Err(format!(
+                "failed to read settings file {}: {e}",
+                file.display()
+            ));
+        }
     };
     let value: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| format!("settings file {} is not JSON: {e}", file.display()))?;

@@ -538,10 +538,7 @@ impl PluginObjects {
         let options = LoadOptions::default()
             .with_settings(spec.settings.as_ref())
             .with_instance(Some(&name));
-        let loaded = match self
-            .load(&origin(&name), &module, &grant, &options)
-            .await
-        {
+        let loaded = match self.load(&origin(&name), &module, &grant, &options).await {
             Ok(p) => p,
             Err((reason, message)) => {
                 let serving = self.inner.registry.serving(&origin(&name));

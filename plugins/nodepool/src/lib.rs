@@ -644,49 +644,47 @@ impl Plugin for NodePoolPlugin {
             Some(selector) => registration.primary_selector(selector),
             None => registration,
         };
-        Ok(
-            registration
-                .settings::<NodePoolSettings>()
-                // A node event wakes the pools its role labels name, and
-                // those its marker labels name (former members), computed
-                // by the host from the node's new and previous labels.
-                .watch::<Node>(
-                    ClusterSet::Primary,
-                    Mapping::label_key_prefixes(&[ROLE_PREFIX, APPLIED_PREFIX]),
-                )
-                .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
-                .finalizer(FINALIZER)
-                .permission::<NodePool>(
-                    &[
-                        Verb::Get,
-                        Verb::List,
-                        Verb::Watch,
-                        Verb::Patch,
-                        Verb::Update,
-                    ],
-                    ClusterSet::Primary,
-                )
-                .status_permission::<NodePool>(
-                    &[Verb::Get, Verb::Patch, Verb::Update],
-                    ClusterSet::Primary,
-                )
-                .permission::<Node>(
-                    &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
-                    ClusterSet::Primary,
-                )
-                .permission::<RuntimeClass>(
-                    &[
-                        Verb::Get,
-                        Verb::List,
-                        Verb::Watch,
-                        Verb::Create,
-                        Verb::Patch,
-                        Verb::Delete,
-                    ],
-                    ClusterSet::Primary,
-                )
-                .crd(NodePool::crd()),
-        )
+        Ok(registration
+            .settings::<NodePoolSettings>()
+            // A node event wakes the pools its role labels name, and
+            // those its marker labels name (former members), computed
+            // by the host from the node's new and previous labels.
+            .watch::<Node>(
+                ClusterSet::Primary,
+                Mapping::label_key_prefixes(&[ROLE_PREFIX, APPLIED_PREFIX]),
+            )
+            .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
+            .finalizer(FINALIZER)
+            .permission::<NodePool>(
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Patch,
+                    Verb::Update,
+                ],
+                ClusterSet::Primary,
+            )
+            .status_permission::<NodePool>(
+                &[Verb::Get, Verb::Patch, Verb::Update],
+                ClusterSet::Primary,
+            )
+            .permission::<Node>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::Primary,
+            )
+            .permission::<RuntimeClass>(
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Create,
+                    Verb::Patch,
+                    Verb::Delete,
+                ],
+                ClusterSet::Primary,
+            )
+            .crd(NodePool::crd()))
     }
 
     fn reconcile(ctx: &Context, req: &Request, event: Event<NodePool>) -> Result<Outcome, Error> {

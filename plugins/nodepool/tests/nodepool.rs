@@ -763,7 +763,9 @@ fn an_invalid_spec_is_reported_and_touches_no_node() {
 #[test]
 fn without_settings_the_defaults_apply_and_a_schema_is_declared() {
     let world = World::new().primary("main");
-    let reg = world.register_plugin::<NodePoolPlugin>().expect("registers");
+    let reg = world
+        .register_plugin::<NodePoolPlugin>()
+        .expect("registers");
     assert_eq!(reg.primary_selector, None);
     let schema = world.settings_schema().expect("a schema is declared");
     let props = &schema["properties"];
@@ -835,9 +837,15 @@ fn keys_outside_the_allowed_prefixes_make_a_pool_invalid() {
 #[test]
 fn invalid_settings_refuse_the_load_with_the_plugins_reason() {
     for (settings, reason) in [
-        (json!({"defaultHandler": "Not A Label"}), "is not a DNS label"),
+        (
+            json!({"defaultHandler": "Not A Label"}),
+            "is not a DNS label",
+        ),
         (json!({"allowedKeyPrefixes": [""]}), "would allow keys"),
-        (json!({"defaultHandlr": "kata"}), "unknown field `defaultHandlr`"),
+        (
+            json!({"defaultHandlr": "kata"}),
+            "unknown field `defaultHandlr`",
+        ),
         (json!({"defaultHandler": 7}), "invalid type"),
     ] {
         let world = World::new().primary("main").with_settings(settings.clone());
@@ -875,5 +883,9 @@ fn a_pool_selector_narrows_the_primaries_so_instances_can_share_a_cluster() {
     // The unselected pool is another instance's: untouched.
     assert!(!labels(&world, "n2").contains_key("cpu"));
     assert!(pool(&world, "cpu").status.is_none());
-    assert!(world.get::<RuntimeClass>("main", None, "node-pool-cpu").is_none());
+    assert!(
+        world
+            .get::<RuntimeClass>("main", None, "node-pool-cpu")
+            .is_none()
+    );
 }

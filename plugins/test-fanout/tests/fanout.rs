@@ -549,15 +549,25 @@ fn job_defaults_from_the_settings_reach_every_job() {
 
 #[test]
 fn named_clusters_narrow_the_fan_out_and_the_registration() {
-    let mut world = world().cluster("other").with_settings(json!({"clusters": ["main", "sub"]}));
+    let mut world = world()
+        .cluster("other")
+        .with_settings(json!({"clusters": ["main", "sub"]}));
     let reg = world.register_plugin::<TestFanout>().unwrap();
     let named = ClusterSet::Named(vec!["main".into(), "sub".into()]);
     assert_eq!(reg.clusters, named);
-    assert!(reg.permissions.iter().all(|p| p.resource.kind != "Job" || p.clusters == named));
+    assert!(
+        reg.permissions
+            .iter()
+            .all(|p| p.resource.kind != "Job" || p.clusters == named)
+    );
     converge(&mut world);
     assert!(world.contains(&job_ref("main")) && world.contains(&job_ref("sub")));
     assert!(!world.contains(&job_ref("other")));
-    let clusters: Vec<String> = status(&world).clusters.into_iter().map(|c| c.cluster).collect();
+    let clusters: Vec<String> = status(&world)
+        .clusters
+        .into_iter()
+        .map(|c| c.cluster)
+        .collect();
     assert_eq!(clusters, ["main", "sub"]);
 
     // Without settings: every cluster, as before.
@@ -569,7 +579,10 @@ fn named_clusters_narrow_the_fan_out_and_the_registration() {
 #[test]
 fn invalid_fanout_settings_are_refused() {
     for (settings, reason) in [
-        (json!({"job": {"backoffLimit": -1}}), "backoffLimit must not be negative"),
+        (
+            json!({"job": {"backoffLimit": -1}}),
+            "backoffLimit must not be negative",
+        ),
         (json!({"clusters": [""]}), "is not a cluster name"),
         (json!({"cluster": ["a"]}), "unknown field `cluster`"),
     ] {
