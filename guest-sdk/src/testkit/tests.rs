@@ -1025,8 +1025,7 @@ fn settings_are_validated_at_register_and_read_in_register_and_reconcile() {
             .register_plugin::<SetLabeler>()
             .unwrap_err();
         assert!(
-            err.to_string().contains(&format!("invalid settings: "))
-                && err.to_string().contains(reason),
+            err.to_string().contains("invalid settings: ") && err.to_string().contains(reason),
             "{settings}: {err}"
         );
     }
