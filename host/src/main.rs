@@ -407,6 +407,14 @@ enum PluginCommand {
         /// Pin the manifest digest (`sha256:…`, as `rekon plugin push` printed).
         #[arg(long)]
         digest: Option<String>,
+        /// `spec.settings`, as JSON text or `@FILE` (JSON or YAML); the
+        /// component must accept them.
+        #[arg(long, value_parser = parse_settings)]
+        settings: Option<serde_json::Value>,
+        /// The Plugin object's name: another instance of the module
+        /// (default: the name it registers).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Dry run: connect the clusters, fill the plugin's caches, reconcile
     /// every primary once and print the actions it would take. Writes nothing.
@@ -634,9 +642,19 @@ fn main() -> anyhow::Result<()> {
             file,
             module,
             digest,
+            settings,
+            name,
         }) => print!(
             "{}",
-            rekon::commands::plugin_manifest::plugin_manifest(&file, &module, digest.as_deref())?
+            rekon::commands::plugin_manifest::plugin_manifest(
+                &file,
+                &module,
+                &rekon::commands::plugin_manifest::ManifestOptions {
+                    digest: digest.as_deref(),
+                    settings: settings.as_ref(),
+                    name: name.as_deref(),
+                },
+            )?
         ),
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
