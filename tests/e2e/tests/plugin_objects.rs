@@ -411,7 +411,7 @@ fn nodepool_instance(
     let out = Command::new(&paths.rekon)
         .args(["plugin", "manifest"])
         .arg(paths.plugins.join("nodepool.wasm"))
-        .args(["--module", module])
+        .args(["--module", module, "--name", name])
         .output()
         .context("run rekon plugin manifest")?;
     if !out.status.success() {
@@ -421,7 +421,8 @@ fn nodepool_instance(
         );
     }
     let mut obj: Value = serde_yaml::from_slice(&out.stdout)?;
-    obj["metadata"]["name"] = json!(name);
+    assert_eq!(obj["metadata"]["name"], name);
+    // Edited in (settings the module refuses would fail `manifest`).
     obj["spec"]["settings"] = settings;
     Ok(obj)
 }
