@@ -92,6 +92,14 @@ impl Backend for HostBackend {
         let t = rekon::plugin::host::request_time();
         timestamp(t.seconds, t.nanoseconds)
     }
+
+    fn settings(&self) -> Option<String> {
+        rekon::plugin::host::settings()
+    }
+
+    fn declare_settings_schema(&self, schema: &str) {
+        rekon::plugin::host::settings_schema(schema);
+    }
 }
 
 /// A `jiff::Timestamp` from the host's (seconds, nanoseconds), clamped to

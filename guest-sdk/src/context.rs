@@ -150,6 +150,10 @@ pub(crate) trait Backend {
     fn clusters(&self) -> Vec<ClusterInfo>;
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]);
     fn request_time(&self) -> Timestamp;
+    /// The settings of this load (JSON), if any were given.
+    fn settings(&self) -> Option<String>;
+    /// Hands the settings' JSON Schema to the host (during `register`).
+    fn declare_settings_schema(&self, schema: &str);
 }
 
 /// What a plugin can see during one call. Cheap to clone.
@@ -171,6 +175,23 @@ impl Context {
             backend,
             phase: Phase::Live,
         }
+    }
+
+    pub(crate) fn backend(&self) -> Rc<dyn Backend> {
+        Rc::clone(&self.backend)
+    }
+
+    /// The plugin's settings as `S` (its settings type, see
+    /// [`crate::settings`]): what the operator configured, or `S::default()`
+    /// when nothing was. They were validated when the plugin loaded, so
+    /// this fails only if `S` is not the type the registration declared.
+    ///
+    /// # Errors
+    /// Settings that do not deserialize as `S` or do not validate
+    /// (terminal).
+    pub fn settings<S: crate::settings::Settings>(&self) -> Result<S, crate::Error> {
+        crate::settings::parse::<S>(self.backend.settings().as_deref())
+            .map_err(|e| crate::Error::terminal(format!("invalid settings: {e}")))
     }
 
     pub(crate) fn with_phase(mut self, phase: Phase) -> Self {

@@ -15,6 +15,7 @@
 //! | [`context`] | [`Context`]: typed `get`/`list` from the host caches, clusters, log macros ([`info!`] …), request time; [`Request`] |
 //! | [`action`] | [`Action`] builders (apply, merge/JSON patch, delete, create-if-absent, event) and [`Outcome`] |
 //! | [`resource`] | [`ResourceType`] derived from any `kube::Resource` ([`Kind`]) |
+//! | [`settings`](mod@settings) | typed plugin [`Settings`] (serde + JSON Schema), validated at every load |
 //! | [`error`](mod@error) | [`Error`] (retryable/terminal) and [`ReadError`] |
 //! | [`testkit`] | native test kit (non-wasm targets): a fake world of clusters and objects, convergence loops |
 //! | [`prelude`] | the usual imports |
@@ -138,6 +139,7 @@ mod plugin;
 pub mod prelude;
 pub mod registration;
 pub mod resource;
+pub mod settings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testkit;
 
@@ -155,6 +157,7 @@ pub use plugin::__private;
 pub use plugin::{Event, Plugin};
 pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Verb, Watch};
 pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
+pub use settings::{Settings, settings};
 
 pub use k8s_openapi;
 pub use kube;

@@ -136,6 +136,23 @@ pub fn dispatch<P: Plugin>(ctx: &Context, req: &Request) -> Result<Outcome, Erro
     }
 }
 
+/// `register` as the host runs it (and the test kit, against its world):
+/// the plugin's registration, validated, with the settings `backend` gives
+/// checked against the declared type (refused with `invalid settings: …`)
+/// and the type's schema declared. Run inside
+/// [`crate::settings::with_backend`] so that `register` can read them.
+pub(crate) fn register_checked<P: Plugin>(
+    backend: &dyn crate::context::Backend,
+) -> Result<Registration, String> {
+    let reg = P::register().map_err(|e| e.message().to_owned())?;
+    reg.validate().map_err(|e| e.message().to_owned())?;
+    crate::settings::check_at_register(reg.settings.as_ref(), backend.settings().as_deref())?;
+    if let Some(schema) = reg.settings_schema() {
+        backend.declare_settings_schema(&schema.to_string());
+    }
+    Ok(reg)
+}
+
 /// Exports a [`Plugin`] implementation as the component's `guest` interface.
 /// Use it once, in the plugin crate's `lib.rs` (crate type `cdylib`):
 ///
@@ -158,7 +175,7 @@ pub fn dispatch<P: Plugin>(ctx: &Context, req: &Request) -> Result<Outcome, Erro
 /// rekon_sdk::export_plugin!(MyPlugin);
 /// ```
 ///
-/// On wasm targets this exports `rekon:plugin/guest@0.3.0`; natively it only
+/// On wasm targets this exports `rekon:plugin/guest@0.3.1`; natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
 ///
@@ -225,11 +242,19 @@ pub mod __private {
         Context::new(Rc::new(crate::bindings::HostBackend))
     }
 
-    /// `register` of the component: validates the registration before it
-    /// leaves the plugin so the host gets one clear message.
+    /// `register` of the component: validates the registration and the
+    /// settings before they leave the plugin so the host gets one clear
+    /// message, and declares the settings' schema.
     pub fn register<P: Plugin>() -> Result<WitRegistration, String> {
-        let reg = P::register().map_err(|e| e.message().to_owned())?;
-        reg.validate().map_err(|e| e.message().to_owned())?;
+        // Natively (tests driving the export path) there is no host: no
+        // settings, nowhere to declare a schema.
+        #[cfg(target_arch = "wasm32")]
+        let backend = host_context().backend();
+        #[cfg(not(target_arch = "wasm32"))]
+        let backend: Rc<dyn crate::context::Backend> = Rc::new(crate::settings::Detached);
+        let reg = crate::settings::with_backend(Rc::clone(&backend), || {
+            super::register_checked::<P>(&*backend)
+        })?;
         Ok(reg.into())
     }
 
@@ -240,9 +265,11 @@ pub mod __private {
     ) -> Result<WitOutcome, WitReconcileError> {
         let request = Request::from(request);
         let ctx = host_context().with_phase(phase.into());
-        P::reconcile_request(&ctx, &request)
-            .map(Into::into)
-            .map_err(Into::into)
+        crate::settings::with_backend(ctx.backend(), || {
+            P::reconcile_request(&ctx, &request)
+                .map(Into::into)
+                .map_err(Into::into)
+        })
     }
 
     /// `map` of the component. An object that does not parse maps to nothing
@@ -255,10 +282,12 @@ pub mod __private {
         let ctx = host_context();
         let resource = ResourceType::from(resource);
         match serde_json::from_str::<DynamicObject>(&object) {
-            Ok(obj) => P::map(&ctx, &cluster, &resource, &obj)
-                .into_iter()
-                .map(Into::into)
-                .collect(),
+            Ok(obj) => crate::settings::with_backend(ctx.backend(), || {
+                P::map(&ctx, &cluster, &resource, &obj)
+            })
+            .into_iter()
+            .map(Into::into)
+            .collect(),
             Err(e) => {
                 crate::warn!(ctx, "failed to decode the object to map: {e}"; cluster = cluster, resource = resource);
                 Vec::new()

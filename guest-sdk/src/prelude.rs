@@ -6,4 +6,5 @@ pub use crate::error::{Error, ReadError};
 pub use crate::plugin::{Event, Plugin};
 pub use crate::registration::{ClusterSet, Mapping, OwnerLabels, Registration, Verb};
 pub use crate::resource::{Kind, ResourceType, Scope};
+pub use crate::settings::Settings;
 pub use kube::{CustomResourceExt as _, Resource as _, ResourceExt as _};

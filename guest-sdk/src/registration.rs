@@ -243,6 +243,9 @@ pub struct Registration {
     pub crds: Vec<serde_json::Value>,
     /// Upper bound of concurrent reconciles; `None` = host default.
     pub max_concurrent_reconciles: Option<u32>,
+    /// The settings type, if the plugin takes settings
+    /// ([`Registration::settings`]).
+    pub(crate) settings: Option<crate::settings::Declared>,
     /// Problems found while building (reported by [`Registration::validate`]).
     problems: Vec<String>,
 }
@@ -268,6 +271,7 @@ impl Registration {
             permissions: Vec::new(),
             crds: Vec::new(),
             max_concurrent_reconciles: None,
+            settings: None,
             problems: Vec::new(),
         }
     }
@@ -327,6 +331,22 @@ impl Registration {
             mapping,
         });
         self
+    }
+
+    /// The plugin takes settings of type `S` (see [`crate::settings`]): at
+    /// every load the SDK deserializes and validates what the operator gave
+    /// (refusing the load with the reason when they are invalid) and hands
+    /// `S`'s JSON Schema to the host. Without this, any settings refuse the
+    /// load.
+    pub fn settings<S: crate::settings::Settings>(mut self) -> Self {
+        self.settings = Some(crate::settings::Declared::of::<S>());
+        self
+    }
+
+    /// The JSON Schema of the declared settings type, if any.
+    #[must_use]
+    pub fn settings_schema(&self) -> Option<serde_json::Value> {
+        self.settings.map(|d| (d.schema)())
     }
 
     /// The finalizer the host adds to every primary and removes once the

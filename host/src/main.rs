@@ -375,6 +375,11 @@ enum PluginCommand {
         /// Operator permission policy: print the effective permissions.
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// Settings to register the plugin with, as JSON text or `@FILE`
+        /// (JSON or YAML): the plugin validates them as it would in a
+        /// cluster, and refuses invalid ones with its own message.
+        #[arg(long, value_parser = parse_settings)]
+        settings: Option<serde_json::Value>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -402,6 +407,14 @@ enum PluginCommand {
         /// Pin the manifest digest (`sha256:…`, as `rekon plugin push` printed).
         #[arg(long)]
         digest: Option<String>,
+        /// `spec.settings`, as JSON text or `@FILE` (JSON or YAML); the
+        /// component must accept them.
+        #[arg(long, value_parser = parse_settings)]
+        settings: Option<serde_json::Value>,
+        /// The Plugin object's name: another instance of the module
+        /// (default: the name it registers).
+        #[arg(long)]
+        name: Option<String>,
     },
     /// Dry run: connect the clusters, fill the plugin's caches, reconcile
     /// every primary once and print the actions it would take. Writes nothing.
@@ -557,6 +570,18 @@ struct PlanArgs {
     output: OutputFormat,
 }
 
+/// `--settings`: JSON text, or `@FILE` holding JSON or YAML.
+fn parse_settings(arg: &str) -> Result<serde_json::Value, String> {
+    match arg.strip_prefix('@') {
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+            serde_yaml::from_str(&text).map_err(|e| format!("{file} is not JSON or YAML: {e}"))
+        }
+        None => serde_json::from_str(arg).map_err(|e| format!("not JSON: {e}")),
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     if let Command::Run(args) = cli.command {
@@ -575,6 +600,7 @@ fn main() -> anyhow::Result<()> {
             file,
             output,
             policy,
+            settings,
             registry,
         }) => {
             let policy = rekon::plugin::Policy::load(policy.as_deref())?;
@@ -587,12 +613,14 @@ fn main() -> anyhow::Result<()> {
                     &fetched.pinned,
                     output,
                     policy,
+                    settings.as_ref(),
                 )?
             } else {
                 rekon::commands::inspect::inspect_file_with_policy(
                     std::path::Path::new(&file),
                     output,
                     policy,
+                    settings.as_ref(),
                 )?
             };
             print!("{report}");
@@ -614,9 +642,19 @@ fn main() -> anyhow::Result<()> {
             file,
             module,
             digest,
+            settings,
+            name,
         }) => print!(
             "{}",
-            rekon::commands::plugin_manifest::plugin_manifest(&file, &module, digest.as_deref())?
+            rekon::commands::plugin_manifest::plugin_manifest(
+                &file,
+                &module,
+                &rekon::commands::plugin_manifest::ManifestOptions {
+                    digest: digest.as_deref(),
+                    settings: settings.as_ref(),
+                    name: name.as_deref(),
+                },
+            )?
         ),
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,

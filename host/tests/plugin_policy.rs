@@ -237,6 +237,7 @@ fn inspect_and_rbac_show_the_effective_permissions() {
         &chaos_v1(),
         OutputFormat::Json,
         Some(policy.clone()),
+        None,
     )
     .expect("inspect succeeds");
     let report: serde_json::Value = serde_json::from_str(&text).unwrap();

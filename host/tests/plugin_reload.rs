@@ -250,7 +250,7 @@ async fn broken_files_are_refused_and_the_old_version_keeps_serving() {
         (
             "wrong world",
             component_of_other_world(),
-            "does not export `rekon:plugin/guest@0.3.0`",
+            "does not export `rekon:plugin/guest@0.3.1`",
         ),
         (
             "wrong version",

@@ -11,6 +11,7 @@ resourceVersion-guarded JSON patches, first-sorting pool wins a conflict).
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 from pathlib import Path
@@ -28,8 +29,10 @@ from rekon_sdk import (
     Request,
     ResourceType,
     action,
+    dataclass_settings,
     format_time,
     kinds,
+    settings,
     status_changed,
 )
 from rekon_sdk.types import Timestamp
@@ -47,6 +50,51 @@ TAINT_EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
 NODE_POOL = ResourceType("nodes.lailin.xyz", "v1", "NodePool", "nodepools", "cluster")
 # The Rust seed's CRD (generated from its types; `make py-crds` refreshes it).
 CRD = json.loads((Path(__file__).parent / "crd.json").read_text()) if (Path(__file__).parent / "crd.json").is_file() else None
+# The Rust seed's settings schema as `rekon plugin inspect` prints it: the
+# port declares exactly what the seed declares (tests/e2e/tests/sdk_ports.rs
+# compares the registrations, schema included).
+SETTINGS_SCHEMA = json.loads((Path(__file__).parent / "settings.schema.json").read_text())
+
+
+@dataclasses.dataclass
+class NodePoolSettings:
+    """What an operator configures; the defaults are the behaviour without settings."""
+
+    default_handler: str = DEFAULT_HANDLER
+    allowed_key_prefixes: list[str] = dataclasses.field(default_factory=list)
+    pool_selector: Optional[str] = None
+
+    def validate(self) -> None:
+        h = self.default_handler
+        ok = 0 < len(h) <= 63 and all(c.islower() or c.isdigit() or c == "-" for c in h) and h.isascii() and not h.startswith("-") and not h.endswith("-")
+        if not ok:
+            raise ValueError(f"defaultHandler {json.dumps(h)} is not a DNS label (lower-case letters, digits and '-', at most 63)")
+        bad = next((p for p in self.allowed_key_prefixes if not p or p.startswith(ROLE_PREFIX)), None)
+        if bad is not None:
+            raise ValueError(f"allowedKeyPrefixes: {json.dumps(bad)} would allow keys a pool cannot manage")
+
+    def problems(self, spec: dict) -> list[str]:
+        if not self.allowed_key_prefixes:
+            return []
+        keys = [("label", k) for k in spec["labels"]] + [("taint", t["key"]) for t in spec["taints"]]
+        return [
+            f"{what} key {json.dumps(k, ensure_ascii=False)} is outside the allowed prefixes ({', '.join(self.allowed_key_prefixes)})"
+            for what, k in keys
+            if k and not any(k.startswith(p) for p in self.allowed_key_prefixes)
+        ]
+
+
+class _Settings:
+    """The seed's schema, parsed into ``NodePoolSettings`` (unknown keys refused, types checked)."""
+
+    schema = SETTINGS_SCHEMA
+    _parse = dataclass_settings(NodePoolSettings)
+
+    def parse(self, raw: Any) -> NodePoolSettings:
+        return self._parse.parse(raw)
+
+
+NODE_POOL_SETTINGS = _Settings()
 
 
 def role_label(pool: str) -> str:
@@ -348,8 +396,12 @@ class NodePoolPlugin:
     primary = NODE_POOL
 
     def register(self) -> Registration:
+        config = settings(NODE_POOL_SETTINGS)
+        reg = Registration(PLUGIN_NAME, VERSION, NODE_POOL)
+        if config.pool_selector is not None:
+            reg = reg.selector(config.pool_selector)
         reg = (
-            Registration(PLUGIN_NAME, VERSION, NODE_POOL)
+            reg.with_settings(NODE_POOL_SETTINGS)
             .watch(kinds.NODE, PRIMARY, Mapping.label_key_prefixes(ROLE_PREFIX, APPLIED_PREFIX))
             .watch(kinds.RUNTIME_CLASS, PRIMARY, OWNER_REFERENCE)
             .with_finalizer(FINALIZER)
@@ -369,7 +421,12 @@ class NodePoolPlugin:
         cluster = req.cluster
         pool_ref = ObjectRef.for_request(NODE_POOL, req)
         spec = _spec(pool)
-        problems = _invalid_spec(spec)
+        config: NodePoolSettings = ctx.settings(NODE_POOL_SETTINGS)
+
+        def invalid(spec: dict) -> list[str]:
+            return _invalid_spec(spec) + config.problems(spec)
+
+        problems = invalid(spec)
 
         nodes = ctx.list(kinds.NODE, cluster, None, role_label(name))
         for node in ctx.list(kinds.NODE, cluster, None, applied_annotation(name)):
@@ -388,7 +445,7 @@ class NodePoolPlugin:
         others = [
             (_name(p), _spec(p))
             for p in pools
-            if (p.get("metadata") or {}).get("deletionTimestamp") is None and not _invalid_spec(_spec(p))
+            if (p.get("metadata") or {}).get("deletionTimestamp") is None and not invalid(_spec(p))
         ]
 
         want = spec if not deleting and not problems else None
@@ -421,6 +478,8 @@ class NodePoolPlugin:
                 outcome.push(action.warning_event(pool_ref, "Conflict", "Update", new["message"]))
 
         want_rc = runtime_class_for(pool)
+        if not spec.get("handler"):
+            want_rc["handler"] = config.default_handler
         rc_name = runtime_class_name(name)
         existing = ctx.get(kinds.RUNTIME_CLASS, cluster, None, rc_name)
         if not problems and not (existing is not None and _runtime_class_matches(existing, want_rc)):

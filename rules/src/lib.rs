@@ -12,6 +12,7 @@
 //! | [`cases`] | which files of a directory are recorded cases |
 //! | [`mapping`] | what makes a declarative mapping valid |
 //! | [`registration`] | what makes a plugin's registration valid (names, versions, verbs, resources, selectors, cluster sets, mappings, finalizer, CRDs) |
+//! | [`settings`] | how a plugin refuses its settings; the finalizer of an instance of a module |
 //! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
 
 pub mod cases;
@@ -19,6 +20,7 @@ pub mod mapping;
 pub mod registration;
 pub mod scope;
 pub mod selector;
+pub mod settings;
 
 pub use registration::Verb;
 pub use scope::{Phase, PrimaryState, Step, step};

@@ -79,4 +79,12 @@ impl Backend for WorldBackend {
     fn request_time(&self) -> Timestamp {
         self.0.borrow().time
     }
+
+    fn settings(&self) -> Option<String> {
+        self.0.borrow().settings.clone()
+    }
+
+    fn declare_settings_schema(&self, schema: &str) {
+        self.0.borrow_mut().settings_schema = Some(schema.to_owned());
+    }
 }

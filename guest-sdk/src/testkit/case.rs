@@ -101,6 +101,8 @@ pub struct RecordedCase {
     reads: HashMap<ReadKey, Result<Value, ReadError>>,
     outcome: Value,
     redacted: bool,
+    /// The settings the recorded version ran with (`plugin.settings`).
+    settings: Option<String>,
 }
 
 /// A case replayed natively.
@@ -248,6 +250,10 @@ impl RecordedCase {
             reads,
             outcome: case["outcome"].clone(),
             redacted: case["secretsRedacted"].as_bool().unwrap_or_default(),
+            settings: case["plugin"]
+                .get("settings")
+                .filter(|v| !v.is_null())
+                .map(Value::to_string),
         })
     }
 
@@ -291,7 +297,9 @@ impl RecordedCase {
             missing: RefCell::new(Vec::new()),
         });
         let ctx = Context::new(Rc::clone(&backend) as Rc<dyn Backend>).with_phase(self.phase);
-        let result = P::reconcile_request(&ctx, &self.request);
+        let result = crate::settings::with_backend(ctx.backend(), || {
+            P::reconcile_request(&ctx, &self.request)
+        });
         CaseReplay {
             recorded: self.outcome.clone(),
             replayed: outcome_value(&self.plugin, &result, self.redacted),
@@ -415,6 +423,12 @@ impl Backend for CaseBackend {
     fn request_time(&self) -> Timestamp {
         self.case.time
     }
+
+    fn settings(&self) -> Option<String> {
+        self.case.settings.clone()
+    }
+
+    fn declare_settings_schema(&self, _schema: &str) {}
 }
 
 /// A decision in the host's case format.

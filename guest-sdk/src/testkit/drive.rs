@@ -2,6 +2,7 @@
 //! its actions, converge, and the assertions built on them.
 
 use std::collections::BTreeMap;
+use std::rc::Rc;
 
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
@@ -18,11 +19,23 @@ use super::store::{Key, check_permission, is_deleting, set_rv};
 use super::world::World;
 
 impl World {
-    /// Calls `P::register` and validates the result as the host would.
+    /// Calls `P::register` and validates the result as the host would,
+    /// with no settings (see [`World::register_plugin`] for a world's).
     pub fn register<P: Plugin>() -> Result<Registration, TestkitError> {
-        let reg = P::register().map_err(TestkitError::Register)?;
-        reg.validate().map_err(TestkitError::Register)?;
-        Ok(reg)
+        World::new().register_plugin::<P>()
+    }
+
+    /// Calls `P::register` with this world's settings
+    /// ([`World::with_settings`]) and validates the result as the host
+    /// would: invalid settings are refused with the plugin's reason
+    /// (`invalid settings: …`), and settings given to a plugin that
+    /// declares none are refused.
+    pub fn register_plugin<P: Plugin>(&self) -> Result<Registration, TestkitError> {
+        let backend = self.context().backend();
+        crate::settings::with_backend(Rc::clone(&backend), || {
+            crate::plugin::register_checked::<P>(&*backend)
+        })
+        .map_err(|message| TestkitError::Register(crate::Error::terminal(message)))
     }
 
     /// Runs `P::reconcile` for `req` as the host would, deciding with the
@@ -34,7 +47,7 @@ impl World {
     /// only the reads its registration declares. The outcome is returned,
     /// not applied (see [`World::apply`]).
     pub fn reconcile<P: Plugin>(&mut self, req: &Request) -> Result<Outcome, TestkitError> {
-        let reg = Self::register::<P>()?;
+        let reg = self.register_plugin::<P>()?;
         let phase = match self.step(&reg, req) {
             None | Some(Step::Ignore) => return Ok(Outcome::done()),
             Some(Step::AddFinalizer) => {
@@ -44,7 +57,8 @@ impl World {
             Some(Step::Reconcile { phase, .. }) => phase,
         };
         let ctx = self.restricted_context(reg).with_phase(phase);
-        let result = P::reconcile_request(&ctx, req);
+        let result =
+            crate::settings::with_backend(ctx.backend(), || P::reconcile_request(&ctx, req));
         self.state.borrow_mut().reads = None;
         result.map_err(|error| TestkitError::Reconcile {
             request: req.clone(),
@@ -60,14 +74,15 @@ impl World {
         resource: &ResourceType,
         object: &Value,
     ) -> Result<Vec<Request>, TestkitError> {
-        let reg = Self::register::<P>()?;
+        let reg = self.register_plugin::<P>()?;
         let obj: DynamicObject =
             serde_json::from_value(object.clone()).map_err(|e| TestkitError::Invalid {
                 target: format!("{resource} in cluster {cluster}"),
                 message: e.to_string(),
             })?;
         let ctx = self.restricted_context(reg);
-        let requests = P::map(&ctx, cluster, resource, &obj);
+        let requests =
+            crate::settings::with_backend(ctx.backend(), || P::map(&ctx, cluster, resource, &obj));
         self.state.borrow_mut().reads = None;
         Ok(requests)
     }
@@ -91,7 +106,7 @@ impl World {
         req: &Request,
         outcome: &Outcome,
     ) -> Result<bool, TestkitError> {
-        let reg = Self::register::<P>()?;
+        let reg = self.register_plugin::<P>()?;
         let release = matches!(
             self.step(&reg, req),
             Some(Step::Reconcile { release: true, .. })
@@ -178,7 +193,7 @@ impl World {
     /// applies them all; stops after a round that changed nothing. Returns
     /// the number of rounds.
     pub fn converge_all<P: Plugin>(&mut self, max_rounds: usize) -> Result<usize, TestkitError> {
-        let reg = Self::register::<P>()?;
+        let reg = self.register_plugin::<P>()?;
         let mut last = Outcome::done();
         for round in 1..=max_rounds {
             let mut changed = false;

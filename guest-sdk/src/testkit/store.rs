@@ -80,6 +80,10 @@ pub(super) struct State {
     pub(super) reads: Option<Registration>,
     /// Injected write failures.
     pub(super) faults: Vec<Fault>,
+    /// The plugin's settings (JSON), as the host would give them.
+    pub(super) settings: Option<String>,
+    /// What the plugin's `register` declared as its settings' schema.
+    pub(super) settings_schema: Option<String>,
 }
 
 /// An injected write failure.

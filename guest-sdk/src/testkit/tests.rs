@@ -922,3 +922,111 @@ fn a_primary_that_does_not_decode_fails_terminally_and_gone_ones_are_skipped() {
         .unwrap();
     assert_eq!(gone, Outcome::done());
 }
+
+#[test]
+fn a_plugin_without_a_settings_type_refuses_settings() {
+    // Labeler declares no settings: none is fine, any is refused (a typo'd
+    // Plugin object must not run with its settings silently ignored).
+    assert!(labeler_world().register_plugin::<Labeler>().is_ok());
+    let err = labeler_world()
+        .with_settings(json!({"pool": "x"}))
+        .register_plugin::<Labeler>()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("invalid settings: this plugin takes no settings"),
+        "{err}"
+    );
+    // A JSON null is no settings.
+    assert!(
+        labeler_world()
+            .with_settings(serde_json::Value::Null)
+            .register_plugin::<Labeler>()
+            .is_ok()
+    );
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct LabelSettings {
+    label: String,
+}
+
+impl Default for LabelSettings {
+    fn default() -> Self {
+        Self {
+            label: POOL_LABEL.to_owned(),
+        }
+    }
+}
+
+impl crate::Settings for LabelSettings {
+    fn validate(&self) -> Result<(), String> {
+        if self.label.contains('/') {
+            Ok(())
+        } else {
+            Err(format!("label {:?} has no prefix", self.label))
+        }
+    }
+}
+
+/// Labeler with the label taken from its settings, read both in `register`
+/// (logged) and in `reconcile`.
+struct SetLabeler;
+
+impl Plugin for SetLabeler {
+    type Primary = ConfigMap;
+
+    fn register() -> Result<Registration, Error> {
+        let settings: LabelSettings = crate::settings()?;
+        Ok(Labeler::register()?
+            .settings::<LabelSettings>()
+            .primary_selector(&format!("!{}", settings.label)))
+    }
+
+    fn reconcile(ctx: &Context, req: &Request, _event: Event<ConfigMap>) -> Result<Outcome, Error> {
+        let settings: LabelSettings = ctx.settings()?;
+        let mut outcome = Outcome::done();
+        for n in ctx.list::<Node>(&req.cluster, None, Some("role=gpu"))? {
+            let mut applied = Node::default();
+            applied.metadata.name = n.metadata.name.clone();
+            applied.metadata.labels =
+                Some(BTreeMap::from([(settings.label.clone(), req.name.clone())]));
+            outcome.push(Action::apply(&req.cluster, &applied));
+        }
+        Ok(outcome)
+    }
+}
+
+#[test]
+fn settings_are_validated_at_register_and_read_in_register_and_reconcile() {
+    let mut world = labeler_world().with_settings(json!({"label": "example.com/team"}));
+    let reg = world.register_plugin::<SetLabeler>().unwrap();
+    assert_eq!(reg.primary_selector.as_deref(), Some("!example.com/team"));
+    assert_eq!(
+        world.settings_schema().unwrap()["properties"]["label"]["type"],
+        "string"
+    );
+    world.converge_all::<SetLabeler>(5).unwrap();
+    assert_eq!(labels(&world, "n1")["example.com/team"], "pool-a");
+
+    // Defaults when none are given.
+    let mut world = labeler_world();
+    world.converge_all::<SetLabeler>(5).unwrap();
+    assert_eq!(labels(&world, "n1")[POOL_LABEL], "pool-a");
+
+    for (settings, reason) in [
+        (json!({"label": "plain"}), "label \"plain\" has no prefix"),
+        (json!({"lable": "a/b"}), "unknown field `lable`"),
+        (json!("a/b"), "invalid type: string"),
+    ] {
+        let err = labeler_world()
+            .with_settings(settings.clone())
+            .register_plugin::<SetLabeler>()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("invalid settings: ") && err.to_string().contains(reason),
+            "{settings}: {err}"
+        );
+    }
+}

@@ -68,8 +68,37 @@ impl World {
                 events: Vec::new(),
                 reads: None,
                 faults: Vec::new(),
+                settings: None,
+                settings_schema: None,
             })),
         }
+    }
+
+    /// Gives the plugin `settings` (as an operator would in a Plugin
+    /// object's `spec.settings`): every register, reconcile and map from
+    /// now on sees them, and [`World::register_plugin`] refuses them as the
+    /// host would if they are invalid.
+    #[must_use]
+    pub fn with_settings(mut self, settings: Value) -> Self {
+        self.set_settings(Some(settings));
+        self
+    }
+
+    /// Changes the settings (`None`: none given, the plugin's defaults),
+    /// as an operator editing the Plugin object would.
+    pub fn set_settings(&mut self, settings: Option<Value>) {
+        self.state.borrow_mut().settings = settings.filter(|v| !v.is_null()).map(|v| v.to_string());
+    }
+
+    /// The JSON Schema the plugin declared for its settings at its last
+    /// registration in this world.
+    #[must_use]
+    pub fn settings_schema(&self) -> Option<Value> {
+        self.state
+            .borrow()
+            .settings_schema
+            .as_deref()
+            .and_then(|s| serde_json::from_str(s).ok())
     }
 
     /// Adds the primary cluster `name` (ready).

@@ -87,6 +87,10 @@ pub struct CasePlugin {
     /// Hex sha256 of the component.
     #[serde(default)]
     pub digest: String,
+    /// The settings it ran with (a replay runs the candidate with the
+    /// same settings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Value>,
 }
 
 /// One host read and its answer.
@@ -774,6 +778,7 @@ mod tests {
                 name: "p".into(),
                 version: "1.0.0".into(),
                 digest: "ab".into(),
+                settings: None,
             },
             request: Request {
                 cluster: "main".into(),

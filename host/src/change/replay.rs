@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::action::{ClusterInfo, Resource};
 use crate::change::record::{Case, CaseOutcome, RawRead, Read, ReadResult, case_files, read_case};
-use crate::plugin::{HostReads, LoadedPlugin, PluginRuntime, ReadError};
+use crate::plugin::{HostReads, LoadOptions, LoadedPlugin, PluginRuntime, ReadError};
 
 /// Errors of a replay run (a differing case is a result, not an error).
 #[derive(Debug, thiserror::Error)]
@@ -489,14 +489,38 @@ pub fn replay(file: &Path, cases: &[PathBuf]) -> Result<ReplayReport, ReplayErro
         ..crate::plugin::RuntimeConfig::default()
     })
     .map_err(|e| load(e.to_string()))?;
-    let plugin = runtime.load_file(file).map_err(|e| load(e.to_string()))?;
+    let bytes = std::fs::read(file).map_err(|e| load(e.to_string()))?;
+    let origin = file.display().to_string();
+    let load_with = |settings: Option<&Value>| {
+        runtime.load_bytes_with(
+            &bytes,
+            &origin,
+            &LoadOptions::default().with_settings(settings),
+        )
+    };
+    // Loaded without settings first: a file that does not load at all is
+    // an error of the whole replay; a case recorded with settings replays
+    // on a load with those settings (one load per distinct settings).
+    let plugin = load_with(None).map_err(|e| load(e.to_string()))?;
+    let mut with_settings: HashMap<String, Result<LoadedPlugin, String>> = HashMap::new();
     let paths = case_files(cases).map_err(ReplayError::Cases)?;
     let cases = paths
         .into_iter()
         .map(|path| {
             let started = std::time::Instant::now();
             let verdict = match read_case(&path) {
-                Ok(case) => judge(&plugin, &case),
+                Ok(case) => match &case.plugin.settings {
+                    None => judge(&plugin, &case),
+                    Some(settings) => match with_settings
+                        .entry(settings.to_string())
+                        .or_insert_with(|| load_with(Some(settings)).map_err(|e| e.to_string()))
+                    {
+                        Ok(p) => judge(p, &case),
+                        Err(e) => Verdict::Invalid(format!(
+                            "the plugin does not load with the recorded settings: {e}"
+                        )),
+                    },
+                },
                 Err(e) => Verdict::Invalid(e),
             };
             CaseReport {

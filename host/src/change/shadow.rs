@@ -168,6 +168,10 @@ impl Reconciler for Tapped {
         self.inner.digest()
     }
 
+    fn settings(&self) -> Option<&str> {
+        self.inner.settings()
+    }
+
     fn reconcile(
         &self,
         req: Request,
@@ -198,6 +202,10 @@ impl Reconciler for Tapped {
             name: name.to_owned(),
             version: self.inner.registration().version.clone(),
             digest: self.inner.digest().to_owned(),
+            settings: self
+                .inner
+                .settings()
+                .and_then(|s| serde_json::from_str(s).ok()),
         };
         async move {
             let result = call.await;
@@ -299,6 +307,7 @@ fn run_shadow(job: ShadowJob, cases: &Recorder) {
             name: shadow.name().to_owned(),
             version: shadow.version().to_owned(),
             digest: shadow.digest().to_owned(),
+            settings: shadow.settings().and_then(|s| serde_json::from_str(s).ok()),
         },
         kind.to_owned(),
         result,

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::action::{ClusterSet, Mapping, Permission, Resource, Scope, Watch};
 use crate::plugin::{
-    LoadError, LoadedPlugin, PluginRuntime, Policy, PolicyEntry, RuntimeConfig, RuntimeError,
+    LoadError, LoadOptions, LoadedPlugin, PluginRuntime, Policy, PolicyEntry, RuntimeConfig,
+    RuntimeError,
 };
 
 /// Output format of `plugin inspect`.
@@ -60,6 +61,13 @@ pub struct InspectReport {
     pub max_concurrent_reconciles: Option<u32>,
     /// CRD manifests, decoded.
     pub crds: Vec<serde_json::Value>,
+    /// The JSON Schema of the settings the plugin accepts (what it declared
+    /// in `register`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings_schema: Option<serde_json::Value>,
+    /// The settings it was inspected with (`--settings`), which it accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Value>,
 }
 
 /// A resource type, Kubernetes style.
@@ -246,18 +254,30 @@ pub enum InspectError {
 /// Loads `file` in a throwaway runtime (no cache, no pool) and renders its
 /// registration in `format`.
 pub fn inspect_file(file: &Path, format: OutputFormat) -> Result<String, InspectError> {
-    inspect_file_with_policy(file, format, None)
+    inspect_file_with_policy(file, format, None, None)
 }
 
 /// [`inspect_file`] with the operator `policy` applied: `permissions` are
 /// the effective ones, `declaredPermissions` what the plugin declared.
+/// With `settings`, the plugin registers with them (and refuses them, as in
+/// a cluster, with [`LoadError::InvalidSettings`]).
 pub fn inspect_file_with_policy(
     file: &Path,
     format: OutputFormat,
     policy: Option<Arc<Policy>>,
+    settings: Option<&serde_json::Value>,
 ) -> Result<String, InspectError> {
-    let plugin = throwaway_runtime(policy.clone())?.load_file(file)?;
-    render(&plugin, format, policy)
+    let bytes = std::fs::read(file).map_err(|source| LoadError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    inspect_bytes_with_policy(
+        &bytes,
+        &file.display().to_string(),
+        format,
+        policy,
+        settings,
+    )
 }
 
 /// [`inspect_file_with_policy`] for a component in memory (one fetched
@@ -267,8 +287,10 @@ pub fn inspect_bytes_with_policy(
     origin: &str,
     format: OutputFormat,
     policy: Option<Arc<Policy>>,
+    settings: Option<&serde_json::Value>,
 ) -> Result<String, InspectError> {
-    let plugin = throwaway_runtime(policy.clone())?.load_bytes(bytes, origin)?;
+    let options = LoadOptions::default().with_settings(settings);
+    let plugin = throwaway_runtime(policy.clone())?.load_bytes_with(bytes, origin, &options)?;
     render(&plugin, format, policy)
 }
 
@@ -323,6 +345,8 @@ fn render(
             .iter()
             .map(|c| serde_json::from_str(c).unwrap_or(serde_json::Value::String(c.clone())))
             .collect(),
+        settings_schema: plugin.settings_schema().cloned(),
+        settings: plugin.settings().and_then(|s| serde_json::from_str(s).ok()),
     };
     match format {
         OutputFormat::Yaml => {

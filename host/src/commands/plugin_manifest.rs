@@ -7,7 +7,7 @@ use std::path::Path;
 use kube::api::ObjectMeta;
 
 use super::inspect::PermissionView;
-use crate::plugin::{LoadError, PluginRuntime, RuntimeConfig, RuntimeError};
+use crate::plugin::{LoadError, LoadOptions, PluginRuntime, RuntimeConfig, RuntimeError};
 use crate::source::plugin_crd::{GrantedPermission, Plugin, PluginSpec};
 
 /// Why no manifest could be made.
@@ -24,22 +24,47 @@ pub enum ManifestError {
     Encode(String),
 }
 
+/// What goes into a manifest besides the module.
+#[derive(Debug, Clone, Default)]
+pub struct ManifestOptions<'a> {
+    /// Pin the manifest digest (`sha256:…`).
+    pub digest: Option<&'a str>,
+    /// `spec.settings`: the component is loaded with them first, so
+    /// settings it refuses never reach a manifest.
+    pub settings: Option<&'a serde_json::Value>,
+    /// The Plugin object's name (an instance of the module under another
+    /// name); default: the name the component registers.
+    pub name: Option<&'a str>,
+}
+
 /// The Plugin object (YAML) that serves the component in `file` from
-/// `module` (an OCI reference), pinned to `digest` when given, granting
-/// exactly the permissions the component declares.
+/// `module` (an OCI reference), pinned to `digest` when given, with the
+/// given settings and name, granting exactly the permissions the
+/// component declares (with those settings).
 ///
 /// # Errors
-/// The component does not load, or encoding fails.
+/// The component does not load (or refuses the settings), or encoding
+/// fails.
 pub fn plugin_manifest(
     file: &Path,
     module: &str,
-    digest: Option<&str>,
+    options: &ManifestOptions<'_>,
 ) -> Result<String, ManifestError> {
     let runtime = PluginRuntime::new(RuntimeConfig {
         pooling: false,
         ..RuntimeConfig::default()
     })?;
-    let plugin = runtime.load_file(file)?;
+    let bytes = std::fs::read(file).map_err(|source| LoadError::Read {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let plugin = runtime.load_bytes_with(
+        &bytes,
+        &file.display().to_string(),
+        &LoadOptions::default()
+            .with_settings(options.settings)
+            .with_instance(options.name),
+    )?;
     let reg = plugin.registration();
     let permissions = reg
         .permissions
@@ -57,7 +82,8 @@ pub fn plugin_manifest(
         },
         spec: PluginSpec {
             module: module.to_owned(),
-            digest: digest.map(str::to_owned),
+            digest: options.digest.map(str::to_owned),
+            settings: options.settings.filter(|v| !v.is_null()).cloned(),
             permissions,
             ..PluginSpec::default()
         },

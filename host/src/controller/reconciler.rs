@@ -25,6 +25,11 @@ pub trait Reconciler: Send + Sync + 'static {
         ""
     }
     /// Reconcile one request in `phase` (live, deleting, leaving).
+    /// The settings (JSON text) this version runs with, if any.
+    fn settings(&self) -> Option<&str> {
+        None
+    }
+
     fn reconcile(
         &self,
         req: Request,
@@ -69,6 +74,10 @@ impl Reconciler for LoadedPlugin {
 
     fn digest(&self) -> &str {
         LoadedPlugin::digest(self)
+    }
+
+    fn settings(&self) -> Option<&str> {
+        LoadedPlugin::settings(self)
     }
 
     fn reconcile(

@@ -12,7 +12,7 @@ use wasmtime::component::Component;
 pub const CONTRACT_PACKAGE: &str = "rekon:plugin";
 
 /// The version of the WIT package this host speaks (`wit/*.wit`).
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.3.1";
 
 /// Why a component does not fit the contract.
 #[derive(Debug, PartialEq, Eq)]
@@ -81,8 +81,18 @@ fn check_version(name: &str, version: Option<&str>) -> Result<(), Mismatch> {
 /// Checks the component's exports (it must export `rekon:plugin/guest` at a
 /// compatible version) and its imports of our package (`rekon:plugin/host`
 /// at a compatible version; nothing else of ours).
-pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), Mismatch> {
+/// What the contract check learned about a component that fits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Fit {
+    /// It imports `settings` (contract 0.3.1 and later, and an SDK that
+    /// reads them): settings given to a component that cannot read them
+    /// are refused rather than silently ignored.
+    pub(crate) reads_settings: bool,
+}
+
+pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Mismatch> {
     let ty = component.component_type();
+    let mut reads_settings = false;
     let mut guest_found = false;
     let mut exports = Vec::new();
     for (name, _) in ty.exports(engine) {
@@ -94,7 +104,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), Mismat
             }
         }
     }
-    for (name, _) in ty.imports(engine) {
+    for (name, item) in ty.imports(engine) {
         if let Some((iface, version)) = our_interface(name) {
             check_version(name, version)?;
             if iface != "host" && iface != "types" {
@@ -102,6 +112,12 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), Mismat
                     "imports `{name}`, which {} does not define",
                     host_range()
                 )));
+            }
+            if iface == "host"
+                && let wasmtime::component::types::ComponentItem::ComponentInstance(instance) =
+                    item.ty
+            {
+                reads_settings |= instance.exports(engine).any(|(f, _)| f == "settings");
             }
         }
     }
@@ -116,7 +132,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<(), Mismat
              (world `{CONTRACT_PACKAGE}/plugin`); {found}"
         )));
     }
-    Ok(())
+    Ok(Fit { reads_settings })
 }
 
 /// Classifies raw bytes before compiling, for clearer messages than the

@@ -64,6 +64,26 @@ pub enum LoadError {
         #[source]
         source: Box<CallError>,
     },
+    /// `register` refused the settings it was given (its error started with
+    /// `invalid settings: `, see `rekon_rules::settings`).
+    #[error("plugin {origin} refused its settings: {reason}")]
+    InvalidSettings {
+        /// The file or label the bytes came from.
+        origin: String,
+        /// The plugin's own reason.
+        reason: String,
+    },
+    /// The registration cannot be made an instance under another name (see
+    /// [`super::LoadOptions::instance`]).
+    #[error("plugin {origin} cannot run as instance {instance:?}: {reason}")]
+    Instance {
+        /// The file or label the bytes came from.
+        origin: String,
+        /// The instance name asked for.
+        instance: String,
+        /// Why not.
+        reason: String,
+    },
     /// `register` returned an error.
     #[error("plugin {origin} refused to register: {message}")]
     Refused {
@@ -89,6 +109,27 @@ pub enum LoadError {
         /// Which policy entry refuses what.
         reason: String,
     },
+}
+
+impl LoadError {
+    /// A one-word reason for a condition or a metric label (`InvalidSettings`,
+    /// `IncompatibleContract`, …).
+    #[must_use]
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "ReadFailed",
+            Self::WrongWorld { .. } => "NotAPlugin",
+            Self::IncompatibleContract { .. } => "IncompatibleContract",
+            Self::Compile { .. } => "CompileFailed",
+            Self::Link { .. } => "LinkFailed",
+            Self::Register { .. } => "RegisterFailed",
+            Self::InvalidSettings { .. } => "InvalidSettings",
+            Self::Instance { .. } => "InvalidInstance",
+            Self::Refused { .. } => "RegisterRefused",
+            Self::InvalidRegistration { .. } => "InvalidRegistration",
+            Self::Policy { .. } => "PolicyRefused",
+        }
+    }
 }
 
 /// A failed call into a plugin. Fails that call only: the host, other calls

@@ -54,19 +54,130 @@ impl PluginRuntime {
         self.load_from(bytes, origin.to_string(), None)
     }
 
+    /// Like [`Self::load_bytes`], with settings and an instance name.
+    ///
+    /// # Errors
+    /// As [`Self::load_bytes`]; invalid settings are
+    /// [`LoadError::InvalidSettings`] with the plugin's own reason.
+    pub fn load_bytes_with(
+        &self,
+        bytes: &[u8],
+        origin: &str,
+        options: &LoadOptions,
+    ) -> Result<LoadedPlugin, LoadError> {
+        self.load_with(bytes, origin.to_string(), None, options)
+    }
+
     pub(crate) fn load_from(
         &self,
         bytes: &[u8],
         origin: String,
         path: Option<PathBuf>,
     ) -> Result<LoadedPlugin, LoadError> {
+        self.load_with(bytes, origin, path, &LoadOptions::default())
+    }
+
+    pub(crate) fn load_with(
+        &self,
+        bytes: &[u8],
+        origin: String,
+        path: Option<PathBuf>,
+        options: &LoadOptions,
+    ) -> Result<LoadedPlugin, LoadError> {
         let Prepared {
             pre,
             digest,
             timings,
+            reads_settings,
         } = self.prepare(bytes, &origin)?;
-        LoadedPlugin::register(self.inner.clone(), pre, digest, origin, path, timings)
+        if options.settings.is_some() && !reads_settings {
+            // Never run a plugin without the settings it was given.
+            return Err(LoadError::InvalidSettings {
+                origin,
+                reason: "settings were given, but this plugin cannot read settings (it does not import `settings`: built for contract 0.3.0, or with an SDK that does not read them)".to_owned(),
+            });
+        }
+        LoadedPlugin::register(
+            self.inner.clone(),
+            pre,
+            Loading {
+                digest,
+                origin,
+                path,
+                timings,
+                options: options.clone(),
+            },
+        )
     }
+}
+
+/// What a load is given besides the module: the operator's settings for
+/// it, and the name of the instance it runs as.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// The settings (JSON text) the plugin reads with `settings()`; `None`
+    /// when none were given. Passed to `register` (which validates them)
+    /// and to every later call of this load.
+    pub settings: Option<Arc<str>>,
+    /// Run the module as the plugin named `instance` rather than the name
+    /// it registers (one module behind several Plugin objects). The
+    /// registration is renamed, so its field manager, queue, metrics and
+    /// operator policy follow the instance's name, and a declared finalizer
+    /// `prefix/name` becomes `prefix/name.<instance>` (two instances never
+    /// release each other's finalizer). `None`, or the registered name
+    /// itself: the plugin as it registers.
+    pub instance: Option<String>,
+}
+
+impl LoadOptions {
+    /// Settings given as a JSON value (`None` and JSON `null` are no
+    /// settings).
+    #[must_use]
+    pub fn with_settings(mut self, settings: Option<&serde_json::Value>) -> Self {
+        self.settings = settings
+            .filter(|v| !v.is_null())
+            .map(|v| Arc::from(v.to_string().as_str()));
+        self
+    }
+
+    /// Running as instance `name`.
+    #[must_use]
+    pub fn with_instance(mut self, name: Option<&str>) -> Self {
+        self.instance = name.map(str::to_owned);
+        self
+    }
+}
+
+/// One load in progress (what [`LoadedPlugin::register`] is given).
+pub(crate) struct Loading {
+    pub(crate) digest: String,
+    pub(crate) origin: String,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) timings: LoadTimings,
+    pub(crate) options: LoadOptions,
+}
+
+/// The longest settings schema kept (a schema is documentation; a module
+/// declaring a larger one is loaded without it, and a warning says so).
+const MAX_SETTINGS_SCHEMA_BYTES: usize = 256 * 1024;
+
+/// `registration` renamed to instance `instance` (see
+/// [`LoadOptions::instance`]).
+fn as_instance(mut registration: Registration, instance: &str) -> Result<Registration, String> {
+    if registration.name == instance {
+        return Ok(registration);
+    }
+    if let Some(finalizer) = &registration.finalizer {
+        registration.finalizer = Some(
+            rekon_rules::settings::instance_finalizer(finalizer, instance).ok_or_else(|| {
+                format!(
+                    "its finalizer {finalizer:?} with the instance name appended is not a valid qualified name (the part after '/' would exceed 63 characters)"
+                )
+            })?,
+        );
+    }
+    registration.name = instance.to_owned();
+    Ok(registration)
 }
 
 /// A plugin that compiled, linked and registered. Cheap to clone; a call
@@ -89,6 +200,12 @@ struct Inner {
     path: Option<PathBuf>,
     loaded_at: SystemTime,
     timings: LoadTimings,
+    /// The settings this load was given (every call reads them).
+    settings: Option<Arc<str>>,
+    /// The JSON Schema of its settings, as `register` declared it.
+    settings_schema: Option<serde_json::Value>,
+    /// The name the module registers (differs from `name` for an instance).
+    registered_as: String,
     pre: PluginPre<CallState>,
     runtime: Arc<RuntimeInner>,
 }
@@ -109,15 +226,20 @@ impl LoadedPlugin {
     pub(crate) fn register(
         runtime: Arc<RuntimeInner>,
         pre: PluginPre<CallState>,
-        digest: String,
-        origin: String,
-        path: Option<PathBuf>,
-        mut timings: LoadTimings,
+        loading: Loading,
     ) -> Result<Self, LoadError> {
+        let Loading {
+            digest,
+            origin,
+            path,
+            mut timings,
+            options,
+        } = loading;
         let started = Instant::now();
         // Until `register` returns, the plugin is named after its file.
         let provisional: Arc<str> = Arc::from(origin.as_str());
         let timeout = runtime.config.register_timeout;
+        let mut schema = None;
         let registration = call(
             &runtime,
             &pre,
@@ -126,22 +248,64 @@ impl LoadedPlugin {
             timeout,
             Arc::new(NoReads),
             timestamp(SystemTime::UNIX_EPOCH),
-            |store, plugin| plugin.rekon_plugin_guest().call_register(store),
+            options.settings.clone(),
+            |store, plugin| {
+                let result = plugin.rekon_plugin_guest().call_register(&mut *store);
+                schema = store.data_mut().settings_schema.take();
+                result
+            },
         )
         .map_err(|source| LoadError::Register {
             origin: origin.clone(),
             source: Box::new(source),
         })?
-        .map_err(|message| LoadError::Refused {
-            origin: origin.clone(),
-            message,
-        })?
+        .map_err(
+            |message| match rekon_rules::settings::refused_settings(&message) {
+                Some(reason) => LoadError::InvalidSettings {
+                    origin: origin.clone(),
+                    reason: reason.to_owned(),
+                },
+                None => LoadError::Refused {
+                    origin: origin.clone(),
+                    message,
+                },
+            },
+        )?
         .convert();
         timings.register = started.elapsed();
         validate_registration(&registration).map_err(|reason| LoadError::InvalidRegistration {
             origin: origin.clone(),
             reason,
         })?;
+        let registered_as = registration.name.clone();
+        let registration = match &options.instance {
+            None => registration,
+            Some(instance) => as_instance(registration, instance)
+                .and_then(|r| validate_registration(&r).map(|()| r))
+                .map_err(|reason| LoadError::Instance {
+                    origin: origin.clone(),
+                    instance: instance.clone(),
+                    reason,
+                })?,
+        };
+        let settings_schema = match schema {
+            Some(s) if s.len() > MAX_SETTINGS_SCHEMA_BYTES => {
+                tracing::warn!(
+                    plugin = %registration.name,
+                    bytes = s.len(),
+                    "the plugin's settings schema exceeds 256 KiB; not kept"
+                );
+                None
+            }
+            Some(s) => match serde_json::from_str::<serde_json::Value>(&s) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    tracing::warn!(plugin = %registration.name, error = %e, "the plugin's settings schema is not JSON; not kept");
+                    None
+                }
+            },
+            None => None,
+        };
         let policy = runtime
             .config
             .policy
@@ -186,6 +350,9 @@ impl LoadedPlugin {
                 path,
                 loaded_at: runtime::now(),
                 timings,
+                settings: options.settings,
+                settings_schema,
+                registered_as,
                 pre,
                 runtime,
             }),
@@ -247,6 +414,26 @@ impl LoadedPlugin {
     #[must_use]
     pub fn load_timings(&self) -> LoadTimings {
         self.inner.timings
+    }
+
+    /// The settings (JSON text) this load was given.
+    #[must_use]
+    pub fn settings(&self) -> Option<&str> {
+        self.inner.settings.as_deref()
+    }
+
+    /// The JSON Schema of the settings the plugin accepts, if it declared
+    /// one during `register`.
+    #[must_use]
+    pub fn settings_schema(&self) -> Option<&serde_json::Value> {
+        self.inner.settings_schema.as_ref()
+    }
+
+    /// The name the module registers itself under; differs from
+    /// [`Self::name`] when it runs as an instance ([`LoadOptions::instance`]).
+    #[must_use]
+    pub fn registered_as(&self) -> &str {
+        &self.inner.registered_as
     }
 
     /// Whether `other` is the very same load (not just the same name).
@@ -407,6 +594,7 @@ impl LoadedPlugin {
             &self.inner.name,
             reads,
             timestamp(request_time),
+            self.inner.settings.clone(),
         );
         let timeout = self.inner.runtime.config.call_timeout;
         store.set_epoch_deadline(runtime::deadline_ticks(&self.inner.runtime, timeout));
@@ -453,6 +641,7 @@ impl LoadedPlugin {
             self.inner.runtime.config.call_timeout,
             reads,
             timestamp(request_time),
+            self.inner.settings.clone(),
             f,
         );
         // ops hook: per-call WASM time and sandbox failures (a plugin's own
@@ -548,12 +737,14 @@ fn new_store(
     name: &Arc<str>,
     reads: Arc<dyn HostReads>,
     request_time: Timestamp,
+    settings: Option<Arc<str>>,
 ) -> Store<CallState> {
     let state = CallState::new(
         name.clone(),
         reads,
         request_time,
         PluginRuntime::limits(runtime),
+        settings,
     );
     let mut store = Store::new(&runtime.engine, state);
     store.limiter(|state| &mut state.limiter);
@@ -571,9 +762,10 @@ fn call<R>(
     timeout: Duration,
     reads: Arc<dyn HostReads>,
     request_time: Timestamp,
+    settings: Option<Arc<str>>,
     f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
-    let mut store = new_store(runtime, name, reads, request_time);
+    let mut store = new_store(runtime, name, reads, request_time, settings);
     store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
     let instance = pre
         .instantiate(&mut store)

@@ -2,7 +2,7 @@
 //! checks, the plugin registry and hot reload.
 //!
 //! A plugin is a WebAssembly component of the world `rekon:plugin/plugin`
-//! (package `rekon:plugin@0.3.0`, see `wit/`). The runtime compiles it once
+//! (package `rekon:plugin@0.3.1`, see `wit/`). The runtime compiles it once
 //! (cached on disk by digest), validates that it speaks our contract, calls
 //! its `register` export, and then runs every `reconcile` / `map` call in a
 //! fresh, pre-instantiated store with a memory cap and an epoch deadline.
@@ -73,9 +73,11 @@ pub use bindings::types::{LogLevel, ReadError, ReconcileError};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
 pub use host_reads::{HostReads, NoReads};
-pub use loaded::{LoadedPlugin, PluginSession};
+pub use loaded::{LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
-pub use registry::{PluginRegistry, PluginStatus, RegistryEvent, is_shadow_file};
+pub use registry::{
+    PluginRegistry, PluginStatus, Refusal, RegistryEvent, is_shadow_file, settings_file,
+};
 pub use runtime::{
     CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };

@@ -39,7 +39,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::broadcast;
 
 use super::error::{LoadError, RegistryError};
-use super::loaded::LoadedPlugin;
+use super::loaded::{LoadOptions, LoadedPlugin};
 use super::runtime::PluginRuntime;
 
 /// A change of the registry, broadcast to subscribers (the controller
@@ -67,6 +67,15 @@ pub enum RegistryEvent {
         /// Why, for humans.
         error: String,
     },
+}
+
+/// Why [`PluginRegistry::apply_module`] did not serve a module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// One word for a condition (`InvalidSettings`, `NameConflict`, …).
+    pub reason: &'static str,
+    /// For humans.
+    pub message: String,
 }
 
 /// The state of one plugin file, for `status` endpoints and tests.
@@ -316,19 +325,23 @@ impl PluginRegistry {
         &self,
         origin: &Path,
         bytes: &[u8],
-        accept: impl FnOnce(&LoadedPlugin) -> Result<(), String>,
-    ) -> Result<LoadedPlugin, String> {
-        let digest = hex::encode(Sha256::digest(bytes));
-        let plugin = match self.inner.runtime.load_at(bytes, origin) {
+        options: &LoadOptions,
+        accept: impl FnOnce(&LoadedPlugin) -> Result<(), Refusal>,
+    ) -> Result<LoadedPlugin, Refusal> {
+        let digest = attempt_digest(bytes, options.settings.as_deref());
+        let plugin = match self.inner.runtime.load_at(bytes, origin, options) {
             Ok(plugin) => plugin,
             Err(e) => {
                 let error = error_chain(&e);
                 self.record_failure(origin, Some(digest), error.clone(), None);
-                return Err(error);
+                return Err(Refusal {
+                    reason: e.reason(),
+                    message: error,
+                });
             }
         };
         if let Err(error) = accept(&plugin) {
-            self.record_failure(origin, Some(digest), error.clone(), None);
+            self.record_failure(origin, Some(digest), error.message.clone(), None);
             return Err(error);
         }
         self.install(origin, digest, plugin.clone());
@@ -339,9 +352,20 @@ impl PluginRegistry {
             }
             Some(FileEntry {
                 error: Some((error, _)),
+                conflict,
                 ..
-            }) => Err(error.clone()),
-            _ => Err(format!("{} was not installed", origin.display())),
+            }) => Err(Refusal {
+                reason: if conflict.is_some() {
+                    "NameConflict"
+                } else {
+                    "LoadFailed"
+                },
+                message: error.clone(),
+            }),
+            _ => Err(Refusal {
+                reason: "LoadFailed",
+                message: format!("{} was not installed", origin.display()),
+            }),
         }
     }
 
@@ -414,6 +438,13 @@ impl PluginRegistry {
                             if is_plugin_file(&path) {
                                 tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin file event");
                                 pending.insert(path, Instant::now());
+                            } else if let Some(plugin) = plugin_file_of_settings(&path) {
+                                // New settings are a new load of the plugin
+                                // file beside them (if there is one).
+                                tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin settings file event");
+                                if plugin.is_file() || self.inner.state.lock().files.contains_key(&plugin) {
+                                    pending.insert(plugin, Instant::now());
+                                }
                             }
                         }
                     }
@@ -495,7 +526,16 @@ impl PluginRegistry {
                 return Applied::Done;
             }
         };
-        let digest = hex::encode(Sha256::digest(&bytes));
+        // `x.settings.json` beside `x.wasm`: the file's settings.
+        let settings = match read_settings_file(path) {
+            Ok(settings) => settings,
+            Err(error) => {
+                let digest = attempt_digest(&bytes, None);
+                self.record_failure(path, Some(digest), error, None);
+                return Applied::Done;
+            }
+        };
+        let digest = attempt_digest(&bytes, settings.as_deref());
         {
             let state = self.inner.state.lock();
             if !force
@@ -505,7 +545,11 @@ impl PluginRegistry {
                 return Applied::Done;
             }
         }
-        match self.inner.runtime.load_at(&bytes, path) {
+        let options = LoadOptions {
+            settings,
+            instance: None,
+        };
+        match self.inner.runtime.load_at(&bytes, path, &options) {
             Err(e) => {
                 self.record_failure(path, Some(digest), error_chain(&e), None);
             }
@@ -689,9 +733,69 @@ impl PluginRegistry {
 impl PluginRuntime {
     /// Loads bytes read from `path` (the registry reads files itself to
     /// check they are not being written).
-    pub(crate) fn load_at(&self, bytes: &[u8], path: &Path) -> Result<LoadedPlugin, LoadError> {
-        self.load_from(bytes, path.display().to_string(), Some(path.to_path_buf()))
+    pub(crate) fn load_at(
+        &self,
+        bytes: &[u8],
+        path: &Path,
+        options: &LoadOptions,
+    ) -> Result<LoadedPlugin, LoadError> {
+        self.load_with(
+            bytes,
+            path.display().to_string(),
+            Some(path.to_path_buf()),
+            options,
+        )
     }
+}
+
+/// What one attempt at an origin is known by: the module's digest, and the
+/// settings' when there are any (new settings are a new attempt).
+fn attempt_digest(bytes: &[u8], settings: Option<&str>) -> String {
+    let module = hex::encode(Sha256::digest(bytes));
+    match settings {
+        None => module,
+        Some(s) => format!("{module}+{}", hex::encode(Sha256::digest(s.as_bytes()))),
+    }
+}
+
+/// The settings file of plugin file `x.wasm`: `x.settings.json` (and
+/// `x.shadow.settings.json` for `x.shadow.wasm`).
+#[must_use]
+pub fn settings_file(plugin_file: &Path) -> Option<PathBuf> {
+    let name = plugin_file.file_name()?.to_str()?.strip_suffix(".wasm")?;
+    Some(plugin_file.with_file_name(format!("{name}.settings.json")))
+}
+
+/// The plugin file a settings file belongs to (see [`settings_file`]).
+fn plugin_file_of_settings(settings: &Path) -> Option<PathBuf> {
+    let name = settings
+        .file_name()?
+        .to_str()?
+        .strip_suffix(".settings.json")?;
+    (!name.is_empty() && !name.starts_with('.'))
+        .then(|| settings.with_file_name(format!("{name}.wasm")))
+}
+
+/// The settings of `plugin_file` from its settings file: `None` when there
+/// is no such file; an error naming the file when it is unreadable or not
+/// JSON (the load is refused, whatever served keeps serving).
+fn read_settings_file(plugin_file: &Path) -> Result<Option<Arc<str>>, String> {
+    let Some(file) = settings_file(plugin_file) else {
+        return Ok(None);
+    };
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(format!(
+                "failed to read settings file {}: {e}",
+                file.display()
+            ));
+        }
+    };
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("settings file {} is not JSON: {e}", file.display()))?;
+    Ok((!value.is_null()).then(|| Arc::from(value.to_string().as_str())))
 }
 
 /// Whether a notify event can change what a plugin file holds: creation,

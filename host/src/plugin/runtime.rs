@@ -117,6 +117,8 @@ pub(crate) struct Prepared {
     /// Hex sha256 of the component's bytes.
     pub(crate) digest: String,
     pub(crate) timings: LoadTimings,
+    /// Whether the component can read settings (see `contract::Fit`).
+    pub(crate) reads_settings: bool,
 }
 
 /// Counters of a runtime, for metrics and tests.
@@ -256,7 +258,7 @@ impl PluginRuntime {
         timings.code = started.elapsed();
         timings.from_cache = self.inner.cache_hits.load(Ordering::Relaxed) != hits;
         let started = Instant::now();
-        contract::check(&self.inner.engine, &component).map_err(|m| match m {
+        let fit = contract::check(&self.inner.engine, &component).map_err(|m| match m {
             Mismatch::Version { found, host } => LoadError::IncompatibleContract {
                 origin: origin.clone(),
                 package: contract::CONTRACT_PACKAGE.to_string(),
@@ -285,6 +287,7 @@ impl PluginRuntime {
             pre,
             digest,
             timings,
+            reads_settings: fit.reads_settings,
         })
     }
 

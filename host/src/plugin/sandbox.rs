@@ -42,6 +42,11 @@ pub(crate) struct CallState {
     pub(crate) request_time: types::Timestamp,
     pub(crate) limiter: Limiter,
     pub(crate) output: MemoryOutputPipe,
+    /// The instance's settings (JSON), served by `settings()`.
+    pub(crate) settings: Option<Arc<str>>,
+    /// What `settings-schema` declared during this call (read after
+    /// `register`).
+    pub(crate) settings_schema: Option<String>,
     wasi: WasiCtx,
     table: ResourceTable,
 }
@@ -59,6 +64,7 @@ impl CallState {
         reads: Arc<dyn HostReads>,
         request_time: crate::action::Timestamp,
         limits: Limits,
+        settings: Option<Arc<str>>,
     ) -> Self {
         let request_time: types::Timestamp = request_time.convert();
         let output = MemoryOutputPipe::new(limits.output_bytes);
@@ -85,6 +91,8 @@ impl CallState {
             request_time,
             limiter: Limiter::new(limits.memory_bytes),
             output,
+            settings,
+            settings_schema: None,
             wasi: builder.build(),
             table: ResourceTable::new(),
         }
@@ -258,6 +266,14 @@ impl host::Host for CallState {
 
     fn request_time(&mut self) -> types::Timestamp {
         self.request_time
+    }
+
+    fn settings(&mut self) -> Option<String> {
+        self.settings.as_deref().map(str::to_owned)
+    }
+
+    fn settings_schema(&mut self, schema: String) {
+        self.settings_schema = Some(schema);
     }
 }
 

@@ -75,7 +75,10 @@ pub struct PluginSpec {
     /// A `kubernetes.io/dockerconfigjson` Secret in the host's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pull_secret: Option<String>,
-    /// Free-form settings handed to the plugin.
+    /// Free-form settings handed to the plugin (its `settings()` import):
+    /// validated by the plugin when it loads (`InvalidSettings` with its
+    /// own message keeps the serving version), read in every reconcile.
+    /// Changing them is a live swap that requeues every primary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "free_form")]
     pub settings: Option<Value>,

@@ -14,13 +14,20 @@
 //!    to 5 min); whatever served keeps serving (`Degraded=True`).
 //! 3. The module is loaded under the origin `plugins.rekon.dev/NAME.wasm`
 //!    ([`crate::plugin::PluginRegistry::apply_module`]): compiled, checked
-//!    against the contract, registered, then accepted only if its
-//!    registration names the object (`NameMismatch`) and declares nothing
-//!    beyond the granted `spec.permissions` (`PermissionsExceedGrant`,
-//!    naming what exceeds). A module from a registry never widens its own
-//!    powers. A name the plugin directory already serves is refused
-//!    (`NameConflict`), and the other way round: whichever came first keeps
-//!    it, loudly.
+//!    against the contract, registered with `spec.settings` (the plugin
+//!    validates them in `register`: `InvalidSettings` with its own
+//!    message), then accepted only if it declares nothing beyond the
+//!    granted `spec.permissions` (`PermissionsExceedGrant`, naming what
+//!    exceeds). A module from a registry never widens its own powers. It
+//!    runs as the plugin named after the object: a module that registers
+//!    another name runs as an *instance* of itself under the object's name
+//!    (field manager, queue, metrics and policy follow that name; its
+//!    finalizer gets the name appended, see
+//!    [`crate::plugin::LoadOptions::instance`]), so one module can back
+//!    several Plugin objects with different settings. A name the plugin
+//!    directory already serves is refused (`NameConflict`), and the other
+//!    way round: whichever came first keeps it, loudly. New settings are a
+//!    new generation: a live swap that requeues every primary.
 //! 4. `spec.shadow.module` goes through the same steps under
 //!    `plugins.rekon.dev/NAME.shadow.wasm`: it runs beside the serving
 //!    version (when `rekon run` shadows) and writes nothing; the status
@@ -72,7 +79,7 @@ use crate::action::Permission;
 use crate::lease::LeaderGate;
 use crate::lease::reports::ReportBoard;
 use crate::lease::shard::Shards;
-use crate::plugin::{LoadedPlugin, PluginRegistry};
+use crate::plugin::{LoadOptions, LoadedPlugin, PluginRegistry, Refusal};
 use crate::telemetry::metrics::Metrics;
 
 /// What a module fetch is asked for.
@@ -572,14 +579,6 @@ impl PluginObjects {
                 ..Pass::default()
             };
         }
-        if spec.settings.is_some() || spec.shadow.as_ref().is_some_and(|s| s.settings.is_some()) {
-            let message = format!(
-                "spec.settings is not supported by this host yet (contract {}): refusing rather than running the plugin without them{}",
-                crate::plugin::CONTRACT_VERSION,
-                keeps(&serving)
-            );
-            return refused(status, &serving, "SettingsUnsupported", message, false);
-        }
         let grant = match spec
             .permissions
             .iter()
@@ -617,7 +616,10 @@ impl PluginObjects {
                 }
             ),
         );
-        let loaded = match self.load(&name, &origin(&name), &module, &grant).await {
+        let options = LoadOptions::default()
+            .with_settings(spec.settings.as_ref())
+            .with_instance(Some(&name));
+        let loaded = match self.load(&origin(&name), &module, &grant, &options).await {
             Ok(p) => p,
             Err((reason, message)) => {
                 let serving = self.inner.registry.serving(&origin(&name));
@@ -646,7 +648,14 @@ impl PluginObjects {
                         f.transient,
                     )),
                     Ok(m) => self
-                        .load(&name, &shadow_origin(&name), &m, &grant)
+                        .load(
+                            &shadow_origin(&name),
+                            &m,
+                            &grant,
+                            &LoadOptions::default()
+                                .with_settings(shadow.settings.as_ref().or(spec.settings.as_ref()))
+                                .with_instance(Some(&name)),
+                        )
                         .await
                         .map(|_| m.digest)
                         .map_err(|(r, msg)| (r.to_owned(), format!("shadow: {msg}"), false)),
@@ -753,50 +762,40 @@ impl PluginObjects {
             .ok_or_else(|| fail(format!("pull Secret {ns}/{name} has no .dockerconfigjson")))
     }
 
-    /// Compile, register and accept `module` under `origin` (blocking pool).
+    /// Compile, register and accept `module` under `origin` (blocking pool):
+    /// as the plugin named after the Plugin object (`options.instance`),
+    /// with its settings, declaring nothing beyond `grant`.
     async fn load(
         &self,
-        name: &str,
         origin: &std::path::Path,
         module: &Module,
         grant: &[Permission],
+        options: &LoadOptions,
     ) -> Result<LoadedPlugin, (&'static str, String)> {
         let registry = self.inner.registry.clone();
         let origin = origin.to_path_buf();
         let bytes = Arc::clone(&module.bytes);
-        let name = name.to_owned();
         let grant = grant.to_vec();
-        let reason: Arc<Mutex<&'static str>> = Arc::new(Mutex::new("LoadFailed"));
-        let why = Arc::clone(&reason);
+        let options = options.clone();
         let result = tokio::task::spawn_blocking(move || {
-            registry.apply_module(&origin, &bytes, |plugin| {
-                if plugin.name() != name {
-                    *why.lock() = "NameMismatch";
-                    return Err(format!(
-                        "the module registers plugin {:?}; a Plugin object serves the plugin it is named after ({name:?})",
-                        plugin.name()
-                    ));
-                }
+            registry.apply_module(&origin, &bytes, &options, |plugin| {
                 let exceeds = exceeding(&plugin.registration().permissions, &grant);
-                if !exceeds.is_empty() {
-                    *why.lock() = "PermissionsExceedGrant";
-                    return Err(format!(
-                        "the module declares more than spec.permissions grants: {}",
-                        exceeds.join("; ")
-                    ));
+                if exceeds.is_empty() {
+                    Ok(())
+                } else {
+                    Err(Refusal {
+                        reason: "PermissionsExceedGrant",
+                        message: format!(
+                            "the module declares more than spec.permissions grants: {}",
+                            exceeds.join("; ")
+                        ),
+                    })
                 }
-                Ok(())
             })
         })
         .await
         .map_err(|e| ("LoadFailed", format!("the load task failed: {e}")))?;
-        result.map_err(|message| {
-            let reason = match *reason.lock() {
-                "LoadFailed" if message.contains("is already served by") => "NameConflict",
-                r => r,
-            };
-            (reason, message)
-        })
+        result.map_err(|r| (r.reason, r.message))
     }
 
     fn writes_status(&self) -> bool {

@@ -117,3 +117,49 @@ def test_a_differing_decision_is_reported():
 
     with pytest.raises(AssertionError, match="decide differently"):
         assert_cases(Lazy(), str(Path(__file__).parent / "cases"))
+
+
+# --- settings (the Rust seed's settings tests) ----------------------------------
+
+import copy  # noqa: E402
+
+
+def test_the_default_handler_comes_from_the_settings():
+    w = World().primary("main").with_settings({"defaultHandler": "kata"})
+    pool = copy.deepcopy(POOL)
+    del pool["spec"]["handler"]
+    w.insert("main", pool)
+    w.insert("main", node("n1", "gpu"))
+    w.converge(plugin, REQ)
+    assert w.get(kinds.RUNTIME_CLASS, "main", None, "node-pool-gpu")["handler"] == "kata"
+    w.set_settings({"defaultHandler": "runsc"})
+    w.converge(plugin, REQ)
+    assert w.get(kinds.RUNTIME_CLASS, "main", None, "node-pool-gpu")["handler"] == "runsc"
+
+
+def test_keys_outside_the_allowed_prefixes_make_a_pool_invalid():
+    w = world(node("n1", "gpu")).with_settings({"allowedKeyPrefixes": ["example.com/"]})
+    w.converge(plugin, REQ)
+    assert "accelerator" not in w.get(kinds.NODE, "main", None, "n1")["metadata"]["labels"]
+    ready = w.get(NODE_POOL, "main", None, "gpu")["status"]["conditions"][0]
+    assert ready["status"] == "False" and '"accelerator" is outside the allowed prefixes' in ready["message"]
+
+
+def test_a_pool_selector_narrows_the_primaries():
+    w = World().primary("main").with_settings({"poolSelector": "tier=gpu"})
+    assert w.register(plugin).primary_selector == "tier=gpu"
+
+
+@pytest.mark.parametrize(
+    "given,reason",
+    [
+        ({"defaultHandler": "Not A Label"}, "is not a DNS label"),
+        ({"allowedKeyPrefixes": [""]}, "would allow keys"),
+        ({"defaultHandlr": "kata"}, "unknown field `defaultHandlr`"),
+        ({"defaultHandler": 7}, "expected string"),
+    ],
+)
+def test_invalid_settings_are_refused_like_the_rust_seed_refuses_them(given, reason):
+    with pytest.raises(ValueError) as e:
+        World().primary("main").with_settings(given).register(plugin)
+    assert str(e.value).startswith("invalid settings: ") and reason in str(e.value)

@@ -20,6 +20,7 @@
 //! | [`plan_node`] / [`NodePlan`] | what one pool changes on one node (pure) |
 //! | [`Applied`] | what a pool applied to a node, recorded on the node |
 //! | [`runtime_class_for`] | the RuntimeClass a pool wants |
+//! | [`NodePoolSettings`] | what an operator configures: the default RuntimeClass handler, the label and taint key prefixes pools may manage |
 //!
 //! # Ownership of labels and taints (the design choice)
 //!
@@ -504,6 +505,102 @@ fn runtime_class_matches(existing: &RuntimeClass, want: &RuntimeClass) -> bool {
 }
 
 /// Problems of a spec that the API server would refuse on the nodes.
+/// What an operator configures for the plugin (`spec.settings` of its
+/// Plugin object, or `nodepool.settings.json` beside the file). Every field
+/// is optional; the defaults are the plugin's behaviour without settings.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodePoolSettings {
+    /// The RuntimeClass handler of pools whose spec names none.
+    #[serde(default = "default_handler")]
+    pub default_handler: String,
+    /// Label and taint keys a pool may manage must start with one of these
+    /// prefixes (e.g. `example.com/`); empty: any key (the role label's
+    /// prefix is never allowed). A pool whose spec uses another key is
+    /// invalid: its status says which, and it only cleans up.
+    #[serde(default)]
+    pub allowed_key_prefixes: Vec<String>,
+    /// Only NodePools matching this label selector are this plugin's (e.g.
+    /// `tier=gpu`): with it, several Plugin objects can run this module
+    /// side by side, each for its own pools, with its own settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_selector: Option<String>,
+}
+
+fn default_handler() -> String {
+    DEFAULT_HANDLER.to_owned()
+}
+
+impl Default for NodePoolSettings {
+    fn default() -> Self {
+        Self {
+            default_handler: default_handler(),
+            allowed_key_prefixes: Vec::new(),
+            pool_selector: None,
+        }
+    }
+}
+
+impl Settings for NodePoolSettings {
+    fn validate(&self) -> Result<(), String> {
+        let h = &self.default_handler;
+        let dns_label = !h.is_empty()
+            && h.len() <= 63
+            && h.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !h.starts_with('-')
+            && !h.ends_with('-');
+        if !dns_label {
+            return Err(format!(
+                "defaultHandler {h:?} is not a DNS label (lower-case letters, digits and '-', at most 63)"
+            ));
+        }
+        if let Some(p) = self
+            .allowed_key_prefixes
+            .iter()
+            .find(|p| p.is_empty() || p.starts_with(ROLE_PREFIX))
+        {
+            return Err(format!(
+                "allowedKeyPrefixes: {p:?} would allow keys a pool cannot manage"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl NodePoolSettings {
+    /// Problems of `spec` under these settings (beyond [`invalid_spec`]'s).
+    fn problems(&self, spec: &NodePoolSpec) -> Vec<String> {
+        if self.allowed_key_prefixes.is_empty() {
+            return Vec::new();
+        }
+        let allowed = |k: &str| self.allowed_key_prefixes.iter().any(|p| k.starts_with(p));
+        let labels = spec.labels.keys().map(|k| ("label", k.as_str()));
+        let taints = spec.taints.iter().map(|t| ("taint", t.key.as_str()));
+        labels
+            .chain(taints)
+            .filter(|(_, k)| !k.is_empty() && !allowed(k))
+            .map(|(what, k)| {
+                format!(
+                    "{what} key {k:?} is outside the allowed prefixes ({})",
+                    self.allowed_key_prefixes.join(", ")
+                )
+            })
+            .collect()
+    }
+
+    /// The RuntimeClass `pool` wants under these settings.
+    #[must_use]
+    pub fn runtime_class_for(&self, pool: &NodePool) -> RuntimeClass {
+        let mut rc = runtime_class_for(pool);
+        if pool.spec.handler.as_deref().is_none_or(str::is_empty) {
+            rc.handler.clone_from(&self.default_handler);
+        }
+        rc
+    }
+}
+
+/// The spec's own problems (settings aside).
 fn invalid_spec(spec: &NodePoolSpec) -> Vec<String> {
     let mut problems = Vec::new();
     for t in &spec.taints {
@@ -541,48 +638,53 @@ impl Plugin for NodePoolPlugin {
     type Primary = NodePool;
 
     fn register() -> Result<Registration, Error> {
-        Ok(
-            Registration::new::<NodePool>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
-                // A node event wakes the pools its role labels name, and
-                // those its marker labels name (former members), computed
-                // by the host from the node's new and previous labels.
-                .watch::<Node>(
-                    ClusterSet::Primary,
-                    Mapping::label_key_prefixes(&[ROLE_PREFIX, APPLIED_PREFIX]),
-                )
-                .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
-                .finalizer(FINALIZER)
-                .permission::<NodePool>(
-                    &[
-                        Verb::Get,
-                        Verb::List,
-                        Verb::Watch,
-                        Verb::Patch,
-                        Verb::Update,
-                    ],
-                    ClusterSet::Primary,
-                )
-                .status_permission::<NodePool>(
-                    &[Verb::Get, Verb::Patch, Verb::Update],
-                    ClusterSet::Primary,
-                )
-                .permission::<Node>(
-                    &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
-                    ClusterSet::Primary,
-                )
-                .permission::<RuntimeClass>(
-                    &[
-                        Verb::Get,
-                        Verb::List,
-                        Verb::Watch,
-                        Verb::Create,
-                        Verb::Patch,
-                        Verb::Delete,
-                    ],
-                    ClusterSet::Primary,
-                )
-                .crd(NodePool::crd()),
-        )
+        let settings = rekon_sdk::settings::<NodePoolSettings>()?;
+        let registration = Registration::new::<NodePool>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"));
+        let registration = match &settings.pool_selector {
+            Some(selector) => registration.primary_selector(selector),
+            None => registration,
+        };
+        Ok(registration
+            .settings::<NodePoolSettings>()
+            // A node event wakes the pools its role labels name, and
+            // those its marker labels name (former members), computed
+            // by the host from the node's new and previous labels.
+            .watch::<Node>(
+                ClusterSet::Primary,
+                Mapping::label_key_prefixes(&[ROLE_PREFIX, APPLIED_PREFIX]),
+            )
+            .watch::<RuntimeClass>(ClusterSet::Primary, Mapping::OwnerReference)
+            .finalizer(FINALIZER)
+            .permission::<NodePool>(
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Patch,
+                    Verb::Update,
+                ],
+                ClusterSet::Primary,
+            )
+            .status_permission::<NodePool>(
+                &[Verb::Get, Verb::Patch, Verb::Update],
+                ClusterSet::Primary,
+            )
+            .permission::<Node>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::Primary,
+            )
+            .permission::<RuntimeClass>(
+                &[
+                    Verb::Get,
+                    Verb::List,
+                    Verb::Watch,
+                    Verb::Create,
+                    Verb::Patch,
+                    Verb::Delete,
+                ],
+                ClusterSet::Primary,
+            )
+            .crd(NodePool::crd()))
     }
 
     fn reconcile(ctx: &Context, req: &Request, event: Event<NodePool>) -> Result<Outcome, Error> {
@@ -591,7 +693,13 @@ impl Plugin for NodePoolPlugin {
         let name = pool.name_any();
         let cluster = req.cluster.as_str();
         let pool_ref = ObjectRef::for_request::<NodePool>(req);
-        let problems = invalid_spec(&pool.spec);
+        let settings: NodePoolSettings = ctx.settings()?;
+        let invalid = |spec: &NodePoolSpec| {
+            let mut problems = invalid_spec(spec);
+            problems.extend(settings.problems(spec));
+            problems
+        };
+        let problems = invalid(&pool.spec);
 
         // Only the pool's nodes: members (role label) and nodes it recorded
         // something on (marker label), both served from the host's index.
@@ -622,7 +730,7 @@ impl Plugin for NodePoolPlugin {
         }
         let others: Vec<OtherPool<'_>> = pools
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none() && invalid_spec(&p.spec).is_empty())
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && invalid(&p.spec).is_empty())
             .map(|p| OtherPool {
                 name: p.metadata.name.as_deref().unwrap_or_default(),
                 spec: &p.spec,
@@ -695,7 +803,7 @@ impl Plugin for NodePoolPlugin {
         }
 
         // The RuntimeClass (left as it is while the spec is invalid).
-        let want_rc = runtime_class_for(&pool);
+        let want_rc = settings.runtime_class_for(&pool);
         let rc_name = runtime_class_name(&name);
         let existing_rc = ctx.get::<RuntimeClass>(cluster, None, &rc_name)?;
         match existing_rc {

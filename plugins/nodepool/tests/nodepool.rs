@@ -757,3 +757,135 @@ fn an_invalid_spec_is_reported_and_touches_no_node() {
     assert_eq!(ready(&world, "gpu"), ("False".into(), "InvalidSpec".into()));
     assert!(!labels(&world, "n1").contains_key("a"));
 }
+
+// --- settings --------------------------------------------------------------
+
+#[test]
+fn without_settings_the_defaults_apply_and_a_schema_is_declared() {
+    let world = World::new().primary("main");
+    let reg = world
+        .register_plugin::<NodePoolPlugin>()
+        .expect("registers");
+    assert_eq!(reg.primary_selector, None);
+    let schema = world.settings_schema().expect("a schema is declared");
+    let props = &schema["properties"];
+    for field in ["defaultHandler", "allowedKeyPrefixes", "poolSelector"] {
+        assert!(props.get(field).is_some(), "{field} in {schema}");
+    }
+    assert_eq!(schema["additionalProperties"], json!(false));
+}
+
+#[test]
+fn the_default_handler_comes_from_the_settings_and_a_new_value_swaps_it() {
+    let mut world = World::new()
+        .primary("main")
+        .with_settings(json!({"defaultHandler": "kata"}));
+    insert_pool(&mut world, "gpu", gpu_spec());
+    insert_pool(
+        &mut world,
+        "own",
+        spec(&[("team", "a")], &[], Some("gvisor")),
+    );
+    insert_node(&mut world, "n1", &["gpu"], true);
+    converge(&mut world);
+    let rc: RuntimeClass = world.get("main", None, "node-pool-gpu").unwrap();
+    assert_eq!(rc.handler, "kata");
+    // A pool naming its handler keeps it.
+    let rc: RuntimeClass = world.get("main", None, "node-pool-own").unwrap();
+    assert_eq!(rc.handler, "gvisor");
+
+    // The operator edits the settings: the next pass follows them.
+    world.set_settings(Some(json!({"defaultHandler": "runsc"})));
+    converge(&mut world);
+    let rc: RuntimeClass = world.get("main", None, "node-pool-gpu").unwrap();
+    assert_eq!(rc.handler, "runsc");
+}
+
+#[test]
+fn keys_outside_the_allowed_prefixes_make_a_pool_invalid() {
+    let mut world = World::new()
+        .primary("main")
+        .with_settings(json!({"allowedKeyPrefixes": ["node-pool.lailin.xyz/"]}));
+    // gpu_spec has the label `accelerator`, outside the prefix.
+    insert_pool(&mut world, "gpu", gpu_spec());
+    insert_pool(
+        &mut world,
+        "ok",
+        spec(&[("node-pool.lailin.xyz/ok", "1")], &[], None),
+    );
+    insert_node(&mut world, "n1", &["gpu"], true);
+    insert_node(&mut world, "n2", &["ok"], true);
+    converge(&mut world);
+    assert!(!labels(&world, "n1").contains_key("accelerator"));
+    let (status, reason) = ready(&world, "gpu");
+    assert_eq!(status, "False");
+    let message = pool(&world, "gpu")
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("\"accelerator\" is outside the allowed prefixes"),
+        "{reason}: {message}"
+    );
+    assert_eq!(labels(&world, "n2")["node-pool.lailin.xyz/ok"], "1");
+}
+
+#[test]
+fn invalid_settings_refuse_the_load_with_the_plugins_reason() {
+    for (settings, reason) in [
+        (
+            json!({"defaultHandler": "Not A Label"}),
+            "is not a DNS label",
+        ),
+        (json!({"allowedKeyPrefixes": [""]}), "would allow keys"),
+        (
+            json!({"defaultHandlr": "kata"}),
+            "unknown field `defaultHandlr`",
+        ),
+        (json!({"defaultHandler": 7}), "invalid type"),
+    ] {
+        let world = World::new().primary("main").with_settings(settings.clone());
+        let err = world
+            .register_plugin::<NodePoolPlugin>()
+            .expect_err("refused");
+        let TestkitError::Register(e) = &err else {
+            panic!("{err}");
+        };
+        assert!(
+            e.message().starts_with("invalid settings: ") && e.message().contains(reason),
+            "{settings}: {}",
+            e.message()
+        );
+    }
+}
+
+#[test]
+fn a_pool_selector_narrows_the_primaries_so_instances_can_share_a_cluster() {
+    let world = World::new()
+        .primary("main")
+        .with_settings(json!({"poolSelector": "tier=gpu"}));
+    let reg = world.register_plugin::<NodePoolPlugin>().unwrap();
+    assert_eq!(reg.primary_selector.as_deref(), Some("tier=gpu"));
+
+    let mut world = world;
+    let mut gpu = NodePool::new("gpu", gpu_spec());
+    gpu.metadata.labels = Some(BTreeMap::from([("tier".into(), "gpu".into())]));
+    world.insert("main", &gpu);
+    insert_pool(&mut world, "cpu", spec(&[("cpu", "yes")], &[], None));
+    insert_node(&mut world, "n1", &["gpu"], true);
+    insert_node(&mut world, "n2", &["cpu"], true);
+    converge(&mut world);
+    assert_eq!(labels(&world, "n1")["accelerator"], "a100");
+    // The unselected pool is another instance's: untouched.
+    assert!(!labels(&world, "n2").contains_key("cpu"));
+    assert!(pool(&world, "cpu").status.is_none());
+    assert!(
+        world
+            .get::<RuntimeClass>("main", None, "node-pool-cpu")
+            .is_none()
+    );
+}

@@ -22,6 +22,7 @@ import {
   ReconcileError,
   Registration,
   type Request,
+  type SettingsType,
   customKind,
   formatTime,
   kinds,
@@ -29,11 +30,16 @@ import {
   refForRequest,
   requestText,
   sameRequest,
+  settings,
   statusChanged,
 } from "@rekon/sdk";
 import type { Job } from "kubernetes-types/batch/v1";
 import type { ObjectMeta } from "kubernetes-types/meta/v1";
 import crd from "../crd.json" with { type: "json" };
+// The Rust seed's settings schema, as `rekon plugin inspect` prints it: the
+// ports declare exactly what the seed declares (tests/e2e/tests/sdk_ports.rs
+// compares the two registrations, schema included).
+import settingsSchema from "../settings.schema.json" with { type: "json" };
 
 export const PLUGIN_NAME = "test-fanout";
 export const VERSION = "0.1.0";
@@ -94,6 +100,77 @@ function decodeStatus(s: Partial<TestStatus> | null | undefined): TestStatus {
   return out;
 }
 
+/** Job fields every fanned-out Job gets (unset: the API server's defaults). */
+export interface JobDefaults {
+  backoffLimit?: number;
+  activeDeadlineSeconds?: number;
+  ttlSecondsAfterFinished?: number;
+}
+
+/** What an operator configures: the clusters Jobs go to (empty: all), Job defaults. */
+export interface FanoutSettings {
+  clusters: string[];
+  job: JobDefaults;
+}
+
+function fields(raw: unknown, where: string, allowed: string[]): Record<string, unknown> {
+  if (typeof raw !== "object" || raw === null || Array.isArray(raw)) {
+    throw new Error(`invalid type: ${JSON.stringify(raw)}, expected ${where}`);
+  }
+  const unknown = Object.keys(raw).find((k) => !allowed.includes(k));
+  if (unknown !== undefined) throw new Error(`unknown field \`${unknown}\`, expected one of ${allowed.map((a) => `\`${a}\``).join(", ")}`);
+  return raw as Record<string, unknown>;
+}
+
+function integer(v: unknown, name: string): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== "number" || !Number.isInteger(v)) throw new Error(`invalid type: ${JSON.stringify(v)}, expected an integer for ${name}`);
+  return v;
+}
+
+/** The same settings, and the same checks, as the Rust seed's `FanoutSettings`. */
+export const FANOUT_SETTINGS: SettingsType<FanoutSettings> = {
+  schema: settingsSchema as Record<string, unknown>,
+  parse(raw) {
+    if (raw === undefined) return { clusters: [], job: {} };
+    const f = fields(raw, "struct FanoutSettings", ["clusters", "job"]);
+    const clusters = f.clusters ?? [];
+    if (!Array.isArray(clusters) || clusters.some((c) => typeof c !== "string")) {
+      throw new Error(`invalid type: ${JSON.stringify(clusters)}, expected a sequence of strings for clusters`);
+    }
+    const j = f.job === undefined ? {} : fields(f.job, "struct JobDefaults", ["backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"]);
+    const job: JobDefaults = {};
+    const backoffLimit = integer(j.backoffLimit, "backoffLimit");
+    const activeDeadlineSeconds = integer(j.activeDeadlineSeconds, "activeDeadlineSeconds");
+    const ttlSecondsAfterFinished = integer(j.ttlSecondsAfterFinished, "ttlSecondsAfterFinished");
+    if (backoffLimit !== undefined) job.backoffLimit = backoffLimit;
+    if (activeDeadlineSeconds !== undefined) job.activeDeadlineSeconds = activeDeadlineSeconds;
+    if (ttlSecondsAfterFinished !== undefined) job.ttlSecondsAfterFinished = ttlSecondsAfterFinished;
+    const empty = (clusters as string[]).find((c) => c === "");
+    if (empty !== undefined) throw new Error(`clusters: ${JSON.stringify(empty)} is not a cluster name`);
+    if (backoffLimit !== undefined && backoffLimit < 0) throw new Error("job.backoffLimit must not be negative");
+    if (activeDeadlineSeconds !== undefined && activeDeadlineSeconds <= 0) throw new Error("job.activeDeadlineSeconds must be positive");
+    if (ttlSecondsAfterFinished !== undefined && ttlSecondsAfterFinished < 0) throw new Error("job.ttlSecondsAfterFinished must not be negative");
+    return { clusters: clusters as string[], job };
+  },
+};
+
+/** The clusters Jobs go to: every one, or the named ones. */
+export function fanoutClusters(s: FanoutSettings): ClusterSet {
+  return s.clusters.length === 0 ? ClusterSet.all : ClusterSet.named(s.clusters);
+}
+
+/** {@link jobFor} with the Job defaults of the settings. */
+export function jobWith(test: Test, owner: Request, cluster: string, defaults: JobDefaults): Job {
+  const job = jobFor(test, owner, cluster);
+  if (job.spec !== undefined) {
+    if (defaults.backoffLimit !== undefined) job.spec.backoffLimit = defaults.backoffLimit;
+    if (defaults.activeDeadlineSeconds !== undefined) job.spec.activeDeadlineSeconds = defaults.activeDeadlineSeconds;
+    if (defaults.ttlSecondsAfterFinished !== undefined) job.spec.ttlSecondsAfterFinished = defaults.ttlSecondsAfterFinished;
+  }
+  return job;
+}
+
 /** The Job `test` wants in `cluster` (owner reference only in the Test's own cluster). */
 export function jobFor(test: Test, owner: Request, cluster: string): Job {
   const meta = test.metadata ?? {};
@@ -136,8 +213,12 @@ interface View {
 
 const stateOf = (v: View) => (v.seen.type === "mine" ? jobState(v.seen.job) : undefined);
 
-function observe(ctx: Context, req: Request, namespace: string): View[] {
-  const clusters = ctx.clusters().sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+function observe(ctx: Context, req: Request, namespace: string, s: FanoutSettings): View[] {
+  const fanout = fanoutClusters(s);
+  const clusters = ctx
+    .clusters()
+    .filter((c) => fanout.tag !== "named" || fanout.val.includes(c.name))
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return clusters.map((info) => {
     let seen: Seen;
     try {
@@ -183,7 +264,7 @@ function clusterLine(v: View, finished: boolean, old: TestStatus): ClusterJob {
   }
 }
 
-function converge(ctx: Context, req: Request, test: Test, views: View[]): Outcome {
+function converge(ctx: Context, req: Request, test: Test, views: View[], defaults: JobDefaults): Outcome {
   const testRef = refForRequest(TestKind, req);
   const old = decodeStatus(test.status);
   const outcome = Outcome.done();
@@ -197,7 +278,7 @@ function converge(ctx: Context, req: Request, test: Test, views: View[]): Outcom
         if (v.info.name !== req.cluster && req.namespace !== undefined) {
           outcome.push(Action.create(v.info.name, kinds.Namespace, { metadata: { name: req.namespace } }));
         }
-        outcome.push(Action.create(v.info.name, kinds.Job, jobFor(test, req, v.info.name)));
+        outcome.push(Action.create(v.info.name, kinds.Job, jobWith(test, req, v.info.name, defaults)));
         created.push(v.info.name);
       }
     }
@@ -275,21 +356,26 @@ function cleanup(ctx: Context, req: Request, namespace: string, views: View[]): 
 export const testFanout: Plugin<Test> = {
   primary: TestKind,
 
-  register: () =>
-    new Registration(PLUGIN_NAME, VERSION, TestKind)
-      .requeueOn(ClusterSet.all)
-      .watch(kinds.Job, ClusterSet.all, Mapping.ownerLabels(OWNER_LABELS))
+  register: () => {
+    // The settings shape the registration: Jobs only where they go.
+    const fanout = fanoutClusters(settings(FANOUT_SETTINGS));
+    return new Registration(PLUGIN_NAME, VERSION, TestKind)
+      .withSettings(FANOUT_SETTINGS)
+      .requeueOn(fanout)
+      .watch(kinds.Job, fanout, Mapping.ownerLabels(OWNER_LABELS))
       .withFinalizer(FINALIZER)
       .permission(TestKind, ["get", "list", "watch", "patch", "update"], ClusterSet.primary)
       .statusPermission(TestKind, ["get", "patch", "update"], ClusterSet.primary)
-      .permission(kinds.Job, ["get", "list", "watch", "create", "delete"], ClusterSet.all)
-      .permission(kinds.Namespace, ["get", "create"], ClusterSet.all)
-      .crd(crd),
+      .permission(kinds.Job, ["get", "list", "watch", "create", "delete"], fanout)
+      .permission(kinds.Namespace, ["get", "create"], fanout)
+      .crd(crd);
+  },
 
   reconcile(ctx: Context, req: Request, event: Event<Test>): Outcome {
     const namespace = req.namespace;
     if (namespace === undefined) throw ReconcileError.terminal(`test ${requestText(req)} has no namespace`);
-    const views = observe(ctx, req, namespace);
-    return event.type === "apply" ? converge(ctx, req, event.primary, views) : cleanup(ctx, req, namespace, views);
+    const s = ctx.settings(FANOUT_SETTINGS);
+    const views = observe(ctx, req, namespace, s);
+    return event.type === "apply" ? converge(ctx, req, event.primary, views, s.job) : cleanup(ctx, req, namespace, views);
   },
 };

@@ -106,3 +106,37 @@ test("the Rust seed's recorded cases decide the same here", () => {
   assert.ok(existsSync(dir), `no recorded cases in ${dir}`);
   assert.ok(assertCases(testFanout, dir) > 0);
 });
+
+// --- settings (the Rust seed's settings tests) ------------------------------
+
+test("job defaults from the settings reach every job", () => {
+  const w = world().withSettings({ job: { backoffLimit: 2, activeDeadlineSeconds: 600, ttlSecondsAfterFinished: 3600 } });
+  w.converge(testFanout, req);
+  for (const c of ["main", "sub"]) {
+    const spec = (w.get(kinds.Job, c, NS, NAME) as any).spec;
+    assert.deepEqual([spec.backoffLimit, spec.activeDeadlineSeconds, spec.ttlSecondsAfterFinished], [2, 600, 3600], c);
+  }
+});
+
+test("named clusters narrow the fan-out and the registration", () => {
+  const w = world().cluster("other").withSettings({ clusters: ["main", "sub"] });
+  const reg = w.register(testFanout);
+  assert.deepEqual(reg.clusters, { tag: "named", val: ["main", "sub"] });
+  w.converge(testFanout, req);
+  assert.ok(w.get(kinds.Job, "sub", NS, NAME));
+  assert.equal(w.get(kinds.Job, "other", NS, NAME), undefined);
+  assert.deepEqual(status(w)?.clusters.map((l) => l.cluster), ["main", "sub"]);
+  w.setSettings(undefined);
+  w.converge(testFanout, req);
+  assert.ok(w.get(kinds.Job, "other", NS, NAME));
+});
+
+test("invalid settings are refused like the Rust seed refuses them", () => {
+  for (const [given, reason] of [
+    [{ job: { backoffLimit: -1 } }, "backoffLimit must not be negative"],
+    [{ clusters: [""] }, "is not a cluster name"],
+    [{ cluster: ["a"] }, "unknown field `cluster`"],
+  ] as const) {
+    assert.throws(() => world().withSettings(given).register(testFanout), (e: Error) => e.message.startsWith("invalid settings: ") && e.message.includes(reason));
+  }
+});

@@ -13,6 +13,7 @@
 //! | [`Test`], [`TestSpec`], [`TestStatus`] | the custom resource (CRD generated from the types) |
 //! | [`TestFanout`] | the [`Plugin`]: registration and reconcile |
 //! | [`job_for`] | the Job a Test wants in one cluster |
+//! | [`FanoutSettings`] | what an operator configures: the clusters Jobs go to, Job defaults |
 //! | [`job_state`] | how a Job's status reads |
 //!
 //! # Behaviour
@@ -167,6 +168,80 @@ pub struct TestStatus {
     pub clusters: Vec<ClusterJob>,
 }
 
+/// What an operator configures for the plugin (`spec.settings` of its
+/// Plugin object, or `test_fanout.settings.json` beside the file). The
+/// defaults are the plugin's behaviour without settings.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FanoutSettings {
+    /// Fan out to these clusters only (by name); empty: every engaged
+    /// cluster. The plugin then watches, reads and writes Jobs only there.
+    #[serde(default)]
+    pub clusters: Vec<String>,
+    /// Defaults for every Job.
+    #[serde(default)]
+    pub job: JobDefaults,
+}
+
+/// Job fields every fanned-out Job gets (unset: the API server's defaults).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct JobDefaults {
+    /// `spec.backoffLimit`: retries before the Job is failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_limit: Option<i32>,
+    /// `spec.activeDeadlineSeconds`: how long a Job may run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    /// `spec.ttlSecondsAfterFinished`: when a finished Job is deleted by
+    /// the cluster (the Test's status keeps its outcome).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds_after_finished: Option<i32>,
+}
+
+impl Settings for FanoutSettings {
+    fn validate(&self) -> Result<(), String> {
+        if let Some(c) = self.clusters.iter().find(|c| c.is_empty()) {
+            return Err(format!("clusters: {c:?} is not a cluster name"));
+        }
+        let j = &self.job;
+        if j.backoff_limit.is_some_and(|v| v < 0) {
+            return Err("job.backoffLimit must not be negative".into());
+        }
+        if j.active_deadline_seconds.is_some_and(|v| v <= 0) {
+            return Err("job.activeDeadlineSeconds must be positive".into());
+        }
+        if j.ttl_seconds_after_finished.is_some_and(|v| v < 0) {
+            return Err("job.ttlSecondsAfterFinished must not be negative".into());
+        }
+        Ok(())
+    }
+}
+
+impl FanoutSettings {
+    /// The clusters Jobs go to: every one, or the named ones.
+    #[must_use]
+    pub fn cluster_set(&self) -> ClusterSet {
+        if self.clusters.is_empty() {
+            ClusterSet::All
+        } else {
+            ClusterSet::Named(self.clusters.clone())
+        }
+    }
+}
+
+/// [`job_for`] with the Job defaults of `settings`.
+#[must_use]
+pub fn job_with(test: &Test, owner: &Request, cluster: &str, defaults: &JobDefaults) -> Job {
+    let mut job = job_for(test, owner, cluster);
+    if let Some(spec) = job.spec.as_mut() {
+        spec.backoff_limit = defaults.backoff_limit;
+        spec.active_deadline_seconds = defaults.active_deadline_seconds;
+        spec.ttl_seconds_after_finished = defaults.ttl_seconds_after_finished;
+    }
+    job
+}
+
 /// The Job `test` wants in `cluster`. `owner` is the Test's request (its
 /// cluster, namespace and name); the Job gets a controller owner reference
 /// only in the Test's own cluster (owner references cannot cross clusters).
@@ -265,10 +340,14 @@ impl Plugin for TestFanout {
     type Primary = Test;
 
     fn register() -> Result<Registration, Error> {
+        // The settings shape the registration: Jobs are watched, read and
+        // written only in the clusters they go to.
+        let fanout = rekon_sdk::settings::<FanoutSettings>()?.cluster_set();
         Ok(
             Registration::new::<Test>(PLUGIN_NAME, env!("CARGO_PKG_VERSION"))
-                .clusters(ClusterSet::All)
-                .watch::<Job>(ClusterSet::All, Mapping::OwnerLabels(owner_labels()))
+                .settings::<FanoutSettings>()
+                .clusters(fanout.clone())
+                .watch::<Job>(fanout.clone(), Mapping::OwnerLabels(owner_labels()))
                 .finalizer(FINALIZER)
                 .permission::<Test>(
                     &[
@@ -292,9 +371,9 @@ impl Plugin for TestFanout {
                         Verb::Create,
                         Verb::Delete,
                     ],
-                    ClusterSet::All,
+                    fanout.clone(),
                 )
-                .permission::<Namespace>(&[Verb::Get, Verb::Create], ClusterSet::All)
+                .permission::<Namespace>(&[Verb::Get, Verb::Create], fanout)
                 .crd(Test::crd()),
         )
     }
@@ -303,17 +382,25 @@ impl Plugin for TestFanout {
         let Some(namespace) = req.namespace.as_deref() else {
             return Err(Error::terminal(format!("test {req} has no namespace")));
         };
-        let views = observe(ctx, req, namespace)?;
+        let settings: FanoutSettings = ctx.settings()?;
+        let views = observe(ctx, req, namespace, &settings)?;
         Ok(match event {
-            Event::Apply(test) => converge(ctx, req, &test, &views),
+            Event::Apply(test) => converge(ctx, req, &test, &views, &settings.job),
             Event::Cleanup(_) => cleanup(ctx, req, namespace, &views),
         })
     }
 }
 
 /// Reads the Test's Job in every engaged cluster, sorted by cluster name.
-fn observe(ctx: &Context, req: &Request, namespace: &str) -> Result<Vec<View>, Error> {
+fn observe(
+    ctx: &Context,
+    req: &Request,
+    namespace: &str,
+    settings: &FanoutSettings,
+) -> Result<Vec<View>, Error> {
+    let fanout = settings.cluster_set();
     let mut clusters = ctx.clusters();
+    clusters.retain(|c| fanout.contains(&c.name, None));
     clusters.sort_by(|a, b| a.name.cmp(&b.name));
     let keys = owner_labels();
     let mut views = Vec::with_capacity(clusters.len());
@@ -344,7 +431,13 @@ fn observe(ctx: &Context, req: &Request, namespace: &str) -> Result<Vec<View>, E
 }
 
 /// The normal path: create missing Jobs, compute and write the status.
-fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcome {
+fn converge(
+    ctx: &Context,
+    req: &Request,
+    test: &Test,
+    views: &[View],
+    defaults: &JobDefaults,
+) -> Outcome {
     let test_ref = ObjectRef::for_request::<Test>(req);
     let old = test.status.clone().unwrap_or_default();
     let mut outcome = Outcome::done();
@@ -377,7 +470,7 @@ fn converge(ctx: &Context, req: &Request, test: &Test, views: &[View]) -> Outcom
                 }
                 outcome.push(Action::create(
                     &v.info.name,
-                    &job_for(test, req, &v.info.name),
+                    &job_with(test, req, &v.info.name, defaults),
                 ));
                 created.push(v.info.name.clone());
             }

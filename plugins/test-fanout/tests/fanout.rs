@@ -523,3 +523,76 @@ fn a_running_test_is_looked_at_again_a_finished_one_is_not() {
     let finished = world.reconcile::<TestFanout>(&req()).unwrap();
     assert_eq!(finished.requeue_after, None);
 }
+
+// --- settings --------------------------------------------------------------
+
+#[test]
+fn job_defaults_from_the_settings_reach_every_job() {
+    let mut world = world().with_settings(json!({
+        "job": {"backoffLimit": 2, "activeDeadlineSeconds": 600, "ttlSecondsAfterFinished": 3600}
+    }));
+    converge(&mut world);
+    for cluster in ["main", "sub"] {
+        let job: Job = world.get(cluster, Some(NS), NAME).expect("job");
+        let spec = job.spec.unwrap();
+        assert_eq!(
+            (
+                spec.backoff_limit,
+                spec.active_deadline_seconds,
+                spec.ttl_seconds_after_finished
+            ),
+            (Some(2), Some(600), Some(3600)),
+            "{cluster}"
+        );
+    }
+}
+
+#[test]
+fn named_clusters_narrow_the_fan_out_and_the_registration() {
+    let mut world = world()
+        .cluster("other")
+        .with_settings(json!({"clusters": ["main", "sub"]}));
+    let reg = world.register_plugin::<TestFanout>().unwrap();
+    let named = ClusterSet::Named(vec!["main".into(), "sub".into()]);
+    assert_eq!(reg.clusters, named);
+    assert!(
+        reg.permissions
+            .iter()
+            .all(|p| p.resource.kind != "Job" || p.clusters == named)
+    );
+    converge(&mut world);
+    assert!(world.contains(&job_ref("main")) && world.contains(&job_ref("sub")));
+    assert!(!world.contains(&job_ref("other")));
+    let clusters: Vec<String> = status(&world)
+        .clusters
+        .into_iter()
+        .map(|c| c.cluster)
+        .collect();
+    assert_eq!(clusters, ["main", "sub"]);
+
+    // Without settings: every cluster, as before.
+    world.set_settings(None);
+    converge(&mut world);
+    assert!(world.contains(&job_ref("other")));
+}
+
+#[test]
+fn invalid_fanout_settings_are_refused() {
+    for (settings, reason) in [
+        (
+            json!({"job": {"backoffLimit": -1}}),
+            "backoffLimit must not be negative",
+        ),
+        (json!({"clusters": [""]}), "is not a cluster name"),
+        (json!({"cluster": ["a"]}), "unknown field `cluster`"),
+    ] {
+        let err = world()
+            .with_settings(settings.clone())
+            .register_plugin::<TestFanout>()
+            .expect_err("refused");
+        assert!(
+            err.to_string().contains("invalid settings: ") && err.to_string().contains(reason),
+            "{settings}: {err}"
+        );
+    }
+}

@@ -13,6 +13,7 @@ structural finalizer, retryable vs terminal ``ReconcileError``.
 | ``action`` | action builders, ``Outcome`` |
 | ``plugin`` | ``Plugin``, ``Apply``/``Cleanup``, ``dispatch`` |
 | ``errors`` | ``ReconcileError``, ``ReadError`` |
+| ``settings`` | typed plugin settings: ``dataclass_settings``, ``settings`` |
 | ``component`` | ``export_plugin``: the component's ``Guest`` (componentize-py) |
 | ``testkit`` | ``World`` and recorded-case replay under pytest |
 | ``build`` | ``rekon-py-build``: the component build |
@@ -22,6 +23,7 @@ from .action import ObjectRef, Outcome
 from .context import Context, canonical, status_changed
 from .errors import ReadError, ReconcileError
 from .plugin import Apply, Cleanup, Plugin, dispatch
+from .settings import SETTINGS_REFUSAL_PREFIX, dataclass_settings, settings
 from .types import (
     ALL,
     ALL_PRIMARIES,
@@ -47,5 +49,5 @@ __all__ = [
     "ReadError", "ReconcileError", "Apply", "Cleanup", "Plugin", "dispatch", "ALL",
     "ALL_PRIMARIES", "CUSTOM", "ITSELF", "OTHERS", "OWNER_REFERENCE", "PRIMARY", "ClusterInfo",
     "ClusterSet", "Mapping", "OwnerLabels", "Registration", "Request", "ResourceType", "Timestamp",
-    "format_time", "named",
+    "format_time", "named", "SETTINGS_REFUSAL_PREFIX", "dataclass_settings", "settings",
 ]

@@ -16,6 +16,7 @@ from . import action as a
 from .context import Context
 from .errors import ReadError, to_reconcile_error
 from .plugin import Plugin, dispatch
+from .settings import check_at_register, with_backend
 from .types import ClusterInfo, ClusterSet, Mapping, Registration, Request, ResourceType, Timestamp
 
 _SCOPE = {"namespaced": wit.Scope.NAMESPACED, "cluster": wit.Scope.CLUSTER}
@@ -56,6 +57,12 @@ class _HostBackend:
     def request_time(self):
         t = host.request_time()
         return Timestamp(t.seconds, t.nanoseconds)
+
+    def settings(self):
+        return host.settings()
+
+    def declare_settings_schema(self, schema):
+        host.settings_schema(schema)
 
 
 def _cluster_set(s: ClusterSet):
@@ -121,16 +128,22 @@ def export_plugin(plugin: Plugin):
 
     class Guest:
         def register(self):
+            backend = _HostBackend()
             try:
-                return _registration(plugin.register())
+                with with_backend(backend):
+                    reg = plugin.register()
+                    check_at_register(reg, backend)
+                return _registration(reg)
             except Exception as e:  # a failed registration refuses the load
                 raise Err(str(e)) from None
 
         def reconcile(self, request, phase):
-            ctx = Context(_HostBackend(), _PHASE[phase])
+            backend = _HostBackend()
+            ctx = Context(backend, _PHASE[phase])
             req = Request(cluster=request.cluster, namespace=request.namespace, name=request.name)
             try:
-                o = dispatch(plugin, ctx, req)
+                with with_backend(backend):
+                    o = dispatch(plugin, ctx, req)
             except Exception as e:
                 err = to_reconcile_error(e)
                 raise Err(wit.ReconcileError(message=err.message, retryable=err.retryable)) from None
@@ -140,7 +153,8 @@ def export_plugin(plugin: Plugin):
             ctx = Context(_HostBackend())
             r = ResourceType(resource.group, resource.version, resource.kind, resource.plural, "cluster" if resource.scope == wit.Scope.CLUSTER else "namespaced")
             try:
-                reqs = plugin.map(ctx, cluster, r, json.loads(obj)) if hasattr(plugin, "map") else []
+                with with_backend(ctx._backend):
+                    reqs = plugin.map(ctx, cluster, r, json.loads(obj)) if hasattr(plugin, "map") else []
             except Exception as e:
                 ctx.warn(f"failed to map the object: {e}", cluster=cluster)
                 return []

@@ -18,6 +18,8 @@ class Backend(Protocol):
     def clusters(self) -> list[ClusterInfo]: ...
     def log(self, level: str, message: str, fields: list[tuple[str, str]]) -> None: ...
     def request_time(self) -> Timestamp: ...
+    def settings(self) -> Optional[str]: ...
+    def declare_settings_schema(self, schema: str) -> None: ...
 
 
 class Context:
@@ -38,6 +40,18 @@ class Context:
 
     def clusters(self) -> list[ClusterInfo]:
         return self._backend.clusters()
+
+    def settings(self, kind: Any) -> Any:
+        """The plugin's settings as ``kind`` (the type its registration declares): what the
+        operator configured, or the defaults. Validated at load, so this raises (a terminal
+        ``ReconcileError``) only for another type."""
+        from .errors import ReconcileError
+        from .settings import SETTINGS_REFUSAL_PREFIX, parse_settings
+
+        try:
+            return parse_settings(kind, self._backend.settings())
+        except Exception as e:  # noqa: BLE001
+            raise ReconcileError.terminal(f"{SETTINGS_REFUSAL_PREFIX}{e}") from None
 
     def primary_cluster(self) -> Optional[str]:
         return next((c.name for c in self.clusters() if c.primary), None)

@@ -26,6 +26,7 @@ from . import action as a
 from .context import Context, canonical
 from .errors import ReadError, ReconcileError, to_reconcile_error
 from .plugin import Plugin, dispatch
+from .settings import check_at_register, with_backend
 from .types import ClusterInfo, Registration, Request, ResourceType, Timestamp, format_time
 
 CASE_FORMAT = "rekon.dev/case/v1"
@@ -157,6 +158,8 @@ class RecordedCase:
         self.clusters = [ClusterInfo(x["name"], bool(x.get("primary")), _HEALTH.get(x.get("health"), "ready")) for x in c.get("clusters", [])]
         self.outcome = c["outcome"]
         self.redacted = bool(c.get("secretsRedacted"))
+        recorded = (c.get("plugin") or {}).get("settings")
+        self.settings = None if recorded is None else json.dumps(recorded)
         self.reads: dict[tuple, Any] = {}
         for read in c.get("reads", []):
             op = read["op"]
@@ -211,8 +214,20 @@ class RecordedCase:
             def request_time(self):
                 return case.time
 
-        ctx = Context(Backend(), self.phase)
-        replayed = outcome_value(self.plugin, lambda: dispatch(plugin, ctx, self.request), self.redacted)
+            def settings(self):
+                return case.settings
+
+            def declare_settings_schema(self, schema):
+                pass
+
+        backend = Backend()
+        ctx = Context(backend, self.phase)
+
+        def run():
+            with with_backend(backend):
+                return dispatch(plugin, ctx, self.request)
+
+        replayed = outcome_value(self.plugin, run, self.redacted)
         identical = not missing and canonical(replayed) == canonical(self.outcome)
         return {"recorded": self.outcome, "replayed": replayed, "missing_reads": missing, "identical": identical}
 
@@ -321,6 +336,34 @@ class World:
         self._uid = 1
         self.events: list[a.Event] = []
         self.logs: list[tuple[str, str, list]] = []
+        self._settings: Optional[str] = None
+        self._settings_schema: Optional[str] = None
+
+    def with_settings(self, settings: Any) -> "World":
+        """Gives the plugin ``settings`` (as a Plugin object's ``spec.settings`` would)."""
+        self.set_settings(settings)
+        return self
+
+    def set_settings(self, settings: Any) -> None:
+        """Changes the settings (``None``: none given, the plugin's defaults)."""
+        self._settings = None if settings is None else json.dumps(settings)
+
+    def settings_schema(self) -> Any:
+        """The JSON Schema the plugin declared at its last registration in this world."""
+        return None if self._settings_schema is None else json.loads(self._settings_schema)
+
+    def register(self, plugin: Plugin) -> Registration:
+        """``plugin.register()`` with this world's settings, checked as the host does:
+        invalid settings (or settings for a plugin declaring none) raise ``ValueError``
+        (``invalid settings: …``)."""
+        backend = self._backend(None)
+        with with_backend(backend):
+            try:
+                reg = plugin.register()
+            except ReconcileError as e:  # as the host sees it: the message refuses the load
+                raise ValueError(e.message) from None
+            check_at_register(reg, backend)
+        return reg
 
     def primary(self, name: str) -> "World":
         self._clusters.append(ClusterInfo(name, True))
@@ -433,6 +476,12 @@ class World:
             def request_time(self):
                 return world.time
 
+            def settings(self):
+                return world._settings
+
+            def declare_settings_schema(self, schema):
+                world._settings_schema = schema
+
         return Backend()
 
     def context(self, phase: str = "live") -> Context:
@@ -450,7 +499,7 @@ class World:
 
     def reconcile(self, plugin: Plugin, req: Request) -> a.Outcome:
         """Runs the plugin for ``req`` as the host would; the outcome is returned, not applied."""
-        reg = plugin.register()
+        reg = self.register(plugin)
         s = self._step_for(reg, req)
         if s is None or s == "ignore":
             return a.Outcome.done()
@@ -459,8 +508,10 @@ class World:
             self.modify(reg.primary, req.cluster, req.namespace, req.name, lambda o: o["metadata"].setdefault("finalizers", []).append(reg.finalizer))
         else:
             phase = s[0]
+        backend = self._backend(reg)
         try:
-            return dispatch(plugin, Context(self._backend(reg), phase), req)  # type: ignore[arg-type]
+            with with_backend(backend):
+                return dispatch(plugin, Context(backend, phase), req)  # type: ignore[arg-type]
         except Exception as e:
             raise to_reconcile_error(e).context(f"failed to reconcile {req}") from e
 
@@ -537,7 +588,7 @@ class World:
 
     def apply(self, plugin: Plugin, req: Request, outcome: a.Outcome) -> bool:
         """Applies an outcome as the host would; returns whether the world changed (events do not count)."""
-        reg = plugin.register()
+        reg = self.register(plugin)
         s = self._step_for(reg, req)
         release = isinstance(s, tuple) and s[1]
         for x in outcome.actions:

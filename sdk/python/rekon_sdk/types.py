@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 Scope = Literal["namespaced", "cluster"]
 Phase = Literal["live", "deleting", "leaving"]
@@ -182,6 +182,14 @@ class Registration:
     permissions: list[Permission] = field(default_factory=list)
     crds: list[dict] = field(default_factory=list)
     max_concurrent_reconciles: Optional[int] = None
+    #: The settings type, if the plugin takes settings (``with_settings``).
+    settings_type: Any = None
+
+    def with_settings(self, kind: Any) -> "Registration":
+        """The plugin takes settings of ``kind`` (see ``rekon_sdk.settings``): validated at
+        every load, its schema handed to the host. Without it, any settings refuse the load."""
+        self.settings_type = kind
+        return self
 
     def in_clusters(self, s: ClusterSet) -> "Registration":
         self.primary_clusters = s

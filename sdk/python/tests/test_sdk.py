@@ -110,3 +110,70 @@ def test_label_selectors(selector, want):
 def test_a_bad_selector_is_refused():
     with pytest.raises(ValueError, match="cannot parse"):
         parse_selector("a b")
+
+
+# --- settings -----------------------------------------------------------------
+
+import dataclasses  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Optional  # noqa: E402
+
+from rekon_sdk import SETTINGS_REFUSAL_PREFIX, dataclass_settings, settings  # noqa: E402
+
+
+@dataclasses.dataclass
+class StampSettings:
+    label: str = LABEL
+    max_items: Optional[int] = None
+    extra_labels: list[str] = dataclasses.field(default_factory=list)
+
+    def validate(self):
+        if "/" not in self.label:
+            raise ValueError(f"label {self.label!r} has no prefix")
+
+
+STAMP_SETTINGS = dataclass_settings(StampSettings)
+
+
+class Configurable(Stamper):
+    def register(self):
+        label = settings(STAMP_SETTINGS).label
+        return super().register().with_settings(STAMP_SETTINGS).selector(f"!{label}")
+
+    def reconcile(self, ctx, req, event):
+        label = ctx.settings(STAMP_SETTINGS).label
+        return Outcome.done().push(action.merge_patch(ObjectRef.for_request(kinds.CONFIG_MAP, req), {"metadata": {"labels": {label: "yes"}}}))
+
+
+def test_settings_are_validated_at_register_and_read_in_register_and_reconcile():
+    w = World().primary("main").with_settings({"label": "example.com/team", "maxItems": 3})
+    assert w.register(Configurable()).primary_selector == "!example.com/team"
+    schema = w.settings_schema()
+    assert schema["additionalProperties"] is False
+    assert schema["properties"]["maxItems"] == {"type": "integer"}
+    assert schema["properties"]["extraLabels"] == {"type": "array", "items": {"type": "string"}}
+    w.insert("main", cm("app"))
+    out = w.reconcile(Configurable(), REQ)
+    assert out.actions[0].patch == {"metadata": {"labels": {"example.com/team": "yes"}}}
+    for given, reason in [
+        ({"label": "plain"}, "label 'plain' has no prefix"),
+        ({"lable": "a/b"}, "unknown field `lable`, expected one of extraLabels, label, maxItems"),
+        ({"maxItems": "3"}, 'maxItems: expected integer, got "3"'),
+        ({"maxItems": True}, "maxItems: expected integer, got true"),
+        ("a/b", 'settings: expected an object, got "a/b"'),
+    ]:
+        with pytest.raises(ValueError) as e:
+            World().primary("main").with_settings(given).register(Configurable())
+        assert str(e.value) == f"{SETTINGS_REFUSAL_PREFIX}{reason}", given
+    assert World().primary("main").register(Configurable()).primary_selector == f"!{LABEL}"
+
+
+def test_a_plugin_without_a_settings_type_refuses_settings():
+    World().primary("main").register(Stamper())
+    with pytest.raises(ValueError, match="^invalid settings: this plugin takes no settings"):
+        World().primary("main").with_settings({"x": 1}).register(Stamper())
+
+
+def test_the_refusal_prefix_is_the_one_wit_host_wit_documents():
+    wit = (Path(__file__).resolve().parents[3] / "wit" / "host.wit").read_text()
+    assert f"`{SETTINGS_REFUSAL_PREFIX}`" in wit

@@ -1,17 +1,18 @@
 /// <reference path="./host.d.ts" />
 /**
  * The component glue: `export const guest = exportPlugin(plugin)` in a
- * plugin's entry module makes it the `rekon:plugin/guest@0.3.0` export
+ * plugin's entry module makes it the `rekon:plugin/guest@0.3.1` export
  * componentize-js builds. The only module that imports the host; plugin
  * code and tests never see the WIT representation.
  */
-import * as host from "rekon:plugin/host@0.3.0";
+import * as host from "rekon:plugin/host@0.3.1";
 import type { Action, ObjectRef } from "./action.js";
 import { type Backend, Context } from "./context.js";
 import { ReadError, type ReadErrorKind, toReconcileError } from "./errors.js";
 import { type Plugin, dispatch } from "./plugin.js";
 import type { KubeObject } from "./resources.js";
 import type { Mapping, Registration } from "./registration.js";
+import { checkSettingsAtRegister, withBackend } from "./settings.js";
 import type { Phase, Request, ResourceType } from "./types.js";
 
 function readError(e: unknown): unknown {
@@ -40,6 +41,8 @@ const hostBackend: Backend = {
     const t = host.requestTime();
     return { seconds: Number(t.seconds), nanoseconds: t.nanoseconds };
   },
+  settings: () => host.settings(),
+  declareSettingsSchema: (schema) => host.settingsSchema(schema),
 };
 
 /** A component's error result: jco takes the `payload` of what is thrown. */
@@ -115,7 +118,11 @@ export function exportPlugin<T extends KubeObject>(plugin: Plugin<T>) {
   return {
     register() {
       try {
-        return witRegistration(plugin.register());
+        return withBackend(hostBackend, () => {
+          const reg = plugin.register();
+          checkSettingsAtRegister(reg, hostBackend);
+          return witRegistration(reg);
+        });
       } catch (e) {
         throw new ComponentError(e instanceof Error ? e.message : String(e));
       }
@@ -123,7 +130,9 @@ export function exportPlugin<T extends KubeObject>(plugin: Plugin<T>) {
     reconcile(request: Request, phase: Phase) {
       const ctx = new Context(hostBackend, phase);
       try {
-        const o = dispatch(plugin, ctx, { cluster: request.cluster, namespace: request.namespace, name: request.name });
+        const o = withBackend(hostBackend, () =>
+          dispatch(plugin, ctx, { cluster: request.cluster, namespace: request.namespace, name: request.name }),
+        );
         return {
           actions: o.actions.map(witAction),
           requeueAfterMs: o.requeueAfterMs === undefined ? undefined : BigInt(o.requeueAfterMs),
@@ -138,7 +147,8 @@ export function exportPlugin<T extends KubeObject>(plugin: Plugin<T>) {
       const ctx = new Context(hostBackend);
       if (!plugin.map) return [];
       try {
-        return plugin.map(ctx, cluster, resource, JSON.parse(object) as KubeObject).map(witRequest);
+        const map = plugin.map.bind(plugin);
+        return withBackend(hostBackend, () => map(ctx, cluster, resource, JSON.parse(object) as KubeObject)).map(witRequest);
       } catch (e) {
         ctx.warn(`failed to map the object: ${e instanceof Error ? e.message : String(e)}`, { cluster });
         return [];

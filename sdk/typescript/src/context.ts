@@ -7,6 +7,8 @@
 import type { Kind, KubeObject } from "./resources.js";
 import type { ClusterInfo, LogLevel, Phase, Request, ResourceType, Timestamp } from "./types.js";
 import { formatTime } from "./types.js";
+import { ReconcileError } from "./errors.js";
+import { SETTINGS_REFUSAL_PREFIX, type SettingsType, parseSettings } from "./settings.js";
 
 /** Where a context gets its data. Objects are JSON text, as over the WIT. */
 export interface Backend {
@@ -17,6 +19,10 @@ export interface Backend {
   clusters(): ClusterInfo[];
   log(level: LogLevel, message: string, fields: [string, string][]): void;
   requestTime(): Timestamp;
+  /** The settings of this load (JSON text), if any were given. */
+  settings(): string | undefined;
+  /** Hands the settings' JSON Schema to the host (during `register`). */
+  declareSettingsSchema(schema: string): void;
 }
 
 /** What a plugin can see during one call. */
@@ -41,6 +47,19 @@ export class Context {
   /** Objects of `kind` in `cluster`, optionally in one namespace and matching a label selector. */
   list<T extends KubeObject>(kind: Kind<T>, cluster: string, namespace?: string, labelSelector?: string): T[] {
     return this.backend.list(cluster, kind, namespace, labelSelector).map((t) => JSON.parse(t) as T);
+  }
+
+  /**
+   * The plugin's settings as `type` (the one the registration declares):
+   * what the operator configured, or its defaults. Validated at load, so
+   * this throws (a terminal `ReconcileError`) only for another type.
+   */
+  settings<S>(type: SettingsType<S>): S {
+    try {
+      return parseSettings(type, this.backend.settings());
+    } catch (e) {
+      throw ReconcileError.terminal(`${SETTINGS_REFUSAL_PREFIX}${e instanceof Error ? e.message : String(e)}`);
+    }
   }
 
   /** The engaged clusters and their health. */

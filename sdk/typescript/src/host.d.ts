@@ -1,8 +1,8 @@
-// The host imports of `rekon:plugin/host@0.3.0` as componentize-js binds
+// The host imports of `rekon:plugin/host@0.3.1` as componentize-js binds
 // them (jco's representation: records as objects, enums as strings,
 // variants as {tag, val}, option as undefined, s64/u64 as bigint, an
 // imported result's error thrown with the value in `payload`).
-declare module "rekon:plugin/host@0.3.0" {
+declare module "rekon:plugin/host@0.3.1" {
   export interface WitResource {
     group: string;
     version: string;
@@ -15,4 +15,6 @@ declare module "rekon:plugin/host@0.3.0" {
   export function clusters(): { name: string; primary: boolean; health: "ready" | "syncing" | "unreachable" }[];
   export function log(level: "debug" | "info" | "warn" | "error", message: string, fields: [string, string][]): void;
   export function requestTime(): { seconds: bigint; nanoseconds: number };
+  export function settings(): string | undefined;
+  export function settingsSchema(schema: string): void;
 }

@@ -13,6 +13,7 @@
  * | `resources` | built-in {@link kinds} typed with `kubernetes-types`, {@link customKind} |
  * | `registration` | {@link Registration}, {@link Mapping}, {@link OwnerLabels} |
  * | `context` | {@link Context}, {@link statusChanged} |
+ * | `settings` | typed plugin settings: {@link SettingsType}, {@link settings} |
  * | `action` | {@link Action} builders, {@link Outcome} |
  * | `plugin` | {@link Plugin}, {@link dispatch} |
  * | `errors` | {@link ReconcileError}, {@link ReadError} |
@@ -26,3 +27,4 @@ export * from "./registration.js";
 export * from "./context.js";
 export * from "./action.js";
 export * from "./plugin.js";
+export { SETTINGS_REFUSAL_PREFIX, type SettingsType, settings } from "./settings.js";

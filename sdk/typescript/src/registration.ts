@@ -7,6 +7,7 @@
  */
 import type { ClusterSet, ResourceType } from "./types.js";
 import type { Request } from "./types.js";
+import type { SettingsType } from "./settings.js";
 
 /** Kubernetes RBAC verbs. */
 export type Verb = "get" | "list" | "watch" | "create" | "update" | "patch" | "delete";
@@ -80,6 +81,8 @@ export class Registration {
   /** CRD manifests as JSON values. */
   crds: unknown[] = [];
   maxConcurrentReconciles?: number;
+  /** The settings type, if the plugin takes settings ({@link Registration.withSettings}). */
+  settingsType?: SettingsType<unknown>;
 
   constructor(
     readonly name: string,
@@ -132,6 +135,16 @@ export class Registration {
   /** Own a CRD (its manifest as a JSON value). */
   crd(manifest: unknown): this {
     this.crds.push(manifest);
+    return this;
+  }
+
+  /**
+   * The plugin takes settings of `type`: validated at every load (invalid
+   * ones refuse the load with the reason), its schema handed to the host.
+   * Without this, any settings refuse the load.
+   */
+  withSettings<S>(type: SettingsType<S>): this {
+    this.settingsType = type;
     return this;
   }
 

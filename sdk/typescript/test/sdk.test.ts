@@ -2,6 +2,7 @@
 // would (finalizer first, typed reads, permissions, cleanup), the wire
 // format matches the host's case format, selectors parse like the host's.
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
   Action,
@@ -11,6 +12,9 @@ import {
   type Plugin,
   ReconcileError,
   Registration,
+  SETTINGS_REFUSAL_PREFIX,
+  type SettingsType,
+  settings,
   kinds,
   namespaced,
   refForRequest,
@@ -130,4 +134,76 @@ test("label selectors", () => {
     assert.equal(matches(parseSelector(sel), labels), want, sel);
   }
   assert.throws(() => parseSelector("a b"), /cannot parse/);
+});
+
+// --- settings ----------------------------------------------------------------
+
+interface StampSettings {
+  label: string;
+}
+
+const stampSettings: SettingsType<StampSettings> = {
+  schema: {
+    type: "object",
+    properties: { label: { type: "string", description: "the label to stamp" } },
+    additionalProperties: false,
+  },
+  parse(raw) {
+    if (raw === undefined) return { label: LABEL };
+    if (typeof raw !== "object" || raw === null || Array.isArray(raw)) throw new Error("settings must be an object");
+    const { label, ...rest } = raw as Record<string, unknown>;
+    const unknown = Object.keys(rest);
+    if (unknown.length > 0) throw new Error(`unknown field ${unknown[0]}`);
+    if (typeof label !== "string" || !label.includes("/")) throw new Error(`label ${JSON.stringify(label)} has no prefix`);
+    return { label };
+  },
+};
+
+/** The stamper with its label from the settings (read in register and reconcile). */
+const configurable: Plugin<ConfigMap> = {
+  primary: kinds.ConfigMap,
+  register: () =>
+    new Registration("stamper", "0.1.0", kinds.ConfigMap)
+      .withSettings(stampSettings)
+      .selector(`!${settings(stampSettings).label}`)
+      .permission(kinds.ConfigMap, ["get", "list", "watch", "patch"], ClusterSet.primary),
+  reconcile(ctx, req, event) {
+    const { label } = ctx.settings(stampSettings);
+    if (event.type !== "apply") return Outcome.done();
+    return Outcome.done().with(Action.mergePatch(refForRequest(kinds.ConfigMap, req), { metadata: { labels: { [label]: "yes" } } }));
+  },
+};
+
+test("settings are validated at register and read in register and reconcile", () => {
+  const world = new World().primary("main").withSettings({ label: "example.com/team" });
+  const reg = world.register(configurable);
+  assert.equal(reg.primarySelector, "!example.com/team");
+  assert.deepEqual((world.settingsSchema() as { additionalProperties: boolean }).additionalProperties, false);
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "a", namespace: "default" } });
+  const outcome = world.reconcile(configurable, namespaced("main", "default", "a"));
+  assert.deepEqual((outcome.actions[0] as { patch: unknown }).patch, { metadata: { labels: { "example.com/team": "yes" } } });
+  for (const [given, reason] of [
+    [{ label: "plain" }, 'label "plain" has no prefix'],
+    [{ lable: "a/b" }, "unknown field lable"],
+  ] as const) {
+    assert.throws(
+      () => new World().primary("main").withSettings(given).register(configurable),
+      (e: Error) => e.message === `${SETTINGS_REFUSAL_PREFIX}${reason}`,
+    );
+  }
+  // Defaults without settings.
+  assert.equal(new World().primary("main").register(configurable).primarySelector, `!${LABEL}`);
+});
+
+test("a plugin without a settings type refuses settings", () => {
+  assert.doesNotThrow(() => new World().primary("main").register(stamper));
+  assert.throws(
+    () => new World().primary("main").withSettings({ x: 1 }).register(stamper),
+    /^Error: invalid settings: this plugin takes no settings/,
+  );
+});
+
+test("the refusal prefix is the one wit/host.wit documents", () => {
+  const wit = readFileSync(new URL("../wit/host.wit", import.meta.url), "utf8");
+  assert.ok(wit.includes(`\`${SETTINGS_REFUSAL_PREFIX}\``), "host.wit names the prefix");
 });

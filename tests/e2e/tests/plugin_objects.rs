@@ -402,6 +402,162 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
     .context("timed out (likely deadlocked)")?
 }
 
+/// A Plugin object named `name` serving the seed nodepool from `module`
+/// with `settings`, granting what the module declares.
+fn nodepool_instance(
+    paths: &Paths,
+    module: &str,
+    name: &str,
+    settings: Value,
+) -> anyhow::Result<Value> {
+    let out = Command::new(&paths.rekon)
+        .args(["plugin", "manifest"])
+        .arg(paths.plugins.join("nodepool.wasm"))
+        .args(["--module", module, "--name", name])
+        .output()
+        .context("run rekon plugin manifest")?;
+    if !out.status.success() {
+        bail!(
+            "rekon plugin manifest failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut obj: Value = serde_yaml::from_slice(&out.stdout)?;
+    assert_eq!(obj["metadata"]["name"], name);
+    // Edited in (settings the module refuses would fail `manifest`).
+    obj["spec"]["settings"] = settings;
+    Ok(obj)
+}
+
+fn plugin_named(env: &Env, name: &str) -> Option<Value> {
+    get(env.main(), "rekon.dev/v1alpha1", "plugins", None, name)
+}
+
+fn handler(env: &Env, pool: &str) -> Option<String> {
+    get(
+        env.main(),
+        "node.k8s.io/v1",
+        "runtimeclasses",
+        None,
+        &format!("node-pool-{pool}"),
+    )?["handler"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_instances_and_live_settings_changes() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let module = format!("{}/rekon/nodepool:1", registry.host());
+        let pushed = Command::new(&paths.rekon)
+            .args(["plugin", "push"])
+            .arg(paths.plugins.join("nodepool.wasm"))
+            .arg(&module)
+            .output()?;
+        anyhow::ensure!(pushed.status.success(), "push: {}", String::from_utf8_lossy(&pushed.stderr));
+        let cache = tempfile::tempdir()?;
+        let mut env = Env::start(options(cache.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+
+        // One module, two Plugin objects with different settings, each for
+        // its own pools.
+        apply_object(
+            env.main(),
+            nodepool_instance(&paths, &module, "gpu-pools", json!({"poolSelector": "tier=gpu", "defaultHandler": "kata"}))?,
+        )?;
+        apply_object(
+            env.main(),
+            nodepool_instance(&paths, &module, "cpu-pools", json!({"poolSelector": "tier=cpu"}))?,
+        )?;
+        for name in ["gpu-pools", "cpu-pools"] {
+            env.wait_for(&format!("{name} ready"), WAIT, |env| {
+                let obj = plugin_named(env, name)?;
+                (condition(&obj, "Ready")?.0 == "True").then_some(())
+            })
+            .await?;
+        }
+        env.wait_for("the NodePool CRD (installed for the instances)", WAIT, |env| {
+            env.main().list("nodes.lailin.xyz/v1", "nodepools", None, "").is_ok().then_some(())
+        })
+        .await?;
+        for (pool, tier) in [("gpu", "gpu"), ("cpu", "cpu")] {
+            apply_object(
+                env.main(),
+                json!({"apiVersion": "nodes.lailin.xyz/v1", "kind": "NodePool",
+                       "metadata": {"name": pool, "labels": {"tier": tier}},
+                       "spec": {"labels": {format!("pool.example.com/{pool}"): "yes"}}}),
+            )?;
+            apply_object(
+                env.main(),
+                json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": format!("{pool}-node"), "labels": {format!("node-role.kubernetes.io/{pool}"): ""}}}),
+            )?;
+        }
+        env.wait_for("each instance converging its own pool", WAIT, |env| {
+            (handler(env, "gpu")?.as_str() == "kata" && handler(env, "cpu")?.as_str() == "runc").then_some(())
+        })
+        .await?;
+        // Field managers, finalizers and queues are the instance's.
+        let finalizers = |pool: &str| {
+            get(env.main(), "nodes.lailin.xyz/v1", "nodepools", None, pool)
+                .map(|p| p["metadata"]["finalizers"].clone())
+        };
+        assert_eq!(finalizers("gpu"), Some(json!(["nodes.lailin.xyz/cleanup.gpu-pools"])));
+        assert_eq!(finalizers("cpu"), Some(json!(["nodes.lailin.xyz/cleanup.cpu-pools"])));
+        let rc = get(env.main(), "node.k8s.io/v1", "runtimeclasses", None, "node-pool-gpu").unwrap();
+        let managers: Vec<String> = rc["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["manager"].as_str().map(str::to_owned))
+            .collect();
+        assert!(managers.iter().any(|m| m.contains("gpu-pools")), "{managers:?}");
+        assert!(!managers.iter().any(|m| m.contains("cpu-pools")), "{managers:?}");
+
+        // New settings: a live swap; every primary is requeued.
+        let generation = plugin_named(&env, "gpu-pools").unwrap()["metadata"]["generation"].clone();
+        apply_object(
+            env.main(),
+            nodepool_instance(&paths, &module, "gpu-pools", json!({"poolSelector": "tier=gpu", "defaultHandler": "runsc"}))?,
+        )?;
+        env.wait_for("the new default handler", WAIT, |env| {
+            (handler(env, "gpu")?.as_str() == "runsc").then_some(())
+        })
+        .await?;
+        assert_ne!(plugin_named(&env, "gpu-pools").unwrap()["metadata"]["generation"], generation);
+
+        // Invalid settings: refused with the plugin's own message, the
+        // serving version (with runsc) keeps serving.
+        apply_object(
+            env.main(),
+            nodepool_instance(&paths, &module, "gpu-pools", json!({"poolSelector": "tier=gpu", "defaultHandler": "Not A Label"}))?,
+        )?;
+        let (obj, message) = env
+            .wait_for("gpu-pools degraded by its settings", WAIT, |env| {
+                let obj = plugin_named(env, "gpu-pools")?;
+                let (status, reason, message) = condition(&obj, "Degraded")?;
+                (status == "True" && reason == "InvalidSettings").then_some((obj, message))
+            })
+            .await?;
+        assert!(message.contains("is not a DNS label"), "{message}");
+        assert_eq!(condition(&obj, "Ready").unwrap().0, "True");
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "nodes.lailin.xyz/v1", "kind": "NodePool",
+                   "metadata": {"name": "gpu2", "labels": {"tier": "gpu"}}, "spec": {}}),
+        )?;
+        env.wait_for("the serving settings still apply to new pools", WAIT, |env| {
+            (handler(env, "gpu2")?.as_str() == "runsc").then_some(())
+        })
+        .await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
+
 /// `rekon run --plugin-objects --leader-elect` as replica `name`, with its
 /// own cache and short lease timings (lease 4 s, retry 0.5 s).
 fn replica(name: &str, cache: &std::path::Path) -> EnvOptions {

@@ -9,6 +9,7 @@
 import { readFileSync, readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { Context, type Backend, canonical } from "../context.js";
+import { withBackend } from "../settings.js";
 import { ReadError, type ReadErrorKind } from "../errors.js";
 import { type Plugin, dispatch } from "../plugin.js";
 import type { KubeObject } from "../resources.js";
@@ -64,6 +65,8 @@ export class RecordedCase {
     private readonly reads: Map<string, unknown>,
     readonly outcome: unknown,
     readonly redacted: boolean,
+    /** The settings the recorded version ran with (JSON text). */
+    readonly settings?: string,
   ) {}
 
   /** Loads one case file; throws naming the file when it is not a case. */
@@ -105,6 +108,7 @@ export class RecordedCase {
       reads,
       c.outcome,
       !!c.secretsRedacted,
+      c.plugin?.settings === undefined || c.plugin?.settings === null ? undefined : JSON.stringify(c.plugin.settings),
     );
   }
 
@@ -145,9 +149,15 @@ export class RecordedCase {
       clusters: () => this.clusters.map((c) => ({ ...c })),
       log: () => {},
       requestTime: () => this.time,
+      settings: () => this.settings,
+      declareSettingsSchema: () => {},
     };
     const ctx = new Context(backend, this.phase);
-    const replayed = outcomeValue(this.plugin, () => dispatch(plugin, ctx, this.request), this.redacted);
+    const replayed = outcomeValue(
+      this.plugin,
+      () => withBackend(backend, () => dispatch(plugin, ctx, this.request)),
+      this.redacted,
+    );
     const identical = missing.length === 0 && canonical(replayed) === canonical(this.outcome);
     return { recorded: this.outcome, replayed, missingReads: missing, identical };
   }

@@ -12,6 +12,7 @@ import { type Action, type ObjectRef, Outcome, actionCluster, actionTarget } fro
 import { Context, type Backend, canonical } from "../context.js";
 import { ReadError, toReconcileError } from "../errors.js";
 import { type Plugin, dispatch } from "../plugin.js";
+import { checkSettingsAtRegister, withBackend } from "../settings.js";
 import type { Registration, Verb } from "../registration.js";
 import type { KubeObject } from "../resources.js";
 import {
@@ -118,6 +119,38 @@ export class World {
   private readonly failing = new Set<string>();
   readonly events: Extract<Action, { type: "event" }>[] = [];
   readonly logs: LogLine[] = [];
+  private settingsText?: string;
+  private settingsSchemaText?: string;
+
+  /** Gives the plugin `settings` (as a Plugin object's `spec.settings` would; chainable). */
+  withSettings(settings: unknown): this {
+    this.setSettings(settings);
+    return this;
+  }
+
+  /** Changes the settings (`undefined`/`null`: none given, the plugin's defaults). */
+  setSettings(settings: unknown): void {
+    this.settingsText = settings === undefined || settings === null ? undefined : JSON.stringify(settings);
+  }
+
+  /** The JSON Schema the plugin declared at its last registration in this world. */
+  settingsSchema(): unknown {
+    return this.settingsSchemaText === undefined ? undefined : JSON.parse(this.settingsSchemaText);
+  }
+
+  /**
+   * `plugin.register()` with this world's settings, checked as the host
+   * does: invalid settings (or settings for a plugin declaring none) throw
+   * `invalid settings: …`.
+   */
+  register<T extends KubeObject>(plugin: Plugin<T>): Registration {
+    const backend = this.backend(undefined);
+    return withBackend(backend, () => {
+      const reg = plugin.register();
+      checkSettingsAtRegister(reg, backend);
+      return reg;
+    });
+  }
 
   /** Adds the primary cluster `name` (chainable). */
   primary(name: string): this {
@@ -262,6 +295,10 @@ export class World {
       clusters: () => this.clusters(),
       log: (level, message, fields) => this.logs.push({ level, message, fields }),
       requestTime: () => this.now(),
+      settings: () => this.settingsText,
+      declareSettingsSchema: (schema) => {
+        this.settingsSchemaText = schema;
+      },
     };
   }
 
@@ -283,7 +320,7 @@ export class World {
 
   /** Runs the plugin for `req` as the host would; returns the outcome, not applied. Throws `ReconcileError`. */
   reconcile<T extends KubeObject>(plugin: Plugin<T>, req: Request): Outcome {
-    const reg = plugin.register();
+    const reg = this.register(plugin);
     const s = this.stepFor(reg, req);
     if (s === undefined || s === "ignore") return Outcome.done();
     let phase: Phase = "live";
@@ -293,7 +330,8 @@ export class World {
       });
     } else phase = s.phase;
     try {
-      return dispatch(plugin, new Context(this.backend(reg), phase), req);
+      const backend = this.backend(reg);
+      return withBackend(backend, () => dispatch(plugin, new Context(backend, phase), req));
     } catch (e) {
       throw toReconcileError(e).context(`failed to reconcile ${requestText(req)}`);
     }
@@ -391,7 +429,7 @@ export class World {
    * writes (what succeeded stays applied).
    */
   apply<T extends KubeObject>(plugin: Plugin<T>, req: Request, outcome: Outcome): boolean {
-    const reg = plugin.register();
+    const reg = this.register(plugin);
     const s = this.stepFor(reg, req);
     const release = typeof s === "object" && s.release;
     for (const a of outcome.actions) this.check(reg, a);
