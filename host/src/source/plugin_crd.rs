@@ -371,7 +371,17 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(columns, ["Module", "Digest", "Ready", "Divergences", "Age"]);
+        assert_eq!(
+            columns,
+            [
+                "Module",
+                "Digest",
+                "Ready",
+                "Consistent",
+                "Divergences",
+                "Age"
+            ]
+        );
     }
 
     #[test]
