@@ -291,6 +291,21 @@ fn run_shadow(job: ShadowJob, cases: &Recorder) {
     };
     Metrics::global().shadow_reconciled(&name, kind, took);
     let r = &capture.request;
+    Metrics::global().note_shadow_divergence(
+        &name,
+        crate::telemetry::metrics::Divergence {
+            object: match &r.namespace {
+                Some(ns) => format!("{}/{ns}/{}", r.cluster, r.name),
+                None => format!("{}/{}", r.cluster, r.name),
+            },
+            kind: kind.to_owned(),
+            observed_at: k8s_openapi::jiff::Timestamp::now()
+                .round(k8s_openapi::jiff::Unit::Second)
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            diff: crate::change::replay::outcome_diff(&serving, &shadowed),
+        },
+    );
     tracing::warn!(
         plugin = %name,
         cluster = %r.cluster,

@@ -219,6 +219,9 @@ pub struct ShadowStatus {
     /// Of those, how many decided differently.
     #[serde(default)]
     pub divergences: u64,
+    /// The last few divergences (this replica's), each with its diff.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<crate::telemetry::metrics::Divergence>,
 }
 
 fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -668,6 +668,7 @@ impl PluginObjects {
                             digest: Some(digest),
                             reconciles,
                             divergences,
+                            recent: Metrics::global().recent_shadow_divergences(&name),
                         });
                     }
                     Err((reason, message, retry)) => {
@@ -1032,11 +1033,15 @@ impl PluginObjects {
                 continue;
             };
             let (reconciles, divergences) = Metrics::global().shadow_counts(&name);
-            if (shadow.reconciles, shadow.divergences) == (reconciles, divergences) {
+            let recent = Metrics::global().recent_shadow_divergences(&name);
+            if (shadow.reconciles, shadow.divergences) == (reconciles, divergences)
+                && shadow.recent == recent
+            {
                 continue;
             }
             shadow.reconciles = reconciles;
             shadow.divergences = divergences;
+            shadow.recent = recent;
             self.write_status(&obj, status).await;
         }
     }

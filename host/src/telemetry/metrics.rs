@@ -225,7 +225,35 @@ struct Inner {
     /// Loaded version per plugin, to remove a replaced version's
     /// `rekon_plugin_info` series (a `Family` cannot be iterated).
     plugin_versions: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
+    /// The last few shadow divergences per plugin, for the Plugin object's
+    /// status (`shadow.recent`).
+    recent_divergences: parking_lot::Mutex<
+        std::collections::BTreeMap<String, std::collections::VecDeque<Divergence>>,
+    >,
 }
+
+/// One shadow divergence, as a Plugin object's status shows it.
+#[derive(
+    Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct Divergence {
+    /// The primary: `cluster/namespace/name` (`cluster/name` when
+    /// cluster-scoped).
+    pub object: String,
+    /// How the decisions differ (`actions`, `outcome`, `error`, `timeout`,
+    /// `memory`).
+    pub kind: String,
+    /// When (RFC 3339).
+    pub observed_at: String,
+    /// The serving decision against the shadow's, as a line diff of YAML
+    /// (at most 2 KiB; the whole case is kept with `--shadow-cases`).
+    pub diff: String,
+}
+
+/// How many divergences per plugin are kept for the status.
+pub const RECENT_DIVERGENCES: usize = 3;
+const DIVERGENCE_DIFF_BYTES: usize = 2048;
 
 /// The host's metrics. Cheap to clone; see the [module docs](self).
 #[derive(Clone)]
@@ -435,6 +463,7 @@ impl Metrics {
                 fetch_histogram()
             ),
             plugin_versions: parking_lot::Mutex::default(),
+            recent_divergences: parking_lot::Mutex::default(),
             registry,
         };
         Self {
@@ -790,6 +819,37 @@ impl Metrics {
                 kind: kind.to_owned(),
             })
             .inc();
+    }
+
+    /// Keeps `divergence` among the last [`RECENT_DIVERGENCES`] of
+    /// `plugin`'s shadow (its diff cut to 2 KiB at a line end).
+    pub fn note_shadow_divergence(&self, plugin: &str, mut divergence: Divergence) {
+        if divergence.diff.len() > DIVERGENCE_DIFF_BYTES {
+            let mut cut = DIVERGENCE_DIFF_BYTES;
+            while !divergence.diff.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let cut = divergence.diff[..cut].rfind('\n').map_or(cut, |i| i + 1);
+            divergence.diff.truncate(cut);
+            divergence.diff.push_str("…\n");
+        }
+        let mut recent = self.inner.recent_divergences.lock();
+        let list = recent.entry(plugin.to_owned()).or_default();
+        list.push_back(divergence);
+        while list.len() > RECENT_DIVERGENCES {
+            list.pop_front();
+        }
+    }
+
+    /// The last few divergences of `plugin`'s shadow, oldest first.
+    #[must_use]
+    pub fn recent_shadow_divergences(&self, plugin: &str) -> Vec<Divergence> {
+        self.inner
+            .recent_divergences
+            .lock()
+            .get(plugin)
+            .map(|l| l.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Shadow reconciles of `plugin` so far, and how many of them diverged

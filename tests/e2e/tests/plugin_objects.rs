@@ -365,6 +365,27 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
             })
             .await?;
         assert_eq!(obj["status"]["shadow"]["digest"], json!(d2));
+        // The last few divergences are in the status, with their diffs.
+        let obj = env
+            .wait_for("recent divergences with diffs", WAIT, |env| {
+                let obj = plugin(env)?;
+                let recent = obj["status"]["shadow"]["recent"].as_array()?;
+                (!recent.is_empty()).then_some(obj)
+            })
+            .await?;
+        let recent = obj["status"]["shadow"]["recent"].as_array().unwrap();
+        assert!(recent.len() <= 3, "{recent:?}");
+        let last = recent.last().unwrap();
+        assert_eq!(last["kind"], "actions", "{last}");
+        assert!(
+            last["object"]
+                .as_str()
+                .unwrap()
+                .starts_with("main/default/shadowed-"),
+            "{last}"
+        );
+        let diff = last["diff"].as_str().unwrap();
+        assert!(diff.contains("v1") && diff.contains("v2"), "{diff}");
         assert!(
             obj["status"]["shadow"]["reconciles"].as_u64()
                 >= obj["status"]["shadow"]["divergences"].as_u64()
