@@ -192,11 +192,7 @@ impl PluginRuntime {
         }
         let (engine, pooling) = build_engine(&config)?;
 
-        let mut linker = Linker::<CallState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
-        Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
-            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        let linker = host_linker(&engine)?;
 
         let engine_key = {
             let mut hasher = Sha256Hasher(Sha256::new());
@@ -374,15 +370,53 @@ impl PluginRuntime {
                 "failed to write compiled plugin cache"
             );
         }
+        release_compile_memory();
         Ok(component)
     }
 
     /// A fresh store limit set for one call.
     pub(crate) fn limits(inner: &RuntimeInner) -> Limits {
+        Self::limits_of(&inner.config)
+    }
+
+    /// The store limits of `config`.
+    pub(crate) fn limits_of(config: &RuntimeConfig) -> Limits {
         Limits {
-            memory_bytes: inner.config.memory_limit_bytes,
-            output_bytes: inner.config.output_capture_bytes,
+            memory_bytes: config.memory_limit_bytes,
+            output_bytes: config.output_capture_bytes,
         }
+    }
+}
+
+/// What every plugin is linked against: the host imports of the contract
+/// and wasmtime-wasi's WASI 0.2 (`contract::SERVED_WASI`), backed per call
+/// by a context that grants nothing (`sandbox`). An instance pre-links only
+/// the imports its component declares.
+fn host_linker(engine: &Engine) -> Result<Linker<CallState>, RuntimeError> {
+    let mut linker = Linker::<CallState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+    Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
+        .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+    Ok(linker)
+}
+
+/// Hands the compiler's freed memory back to the OS. Cranelift allocates
+/// hundreds of MiB compiling a 12–18 MB interpreter component (the
+/// TypeScript and Python ports), spread over the malloc arenas of the
+/// compile threads, and glibc keeps freed arena memory mapped: after one
+/// such compile the host kept ~330 MiB it no longer used (`rekon run` with
+/// the TypeScript port: 376 MiB RSS with an empty cache against 67 MiB with
+/// the component cached). No allocator-independent way exists, so this is
+/// glibc's own `malloc_trim` (every arena, free pages inside chunks too);
+/// elsewhere nothing is done.
+fn release_compile_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free heap memory; it takes and
+    // returns no pointer and is thread-safe (it locks each arena).
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -459,11 +493,11 @@ fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
     result.map_err(|e| e.to_string())
 }
 
-/// Upper bound of a freed linear memory kept resident (only its dirtied
-/// pages, see [`build_engine`]) for the next instance in its pool slot.
-const KEEP_RESIDENT_BYTES: usize = 16 << 20;
-/// Same for a freed table (a Rust component's tables are a few KiB).
-const TABLE_KEEP_RESIDENT_BYTES: usize = 64 << 10;
+/// Upper bound of a freed table kept resident (only its dirtied pages, and
+/// never more than the table's size: see [`build_engine`]) for the next
+/// instance in its pool slot. A Rust component's tables are a few KiB; the
+/// interpreters' (componentize-py's libpython, StarlingMonkey) hundreds.
+const TABLE_KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// Builds the engine; with `pooling`, tries the pooling allocator first and
 /// degrades to on-demand allocation if the pool cannot be reserved.
@@ -498,10 +532,16 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
         // calls), keeping them resident: 2–3 faults per call, ~12–18 µs.
         // Without the ioctl, keep-resident would `memset` the low bytes
         // blindly (measured slower than madvise for a 1–4 MiB heap), so it
-        // is only enabled with it.
+        // is only enabled with it. With the scan the bound costs nothing
+        // unless pages are dirtied, so it is the whole memory: an
+        // interpreter guest (componentize-js, componentize-py) dirties
+        // megabytes per call, and a bound below that madvised the rest and
+        // faulted it back in from the image on the next call (Python port,
+        // 16 MiB → whole memory and tables 64 KiB → 1 MiB: 13.0 → 11.7 ms per
+        // reconcile, busy RSS unchanged; `tests/bench/ports.py`).
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.pagemap_scan(wasmtime::Enabled::Yes)
-                .linear_memory_keep_resident(config.memory_limit_bytes.min(KEEP_RESIDENT_BYTES))
+                .linear_memory_keep_resident(config.memory_limit_bytes)
                 .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
         }
         let mut pooled = base.clone();
@@ -653,6 +693,136 @@ mod tests {
           (core instance $i (instantiate $m))
           (func (export "bump") (result u32) (canon lift (core func $i "bump"))))
     "#;
+
+    /// `contract::SERVED_WASI` names only what the linker serves: a
+    /// component importing any one of them (as an empty instance) links,
+    /// one importing an interface not in the list does not.
+    #[test]
+    fn every_served_wasi_interface_is_linked() {
+        let (engine, _) = build_engine(&RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .expect("engine");
+        let linker = host_linker(&engine).expect("linker");
+        let links = |name: &str| {
+            let wat = format!(r#"(component (import "{name}" (instance)))"#);
+            let component = Component::new(&engine, wat).expect("compile");
+            linker.instantiate_pre(&component).is_ok()
+        };
+        for iface in super::super::contract::SERVED_WASI {
+            assert!(
+                links(&format!("{iface}@0.2.0")),
+                "{iface}@0.2.0 is not linked"
+            );
+            assert!(
+                links(&format!("{iface}@0.2.3")),
+                "{iface}@0.2.3 is not linked"
+            );
+        }
+        assert!(!links("wasi:http/outgoing-handler@0.2.0"));
+        assert!(!links("wasi:keyvalue/store@0.2.0-draft"));
+        assert!(!links("acme:secrets/vault@1.0.0"));
+    }
+
+    /// A guest importing WASI gets a context that grants nothing: an empty
+    /// environment, a monotonic clock frozen at zero, and "random" numbers
+    /// that are the same in every call (no entropy).
+    #[test]
+    fn wasi_guests_get_no_environment_clock_or_entropy() {
+        const GUEST: &str = r#"
+            (component
+              (import "wasi:cli/environment@0.2.0" (instance $env
+                (export "get-environment" (func (result (list (tuple string string)))))))
+              (import "wasi:clocks/monotonic-clock@0.2.0" (instance $clock
+                (export "now" (func (result u64)))))
+              (import "wasi:random/random@0.2.0" (instance $random
+                (export "get-random-u64" (func (result u64)))))
+              (core module $mem
+                (memory (export "memory") 1)
+                (global $next (mut i32) (i32.const 1024))
+                (func (export "realloc") (param i32 i32 i32 i32) (result i32) (local $r i32)
+                  (local.set $r (global.get $next))
+                  (global.set $next (i32.add (local.get $r) (i32.add (local.get 3) (i32.const 8))))
+                  (local.get $r)))
+              (core instance $m (instantiate $mem))
+              (alias core export $m "memory" (core memory $memory))
+              (alias core export $m "realloc" (core func $realloc))
+              (alias export $env "get-environment" (func $get-env))
+              (alias export $clock "now" (func $now))
+              (alias export $random "get-random-u64" (func $rand))
+              (core func $get-env-lowered (canon lower (func $get-env) (memory $memory) (realloc $realloc)))
+              (core func $now-lowered (canon lower (func $now)))
+              (core func $rand-lowered (canon lower (func $rand)))
+              (core module $main
+                (import "m" "memory" (memory 1))
+                (import "w" "get-env" (func $ge (param i32)))
+                (import "w" "now" (func $now (result i64)))
+                (import "w" "rand" (func $rand (result i64)))
+                (func (export "env-len") (result i32)
+                  (call $ge (i32.const 0))
+                  (i32.load (i32.const 4)))
+                (func (export "now") (result i64) (call $now))
+                (func (export "rand") (result i64) (call $rand)))
+              (core instance $main (instantiate $main
+                (with "m" (instance $m))
+                (with "w" (instance
+                  (export "get-env" (func $get-env-lowered))
+                  (export "now" (func $now-lowered))
+                  (export "rand" (func $rand-lowered))))))
+              (func (export "env-len") (result u32) (canon lift (core func $main "env-len")))
+              (func (export "now") (result u64) (canon lift (core func $main "now")))
+              (func (export "rand") (result u64) (canon lift (core func $main "rand"))))
+        "#;
+        let config = RuntimeConfig::default();
+        let (engine, _) = build_engine(&config).expect("engine");
+        let linker = host_linker(&engine).expect("linker");
+        let component = Component::new(&engine, GUEST).expect("compile the WASI guest");
+        let pre = linker
+            .instantiate_pre(&component)
+            .expect("link the WASI guest");
+        let mut randoms = Vec::new();
+        for _ in 0..2 {
+            let state = CallState::new(
+                Arc::from("wasi-guest"),
+                Arc::new(crate::plugin::NoReads),
+                crate::action::timestamp(SystemTime::now()),
+                PluginRuntime::limits_of(&config),
+                None,
+            );
+            let mut store = Store::new(&engine, state);
+            store.set_epoch_deadline(u64::MAX / 2);
+            let instance = pre.instantiate(&mut store).expect("instantiate");
+            let call = |store: &mut Store<CallState>, name: &str| -> u64 {
+                match name {
+                    "env-len" => {
+                        let f = instance
+                            .get_typed_func::<(), (u32,)>(&mut *store, name)
+                            .expect("export");
+                        u64::from(f.call(&mut *store, ()).expect("call").0)
+                    }
+                    _ => {
+                        let f = instance
+                            .get_typed_func::<(), (u64,)>(&mut *store, name)
+                            .expect("export");
+                        f.call(&mut *store, ()).expect("call").0
+                    }
+                }
+            };
+            assert_eq!(
+                call(&mut store, "env-len"),
+                0,
+                "the guest saw environment variables"
+            );
+            assert_eq!(
+                call(&mut store, "now"),
+                0,
+                "the guest saw a running monotonic clock"
+            );
+            randoms.push(call(&mut store, "rand"));
+        }
+        assert_eq!(randoms[0], randoms[1], "the guest got entropy");
+    }
 
     /// Pool slots are reused with their dirtied pages kept resident: every
     /// fresh instance must still see the initial memory, not the last call's.
