@@ -20,6 +20,7 @@ with the one plugin in its directory and a --cache-dir:
               five times over through kube-sim's API; `calls` is how many
   x_rust      call_ms over the Rust seed's
   cold_s      start to ready (/readyz 200) with an empty --cache-dir: compiles
+  cold_MiB    RSS of that host 1 s after ready (what compiling left behind)
   ready_s     start to ready with the component in the cache (median of --runs)
   idle_MiB    RSS of the host (VmRSS) 1 s after ready; rows "(no plugin)"
               (empty plugin directory) and "(rust seeds)" (both Rust seeds,
@@ -177,7 +178,7 @@ class Host:
              "--metrics-addr", f"127.0.0.1:{self.port}", "--probe-addr", f"127.0.0.1:{self.port}"],
             stdout=self.log, stderr=subprocess.STDOUT)
 
-    def wait_ready(self, timeout=120):
+    def wait_ready(self, timeout=400):
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
@@ -197,7 +198,15 @@ class Host:
         return total
 
     def settle(self, timeout=60):
-        """Waits until the reconcile counter has not moved for a second."""
+        """Waits until the reconcile counter has moved (CRDs are installed
+        after ready: the first watches may still be retrying) and then not
+        moved for a second."""
+        first = self.reconciles()
+        deadline = time.perf_counter() + timeout
+        while self.reconciles() == first:
+            if time.perf_counter() > deadline:
+                fail(f"no reconcile within {timeout}s; see {self.log_path}")
+            time.sleep(0.05)
         last, since = self.reconciles(), time.perf_counter()
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
@@ -321,6 +330,8 @@ def host_row(rekon, sim, wasms, cases, family, work, runs, baseline_kib):
     row = {}
     host = Host(rekon, sim, plugins, cache, work / "cold.log")
     row["cold_s"] = host.wait_ready()
+    time.sleep(1)
+    row["cold_MiB"] = host.rss() / 1024
     host.stop()
     if not wasms:
         return row
@@ -438,7 +449,7 @@ def main():
     shutil.rmtree(tmp)
 
     columns = [("size_MB", "{:.1f}"), ("call_ms", "{:.3f}"), ("x_rust", "{:.1f}"), ("calls", "{}"),
-               ("cold_s", "{:.2f}"), ("ready_s", "{:.2f}"), ("idle_MiB", "{:.0f}"), ("idle+MiB", "{:.0f}"),
+               ("cold_s", "{:.2f}"), ("cold_MiB", "{:.0f}"), ("ready_s", "{:.2f}"), ("idle_MiB", "{:.0f}"), ("idle+MiB", "{:.0f}"),
                ("busy+MiB", "{:.0f}"), ("reload_s", "{:.2f}")]
     if args.replay:
         columns[3:3] = [("replay_ms", "{:.3f}"), ("replay_MiB", "{:.0f}")]
