@@ -26,15 +26,22 @@ fn sdk_plugin(name: &str) -> PathBuf {
     path
 }
 
-/// The interface names a component imports (`wasi:cli/stdout@0.2.3`, …),
-/// read from the binary's component import section.
+/// The names the component itself imports (`wasi:cli/stdout@0.2.3`, …),
+/// from its top-level import section (nested components and modules have
+/// their own imports, satisfied inside the component).
 fn imports(bytes: &[u8]) -> Vec<String> {
     let mut names = Vec::new();
+    let mut depth = 0usize;
     for payload in wasmparser::Parser::new(0).parse_all(bytes) {
-        if let Ok(wasmparser::Payload::ComponentImportSection(section)) = payload {
-            for import in section.into_iter().flatten() {
-                names.push(import.name.name.to_string());
+        match payload.expect("the component parses") {
+            wasmparser::Payload::Version { .. } => depth += 1,
+            wasmparser::Payload::End(_) => depth -= 1,
+            wasmparser::Payload::ComponentImportSection(section) if depth == 1 => {
+                for import in section.into_iter().flatten() {
+                    names.push(import.name.name.to_string());
+                }
             }
+            _ => {}
         }
     }
     names

@@ -199,9 +199,21 @@ async fn a_complete_file_does_not_wait_for_the_quiet_period() {
     let mut fx =
         Fixture::start_with(&[("chaos.wasm", chaos_v1())], Duration::from_secs(3600)).await;
     expect_loaded(&mut fx, "chaos", "1.0.0").await;
-    // Written in place and closed, as `cp` does.
-    std::fs::write(fx.path("chaos.wasm"), std::fs::read(chaos_v2()).unwrap()).unwrap();
-    match fx.next_event().await {
+    // Written in place and closed, as `cp` does; again every half second
+    // until the watch (set up concurrently by the fixture) sees a write.
+    let v2 = std::fs::read(chaos_v2()).unwrap();
+    let started = std::time::Instant::now();
+    let event = loop {
+        std::fs::write(fx.path("chaos.wasm"), &v2).unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), fx.events.recv()).await {
+            Ok(event) => break event.expect("event channel open"),
+            Err(_) => assert!(
+                started.elapsed() < DEADLINE,
+                "no reload of a closed file within {DEADLINE:?}"
+            ),
+        }
+    };
+    match event {
         RegistryEvent::Replaced { new, .. } => assert_eq!(new.version(), "2.0.0"),
         other => panic!("expected Replaced, got {other:?}"),
     }
