@@ -51,7 +51,9 @@ struct RunArgs {
     /// Concurrent reconciles per plugin unless its registration says otherwise.
     #[arg(long, env = "REKON_MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
     max_concurrent_reconciles: usize,
-    /// Directory for compiled plugins (cached by digest).
+    /// Directory for compiled plugins (cached by digest) and pulled modules
+    /// (default: `$XDG_CACHE_HOME/rekon`, else `~/.cache/rekon`, when it can
+    /// be created; without a cache every start compiles every plugin).
     #[arg(long, env = "REKON_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
     /// Server-side apply each plugin's CRDs to the clusters its primaries
@@ -742,6 +744,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
     // User-Agent of every request (audit logs tell replicas apart).
     let identity = rekon::lease::default_identity();
     let (record, shadow) = args.record.into_config();
+    let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
     let plugin_objects = args.plugin_objects.then(|| {
         let namespace = args
             .ops
@@ -756,7 +759,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let fetcher = rekon::source::oci::Fetcher::new(rekon::source::oci::OciConfig {
             // Pulled modules beside the compiled ones: a restart neither
             // pulls nor compiles.
-            cache_dir: args.cache_dir.as_ref().map(|d| d.join("oci")),
+            cache_dir: cache_dir.as_ref().map(|d| d.join("oci")),
             insecure_registries: args.insecure_registries.clone(),
             ..rekon::source::oci::OciConfig::default()
         })
@@ -771,7 +774,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         record,
         shadow,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
-        cache_dir: args.cache_dir,
+        cache_dir,
         ops: args.ops.into_config(&identity),
         user_agent: rekon::cluster::user_agent_for(&identity),
         policy_file: args.policy,
@@ -791,6 +794,34 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         app.run(rekon::app::shutdown_signal()).await?;
         anyhow::Ok(())
     })
+}
+
+/// Where `run` caches compiled plugins and pulled modules without
+/// `--cache-dir`: `$XDG_CACHE_HOME/rekon`, else `$HOME/.cache/rekon`. A
+/// restart then maps the compiled code instead of compiling again (seconds
+/// to a minute per interpreter plugin on a small machine). `None`, logged,
+/// when neither variable is set or the directory cannot be created: the
+/// host then compiles every load, as before.
+fn default_cache_dir() -> Option<PathBuf> {
+    let nonempty = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+    let Some(base) = nonempty("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| nonempty("HOME").map(|home| PathBuf::from(home).join(".cache")))
+    else {
+        tracing::warn!("no --cache-dir, XDG_CACHE_HOME or HOME: compiled plugins are not cached");
+        return None;
+    };
+    let dir = base.join("rekon");
+    match std::fs::create_dir_all(&dir) {
+        Ok(()) => {
+            tracing::info!(cache.dir = %dir.display(), "caching compiled plugins (default --cache-dir)");
+            Some(dir)
+        }
+        Err(e) => {
+            tracing::warn!(cache.dir = %dir.display(), error = %e, "cannot create the default cache directory: compiled plugins are not cached");
+            None
+        }
+    }
 }
 
 /// `rekon plugin release`: list (and with `--remove`, release) the objects

@@ -28,6 +28,11 @@ struct Fixture {
 impl Fixture {
     /// Copies `initial` files into a new directory, loads it, starts watching.
     async fn start(initial: &[(&str, PathBuf)]) -> Self {
+        Self::start_with(initial, DEBOUNCE).await
+    }
+
+    /// [`Self::start`] with another quiet period.
+    async fn start_with(initial: &[(&str, PathBuf)], debounce: Duration) -> Self {
         let dir = tempfile::tempdir().unwrap();
         for (name, source) in initial {
             std::fs::copy(source, dir.path().join(name)).unwrap();
@@ -39,7 +44,7 @@ impl Fixture {
             ..rekon::plugin::RuntimeConfig::default()
         })
         .expect("runtime starts");
-        let registry = PluginRegistry::with_debounce(runtime, DEBOUNCE);
+        let registry = PluginRegistry::with_debounce(runtime, debounce);
         let events = registry.subscribe();
         let scan = registry.clone();
         let path = dir.path().to_path_buf();
@@ -184,6 +189,43 @@ async fn expect_loaded(fx: &mut Fixture, name: &str, version: &str) {
         }
         other => panic!("expected Loaded({name}), got {other:?}"),
     }
+}
+
+/// A file its writer closed, or one renamed into place, is complete: it is
+/// loaded after a short settle, not after the quiet period (an hour here)
+/// that writes still going on wait for.
+#[tokio::test]
+async fn a_complete_file_does_not_wait_for_the_quiet_period() {
+    let mut fx =
+        Fixture::start_with(&[("chaos.wasm", chaos_v1())], Duration::from_secs(3600)).await;
+    expect_loaded(&mut fx, "chaos", "1.0.0").await;
+    // Written in place and closed, as `cp` does; again every half second
+    // until the watch (set up concurrently by the fixture) sees a write.
+    let v2 = std::fs::read(chaos_v2()).unwrap();
+    let started = std::time::Instant::now();
+    let event = loop {
+        std::fs::write(fx.path("chaos.wasm"), &v2).unwrap();
+        match tokio::time::timeout(Duration::from_millis(500), fx.events.recv()).await {
+            Ok(event) => break event.expect("event channel open"),
+            Err(_) => assert!(
+                started.elapsed() < DEADLINE,
+                "no reload of a closed file within {DEADLINE:?}"
+            ),
+        }
+    };
+    match event {
+        RegistryEvent::Replaced { new, .. } => assert_eq!(new.version(), "2.0.0"),
+        other => panic!("expected Replaced, got {other:?}"),
+    }
+    // Renamed into place, as an atomic publisher does.
+    let staged = fx.dir.path().join(".chaos.wasm.tmp");
+    std::fs::copy(chaos_v1(), &staged).unwrap();
+    std::fs::rename(&staged, fx.path("chaos.wasm")).unwrap();
+    match fx.next_event().await {
+        RegistryEvent::Replaced { new, .. } => assert_eq!(new.version(), "1.0.0"),
+        other => panic!("expected Replaced, got {other:?}"),
+    }
+    fx.stop().await;
 }
 
 #[tokio::test]

@@ -78,9 +78,6 @@ fn check_version(name: &str, version: Option<&str>) -> Result<(), Mismatch> {
     }
 }
 
-/// Checks the component's exports (it must export `rekon:plugin/guest` at a
-/// compatible version) and its imports of our package (`rekon:plugin/host`
-/// at a compatible version; nothing else of ours).
 /// What the contract check learned about a component that fits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fit {
@@ -90,9 +87,63 @@ pub(crate) struct Fit {
     pub(crate) reads_settings: bool,
 }
 
+/// The WASI 0.2 interfaces the host serves: every interface of the
+/// `wasi:cli/command` world, as wasmtime-wasi's `p2::add_to_linker_sync`
+/// links them, each backed by the context of `sandbox` that grants nothing.
+/// Kept in step with the linker by the test
+/// `runtime::tests::every_served_wasi_interface_is_linked`.
+pub(crate) const SERVED_WASI: &[&str] = &[
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/ip-name-lookup",
+];
+
+/// The WASI release [`SERVED_WASI`] belongs to: any `0.2.x` import links
+/// (wasmtime matches semver-compatible versions).
+const SERVED_WASI_RELEASE: (u64, u64) = (0, 2);
+
+/// Whether `name` (`wasi:cli/stdout@0.2.3`) is a WASI interface this host
+/// serves.
+fn served_wasi(name: &str) -> bool {
+    let Some((iface, version)) = name.split_once('@') else {
+        return false;
+    };
+    SERVED_WASI.contains(&iface)
+        && semver::Version::parse(version).is_ok_and(|v| (v.major, v.minor) == SERVED_WASI_RELEASE)
+}
+
+/// Checks the component's exports (it must export `rekon:plugin/guest` at a
+/// compatible version) and its imports: of our package only
+/// `rekon:plugin/host` and `types` at a compatible version, besides them
+/// only the WASI interfaces of [`SERVED_WASI`]; every other import is named.
 pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Mismatch> {
     let ty = component.component_type();
     let mut reads_settings = false;
+    let mut unserved = Vec::new();
     let mut guest_found = false;
     let mut exports = Vec::new();
     for (name, _) in ty.exports(engine) {
@@ -119,7 +170,21 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
             {
                 reads_settings |= instance.exports(engine).any(|(f, _)| f == "settings");
             }
+        } else if !served_wasi(name) {
+            unserved.push(format!("`{name}`"));
         }
+    }
+    if !unserved.is_empty() {
+        return Err(Mismatch::World(format!(
+            "imports {}, which this host does not serve; a plugin may import \
+             `{CONTRACT_PACKAGE}/host` and `{CONTRACT_PACKAGE}/types` ({}) and WASI {}.{}.x \
+             interfaces of `wasi:cli/command` (linked with no capabilities: no files, \
+             sockets, environment, real clock or entropy)",
+            unserved.join(", "),
+            host_range(),
+            SERVED_WASI_RELEASE.0,
+            SERVED_WASI_RELEASE.1,
+        )));
     }
     if !guest_found {
         let found = if exports.is_empty() {

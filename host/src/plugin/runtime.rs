@@ -145,6 +145,9 @@ pub(crate) struct RuntimeInner {
     pub(crate) config: RuntimeConfig,
     /// Hex digest of engine compatibility hash + wasmtime version.
     engine_key: String,
+    /// The engine configuration without the pool: what compiles run on
+    /// ([`compile_apart`]).
+    compile_config: Config,
     pooling: bool,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
@@ -192,11 +195,7 @@ impl PluginRuntime {
         }
         let (engine, pooling) = build_engine(&config)?;
 
-        let mut linker = Linker::<CallState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
-        Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
-            .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+        let linker = host_linker(&engine)?;
 
         let engine_key = {
             let mut hasher = Sha256Hasher(Sha256::new());
@@ -214,6 +213,7 @@ impl PluginRuntime {
                 linker,
                 config,
                 engine_key,
+                compile_config: base_config(),
                 pooling,
                 compiles: AtomicU64::new(0),
                 cache_hits: AtomicU64::new(0),
@@ -343,7 +343,7 @@ impl PluginRuntime {
         }
 
         let started = Instant::now();
-        let component = Component::new(engine, bytes).map_err(|e| {
+        let artifact = compile_apart(&self.inner.compile_config, bytes).map_err(|e| {
             let message = format!("{e:#}");
             if message.contains("expected a WebAssembly component") {
                 LoadError::WrongWorld {
@@ -357,6 +357,7 @@ impl PluginRuntime {
                 }
             }
         })?;
+        release_compile_memory();
         self.inner.compiles.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             plugin.origin = origin,
@@ -364,25 +365,93 @@ impl PluginRuntime {
             elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
             "compiled plugin"
         );
-        if let Some(file) = cached
-            && let Err(e) = write_cache(&component, &file)
-        {
-            tracing::warn!(
-                plugin.origin = origin,
-                cache.file = %file.display(),
-                error = %e,
-                "failed to write compiled plugin cache"
-            );
+        // From the cache file when it could be written (the code is then
+        // mapped from it, shared with the page cache, as after a restart),
+        // else from memory.
+        if let Some(file) = cached {
+            match write_cache(&artifact, &file) {
+                Ok(()) => {
+                    // SAFETY: as above: our own artifact, just written by us
+                    // (temp file + atomic rename) for this engine's
+                    // configuration; wasmtime checks its header and engine
+                    // compatibility.
+                    #[allow(unsafe_code)]
+                    let loaded = unsafe { Component::deserialize_file(engine, &file) };
+                    match loaded {
+                        Ok(component) => return Ok(component),
+                        Err(e) => tracing::warn!(
+                            plugin.origin = origin,
+                            cache.file = %file.display(),
+                            error = %format!("{e:#}"),
+                            "failed to map the compiled plugin just cached; loading it from memory"
+                        ),
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    plugin.origin = origin,
+                    cache.file = %file.display(),
+                    error = %e,
+                    "failed to write compiled plugin cache"
+                ),
+            }
         }
+        // SAFETY: `artifact` was produced a moment ago by
+        // `precompile_component` on an engine of this engine's configuration
+        // (`compile_config`); wasmtime checks engine compatibility and fails
+        // rather than run a mismatched artifact.
+        #[allow(unsafe_code)]
+        let component = unsafe { Component::deserialize(engine, &artifact) }.map_err(|e| {
+            LoadError::Compile {
+                origin: origin.to_string(),
+                message: format!("{e:#}"),
+            }
+        })?;
         Ok(component)
     }
 
     /// A fresh store limit set for one call.
     pub(crate) fn limits(inner: &RuntimeInner) -> Limits {
+        Self::limits_of(&inner.config)
+    }
+
+    /// The store limits of `config`.
+    pub(crate) fn limits_of(config: &RuntimeConfig) -> Limits {
         Limits {
-            memory_bytes: inner.config.memory_limit_bytes,
-            output_bytes: inner.config.output_capture_bytes,
+            memory_bytes: config.memory_limit_bytes,
+            output_bytes: config.output_capture_bytes,
         }
+    }
+}
+
+/// What every plugin is linked against: the host imports of the contract
+/// and wasmtime-wasi's WASI 0.2 (`contract::SERVED_WASI`), backed per call
+/// by a context that grants nothing (`sandbox`). An instance pre-links only
+/// the imports its component declares.
+fn host_linker(engine: &Engine) -> Result<Linker<CallState>, RuntimeError> {
+    let mut linker = Linker::<CallState>::new(engine);
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+    Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
+        .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+    Ok(linker)
+}
+
+/// Hands the compiler's freed memory back to the OS. Cranelift allocates
+/// hundreds of MiB compiling a 12–18 MB interpreter component (the
+/// TypeScript and Python ports), spread over the malloc arenas of the
+/// compile threads, and glibc keeps freed arena memory mapped: after one
+/// such compile the host kept ~330 MiB it no longer used (`rekon run` with
+/// the TypeScript port: 376 MiB RSS with an empty cache against 67 MiB with
+/// the component cached). No allocator-independent way exists, so this is
+/// glibc's own `malloc_trim` (every arena, free pages inside chunks too);
+/// elsewhere nothing is done.
+fn release_compile_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free heap memory; it takes and
+    // returns no pointer and is thread-safe (it locks each arena).
+    #[allow(unsafe_code)]
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -437,10 +506,23 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
     removed
 }
 
-/// Serializes `component` to `file` via a temporary file in the same
+/// Compiles `bytes` into a serialized artifact on an engine of its own,
+/// dropped when done. Compiling on the serving engine left memory the host
+/// never used again: one 128 MiB allocation stayed alive after compiling
+/// even the 1.5 MB Rust seed (compiler state kept by the engine), and the
+/// freed rest stayed in glibc's arenas (see [`release_compile_memory`]).
+/// An engine used only to compile takes its state along when dropped; the
+/// serving engine then maps the artifact as it maps a cached one. Measured
+/// (`rekon run`, test-fanout, empty cache, RSS 1 s after ready): 249 MiB
+/// before, 56 MiB after, as with the component cached.
+fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    let compiler = Engine::new(config)?;
+    compiler.precompile_component(bytes)
+}
+
+/// Writes a compiled artifact to `file` via a temporary file in the same
 /// directory and an atomic rename.
-fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
-    let bytes = component.serialize().map_err(|e| format!("{e:#}"))?;
+fn write_cache(bytes: &[u8], file: &Path) -> Result<(), String> {
     let dir = file.parent().ok_or("cache file has no directory")?;
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
@@ -449,7 +531,7 @@ fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
     ));
     let result = (|| -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&bytes)?;
+        f.write_all(bytes)?;
         f.sync_all()?;
         std::fs::rename(&tmp, file)
     })();
@@ -459,19 +541,26 @@ fn write_cache(component: &Component, file: &Path) -> Result<(), String> {
     result.map_err(|e| e.to_string())
 }
 
-/// Upper bound of a freed linear memory kept resident (only its dirtied
-/// pages, see [`build_engine`]) for the next instance in its pool slot.
-const KEEP_RESIDENT_BYTES: usize = 16 << 20;
-/// Same for a freed table (a Rust component's tables are a few KiB).
-const TABLE_KEEP_RESIDENT_BYTES: usize = 64 << 10;
+/// Upper bound of a freed table kept resident (only its dirtied pages, and
+/// never more than the table's size: see [`build_engine`]) for the next
+/// instance in its pool slot. A Rust component's tables are a few KiB; the
+/// interpreters' (componentize-py's libpython, StarlingMonkey) hundreds.
+const TABLE_KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
-/// Builds the engine; with `pooling`, tries the pooling allocator first and
-/// degrades to on-demand allocation if the pool cannot be reserved.
-fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> {
+/// The engine configuration apart from the instance allocator: what
+/// compiled artifacts depend on.
+fn base_config() -> Config {
     let mut base = Config::new();
     base.epoch_interruption(true)
         .wasm_component_model(true)
         .parallel_compilation(true);
+    base
+}
+
+/// Builds the engine; with `pooling`, tries the pooling allocator first and
+/// degrades to on-demand allocation if the pool cannot be reserved.
+fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> {
+    let base = base_config();
     if config.pooling {
         let mut pool = PoolingAllocationConfig::default();
         let instances = config.max_concurrent_instances.max(1);
@@ -498,10 +587,16 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
         // calls), keeping them resident: 2–3 faults per call, ~12–18 µs.
         // Without the ioctl, keep-resident would `memset` the low bytes
         // blindly (measured slower than madvise for a 1–4 MiB heap), so it
-        // is only enabled with it.
+        // is only enabled with it. With the scan the bound costs nothing
+        // unless pages are dirtied, so it is the whole memory: an
+        // interpreter guest (componentize-js, componentize-py) dirties
+        // megabytes per call, and a bound below that madvised the rest and
+        // faulted it back in from the image on the next call (Python port,
+        // 16 MiB → whole memory and tables 64 KiB → 1 MiB: 13.0 → 11.7 ms per
+        // reconcile, busy RSS unchanged; `tests/bench/ports.py`).
         if PoolingAllocationConfig::is_pagemap_scan_available() {
             pool.pagemap_scan(wasmtime::Enabled::Yes)
-                .linear_memory_keep_resident(config.memory_limit_bytes.min(KEEP_RESIDENT_BYTES))
+                .linear_memory_keep_resident(config.memory_limit_bytes)
                 .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
         }
         let mut pooled = base.clone();
@@ -653,6 +748,180 @@ mod tests {
           (core instance $i (instantiate $m))
           (func (export "bump") (result u32) (canon lift (core func $i "bump"))))
     "#;
+
+    /// `contract::SERVED_WASI` names only what the linker serves: a
+    /// component importing one item of each listed interface finds it in
+    /// the linker (its type may differ: the item is imported as a unit
+    /// function or a resource, and only a missing implementation counts), a
+    /// component importing an item of an unlisted interface does not. An
+    /// empty instance would link whether served or not, hence one item each.
+    #[test]
+    fn every_served_wasi_interface_is_linked() {
+        // An item of each interface (functions, or resources where the
+        // interface defines no function).
+        const ITEMS: &[(&str, &str)] = &[
+            ("wasi:cli/environment", "func get-environment"),
+            ("wasi:cli/exit", "func exit"),
+            ("wasi:cli/stdin", "func get-stdin"),
+            ("wasi:cli/stdout", "func get-stdout"),
+            ("wasi:cli/stderr", "func get-stderr"),
+            ("wasi:cli/terminal-input", "resource terminal-input"),
+            ("wasi:cli/terminal-output", "resource terminal-output"),
+            ("wasi:cli/terminal-stdin", "func get-terminal-stdin"),
+            ("wasi:cli/terminal-stdout", "func get-terminal-stdout"),
+            ("wasi:cli/terminal-stderr", "func get-terminal-stderr"),
+            ("wasi:clocks/monotonic-clock", "func now"),
+            ("wasi:clocks/wall-clock", "func now"),
+            ("wasi:filesystem/types", "resource descriptor"),
+            ("wasi:filesystem/preopens", "func get-directories"),
+            ("wasi:io/error", "resource error"),
+            ("wasi:io/poll", "func poll"),
+            ("wasi:io/streams", "resource input-stream"),
+            ("wasi:random/random", "func get-random-bytes"),
+            ("wasi:random/insecure", "func get-insecure-random-bytes"),
+            ("wasi:random/insecure-seed", "func insecure-seed"),
+            ("wasi:sockets/network", "resource network"),
+            ("wasi:sockets/instance-network", "func instance-network"),
+            ("wasi:sockets/udp", "resource udp-socket"),
+            ("wasi:sockets/udp-create-socket", "func create-udp-socket"),
+            ("wasi:sockets/tcp", "resource tcp-socket"),
+            ("wasi:sockets/tcp-create-socket", "func create-tcp-socket"),
+            ("wasi:sockets/ip-name-lookup", "func resolve-addresses"),
+        ];
+        let (engine, _) = build_engine(&RuntimeConfig {
+            pooling: false,
+            ..RuntimeConfig::default()
+        })
+        .expect("engine");
+        let linker = host_linker(&engine).expect("linker");
+        let served = |name: &str, item: &str| {
+            let ty = match item.split_once(' ') {
+                Some(("func", f)) => format!(r#"(export "{f}" (func))"#),
+                Some(("resource", r)) => format!(r#"(export "{r}" (type (sub resource)))"#),
+                _ => unreachable!("{item}"),
+            };
+            let wat = format!(r#"(component (import "{name}" (instance {ty})))"#);
+            let component = Component::new(&engine, wat).expect("compile");
+            match linker.instantiate_pre(&component) {
+                Ok(_) => true,
+                Err(e) => !format!("{e:#}").contains("implementation is missing"),
+            }
+        };
+        let listed: Vec<&str> = ITEMS.iter().map(|(i, _)| *i).collect();
+        assert_eq!(listed, super::super::contract::SERVED_WASI);
+        for (iface, item) in ITEMS {
+            assert!(
+                served(&format!("{iface}@0.2.0"), item),
+                "{iface}@0.2.0 is not linked"
+            );
+            assert!(
+                served(&format!("{iface}@0.2.6"), item),
+                "{iface}@0.2.6 is not linked"
+            );
+        }
+        assert!(!served("wasi:http/outgoing-handler@0.2.0", "func handle"));
+        assert!(!served("wasi:keyvalue/store@0.2.0", "func open"));
+        assert!(!served("acme:secrets/vault@1.0.0", "func read"));
+    }
+
+    /// A guest importing WASI gets a context that grants nothing: an empty
+    /// environment, a monotonic clock frozen at zero, and "random" numbers
+    /// that are the same in every call (no entropy).
+    #[test]
+    fn wasi_guests_get_no_environment_clock_or_entropy() {
+        const GUEST: &str = r#"
+            (component
+              (import "wasi:cli/environment@0.2.0" (instance $env
+                (export "get-environment" (func (result (list (tuple string string)))))))
+              (import "wasi:clocks/monotonic-clock@0.2.0" (instance $clock
+                (export "now" (func (result u64)))))
+              (import "wasi:random/random@0.2.0" (instance $random
+                (export "get-random-u64" (func (result u64)))))
+              (core module $mem
+                (memory (export "memory") 1)
+                (global $next (mut i32) (i32.const 1024))
+                (func (export "realloc") (param i32 i32 i32 i32) (result i32) (local $r i32)
+                  (local.set $r (global.get $next))
+                  (global.set $next (i32.add (local.get $r) (i32.add (local.get 3) (i32.const 8))))
+                  (local.get $r)))
+              (core instance $m (instantiate $mem))
+              (alias core export $m "memory" (core memory $memory))
+              (alias core export $m "realloc" (core func $realloc))
+              (alias export $env "get-environment" (func $get-env))
+              (alias export $clock "now" (func $now))
+              (alias export $random "get-random-u64" (func $rand))
+              (core func $get-env-lowered (canon lower (func $get-env) (memory $memory) (realloc $realloc)))
+              (core func $now-lowered (canon lower (func $now)))
+              (core func $rand-lowered (canon lower (func $rand)))
+              (core module $main
+                (import "m" "memory" (memory 1))
+                (import "w" "get-env" (func $ge (param i32)))
+                (import "w" "now" (func $now (result i64)))
+                (import "w" "rand" (func $rand (result i64)))
+                (func (export "env-len") (result i32)
+                  (call $ge (i32.const 0))
+                  (i32.load (i32.const 4)))
+                (func (export "now") (result i64) (call $now))
+                (func (export "rand") (result i64) (call $rand)))
+              (core instance $main (instantiate $main
+                (with "m" (instance $m))
+                (with "w" (instance
+                  (export "get-env" (func $get-env-lowered))
+                  (export "now" (func $now-lowered))
+                  (export "rand" (func $rand-lowered))))))
+              (func (export "env-len") (result u32) (canon lift (core func $main "env-len")))
+              (func (export "now") (result u64) (canon lift (core func $main "now")))
+              (func (export "rand") (result u64) (canon lift (core func $main "rand"))))
+        "#;
+        let config = RuntimeConfig::default();
+        let (engine, _) = build_engine(&config).expect("engine");
+        let linker = host_linker(&engine).expect("linker");
+        let component = Component::new(&engine, GUEST).expect("compile the WASI guest");
+        let pre = linker
+            .instantiate_pre(&component)
+            .expect("link the WASI guest");
+        let mut randoms = Vec::new();
+        for _ in 0..2 {
+            let state = CallState::new(
+                Arc::from("wasi-guest"),
+                Arc::new(crate::plugin::NoReads),
+                crate::action::timestamp(SystemTime::now()),
+                PluginRuntime::limits_of(&config),
+                None,
+            );
+            let mut store = Store::new(&engine, state);
+            store.set_epoch_deadline(u64::MAX / 2);
+            let instance = pre.instantiate(&mut store).expect("instantiate");
+            let call = |store: &mut Store<CallState>, name: &str| -> u64 {
+                match name {
+                    "env-len" => {
+                        let f = instance
+                            .get_typed_func::<(), (u32,)>(&mut *store, name)
+                            .expect("export");
+                        u64::from(f.call(&mut *store, ()).expect("call").0)
+                    }
+                    _ => {
+                        let f = instance
+                            .get_typed_func::<(), (u64,)>(&mut *store, name)
+                            .expect("export");
+                        f.call(&mut *store, ()).expect("call").0
+                    }
+                }
+            };
+            assert_eq!(
+                call(&mut store, "env-len"),
+                0,
+                "the guest saw environment variables"
+            );
+            assert_eq!(
+                call(&mut store, "now"),
+                0,
+                "the guest saw a running monotonic clock"
+            );
+            randoms.push(call(&mut store, "rand"));
+        }
+        assert_eq!(randoms[0], randoms[1], "the guest got entropy");
+    }
 
     /// Pool slots are reused with their dirtied pages kept resident: every
     /// fresh instance must still see the initial memory, not the last call's.

@@ -17,7 +17,13 @@
 //!   (a plugin has no clock: reconciles are replayable);
 //! - random (secure and insecure) replaced by a deterministic sequence;
 //! - stdin empty; stdout and stderr captured into one bounded in-memory pipe
-//!   so that a guest panic message can be reported.
+//!   so that a guest panic message can be reported; whatever a call wrote
+//!   goes to the host's log (debug, with the plugin's name) after it.
+//!
+//! The context is built on a call's first WASI use: a guest importing no
+//! WASI (componentize-js with its features disabled) never pays for one.
+//! Which WASI interfaces are linked at all is `contract::SERVED_WASI`; a
+//! component importing anything else is refused by name at load.
 //!
 //! Stubs would be ours to keep in sync with std's import set; the empty
 //! context denies the same things with the upstream implementation.
@@ -47,7 +53,10 @@ pub(crate) struct CallState {
     /// What `settings-schema` declared during this call (read after
     /// `register`).
     pub(crate) settings_schema: Option<String>,
-    wasi: WasiCtx,
+    /// Wall-clock time the guest sees (the request time).
+    since_epoch: Duration,
+    /// Built on first use (see `WasiView for CallState`).
+    wasi: Option<WasiCtx>,
     table: ResourceTable,
 }
 
@@ -72,19 +81,6 @@ impl CallState {
             u64::try_from(request_time.seconds).unwrap_or(0),
             request_time.nanoseconds,
         );
-        let mut builder = WasiCtxBuilder::new();
-        builder
-            .stdout(output.clone())
-            .stderr(output.clone())
-            .wall_clock(FixedWallClock(since_epoch))
-            .monotonic_clock(FixedMonotonicClock)
-            .secure_random(deterministic_random())
-            .insecure_random(deterministic_random())
-            .insecure_random_seed(0)
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .socket_addr_check(|_, _| Box::pin(async { false }));
         Self {
             plugin,
             reads,
@@ -93,7 +89,8 @@ impl CallState {
             output,
             settings,
             settings_schema: None,
-            wasi: builder.build(),
+            since_epoch,
+            wasi: None,
             table: ResourceTable::new(),
         }
     }
@@ -102,6 +99,25 @@ impl CallState {
     pub(crate) fn output_text(&self) -> String {
         String::from_utf8_lossy(&self.output.contents()).into_owned()
     }
+}
+
+/// The WASI context of one call: nothing granted (see the module docs);
+/// output into the call's bounded capture.
+fn capability_free_wasi(output: &MemoryOutputPipe, since_epoch: Duration) -> WasiCtx {
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .stdout(output.clone())
+        .stderr(output.clone())
+        .wall_clock(FixedWallClock(since_epoch))
+        .monotonic_clock(FixedMonotonicClock)
+        .secure_random(deterministic_random())
+        .insecure_random(deterministic_random())
+        .insecure_random_seed(0)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .socket_addr_check(|_, _| Box::pin(async { false }));
+    builder.build()
 }
 
 /// A fixed, deterministic byte sequence: plugins get no entropy (HashMap
@@ -136,8 +152,15 @@ impl wasmtime_wasi::HostMonotonicClock for FixedMonotonicClock {
 
 impl WasiView for CallState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
+        // Built on the guest's first WASI call: most calls of a guest that
+        // imports WASI never use it, and a guest importing none
+        // (componentize-js with its WASI features disabled) never can.
+        let (output, since_epoch) = (&self.output, self.since_epoch);
+        let ctx = self
+            .wasi
+            .get_or_insert_with(|| capability_free_wasi(output, since_epoch));
         WasiCtxView {
-            ctx: &mut self.wasi,
+            ctx,
             table: &mut self.table,
         }
     }
