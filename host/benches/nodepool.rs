@@ -222,6 +222,19 @@ fn orchestrate() -> anyhow::Result<()> {
                 ratio(native.map(|n| n.1), peak),
                 total / (2.0 * floor_s).max(1e-9),
             );
+            if engine == "rekon-wasm" {
+                let mib = |k: &str| r[k].as_f64().unwrap_or_default();
+                println!(
+                    "{:<12} {:>14} baseline: connected {:.1}, + runtime {:.1}, + plugin compiled and loaded {:.1} MiB; caches and queues at steady state {:.1} MiB ({:.2} KiB per node)",
+                    "",
+                    engine,
+                    mib("connected_rss_mib"),
+                    mib("runtime_rss_mib") - mib("connected_rss_mib"),
+                    mib("base_rss_mib") - mib("runtime_rss_mib"),
+                    mib("steady_rss_mib") - mib("base_rss_mib"),
+                    (mib("steady_rss_mib") - mib("base_rss_mib")) * 1024.0 / nodes as f64,
+                );
+            }
             if let Some(heap) = r.get("heap").filter(|h| !h.is_null()) {
                 println!("{:<12} {:>14} heap (dhat): {heap}", "", engine);
             }
@@ -390,8 +403,14 @@ fn scenario_main() -> anyhow::Result<()> {
     ))?;
     // Compiling the component is a one-time cost (cached on disk by digest
     // in production): done before the measurement starts.
+    // The breakdown of rekon's baseline: connected (client, tokio), the
+    // plugin runtime created (engine, pooling allocator), the plugin
+    // compiled and loaded.
+    let connected_rss = rss_mib();
+    let mut runtime_rss = connected_rss;
     let plugin: Option<Arc<dyn Reconciler>> = if engine == "rekon-wasm" {
         let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
+        runtime_rss = rss_mib();
         Some(Arc::new(runtime.load_file(plugin_path())?))
     } else {
         None
@@ -451,7 +470,7 @@ fn scenario_main() -> anyhow::Result<()> {
     };
     println!(
         "RESULT {}",
-        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "base_rss_mib": base_rss, "peak_rss_mib": rss, "steady_rss_mib": steady_rss, "heap": heap})
+        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "base_rss_mib": base_rss, "peak_rss_mib": rss, "steady_rss_mib": steady_rss, "connected_rss_mib": connected_rss, "runtime_rss_mib": runtime_rss, "heap": heap})
     );
     rt.block_on(stop);
     #[cfg(feature = "dhat-heap")]
