@@ -96,20 +96,14 @@ impl CachedObject {
     }
 }
 
-/// A key shared by the object map and every index entry of one object:
-/// an index entry costs a pointer, not a copy of the name (measured with
-/// the nodepool bench's heap profile: with a copy per label and index,
-/// the key copies outweighed the objects' metadata).
-type SharedKey = Arc<ObjectKey>;
-
 /// Objects keyed by namespace and name, with label and owner indexes.
 #[derive(Debug, Default)]
 pub struct Store {
-    objects: BTreeMap<SharedKey, Arc<CachedObject>>,
-    by_label: HashMap<(String, String), BTreeSet<SharedKey>>,
+    objects: BTreeMap<ObjectKey, Arc<CachedObject>>,
+    by_label: HashMap<(String, String), BTreeSet<ObjectKey>>,
     /// Objects per label key (any value): `list` by `k` (exists) selectors.
-    by_key: HashMap<String, BTreeSet<SharedKey>>,
-    by_owner_uid: HashMap<String, BTreeSet<SharedKey>>,
+    by_key: HashMap<String, BTreeSet<ObjectKey>>,
+    by_owner_uid: HashMap<String, BTreeSet<ObjectKey>>,
     /// resourceVersions at which recently removed objects were last seen,
     /// so a late write response cannot resurrect a deleted object. Bounded
     /// to [`TOMBSTONES`] entries (oldest dropped first).
@@ -155,8 +149,9 @@ impl Store {
     /// Insert or replace an object, unless the cached one (or its recorded
     /// deletion) is newer.
     pub fn upsert(&mut self, obj: Arc<CachedObject>) -> Upsert {
+        let key = obj.key.clone();
         let new_rv = rv_number(obj.resource_version.as_deref());
-        let key = if let Some((shared, old)) = self.objects.get_key_value(&obj.key) {
+        if let Some(old) = self.objects.get(&key) {
             if old.resource_version.is_some() && old.resource_version == obj.resource_version {
                 return Upsert::Unchanged;
             }
@@ -166,26 +161,22 @@ impl Store {
             {
                 return Upsert::Stale;
             }
-            let (shared, old) = (Arc::clone(shared), Arc::clone(old));
-            self.unindex(&shared, &old);
-            shared
-        } else {
-            if let (Some(gone), Some(new_rv)) = (self.tombstones.get(&obj.key), new_rv)
-                && new_rv <= *gone
-            {
-                return Upsert::Stale;
-            }
-            Arc::new(obj.key.clone())
-        };
-        self.index(&key, &obj);
+            let old = Arc::clone(old);
+            self.unindex(&old);
+        } else if let (Some(gone), Some(new_rv)) = (self.tombstones.get(&key), new_rv)
+            && new_rv <= *gone
+        {
+            return Upsert::Stale;
+        }
+        self.index(&obj);
         self.objects.insert(key, obj);
         Upsert::Changed
     }
 
     /// Remove an object, returning what was cached.
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Arc<CachedObject>> {
-        let (shared, old) = self.objects.remove_entry(key)?;
-        self.unindex(&shared, &old);
+        let old = self.objects.remove(key)?;
+        self.unindex(&old);
         Some(old)
     }
 
@@ -218,7 +209,7 @@ impl Store {
 
     /// Every key (for re-list diffs and all-primaries mapping).
     pub fn keys(&self) -> impl Iterator<Item = &ObjectKey> {
-        self.objects.keys().map(|k| &**k)
+        self.objects.keys()
     }
 
     /// Every object.
@@ -240,7 +231,7 @@ impl Store {
         let matches = |o: &CachedObject| selector.is_none_or(|s| s.matches(&o.labels));
         // Narrowest index entry among the required pairs and keys.
         let empty = BTreeSet::new();
-        let candidates: Option<&BTreeSet<SharedKey>> = selector.and_then(|s| {
+        let candidates: Option<&BTreeSet<ObjectKey>> = selector.and_then(|s| {
             let pairs = s.required_pairs().into_iter().map(|(k, v)| {
                 self.by_label
                     .get(&(k.to_owned(), v.to_owned()))
@@ -264,7 +255,7 @@ impl Store {
                 let iter: Box<dyn Iterator<Item = &Arc<CachedObject>>> = match namespace {
                     Some(ns) => Box::new(
                         self.objects
-                            .range::<ObjectKey, _>(ObjectKey::new(Some(ns), "")..)
+                            .range(ObjectKey::new(Some(ns), "")..)
                             .take_while(move |(k, _)| k.namespace == ns)
                             .map(|(_, v)| v),
                     ),
@@ -286,36 +277,36 @@ impl Store {
             .collect()
     }
 
-    fn index(&mut self, key: &SharedKey, obj: &CachedObject) {
+    fn index(&mut self, obj: &CachedObject) {
         for (k, v) in &obj.labels {
             self.by_label
                 .entry((k.clone(), v.clone()))
                 .or_default()
-                .insert(Arc::clone(key));
+                .insert(obj.key.clone());
             self.by_key
                 .entry(k.clone())
                 .or_default()
-                .insert(Arc::clone(key));
+                .insert(obj.key.clone());
         }
         if let Some(owner) = &obj.controller {
             self.by_owner_uid
                 .entry(owner.uid.clone())
                 .or_default()
-                .insert(Arc::clone(key));
+                .insert(obj.key.clone());
         }
     }
 
-    fn unindex(&mut self, key: &ObjectKey, obj: &CachedObject) {
+    fn unindex(&mut self, obj: &CachedObject) {
         for (k, v) in &obj.labels {
             let pair = (k.clone(), v.clone());
             if let Some(set) = self.by_label.get_mut(&pair) {
-                set.remove(key);
+                set.remove(&obj.key);
                 if set.is_empty() {
                     self.by_label.remove(&pair);
                 }
             }
             if let Some(set) = self.by_key.get_mut(k) {
-                set.remove(key);
+                set.remove(&obj.key);
                 if set.is_empty() {
                     self.by_key.remove(k);
                 }
@@ -324,7 +315,7 @@ impl Store {
         if let Some(owner) = &obj.controller
             && let Some(set) = self.by_owner_uid.get_mut(&owner.uid)
         {
-            set.remove(key);
+            set.remove(&obj.key);
             if set.is_empty() {
                 self.by_owner_uid.remove(&owner.uid);
             }
@@ -461,22 +452,6 @@ pub(crate) mod tests {
         assert_eq!(s.list(None, Some(&sel)).len(), 8);
         assert_eq!(s.by_key["node-role.kubernetes.io/p7"].len(), 8);
         assert!(s.list(None, Some(&parse("absent").unwrap())).is_empty());
-    }
-
-    #[test]
-    fn index_entries_share_the_objects_key() {
-        let mut s = Store::default();
-        s.upsert(obj("a", "x", "1", &[("k1", "v"), ("k2", "v")]));
-        // Relabelled: the old entries go, the key is reused.
-        s.upsert(obj("a", "x", "2", &[("k1", "w"), ("k2", "v"), ("k3", "v")]));
-        let (key, _) = s
-            .objects
-            .get_key_value(&ObjectKey::new(Some("a"), "x"))
-            .unwrap();
-        // The map's key plus one pointer per (label, index): no copy.
-        assert_eq!(Arc::strong_count(key), 1 + 2 * 3);
-        s.remove(&ObjectKey::new(Some("a"), "x"));
-        assert!(s.by_label.is_empty() && s.by_key.is_empty());
     }
 
     #[test]
