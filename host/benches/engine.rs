@@ -34,6 +34,14 @@
 //! simulator share this machine's cores, so the table shows the cost of
 //! sharding here, not the speed-up on separate machines.
 //! `REKON_BENCH_SUITE=fanout|replicas` runs one table only.
+//!
+//! `REKON_BENCH_SUITE=fleet` (not part of the default run: it takes
+//! minutes) runs the seed plugin test-fanout (`dist/plugins/test_fanout.wasm`,
+//! or `REKON_BENCH_FANOUT`) on a fleet: `REKON_BENCH_FLEET=100x1000`
+//! clusters × Tests served by one kube-sim process, as one replica and as
+//! three replicas with `--shard-by=cluster` (6 shards); converged when every
+//! Test's status lists every cluster with its Job. Prints converge time,
+//! CPU and peak RSS per replica.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -73,6 +81,8 @@ fn main() -> anyhow::Result<()> {
         Ok("sim") => sim_main(),
         Ok("scenario") => scenario_main(),
         Ok("replica") => replica_main(),
+        Ok("fleet-sim") => fleet_sim_main(),
+        Ok("fleet-replica") => fleet_replica_main(),
         _ => orchestrate(),
     }
 }
@@ -99,11 +109,14 @@ fn objects() -> usize {
 
 fn orchestrate() -> anyhow::Result<()> {
     let suite = std::env::var("REKON_BENCH_SUITE").unwrap_or_default();
-    if suite != "replicas" {
+    if suite.is_empty() || suite == "fanout" {
         orchestrate_fanout()?;
     }
-    if suite != "fanout" {
+    if suite.is_empty() || suite == "replicas" {
         orchestrate_replicas()?;
+    }
+    if suite == "fleet" {
+        orchestrate_fleet()?;
     }
     Ok(())
 }
@@ -754,5 +767,291 @@ fn replica_main() -> anyhow::Result<()> {
     rt.block_on(manager.shutdown());
     let _ = stop_tx.send(());
     let _ = rt.block_on(runner);
+    Ok(())
+}
+
+// ---------------------------------------------------------------- fleet
+
+/// The test-fanout seed plugin component.
+fn fanout_path() -> std::path::PathBuf {
+    std::env::var_os("REKON_BENCH_FANOUT").map_or_else(
+        || {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../dist/plugins/test_fanout.wasm")
+        },
+        std::path::PathBuf::from,
+    )
+}
+
+/// `(clusters, tests)` of the fleet suite.
+fn fleet_shape() -> (usize, usize) {
+    std::env::var("REKON_BENCH_FLEET")
+        .ok()
+        .and_then(|v| {
+            let (c, t) = v.split_once('x')?;
+            Some((c.trim().parse().ok()?, t.trim().parse().ok()?))
+        })
+        .unwrap_or((100, 1000))
+}
+
+/// Cluster names of the fleet: the primary `main`, then `m1`, `m2`, ...
+fn fleet_names(clusters: usize) -> Vec<String> {
+    (0..clusters)
+        .map(|i| {
+            if i == 0 {
+                "main".to_owned()
+            } else {
+                format!("m{i}")
+            }
+        })
+        .collect()
+}
+
+/// The fleet's clusters in one kube-sim process; the Test CRD and the
+/// Tests in `main`. On `start`: `converged <s>` once every Test's status
+/// lists every cluster and none is still `Creating`.
+fn fleet_sim_main() -> anyhow::Result<()> {
+    let (clusters, tests) = fleet_shape();
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let configs = fleet_names(clusters)
+            .iter()
+            .map(|c| kube_sim::SimConfig::new(c.as_str()).history_limit(4 * tests + 1000))
+            .collect();
+        let sim = kube_sim::Sim::start_with(configs).await?;
+        let main = sim.cluster("main");
+        main.create(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            None,
+            serde_json::to_value(<test_fanout::Test as kube::CustomResourceExt>::crd())?,
+        )?;
+        for i in 0..tests {
+            main.create(
+                "job.lailin.xyz/v1",
+                "tests",
+                Some("default"),
+                json!({"apiVersion": "job.lailin.xyz/v1", "kind": "Test",
+                       "metadata": {"name": format!("t{i}"), "namespace": "default"},
+                       "spec": {"image": "busybox"}}),
+            )?;
+        }
+        println!("ready {}", sim.kubeconfig_path().display());
+        std::io::stdout().flush()?;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        while let Some(line) = rx.recv().await {
+            if line == "start" {
+                break;
+            }
+        }
+        let t0 = Instant::now();
+        loop {
+            let listed = main.list("job.lailin.xyz/v1", "tests", Some("default"), "")?;
+            let done = listed.len() >= tests
+                && listed.iter().all(|t| {
+                    t.pointer("/status/clusters")
+                        .and_then(Value::as_array)
+                        .is_some_and(|cs| {
+                            cs.len() == clusters
+                                && cs
+                                    .iter()
+                                    .all(|c| c["state"] != "Creating" && c["state"] != "Syncing")
+                        })
+                });
+            if done {
+                println!("converged {}", t0.elapsed().as_secs_f64());
+                std::io::stdout().flush()?;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        while rx.recv().await.is_some() {}
+        sim.shutdown().await;
+        anyhow::Ok(())
+    })
+}
+
+/// The fleet suite: one replica, then three with `--shard-by=cluster`.
+fn orchestrate_fleet() -> anyhow::Result<()> {
+    let (clusters, tests) = fleet_shape();
+    if !fanout_path().is_file() {
+        println!("fleet skipped: {} not built", fanout_path().display());
+        return Ok(());
+    }
+    println!();
+    println!(
+        "fleet: test-fanout, {tests} Tests fanned out to {clusters} clusters (one kube-sim process), {SHARDS} shards by cluster, concurrency {CONCURRENCY} per replica"
+    );
+    println!(
+        "{:<9} {:>12} {:>16} {:>26} {:>26}",
+        "replicas", "converge s", "cpu s (all)", "peak RSS MiB (each)", "steady RSS MiB (each)"
+    );
+    for replicas in [1_usize, 3] {
+        let mut sim = SimProcess::spawn(&[
+            ("REKON_BENCH_ROLE", "fleet-sim".to_owned()),
+            ("REKON_BENCH_FLEET", format!("{clusters}x{tests}")),
+        ])?;
+        let mut children = Vec::new();
+        for i in 0..replicas {
+            let mut child = Command::new(std::env::current_exe()?)
+                .env("REKON_BENCH_ROLE", "fleet-replica")
+                .env("REKON_BENCH_REPLICA", i.to_string())
+                .env("REKON_BENCH_REPLICAS", replicas.to_string())
+                .env("REKON_BENCH_FLEET", format!("{clusters}x{tests}"))
+                .env("REKON_BENCH_KUBECONFIG", &sim.kubeconfig)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()?;
+            let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+            children.push((child, lines));
+        }
+        for (_, lines) in &mut children {
+            loop {
+                let line = lines
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
+                if line == "ready" {
+                    break;
+                }
+            }
+        }
+        let t0 = Instant::now();
+        sim.send("start")?;
+        for (child, _) in &mut children {
+            let stdin = child.stdin.as_mut().expect("piped");
+            writeln!(stdin, "go")?;
+            stdin.flush()?;
+        }
+        sim.converged()?;
+        let seconds = t0.elapsed().as_secs_f64();
+        let (mut cpu, mut peak, mut steady) = (0.0, Vec::new(), Vec::new());
+        for (mut child, mut lines) in children {
+            drop(child.stdin.take());
+            let r: Value = loop {
+                let line = lines
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
+                if let Some(json) = line.strip_prefix("RESULT ") {
+                    break serde_json::from_str(json)?;
+                }
+            };
+            cpu += r["cpu_seconds"].as_f64().unwrap_or_default();
+            peak.push(format!(
+                "{:.0}",
+                r["peak_rss_mib"].as_f64().unwrap_or_default()
+            ));
+            steady.push(format!(
+                "{:.0}",
+                r["steady_rss_mib"].as_f64().unwrap_or_default()
+            ));
+            let _ = child.wait();
+        }
+        sim.stop();
+        println!(
+            "{:<9} {:>12.2} {:>16.2} {:>26} {:>26}",
+            replicas,
+            seconds,
+            cpu,
+            peak.join("/"),
+            steady.join("/"),
+        );
+    }
+    Ok(())
+}
+
+/// One fleet replica: with more than one, a member of a shard group by
+/// cluster holding its share before `ready`; on `go` loads test-fanout; on
+/// stdin closing waits [`support::SETTLE`] and prints `RESULT`.
+fn fleet_replica_main() -> anyhow::Result<()> {
+    let index: usize = std::env::var("REKON_BENCH_REPLICA")?.parse()?;
+    let replicas: u32 = std::env::var("REKON_BENCH_REPLICAS")?.parse()?;
+    let (clusters, _) = fleet_shape();
+    let kubeconfig = std::path::PathBuf::from(std::env::var("REKON_BENCH_KUBECONFIG")?);
+    let rt = tokio::runtime::Runtime::new()?;
+    let _runtime = rt.enter();
+    let names = fleet_names(clusters);
+    let clients = connect_all(
+        &rt,
+        &kubeconfig,
+        &names,
+        &rekon::cluster::user_agent_for(&format!("bench-fleet-{index}")),
+    )?;
+    let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
+    let plugin: Arc<dyn Reconciler> = Arc::new(runtime.load_file(fanout_path())?);
+    let mut sharding = None;
+    if replicas > 1 {
+        let config = rekon::lease::shard::ShardingConfig {
+            by: rekon::lease::shard::ShardBy::Cluster,
+            identity: format!("bench-fleet-{index}"),
+            lease_duration: Duration::from_secs(4),
+            renew_deadline: Duration::from_secs(3),
+            retry_period: Duration::from_millis(300),
+            ..rekon::lease::shard::ShardingConfig::new(SHARDS, "fleet", "default")
+        };
+        let (shards, runner) = rekon::lease::shard::ShardRunner::new(
+            &clients[0],
+            config,
+            rekon::telemetry::metrics::Metrics::global().clone(),
+        )?;
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let runner = rt.spawn(runner.run(async {
+            let _ = stop_rx.await;
+        }));
+        let share = (SHARDS / replicas) as usize;
+        rt.block_on(async {
+            let mut stable_since = None;
+            loop {
+                if shards.held().len() == share {
+                    let since = *stable_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_secs(2) {
+                        break;
+                    }
+                } else {
+                    stable_since = None;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+        sharding = Some((shards, stop_tx, runner));
+    }
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut stdin = std::io::stdin().lock().lines();
+    for line in stdin.by_ref() {
+        if line? == "go" {
+            break;
+        }
+    }
+    let cpu0 = cpu_seconds();
+    let manager = rt.block_on(async {
+        support::rekon_sharded_manager(
+            &names,
+            &clients,
+            CONCURRENCY,
+            sharding.as_ref().map(|(s, _, _)| s.clone()),
+        )
+    })?;
+    manager.upsert(plugin);
+    for _ in stdin.by_ref() {}
+    let cpu = cpu_seconds() - cpu0;
+    std::thread::sleep(support::SETTLE);
+    let steady = support::rss_mib();
+    let rss = peak_rss_mib();
+    println!(
+        "RESULT {}",
+        json!({"cpu_seconds": cpu, "peak_rss_mib": rss, "steady_rss_mib": steady})
+    );
+    std::io::stdout().flush()?;
+    rt.block_on(manager.shutdown());
+    if let Some((_, stop_tx, runner)) = sharding {
+        let _ = stop_tx.send(());
+        let _ = rt.block_on(runner);
+    }
     Ok(())
 }

@@ -4,7 +4,12 @@
 //! every pool's labels reached every node (update), for
 //! - `rekon-wasm`: the engine with the seed plugin `dist/plugins/nodepool.wasm`
 //!   (`make plugins`; skipped when missing),
-//! - `kube-rs`: a native kube-rs `Controller` with the seed's logic (the
+//! - `kube-rs-expert`: the native controller an expert writes, with the
+//!   seed's logic: reflector stores (managedFields stripped) for NodePools,
+//!   Nodes and RuntimeClasses fed by the streams that trigger reconciles,
+//!   every read from the stores, a write only when something differs. The
+//!   ratio columns are to this one.
+//! - `kube-rs-list`: a native kube-rs `Controller` with the seed's logic (the
 //!   same pure `nodepool::plan_node`): per pool it lists the pool's nodes by
 //!   label selector from the API (members and former members), patches them
 //!   with resourceVersion-guarded JSON patches, applies the RuntimeClass,
@@ -13,8 +18,10 @@
 //!
 //! Columns: converge time (create / update), writes (Events excluded), node
 //! patches per node per change (1.00 = no redundant or conflicting node
-//! write), CPU seconds and peak RSS of the
-//! engine's process, the ratio to the native controller, and the ratio to
+//! write), CPU seconds, and RSS of the engine's process: `base` (connected,
+//! plugin compiled and loaded, nothing cached), `peak` (VmHWM) and `steady`
+//! (converged and idle for 3 s); the ratios of time and peak RSS to the
+//! expert-native controller, and the ratio to
 //! the write floor: one patch per node per change at kube-sim's measured
 //! write rate over HTTP (`floor` row).
 //!
@@ -24,6 +31,10 @@
 //! make plugins
 //! cargo bench -p rekon-host --bench nodepool
 //! REKON_BENCH_SCALES=1000/100,3000/300 cargo bench -p rekon-host --bench nodepool
+//! REKON_BENCH_ENGINES=kube-rs-expert,rekon-wasm cargo bench -p rekon-host --bench nodepool
+//! # heap profile (dhat): live heap at steady state per engine, and a
+//! # dhat-heap-<engine>-<nodes>.json per scenario for dhat's viewer
+//! REKON_BENCH_SCALES=1000/100 cargo bench -p rekon-host --bench nodepool --features dhat-heap
 //! ```
 
 mod support;
@@ -44,11 +55,13 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::node::v1::RuntimeClass;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{
-    Action as KubeAction, Config as ControllerRuntimeConfig, Controller,
+    Action as KubeAction, Config as ControllerRuntimeConfig, Controller, applier, trigger_self,
+    trigger_with,
 };
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::ObjectRef as KubeObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{WatchStreamExt, reflector};
 use kube::{CustomResourceExt, ResourceExt};
 use nodepool::{
     APPLIED_PREFIX, FINALIZER, NodePool, OtherPool, ROLE_PREFIX, applied_annotation, plan_node,
@@ -57,7 +70,11 @@ use nodepool::{
 use rekon::cluster::{Source, connect};
 use rekon::controller::Reconciler;
 use serde_json::{Value, json};
-use support::{SimProcess, cpu_seconds, peak_rss_mib};
+use support::{SimProcess, cpu_seconds, peak_rss_mib, rss_mib};
+
+#[cfg(feature = "dhat-heap")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
 
 const CONCURRENCY: usize = 4;
 /// A label every pool declares, with the generation as value: converged
@@ -127,7 +144,7 @@ fn orchestrate() -> anyhow::Result<()> {
         "nodepool benchmark (concurrency {CONCURRENCY}); write floor: kube-sim takes {rate:.0} node patches/s over HTTP"
     );
     println!(
-        "{:<12} {:>12} {:>9} {:>9} {:>8} {:>13} {:>7} {:>8} {:>10} {:>10}",
+        "{:<12} {:>14} {:>9} {:>9} {:>8} {:>13} {:>7} {:>9} {:>9} {:>10} {:>9} {:>9} {:>8}",
         "nodes/pools",
         "engine",
         "create s",
@@ -135,15 +152,27 @@ fn orchestrate() -> anyhow::Result<()> {
         "writes",
         "node patch/Δ",
         "cpu s",
-        "RSS MiB",
+        "base MiB",
+        "peak MiB",
+        "steady MiB",
         "÷ native",
+        "RSS ÷ nat",
         "÷ floor"
+    );
+    let engines: Vec<String> = std::env::var("REKON_BENCH_ENGINES").map_or_else(
+        |_| {
+            ["kube-rs-list", "kube-rs-expert", "rekon-wasm"]
+                .map(str::to_owned)
+                .to_vec()
+        },
+        |v| v.split(',').map(|e| e.trim().to_owned()).collect(),
     );
     for (nodes, pools) in scales() {
         let floor_s = nodes as f64 / rate;
-        let mut native_total = None;
+        // Ratios are to the expert-native controller (reflector stores).
+        let mut native: Option<(f64, f64)> = None;
         let mut rows = Vec::new();
-        for engine in ["kube-rs", "rekon-wasm"] {
+        for engine in &engines {
             if engine == "rekon-wasm" && !plugin_path().is_file() {
                 println!(
                     "{nodes}/{pools} {engine}: skipped, {} not built (make plugins)",
@@ -154,7 +183,7 @@ fn orchestrate() -> anyhow::Result<()> {
             let r = run_role(
                 "scenario",
                 &[
-                    ("REKON_BENCH_ENGINE", engine.to_owned()),
+                    ("REKON_BENCH_ENGINE", engine.clone()),
                     ("REKON_BENCH_NODES", nodes.to_string()),
                     ("REKON_BENCH_POOLS", pools.to_string()),
                 ],
@@ -165,16 +194,20 @@ fn orchestrate() -> anyhow::Result<()> {
             };
             let total = r["create_s"].as_f64().unwrap_or_default()
                 + r["update_s"].as_f64().unwrap_or_default();
-            if engine == "kube-rs" {
-                native_total = Some(total);
+            if engine == "kube-rs-expert" {
+                native = Some((total, r["peak_rss_mib"].as_f64().unwrap_or_default()));
             }
             rows.push((engine, r, total));
         }
         for (engine, r, total) in rows {
             let writes = r["writes"].as_u64().unwrap_or_default();
             let node_writes = r["node_writes"].as_u64().unwrap_or_default();
+            let peak = r["peak_rss_mib"].as_f64().unwrap_or_default();
+            let ratio = |of: Option<f64>, x: f64| {
+                of.map_or_else(|| "-".to_owned(), |n| format!("{:.2}×", x / n.max(1e-9)))
+            };
             println!(
-                "{:<12} {:>12} {:>9.2} {:>9.2} {:>8} {:>13.2} {:>7.2} {:>8.1} {:>10} {:>10.1}",
+                "{:<12} {:>14} {:>9.2} {:>9.2} {:>8} {:>13.2} {:>7.2} {:>9.1} {:>9.1} {:>10.1} {:>9} {:>9} {:>8.1}",
                 format!("{nodes}/{pools}"),
                 engine,
                 r["create_s"].as_f64().unwrap_or_default(),
@@ -182,13 +215,29 @@ fn orchestrate() -> anyhow::Result<()> {
                 writes,
                 node_writes as f64 / (2.0 * nodes as f64),
                 r["cpu_seconds"].as_f64().unwrap_or_default(),
-                r["peak_rss_mib"].as_f64().unwrap_or_default(),
-                native_total.map_or_else(
-                    || "-".to_owned(),
-                    |n| format!("{:.2}×", total / n.max(1e-9))
-                ),
+                r["base_rss_mib"].as_f64().unwrap_or_default(),
+                peak,
+                r["steady_rss_mib"].as_f64().unwrap_or_default(),
+                ratio(native.map(|n| n.0), total),
+                ratio(native.map(|n| n.1), peak),
                 total / (2.0 * floor_s).max(1e-9),
             );
+            if engine == "rekon-wasm" {
+                let mib = |k: &str| r[k].as_f64().unwrap_or_default();
+                println!(
+                    "{:<12} {:>14} baseline: connected {:.1}, + runtime {:.1}, + plugin compiled and loaded {:.1} MiB; caches and queues at steady state {:.1} MiB ({:.2} KiB per node)",
+                    "",
+                    engine,
+                    mib("connected_rss_mib"),
+                    mib("runtime_rss_mib") - mib("connected_rss_mib"),
+                    mib("base_rss_mib") - mib("runtime_rss_mib"),
+                    mib("steady_rss_mib") - mib("base_rss_mib"),
+                    (mib("steady_rss_mib") - mib("base_rss_mib")) * 1024.0 / nodes as f64,
+                );
+            }
+            if let Some(heap) = r.get("heap").filter(|h| !h.is_null()) {
+                println!("{:<12} {:>14} heap (dhat): {heap}", "", engine);
+            }
         }
     }
     Ok(())
@@ -354,20 +403,37 @@ fn scenario_main() -> anyhow::Result<()> {
     ))?;
     // Compiling the component is a one-time cost (cached on disk by digest
     // in production): done before the measurement starts.
+    // The breakdown of rekon's baseline: connected (client, tokio), the
+    // plugin runtime created (engine, pooling allocator), the plugin
+    // compiled and loaded.
+    let connected_rss = rss_mib();
+    let mut runtime_rss = connected_rss;
     let plugin: Option<Arc<dyn Reconciler>> = if engine == "rekon-wasm" {
         let runtime = rekon::plugin::PluginRuntime::new(support::runtime_config())?;
+        runtime_rss = rss_mib();
         Some(Arc::new(runtime.load_file(plugin_path())?))
     } else {
         None
     };
+    #[cfg(feature = "dhat-heap")]
+    let profiler = dhat::Profiler::builder()
+        .file_name(format!("dhat-heap-{engine}-{nodes}.json"))
+        .build();
     let writes = Arc::new(AtomicU64::new(0));
     let node_writes = Arc::new(AtomicU64::new(0));
+    // Baseline: connected, plugin compiled and loaded, nothing cached.
+    let base_rss = rss_mib();
     let cpu0 = cpu_seconds();
     let t0 = Instant::now();
     sim.send("start")?;
     let stop = match (engine.as_str(), plugin) {
         ("rekon-wasm", Some(plugin)) => rt.block_on(start_rekon(client, plugin))?,
-        ("kube-rs", _) => rt.block_on(start_kube_rs(
+        ("kube-rs-expert", _) => rt.block_on(start_kube_rs_expert(
+            client,
+            Arc::clone(&writes),
+            Arc::clone(&node_writes),
+        )),
+        ("kube-rs-list", _) => rt.block_on(start_kube_rs(
             client,
             Arc::clone(&writes),
             Arc::clone(&node_writes),
@@ -381,8 +447,20 @@ fn scenario_main() -> anyhow::Result<()> {
     sim.converged()?;
     let update_s = t1.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
+    // Steady state: converged, idle for a while.
+    std::thread::sleep(support::SETTLE);
+    let steady_rss = rss_mib();
     let rss = peak_rss_mib();
-    let (total_writes, node_patches) = if engine == "kube-rs" {
+    #[cfg(feature = "dhat-heap")]
+    let heap = {
+        let stats = dhat::HeapStats::get();
+        Some(
+            json!({"steady_bytes": stats.curr_bytes, "steady_blocks": stats.curr_blocks, "peak_bytes": stats.max_bytes, "total_bytes": stats.total_bytes}),
+        )
+    };
+    #[cfg(not(feature = "dhat-heap"))]
+    let heap: Option<Value> = None;
+    let (total_writes, node_patches) = if engine.starts_with("kube-rs") {
         (
             writes.load(Ordering::SeqCst),
             node_writes.load(Ordering::SeqCst),
@@ -392,9 +470,11 @@ fn scenario_main() -> anyhow::Result<()> {
     };
     println!(
         "RESULT {}",
-        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "peak_rss_mib": rss})
+        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "base_rss_mib": base_rss, "peak_rss_mib": rss, "steady_rss_mib": steady_rss, "connected_rss_mib": connected_rss, "runtime_rss_mib": runtime_rss, "heap": heap})
     );
     rt.block_on(stop);
+    #[cfg(feature = "dhat-heap")]
+    drop(profiler);
     sim.stop();
     Ok(())
 }
@@ -461,8 +541,22 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
             nodes.push(node);
         }
     }
+    let mut other_pools = Vec::new();
+    for other in &other_pool_names(&name, &nodes) {
+        if let Some(p) = pools_api.get_opt(other).await? {
+            other_pools.push(p);
+        }
+    }
+    let rc_api: Api<RuntimeClass> = Api::all(ctx.client.clone());
+    let existing = rc_api.get_opt(&runtime_class_name(&name)).await?;
+    np_write(&pool, &nodes, &other_pools, existing.as_ref(), ctx).await?;
+    Ok(KubeAction::await_change())
+}
+
+/// The other pools whose role labels `nodes` carry.
+fn other_pool_names<N: std::borrow::Borrow<Node>>(name: &str, nodes: &[N]) -> BTreeSet<String> {
     let mut other_names = BTreeSet::new();
-    for node in &nodes {
+    for node in nodes.iter().map(std::borrow::Borrow::borrow) {
         for key in node.labels().keys() {
             if let Some(other) = key
                 .strip_prefix(ROLE_PREFIX)
@@ -472,21 +566,34 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
             }
         }
     }
-    let mut other_pools = Vec::new();
-    for other in &other_names {
-        if let Some(p) = pools_api.get_opt(other).await? {
-            other_pools.push(p);
-        }
-    }
+    other_names
+}
+
+/// What both native controllers do once they know a pool's nodes (members
+/// and former members), the other pools those nodes name and the pool's
+/// RuntimeClass: patch the nodes whose plan is not empty (guarded by their
+/// resourceVersion), apply the RuntimeClass and write the status, each
+/// only when it differs.
+async fn np_write<N: std::borrow::Borrow<Node>, P: std::borrow::Borrow<NodePool>>(
+    pool: &NodePool,
+    nodes: &[N],
+    other_pools: &[P],
+    existing_rc: Option<&RuntimeClass>,
+    ctx: &NpCtx,
+) -> Result<(), NpError> {
+    let name = pool.name_any();
+    let nodes_api: Api<Node> = Api::all(ctx.client.clone());
+    let pools_api: Api<NodePool> = Api::all(ctx.client.clone());
     let others: Vec<OtherPool<'_>> = other_pools
         .iter()
+        .map(std::borrow::Borrow::borrow)
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .map(|p| OtherPool {
             name: p.metadata.name.as_deref().unwrap_or_default(),
             spec: &p.spec,
         })
         .collect();
-    for node in &nodes {
+    for node in nodes.iter().map(std::borrow::Borrow::borrow) {
         let plan = plan_node(&name, Some(&pool.spec), node, &others);
         if plan.ops.is_empty() {
             continue;
@@ -507,9 +614,8 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
             .await?;
     }
     let rc_api: Api<RuntimeClass> = Api::all(ctx.client.clone());
-    let want = runtime_class_for(&pool);
-    let existing = rc_api.get_opt(&runtime_class_name(&name)).await?;
-    let same = existing.is_some_and(|e| {
+    let want = runtime_class_for(pool);
+    let same = existing_rc.is_some_and(|e| {
         e.handler == want.handler
             && serde_json::to_value(&e.scheduling).ok()
                 == serde_json::to_value(&want.scheduling).ok()
@@ -526,6 +632,7 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
     }
     let members = nodes
         .iter()
+        .map(std::borrow::Borrow::borrow)
         .filter(|n| n.labels().contains_key(&role_label(&name)))
         .count();
     let count = i32::try_from(members).unwrap_or(i32::MAX);
@@ -539,7 +646,7 @@ async fn np_apply(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpErro
             )
             .await?;
     }
-    Ok(KubeAction::await_change())
+    Ok(())
 }
 
 async fn np_cleanup(pool: Arc<NodePool>, ctx: &NpCtx) -> Result<KubeAction, NpError> {
@@ -633,5 +740,177 @@ async fn start_kube_rs(
             })
             .run(np_reconcile, np_error_policy, ctx)
             .for_each(|_| futures::future::ready(()))
+    })
+}
+
+// ---------------------------------------------------------------- kube-rs, as an expert writes it
+
+/// The reflector stores the expert controller reads instead of the API.
+struct Stores {
+    pools: reflector::Store<NodePool>,
+    nodes: reflector::Store<Node>,
+    runtime_classes: reflector::Store<RuntimeClass>,
+}
+
+struct ExpertCtx {
+    np: NpCtx,
+    stores: Stores,
+}
+
+/// Drop `managedFields` before an object enters a store: kube-rs users do
+/// this with a store modifier (the controller never reads them).
+fn strip_managed_fields<K: kube::Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
+async fn expert_apply(pool: Arc<NodePool>, ctx: &ExpertCtx) -> Result<KubeAction, NpError> {
+    // No reconcile on a cold cache: the secondary stores are filled by the
+    // same streams that trigger reconciles, so wait for their first list.
+    let (nodes_ready, rcs_ready) = futures::join!(
+        ctx.stores.nodes.wait_until_ready(),
+        ctx.stores.runtime_classes.wait_until_ready()
+    );
+    if nodes_ready.is_err() || rcs_ready.is_err() {
+        return Ok(KubeAction::requeue(Duration::from_millis(50)));
+    }
+    let name = pool.name_any();
+    let role = role_label(&name);
+    let applied = applied_annotation(&name);
+    // Members and former members (the marker label), from the store: a
+    // kube-rs store has no label index, so this is a scan of the nodes.
+    let nodes: Vec<Arc<Node>> = ctx
+        .stores
+        .nodes
+        .state()
+        .into_iter()
+        .filter(|n| {
+            let labels = n.labels();
+            labels.contains_key(&role) || labels.contains_key(&applied)
+        })
+        .collect();
+    let other_pools: Vec<Arc<NodePool>> = other_pool_names(&name, &nodes)
+        .iter()
+        .filter_map(|o| ctx.stores.pools.get(&KubeObjectRef::new(o)))
+        .collect();
+    let existing = ctx
+        .stores
+        .runtime_classes
+        .get(&KubeObjectRef::new(&runtime_class_name(&name)));
+    np_write(&pool, &nodes, &other_pools, existing.as_deref(), &ctx.np).await?;
+    Ok(KubeAction::await_change())
+}
+
+async fn expert_reconcile(
+    pool: Arc<NodePool>,
+    ctx: Arc<ExpertCtx>,
+) -> Result<KubeAction, kube::runtime::finalizer::Error<NpError>> {
+    let api: Api<NodePool> = Api::all(ctx.np.client.clone());
+    if !pool.finalizers().iter().any(|f| f == FINALIZER) {
+        ctx.np.writes.fetch_add(1, Ordering::Relaxed);
+    }
+    finalizer(&api, FINALIZER, pool, |event| async {
+        match event {
+            FinalizerEvent::Apply(p) => expert_apply(p, &ctx).await,
+            FinalizerEvent::Cleanup(p) => np_cleanup(p, &ctx.np).await,
+        }
+    })
+    .await
+}
+
+fn expert_error_policy(
+    _pool: Arc<NodePool>,
+    _e: &kube::runtime::finalizer::Error<NpError>,
+    _ctx: Arc<ExpertCtx>,
+) -> KubeAction {
+    KubeAction::requeue(Duration::from_millis(50))
+}
+
+/// The native controller an expert writes: reflector stores (managedFields
+/// stripped) for NodePools, Nodes and RuntimeClasses, fed by the watch
+/// streams that also trigger reconciles (Nodes mapped to the pools their
+/// role and marker labels name, RuntimeClasses to their pool by name), all
+/// reads from the stores, a write only when something differs. Built on
+/// kube-runtime's public `applier` and triggers, which is what `Controller`
+/// does inside, because `Controller::watches_stream`/`owns_stream` (a store
+/// behind a secondary watch) are behind kube's unstable features.
+async fn start_kube_rs_expert(
+    client: kube::Client,
+    writes: Arc<AtomicU64>,
+    node_writes: Arc<AtomicU64>,
+) -> BoxFuture<'static, ()> {
+    let (pools, pools_writer) = reflector::store::<NodePool>();
+    let (nodes, nodes_writer) = reflector::store::<Node>();
+    let (runtime_classes, rcs_writer) = reflector::store::<RuntimeClass>();
+    let pool_events = reflector::reflector(
+        pools_writer,
+        watcher(
+            Api::<NodePool>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(strip_managed_fields),
+    )
+    .touched_objects();
+    let node_events = reflector::reflector(
+        nodes_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .default_backoff()
+            .modify(strip_managed_fields),
+    )
+    .touched_objects();
+    let rc_events = reflector::reflector(
+        rcs_writer,
+        watcher(
+            Api::<RuntimeClass>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(strip_managed_fields),
+    )
+    .touched_objects();
+    let queue = futures::stream::select_all([
+        trigger_self(pool_events, ()).boxed(),
+        trigger_with(node_events, |node: Node| {
+            node.labels()
+                .keys()
+                .filter_map(|k| {
+                    k.strip_prefix(ROLE_PREFIX)
+                        .or_else(|| k.strip_prefix(APPLIED_PREFIX))
+                })
+                .filter(|p| !p.is_empty())
+                .map(KubeObjectRef::<NodePool>::new)
+                .collect::<Vec<_>>()
+        })
+        .boxed(),
+        trigger_with(rc_events, |rc: RuntimeClass| {
+            rc.name_any()
+                .strip_prefix(nodepool::RUNTIME_CLASS_PREFIX)
+                .map(KubeObjectRef::<NodePool>::new)
+        })
+        .boxed(),
+    ]);
+    let ctx = Arc::new(ExpertCtx {
+        np: NpCtx {
+            client,
+            writes,
+            node_writes,
+        },
+        stores: Stores {
+            pools: pools.clone(),
+            nodes,
+            runtime_classes,
+        },
+    });
+    support::stoppable(move |stop| {
+        applier(
+            |pool, ctx| Box::pin(expert_reconcile(pool, ctx)),
+            expert_error_policy,
+            ctx,
+            pools,
+            queue,
+            ControllerRuntimeConfig::default().concurrency(u16::try_from(CONCURRENCY).unwrap_or(4)),
+        )
+        .take_until(stop)
+        .for_each(|_| futures::future::ready(()))
     })
 }

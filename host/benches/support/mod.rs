@@ -28,13 +28,26 @@ pub fn cpu_seconds() -> f64 {
 
 /// Peak resident set (VmHWM) of this process, MiB.
 pub fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+/// Resident set now (VmRSS) of this process, MiB.
+pub fn rss_mib() -> f64 {
+    status_mib("VmRSS:")
+}
+
+fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
+
+/// How long a scenario idles after convergence before its steady RSS is
+/// read (queues drained, transient buffers freed).
+pub const SETTLE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The kube-sim child process of a benchmark scenario.
 pub struct SimProcess {

@@ -36,6 +36,44 @@ use crate::plugin::HostReads;
 use crate::telemetry::metrics::{Metrics, QueueMetrics, ReconcileResult};
 use crate::writer::Writer;
 
+/// Sharding by cluster (`--shard-by=cluster`): keep only the watches this
+/// replica needs for the shards it holds.
+///
+/// - The primary kind in a primary cluster is watched only where this
+///   replica holds that cluster's shard: the primaries of another cluster
+///   are never reconciled here, so caching them would only cost memory.
+/// - Every other watch (children, secondaries, in any cluster) is kept as
+///   long as this replica holds at least one of the plugin's primary
+///   clusters, and dropped when it holds none. They must stay global: a
+///   reconcile of a primary may read any cluster the plugin watches (a
+///   fan-out's Test in the primary cluster reads its Job in every cluster;
+///   the contract has no "this cluster only" watch), so a secondary cache of
+///   a cluster this replica does not hold can still be read by the
+///   primaries it does hold.
+///
+/// With `--shard-by=key` every replica keeps every watch: each cluster's
+/// keys are spread over all shards.
+fn retain_held(
+    desired: &mut std::collections::BTreeMap<WatchKey, super::scope::DesiredWatch>,
+    scope: &PrimaryScope,
+    shards: &crate::lease::shard::Shards,
+) {
+    if shards.by() != crate::lease::shard::ShardBy::Cluster {
+        return;
+    }
+    let holds = |cluster: &str| shards.holds_cluster(cluster) == Some(true);
+    let any_primary_held = scope.clusters.iter().any(|c| holds(c));
+    desired.retain(|key, want| {
+        let is_primary = scope.covers_cluster(&key.cluster) && want.id.same_type(&scope.resource);
+        let is_secondary = want
+            .route
+            .mappings
+            .iter()
+            .any(|m| !matches!(m.mapping, crate::action::Mapping::Itself));
+        (is_primary && holds(&key.cluster)) || (is_secondary && any_primary_held)
+    });
+}
+
 /// What every controller shares with the manager.
 #[derive(Clone)]
 pub(crate) struct Ctx {
@@ -137,8 +175,11 @@ impl Shared {
     pub(crate) fn sync_watches(&self) {
         let plugin = self.plugin();
         let reg = plugin.registration();
-        let desired = desired_watches(&self.name, reg, &self.ctx.clusters);
+        let mut desired = desired_watches(&self.name, reg, &self.ctx.clusters);
         let scope = PrimaryScope::of(&self.name, reg, &self.ctx.clusters);
+        if let Some(shards) = &self.ctx.config.shards {
+            retain_held(&mut desired, &scope, shards);
+        }
         let mut watches = self.watches.lock();
         let mut routes = self.routes.write();
         watches.retain(|key, entry| {
@@ -430,6 +471,19 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                     .map(crate::lease::shard::Shards::held)
                     .unwrap_or_default();
                 let gained: Vec<u32> = now.iter().copied().filter(|s| !held.contains(s)).collect();
+                let by_cluster = shards
+                    .as_ref()
+                    .is_some_and(|s| s.by() == crate::lease::shard::ShardBy::Cluster);
+                if by_cluster && now != held {
+                    // Watches follow the held clusters: a gained cluster's
+                    // caches start (their first list replays every object
+                    // of it as an event, so nothing of the hand-over is
+                    // lost), a lost one's stop. Nothing is handed out until
+                    // the new caches have synced: no reconcile on a cold
+                    // cache.
+                    shared.sync_watches();
+                    shared.begin_settling();
+                }
                 if !gained.is_empty() {
                     shared.requeue_all(&format!("shards {gained:?} acquired"));
                 }

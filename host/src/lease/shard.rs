@@ -274,6 +274,21 @@ impl Shards {
         self.gate(shard).is_leader()
     }
 
+    /// How keys are mapped to shards.
+    #[must_use]
+    pub fn by(&self) -> ShardBy {
+        self.inner.by
+    }
+
+    /// With [`ShardBy::Cluster`]: whether this replica holds the shard of
+    /// every key of `cluster` (so it must watch and cache that cluster's
+    /// primaries). `None` with [`ShardBy::Key`]: a cluster's keys are spread
+    /// over every shard.
+    #[must_use]
+    pub fn holds_cluster(&self, cluster: &str) -> Option<bool> {
+        (self.inner.by == ShardBy::Cluster).then(|| self.owns_key(cluster, None, ""))
+    }
+
     /// Whether this replica may reconcile the key now.
     #[must_use]
     pub fn owns_key(&self, cluster: &str, namespace: Option<&str>, name: &str) -> bool {

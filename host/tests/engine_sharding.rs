@@ -1,0 +1,272 @@
+//! Sharding by cluster (`--shard-by=cluster`): each replica watches and
+//! caches the primaries of the clusters whose shards it holds, and no
+//! other; when a replica dies, the new owners of its shards start those
+//! caches, and every object converges (nothing lost at the hand-over).
+//!
+//! Three replicas run in this process, each with its own clusters, caches,
+//! writer, manager and shard Leases (in the primary sim cluster), like
+//! three Pods.
+
+mod engine_support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use engine_support::*;
+use rekon::cache::{CacheManager, Resolver};
+use rekon::cluster::ClusterRegistry;
+use rekon::controller::{ControllerConfig, Manager};
+use rekon::lease::shard::{ShardBy, ShardRunner, ShardingConfig, Shards, shard_of};
+use rekon::writer::{Writer, WriterConfig};
+
+const CLUSTERS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
+const SHARDS: u32 = 6;
+const WAIT: Duration = Duration::from_secs(40);
+
+struct Replica {
+    name: String,
+    shards: Shards,
+    caches: CacheManager,
+    manager: Manager,
+    runner: tokio::task::JoinHandle<()>,
+    probes: tokio::task::JoinHandle<()>,
+}
+
+impl Replica {
+    async fn start(sim: &kube_sim::Sim, name: &str) -> anyhow::Result<Self> {
+        let clusters = ClusterRegistry::new(CLUSTERS[0], client(sim, CLUSTERS[0]).await?);
+        for c in &CLUSTERS[1..] {
+            clusters.add(*c, client(sim, c).await?)?;
+        }
+        let config = ShardingConfig {
+            by: ShardBy::Cluster,
+            identity: name.to_owned(),
+            lease_duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(1500),
+            retry_period: Duration::from_millis(200),
+            ..ShardingConfig::new(SHARDS, "rekon", "default")
+        };
+        let (shards, runner) = ShardRunner::new(
+            &clients_primary(&clusters),
+            config,
+            rekon::telemetry::metrics::Metrics::global().clone(),
+        )?;
+        // A crash is simulated by aborting this task: the Leases are left
+        // to expire, as a killed Pod leaves them.
+        let runner = tokio::spawn(runner.run(std::future::pending()));
+        let resolver = Resolver::default();
+        let caches = CacheManager::new(clusters.clone(), resolver.clone());
+        let writer = Writer::new(
+            clusters.clone(),
+            resolver,
+            WriterConfig {
+                request_timeout: Duration::from_secs(1),
+                max_attempts: 4,
+                max_retry_wait: Duration::from_secs(2),
+            },
+        );
+        let manager = Manager::new(
+            caches.clone(),
+            writer,
+            ControllerConfig {
+                max_concurrent_reconciles: 4,
+                sync_timeout: Duration::from_secs(5),
+                resync_period: None,
+                shards: Some(shards.clone()),
+            },
+        );
+        let probes = tokio::spawn(clusters.clone().run_probes(
+            Duration::from_millis(200),
+            Duration::from_millis(500),
+            std::future::pending(),
+        ));
+        Ok(Self {
+            name: name.to_owned(),
+            shards,
+            caches,
+            manager,
+            runner,
+            probes,
+        })
+    }
+
+    /// The clusters whose shard this replica holds.
+    fn held_clusters(&self) -> BTreeSet<String> {
+        CLUSTERS
+            .iter()
+            .filter(|c| self.shards.holds_cluster(c) == Some(true))
+            .map(|c| (*c).to_owned())
+            .collect()
+    }
+
+    /// The clusters whose ConfigMaps (the primaries) this replica caches.
+    fn primary_caches(&self) -> BTreeSet<String> {
+        self.caches
+            .active()
+            .into_iter()
+            .filter(|(_, r)| r == "/v1/ConfigMap")
+            .map(|(c, _)| c)
+            .collect()
+    }
+
+    async fn kill(self) {
+        self.runner.abort();
+        self.manager.shutdown().await;
+        self.probes.abort();
+    }
+}
+
+fn clients_primary(clusters: &ClusterRegistry) -> kube::Client {
+    clusters
+        .get(clusters.primary())
+        .expect("primary engaged")
+        .client()
+}
+
+/// The fan-out with a primary in every cluster: each cluster's ConfigMaps
+/// are primaries, each with a Secret in every cluster.
+fn per_cluster_fanout() -> FanOut {
+    let mut plugin = FanOut::new("fleet", "1.0.0", None);
+    plugin.registration.primary_clusters = rekon::action::ClusterSet::All;
+    plugin
+}
+
+fn converged(sim: &kube_sim::Sim, names: &[String], value: &str) -> bool {
+    names.iter().all(|name| {
+        CLUSTERS
+            .iter()
+            .all(|c| child_value(sim.cluster(c), name).as_deref() == Some(value))
+    })
+}
+
+/// Every replica caches the primaries of exactly the clusters it holds;
+/// every cluster's primaries are cached by the one replica holding it.
+fn check_split(replicas: &[&Replica]) -> Result<(), String> {
+    let mut owners: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in replicas {
+        let held = r.held_clusters();
+        let cached = r.primary_caches();
+        if cached != held {
+            return Err(format!(
+                "{} holds {held:?} but caches the primaries of {cached:?}",
+                r.name
+            ));
+        }
+        for c in held {
+            owners.entry(c).or_default().push(r.name.clone());
+        }
+    }
+    if owners.len() != CLUSTERS.len() || owners.values().any(|o| o.len() != 1) {
+        return Err(format!("clusters and their owners: {owners:?}"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_taken_over() {
+    tokio::time::timeout(Duration::from_secs(150), async {
+        init_tracing();
+        // The test is only meaningful if the clusters spread over shards.
+        let used: BTreeSet<u32> = CLUSTERS
+            .iter()
+            .map(|c| shard_of(ShardBy::Cluster, SHARDS, c, None, ""))
+            .collect();
+        assert!(used.len() >= 3, "clusters map to shards {used:?}");
+        let sim = kube_sim::Sim::start(&CLUSTERS).await?;
+        let mut replicas = Vec::new();
+        for name in ["r0", "r1", "r2"] {
+            replicas.push(Replica::start(&sim, name).await?);
+        }
+        eventually("each replica holds two shards", WAIT, || async {
+            replicas.iter().all(|r| r.shards.held().len() == 2)
+        })
+        .await?;
+        for r in &replicas {
+            r.manager.upsert(Arc::new(per_cluster_fanout()));
+        }
+        let mut names = Vec::new();
+        for c in CLUSTERS {
+            for i in 0..3 {
+                let name = format!("{c}-cm{i}");
+                create_cm(sim.cluster(c), &name, "v1");
+                names.push(name);
+            }
+        }
+        eventually(
+            "every primary fanned out with three replicas",
+            WAIT,
+            || async { converged(&sim, &names, "v1") },
+        )
+        .await?;
+        let all: Vec<&Replica> = replicas.iter().collect();
+        eventually("caches split by held cluster", WAIT, || async {
+            check_split(&all).is_ok()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_split(&all)))?;
+        drop(all);
+        // Some replica holds clusters; kill one that does.
+        let victim = replicas
+            .iter()
+            .position(|r| !r.held_clusters().is_empty())
+            .expect("a replica holding clusters");
+        let victim = replicas.remove(victim);
+        let orphaned = victim.held_clusters();
+        victim.kill().await;
+        // While nobody holds them, the orphaned clusters change: the new
+        // owners must see these changes (their caches start with a list).
+        for c in &orphaned {
+            set_cm(sim.cluster(c), &format!("{c}-cm0"), "v2");
+            create_cm(sim.cluster(c), &format!("{c}-late"), "v2");
+        }
+        eventually("the dead replica's shards are taken over", WAIT, || async {
+            replicas
+                .iter()
+                .map(|r| r.shards.held().len())
+                .sum::<usize>()
+                == SHARDS as usize
+        })
+        .await?;
+        let v2: Vec<String> = orphaned
+            .iter()
+            .flat_map(|c| [format!("{c}-cm0"), format!("{c}-late")])
+            .collect();
+        eventually("the orphaned clusters' changes converge", WAIT, || async {
+            converged(&sim, &v2, "v2")
+        })
+        .await?;
+        // A change in any cluster after the hand-over converges too.
+        for c in CLUSTERS {
+            set_cm(sim.cluster(c), &format!("{c}-cm1"), "v3");
+        }
+        let v3: Vec<String> = CLUSTERS.iter().map(|c| format!("{c}-cm1")).collect();
+        eventually(
+            "every cluster converges with two replicas",
+            WAIT,
+            || async { converged(&sim, &v3, "v3") },
+        )
+        .await?;
+        let alive: Vec<&Replica> = replicas.iter().collect();
+        eventually("caches split again between the survivors", WAIT, || async {
+            check_split(&alive).is_ok()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_split(&alive)))?;
+        for c in &orphaned {
+            assert!(
+                alive.iter().any(|r| r.primary_caches().contains(c)),
+                "nobody caches {c} after the hand-over"
+            );
+        }
+        drop(alive);
+        for r in replicas {
+            r.kill().await;
+        }
+        sim.shutdown().await;
+        anyhow::Ok(())
+    })
+    .await
+    .expect("test timed out")
+    .unwrap();
+}
