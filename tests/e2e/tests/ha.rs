@@ -181,7 +181,20 @@ async fn a_leader_whose_renewals_fail_stops_writing_before_its_renew_deadline() 
                 .map(|r| r.at)
                 .collect::<Vec<_>>()
         };
-        let Some(&last_renewal) = lease_ok(&old, "update").last() else {
+        // The last time the old leader's Lease record was written: its last
+        // renewal, or its acquisition when the fault came before the first
+        // renewal (a fast start-up: the fault is injected ~0.5 s in).
+        let acquired = log
+            .iter()
+            .filter(|r| {
+                r.user_agent.contains(&old)
+                    && r.verb == "create"
+                    && r.path.ends_with("/namespaces/default/leases")
+                    && !r.faulted
+            })
+            .map(|r| r.at)
+            .last();
+        let Some(last_renewal) = lease_ok(&old, "update").last().copied().or(acquired) else {
             let lease_requests: Vec<_> = log.iter().filter(|r| r.path.contains("/leases")).take(20).collect();
             panic!("no renewal of {old} in the request log ({} entries); lease requests: {lease_requests:#?}", log.len());
         };
