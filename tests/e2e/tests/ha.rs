@@ -193,7 +193,7 @@ async fn a_leader_whose_renewals_fail_stops_writing_before_its_renew_deadline() 
                     && !r.faulted
             })
             .map(|r| r.at)
-            .last();
+            .next_back();
         let Some(last_renewal) = lease_ok(&old, "update").last().copied().or(acquired) else {
             let lease_requests: Vec<_> = log.iter().filter(|r| r.path.contains("/leases")).take(20).collect();
             panic!("no renewal of {old} in the request log ({} entries); lease requests: {lease_requests:#?}", log.len());
