@@ -628,58 +628,15 @@ fn orchestrate_replicas() -> anyhow::Result<()> {
             ("REKON_BENCH_CLUSTERS", "3".to_owned()),
             ("REKON_BENCH_OBJECTS", n.to_string()),
         ])?;
-        let mut children = Vec::new();
-        for i in 0..replicas {
-            let mut child = Command::new(std::env::current_exe()?)
-                .env("REKON_BENCH_ROLE", "replica")
-                .env("REKON_BENCH_REPLICA", i.to_string())
-                .env("REKON_BENCH_REPLICAS", replicas.to_string())
-                .env("REKON_BENCH_KUBECONFIG", &sim.kubeconfig)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()?;
-            let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
-            children.push((child, lines));
-        }
-        // Every replica holds its share before the clock starts.
-        for (_, lines) in &mut children {
-            loop {
-                let line = lines
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
-                if line == "ready" {
-                    break;
-                }
-            }
-        }
-        let t0 = Instant::now();
-        sim.send("start")?;
-        for (child, _) in &mut children {
-            let stdin = child.stdin.as_mut().expect("piped");
-            writeln!(stdin, "go")?;
-            stdin.flush()?;
-        }
-        sim.converged()?;
-        let seconds = t0.elapsed().as_secs_f64();
-        let (mut cpu, mut rss) = (0.0, Vec::new());
-        for (mut child, mut lines) in children {
-            drop(child.stdin.take());
-            let r: Value = loop {
-                let line = lines
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
-                if let Some(json) = line.strip_prefix("RESULT ") {
-                    break serde_json::from_str(json)?;
-                }
-            };
-            cpu += r["cpu_seconds"].as_f64().unwrap_or_default();
-            rss.push(format!(
-                "{:.0}",
-                r["peak_rss_mib"].as_f64().unwrap_or_default()
-            ));
-            let _ = child.wait();
-        }
+        let (seconds, results) = run_replicas(&mut sim, "replica", replicas, &[])?;
+        let cpu: f64 = results
+            .iter()
+            .map(|r| r["cpu_seconds"].as_f64().unwrap_or_default())
+            .sum();
+        let rss: Vec<String> = results
+            .iter()
+            .map(|r| format!("{:.0}", r["peak_rss_mib"].as_f64().unwrap_or_default()))
+            .collect();
         sim.stop();
         println!(
             "{:<9} {:>12.2} {:>12.0} {:>16.2} {:>22}",
@@ -691,6 +648,73 @@ fn orchestrate_replicas() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Starts `replicas` replica processes (this bench in role `role`, with
+/// `env`), waits until each printed `ready`, starts the clock and the
+/// simulator's workload, tells each `go`, waits for convergence; then
+/// closes their stdin and collects each one's `RESULT` line. Returns the
+/// seconds to converge and the results in replica order.
+fn run_replicas(
+    sim: &mut SimProcess,
+    role: &str,
+    replicas: usize,
+    env: &[(&str, &str)],
+) -> anyhow::Result<(f64, Vec<Value>)> {
+    let mut children = Vec::new();
+    for i in 0..replicas {
+        let mut command = Command::new(std::env::current_exe()?);
+        command
+            .env("REKON_BENCH_ROLE", role)
+            .env("REKON_BENCH_REPLICA", i.to_string())
+            .env("REKON_BENCH_REPLICAS", replicas.to_string())
+            .env("REKON_BENCH_KUBECONFIG", &sim.kubeconfig);
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+        children.push((child, lines));
+    }
+    // Every replica holds its share before the clock starts.
+    for (_, lines) in &mut children {
+        loop {
+            let line = lines
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
+            if line == "ready" {
+                break;
+            }
+        }
+    }
+    let t0 = Instant::now();
+    sim.send("start")?;
+    for (child, _) in &mut children {
+        let stdin = child.stdin.as_mut().expect("piped");
+        writeln!(stdin, "go")?;
+        stdin.flush()?;
+    }
+    sim.converged()?;
+    let seconds = t0.elapsed().as_secs_f64();
+    let mut results = Vec::new();
+    for (mut child, mut lines) in children {
+        drop(child.stdin.take());
+        let r: Value = loop {
+            let line = lines
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
+            if let Some(json) = line.strip_prefix("RESULT ") {
+                break serde_json::from_str(json)?;
+            }
+        };
+        results.push(r);
+        let _ = child.wait();
+    }
+    Ok((seconds, results))
 }
 
 /// One sharded replica: join the group, wait for a fair share of the
@@ -896,62 +920,24 @@ fn orchestrate_fleet() -> anyhow::Result<()> {
             ("REKON_BENCH_ROLE", "fleet-sim".to_owned()),
             ("REKON_BENCH_FLEET", format!("{clusters}x{tests}")),
         ])?;
-        let mut children = Vec::new();
-        for i in 0..replicas {
-            let mut child = Command::new(std::env::current_exe()?)
-                .env("REKON_BENCH_ROLE", "fleet-replica")
-                .env("REKON_BENCH_REPLICA", i.to_string())
-                .env("REKON_BENCH_REPLICAS", replicas.to_string())
-                .env("REKON_BENCH_FLEET", format!("{clusters}x{tests}"))
-                .env("REKON_BENCH_KUBECONFIG", &sim.kubeconfig)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()?;
-            let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
-            children.push((child, lines));
-        }
-        for (_, lines) in &mut children {
-            loop {
-                let line = lines
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("replica exited early"))??;
-                if line == "ready" {
-                    break;
-                }
-            }
-        }
-        let t0 = Instant::now();
-        sim.send("start")?;
-        for (child, _) in &mut children {
-            let stdin = child.stdin.as_mut().expect("piped");
-            writeln!(stdin, "go")?;
-            stdin.flush()?;
-        }
-        sim.converged()?;
-        let seconds = t0.elapsed().as_secs_f64();
-        let (mut cpu, mut peak, mut steady) = (0.0, Vec::new(), Vec::new());
-        for (mut child, mut lines) in children {
-            drop(child.stdin.take());
-            let r: Value = loop {
-                let line = lines
-                    .next()
-                    .ok_or_else(|| anyhow::anyhow!("replica exited without a result"))??;
-                if let Some(json) = line.strip_prefix("RESULT ") {
-                    break serde_json::from_str(json)?;
-                }
-            };
-            cpu += r["cpu_seconds"].as_f64().unwrap_or_default();
-            peak.push(format!(
-                "{:.0}",
-                r["peak_rss_mib"].as_f64().unwrap_or_default()
-            ));
-            steady.push(format!(
-                "{:.0}",
-                r["steady_rss_mib"].as_f64().unwrap_or_default()
-            ));
-            let _ = child.wait();
-        }
+        let fleet = format!("{clusters}x{tests}");
+        let (seconds, results) = run_replicas(
+            &mut sim,
+            "fleet-replica",
+            replicas,
+            &[("REKON_BENCH_FLEET", fleet.as_str())],
+        )?;
+        let cpu: f64 = results
+            .iter()
+            .map(|r| r["cpu_seconds"].as_f64().unwrap_or_default())
+            .sum();
+        let mib = |key: &str| -> Vec<String> {
+            results
+                .iter()
+                .map(|r| format!("{:.0}", r[key].as_f64().unwrap_or_default()))
+                .collect()
+        };
+        let (peak, steady) = (mib("peak_rss_mib"), mib("steady_rss_mib"));
         sim.stop();
         println!(
             "{:<9} {:>12.2} {:>16.2} {:>26} {:>26}",
