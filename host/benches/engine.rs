@@ -717,6 +717,47 @@ fn run_replicas(
     Ok((seconds, results))
 }
 
+/// A replica's shard membership: starts the shard runner with `config` on
+/// `client` and waits until it has held its fair share (`SHARDS /
+/// replicas`) for 2 s. Returns the shards, the runner's stop signal and
+/// its task.
+fn join_shards(
+    rt: &tokio::runtime::Runtime,
+    client: &kube::Client,
+    config: rekon::lease::shard::ShardingConfig,
+    replicas: u32,
+) -> anyhow::Result<(
+    rekon::lease::shard::Shards,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+)> {
+    let (shards, runner) = rekon::lease::shard::ShardRunner::new(
+        client,
+        config,
+        rekon::telemetry::metrics::Metrics::global().clone(),
+    )?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let runner = rt.spawn(runner.run(async {
+        let _ = stop_rx.await;
+    }));
+    let share = (SHARDS / replicas) as usize;
+    rt.block_on(async {
+        let mut stable_since = None;
+        loop {
+            if shards.held().len() == share {
+                let since = *stable_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(2) {
+                    break;
+                }
+            } else {
+                stable_since = None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    Ok((shards, stop_tx, runner))
+}
+
 /// One sharded replica: join the group, wait for a fair share of the
 /// shards, print `ready`; on `go` load the plugin; on stdin closing print
 /// `RESULT` (CPU seconds, peak RSS) and stop.
@@ -742,30 +783,7 @@ fn replica_main() -> anyhow::Result<()> {
         retry_period: Duration::from_millis(300),
         ..rekon::lease::shard::ShardingConfig::new(SHARDS, "bench", "default")
     };
-    let (shards, runner) = rekon::lease::shard::ShardRunner::new(
-        &clients[0],
-        config,
-        rekon::telemetry::metrics::Metrics::global().clone(),
-    )?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let runner = rt.spawn(runner.run(async {
-        let _ = stop_rx.await;
-    }));
-    let share = (SHARDS / replicas) as usize;
-    rt.block_on(async {
-        let mut stable_since = None;
-        loop {
-            if shards.held().len() == share {
-                let since = *stable_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(2) {
-                    break;
-                }
-            } else {
-                stable_since = None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
+    let (shards, stop_tx, runner) = join_shards(&rt, &clients[0], config, replicas)?;
     println!("ready");
     std::io::stdout().flush()?;
     let mut stdin = std::io::stdin().lock().lines();
@@ -980,31 +998,7 @@ fn fleet_replica_main() -> anyhow::Result<()> {
             retry_period: Duration::from_millis(300),
             ..rekon::lease::shard::ShardingConfig::new(SHARDS, "fleet", "default")
         };
-        let (shards, runner) = rekon::lease::shard::ShardRunner::new(
-            &clients[0],
-            config,
-            rekon::telemetry::metrics::Metrics::global().clone(),
-        )?;
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let runner = rt.spawn(runner.run(async {
-            let _ = stop_rx.await;
-        }));
-        let share = (SHARDS / replicas) as usize;
-        rt.block_on(async {
-            let mut stable_since = None;
-            loop {
-                if shards.held().len() == share {
-                    let since = *stable_since.get_or_insert_with(Instant::now);
-                    if since.elapsed() > Duration::from_secs(2) {
-                        break;
-                    }
-                } else {
-                    stable_since = None;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        });
-        sharding = Some((shards, stop_tx, runner));
+        sharding = Some(join_shards(&rt, &clients[0], config, replicas)?);
     }
     println!("ready");
     std::io::stdout().flush()?;
