@@ -211,39 +211,48 @@ fn sim_main() -> anyhow::Result<()> {
             .iter()
             .map(kube_sim::SimCluster::object_count)
             .collect();
-        println!("ready {}", sim.kubeconfig_path().display());
-        std::io::stdout().flush()?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        // wait for "start"
-        while let Some(line) = rx.recv().await {
-            if line == "start" {
-                break;
-            }
-        }
-        let t0 = Instant::now();
-        loop {
-            let done = sim
+        serve_sim(sim, Duration::from_millis(20), |sim| {
+            Ok(sim
                 .clusters()
                 .iter()
                 .zip(&baseline)
-                .all(|(c, base)| c.object_count() >= base + n);
-            if done {
-                println!("converged {}", t0.elapsed().as_secs_f64());
-                std::io::stdout().flush()?;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        // Until the scenario closes our stdin.
-        while rx.recv().await.is_some() {}
-        sim.shutdown().await;
-        anyhow::Ok(())
+                .all(|(c, base)| c.object_count() >= base + n))
+        })
+        .await
     })
+}
+
+/// The simulator's side of the protocol: prints `ready KUBECONFIG`, waits
+/// for `start` on stdin, polls `done` every `poll` and prints `converged
+/// SECONDS` once it holds, then serves until stdin closes and shuts down.
+async fn serve_sim(
+    sim: kube_sim::Sim,
+    poll: Duration,
+    mut done: impl FnMut(&kube_sim::Sim) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    println!("ready {}", sim.kubeconfig_path().display());
+    std::io::stdout().flush()?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    while let Some(line) = rx.recv().await {
+        if line == "start" {
+            break;
+        }
+    }
+    let t0 = Instant::now();
+    while !done(&sim)? {
+        tokio::time::sleep(poll).await;
+    }
+    println!("converged {}", t0.elapsed().as_secs_f64());
+    std::io::stdout().flush()?;
+    // Until the orchestrator closes our stdin.
+    while rx.recv().await.is_some() {}
+    sim.shutdown().await;
+    Ok(())
 }
 
 // ---------------------------------------------------------------- scenario
@@ -878,23 +887,11 @@ fn fleet_sim_main() -> anyhow::Result<()> {
                        "spec": {"image": "busybox"}}),
             )?;
         }
-        println!("ready {}", sim.kubeconfig_path().display());
-        std::io::stdout().flush()?;
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        while let Some(line) = rx.recv().await {
-            if line == "start" {
-                break;
-            }
-        }
-        let t0 = Instant::now();
-        loop {
-            let listed = main.list("job.lailin.xyz/v1", "tests", Some("default"), "")?;
-            let done = listed.len() >= tests
+        serve_sim(sim, Duration::from_millis(250), |sim| {
+            let listed =
+                sim.cluster("main")
+                    .list("job.lailin.xyz/v1", "tests", Some("default"), "")?;
+            Ok(listed.len() >= tests
                 && listed.iter().all(|t| {
                     t.pointer("/status/clusters")
                         .and_then(Value::as_array)
@@ -904,17 +901,9 @@ fn fleet_sim_main() -> anyhow::Result<()> {
                                     .iter()
                                     .all(|c| c["state"] != "Creating" && c["state"] != "Syncing")
                         })
-                });
-            if done {
-                println!("converged {}", t0.elapsed().as_secs_f64());
-                std::io::stdout().flush()?;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        while rx.recv().await.is_some() {}
-        sim.shutdown().await;
-        anyhow::Ok(())
+                }))
+        })
+        .await
     })
 }
 

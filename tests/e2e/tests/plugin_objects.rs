@@ -17,17 +17,24 @@ use serde_json::{Value, json};
 const ANNOTATION: &str = "chaos.rekon.dev/version";
 const WAIT: Duration = Duration::from_secs(60);
 
-/// `rekon plugin push FILE REF`; the manifest digest it prints.
+/// `rekon plugin push FILE REF` for a test plugin; the manifest digest it
+/// prints.
 fn push(paths: &Paths, file: &str, reference: &str) -> anyhow::Result<String> {
+    push_file(paths, &paths.test_plugins.join(file), reference)
+}
+
+/// `rekon plugin push FILE REF`; the manifest digest it prints.
+fn push_file(paths: &Paths, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
     let out = Command::new(&paths.rekon)
         .args(["plugin", "push"])
-        .arg(paths.test_plugins.join(file))
+        .arg(file)
         .arg(reference)
         .output()
         .context("run rekon plugin push")?;
     if !out.status.success() {
         bail!(
-            "rekon plugin push {file} {reference} failed: {}",
+            "rekon plugin push {} {reference} failed: {}",
+            file.display(),
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -39,12 +46,25 @@ fn push(paths: &Paths, file: &str, reference: &str) -> anyhow::Result<String> {
         .with_context(|| format!("no digest in the output of rekon plugin push: {stdout}"))
 }
 
-/// The Plugin object `rekon plugin manifest` prints for `file` at `reference`.
+/// The Plugin object `rekon plugin manifest` prints for test plugin `file`
+/// at `reference`.
 fn manifest(paths: &Paths, file: &str, reference: &str) -> anyhow::Result<Value> {
+    manifest_file(paths, &paths.test_plugins.join(file), reference, &[])
+}
+
+/// The Plugin object `rekon plugin manifest FILE --module REF ARGS...`
+/// prints.
+fn manifest_file(
+    paths: &Paths,
+    file: &std::path::Path,
+    reference: &str,
+    args: &[&str],
+) -> anyhow::Result<Value> {
     let out = Command::new(&paths.rekon)
         .args(["plugin", "manifest"])
-        .arg(paths.test_plugins.join(file))
+        .arg(file)
         .args(["--module", reference])
+        .args(args)
         .output()
         .context("run rekon plugin manifest")?;
     if !out.status.success() {
@@ -71,7 +91,7 @@ fn options(cache: &std::path::Path) -> EnvOptions {
 }
 
 fn plugin(env: &Env) -> Option<Value> {
-    get(env.main(), "rekon.dev/v1alpha1", "plugins", None, "chaos")
+    plugin_named(env, "chaos")
 }
 
 fn condition(obj: &Value, kind: &str) -> Option<(String, String, String)> {
@@ -431,19 +451,12 @@ fn nodepool_instance(
     name: &str,
     settings: Value,
 ) -> anyhow::Result<Value> {
-    let out = Command::new(&paths.rekon)
-        .args(["plugin", "manifest"])
-        .arg(paths.plugins.join("nodepool.wasm"))
-        .args(["--module", module, "--name", name])
-        .output()
-        .context("run rekon plugin manifest")?;
-    if !out.status.success() {
-        bail!(
-            "rekon plugin manifest failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let mut obj: Value = serde_yaml::from_slice(&out.stdout)?;
+    let mut obj = manifest_file(
+        paths,
+        &paths.plugins.join("nodepool.wasm"),
+        module,
+        &["--name", name],
+    )?;
     assert_eq!(obj["metadata"]["name"], name);
     // Edited in (settings the module refuses would fail `manifest`).
     obj["spec"]["settings"] = settings;
@@ -472,12 +485,7 @@ async fn settings_instances_and_live_settings_changes() -> anyhow::Result<()> {
         let paths = Paths::discover()?;
         let registry = Registry::start()?;
         let module = format!("{}/rekon/nodepool:1", registry.host());
-        let pushed = Command::new(&paths.rekon)
-            .args(["plugin", "push"])
-            .arg(paths.plugins.join("nodepool.wasm"))
-            .arg(&module)
-            .output()?;
-        anyhow::ensure!(pushed.status.success(), "push: {}", String::from_utf8_lossy(&pushed.stderr));
+        push_file(&paths, &paths.plugins.join("nodepool.wasm"), &module)?;
         let cache = tempfile::tempdir()?;
         let mut env = Env::start(options(cache.path())).await?;
         wait_plugin_crd(&mut env).await?;
