@@ -32,6 +32,35 @@ pub mod prometheus;
 pub mod registry;
 pub mod view;
 
+/// `rekon ARGS...` (the binary under test), run to completion.
+///
+/// # Panics
+/// When the binary cannot be started.
+#[must_use]
+pub fn rekon_cli(paths: &Paths, args: &[&str]) -> std::process::Output {
+    Command::new(&paths.rekon)
+        .args(args)
+        .output()
+        .expect("run rekon")
+}
+
+/// A finished command's stdout then stderr, lossily decoded.
+#[must_use]
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The recorded cases under `dir` (`rekon_rules::cases`: what `rekon
+/// plugin replay` reads); none when `dir` does not exist (yet).
+#[must_use]
+pub fn recorded_cases(dir: &Path) -> Vec<PathBuf> {
+    rekon_rules::cases::case_files_in(dir).unwrap_or_default()
+}
+
 /// The seed plugin files `make plugins` produces.
 pub const SEED_PLUGINS: &[&str] = &["test_fanout.wasm", "nodepool.wasm"];
 

@@ -8,11 +8,14 @@
 //!
 //! Needs `cargo build -p rekon-host`, `make plugins` and `make test-plugins`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use rekon_e2e::{Env, EnvOptions, apply_manifests, get, http_get, mark_nodes_ready};
+use rekon_e2e::{
+    Env, EnvOptions, apply_manifests, get, http_get, mark_nodes_ready, output_text as text,
+    recorded_cases as cases,
+};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -20,31 +23,7 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(240);
 const ANNOTATION: &str = "chaos.rekon.dev/version";
 
 fn rekon(env: &Env, args: &[&str]) -> Output {
-    std::process::Command::new(&env.paths.rekon)
-        .args(args)
-        .output()
-        .expect("run rekon")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn cases(dir: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|e| e == "json"))
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
+    rekon_e2e::rekon_cli(&env.paths, args)
 }
 
 fn read_json(path: &Path) -> Value {
