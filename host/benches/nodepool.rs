@@ -691,10 +691,11 @@ async fn np_reconcile(
     .await
 }
 
-fn np_error_policy(
+/// Both native controllers retry a failed pool after 50 ms.
+fn np_error_policy<C>(
     _pool: Arc<NodePool>,
     _e: &kube::runtime::finalizer::Error<NpError>,
-    _ctx: Arc<NpCtx>,
+    _ctx: Arc<C>,
 ) -> KubeAction {
     KubeAction::requeue(Duration::from_millis(50))
 }
@@ -817,14 +818,6 @@ async fn expert_reconcile(
     .await
 }
 
-fn expert_error_policy(
-    _pool: Arc<NodePool>,
-    _e: &kube::runtime::finalizer::Error<NpError>,
-    _ctx: Arc<ExpertCtx>,
-) -> KubeAction {
-    KubeAction::requeue(Duration::from_millis(50))
-}
-
 /// The native controller an expert writes: reflector stores (managedFields
 /// stripped) for NodePools, Nodes and RuntimeClasses, fed by the watch
 /// streams that also trigger reconciles (Nodes mapped to the pools their
@@ -904,7 +897,7 @@ async fn start_kube_rs_expert(
     support::stoppable(move |stop| {
         applier(
             |pool, ctx| Box::pin(expert_reconcile(pool, ctx)),
-            expert_error_policy,
+            np_error_policy,
             ctx,
             pools,
             queue,
