@@ -14,11 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine_support::*;
-use rekon::cache::{CacheManager, Resolver};
+use rekon::cache::CacheManager;
 use rekon::cluster::ClusterRegistry;
 use rekon::controller::{ControllerConfig, Manager};
 use rekon::lease::shard::{ShardBy, ShardRunner, ShardingConfig, Shards, shard_of};
-use rekon::writer::{Writer, WriterConfig};
 
 const CLUSTERS: [&str; 6] = ["c0", "c1", "c2", "c3", "c4", "c5"];
 const SHARDS: u32 = 6;
@@ -55,20 +54,8 @@ impl Replica {
         // A crash is simulated by aborting this task: the Leases are left
         // to expire, as a killed Pod leaves them.
         let runner = tokio::spawn(runner.run(std::future::pending()));
-        let resolver = Resolver::default();
-        let caches = CacheManager::new(clusters.clone(), resolver.clone());
-        let writer = Writer::new(
-            clusters.clone(),
-            resolver,
-            WriterConfig {
-                request_timeout: Duration::from_secs(1),
-                max_attempts: 4,
-                max_retry_wait: Duration::from_secs(2),
-            },
-        );
-        let manager = Manager::new(
-            caches.clone(),
-            writer,
+        let (caches, _writer, manager, probes) = assemble(
+            &clusters,
             ControllerConfig {
                 max_concurrent_reconciles: 4,
                 sync_timeout: Duration::from_secs(5),
@@ -76,11 +63,6 @@ impl Replica {
                 shards: Some(shards.clone()),
             },
         );
-        let probes = tokio::spawn(clusters.clone().run_probes(
-            Duration::from_millis(200),
-            Duration::from_millis(500),
-            std::future::pending(),
-        ));
         Ok(Self {
             name: name.to_owned(),
             shards,

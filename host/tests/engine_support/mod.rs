@@ -77,23 +77,7 @@ impl Engine {
         for name in &engaged[1..] {
             clusters.add(*name, client(&sim, name).await?)?;
         }
-        let resolver = Resolver::default();
-        let caches = CacheManager::new(clusters.clone(), resolver.clone());
-        let writer = Writer::new(
-            clusters.clone(),
-            resolver,
-            WriterConfig {
-                request_timeout: Duration::from_secs(1),
-                max_attempts: 4,
-                max_retry_wait: Duration::from_secs(2),
-            },
-        );
-        let manager = Manager::new(caches.clone(), writer.clone(), config);
-        let probes = tokio::spawn(clusters.clone().run_probes(
-            Duration::from_millis(200),
-            Duration::from_millis(500),
-            std::future::pending(),
-        ));
+        let (caches, writer, manager, probes) = assemble(&clusters, config);
         Ok(Self {
             sim,
             clusters,
@@ -474,4 +458,31 @@ pub fn child_values(
 
 pub fn all_equal(values: &BTreeMap<String, Option<String>>, want: &str) -> bool {
     values.values().all(|v| v.as_deref() == Some(want))
+}
+
+/// The engine over `clusters` as the tests run it: caches, a writer with
+/// short timeouts and few attempts, a manager with `config`, and cluster
+/// health probes every 200 ms (a task).
+pub fn assemble(
+    clusters: &ClusterRegistry,
+    config: ControllerConfig,
+) -> (CacheManager, Writer, Manager, tokio::task::JoinHandle<()>) {
+    let resolver = Resolver::default();
+    let caches = CacheManager::new(clusters.clone(), resolver.clone());
+    let writer = Writer::new(
+        clusters.clone(),
+        resolver,
+        WriterConfig {
+            request_timeout: Duration::from_secs(1),
+            max_attempts: 4,
+            max_retry_wait: Duration::from_secs(2),
+        },
+    );
+    let manager = Manager::new(caches.clone(), writer.clone(), config);
+    let probes = tokio::spawn(clusters.clone().run_probes(
+        Duration::from_millis(200),
+        Duration::from_millis(500),
+        std::future::pending(),
+    ));
+    (caches, writer, manager, probes)
 }

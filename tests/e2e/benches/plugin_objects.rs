@@ -214,21 +214,7 @@ async fn swaps_and_memory(paths: &Paths, registry: &Registry) -> anyhow::Result<
         ..EnvOptions::default()
     })
     .await?;
-    env.wait_for("the Plugin CRD", Duration::from_secs(60), |env| {
-        env.main()
-            .list("rekon.dev/v1alpha1", "plugins", None, "")
-            .is_ok()
-            .then_some(())
-    })
-    .await?;
-    let grant = json!([{
-        "resource": {"apiVersion": "v1", "kind": "ConfigMap", "plural": "configmaps", "scope": "Namespaced"},
-        "verbs": ["get", "patch"], "clusters": "Primary"}]);
-    apply_object(
-        env.main(),
-        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
-               "metadata": {"name": "chaos"}, "spec": {"module": v1, "permissions": grant}}),
-    )?;
+    apply_chaos(&mut env, &v1).await?;
     env.wait_for("chaos v1 serving", Duration::from_secs(60), |env| {
         plugin_status(env).filter(|o| o["status"]["digest"] == d1.as_str())
     })
@@ -397,22 +383,9 @@ async fn replicas(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
         ..EnvOptions::default()
     };
     let mut env = Env::start(opts("replica-a", cache_a.path())).await?;
-    env.wait_for("the Plugin CRD", Duration::from_secs(60), |env| {
-        env.main()
-            .list("rekon.dev/v1alpha1", "plugins", None, "")
-            .is_ok()
-            .then_some(())
-    })
-    .await?;
+    wait_plugin_crd(&mut env).await?;
     let _b = env.spawn_replica(&opts("replica-b", cache_b.path()))?;
-    let grant = json!([{
-        "resource": {"apiVersion": "v1", "kind": "ConfigMap", "plural": "configmaps", "scope": "Namespaced"},
-        "verbs": ["get", "patch"], "clusters": "Primary"}]);
-    apply_object(
-        env.main(),
-        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
-               "metadata": {"name": "chaos"}, "spec": {"module": v1, "permissions": grant}}),
-    )?;
+    apply_chaos_object(&env, &v1)?;
     env.wait_for("both replicas on v1", Duration::from_secs(120), |env| {
         consistent_at(env, &d1, 2).then_some(())
     })
@@ -503,4 +476,34 @@ async fn main() -> anyhow::Result<()> {
         replicas(&paths, &registry).await?;
     }
     Ok(())
+}
+
+/// Waits until the Plugin CRD is served.
+async fn wait_plugin_crd(env: &mut Env) -> anyhow::Result<()> {
+    env.wait_for("the Plugin CRD", Duration::from_secs(60), |env| {
+        env.main()
+            .list("rekon.dev/v1alpha1", "plugins", None, "")
+            .is_ok()
+            .then_some(())
+    })
+    .await
+}
+
+/// Applies the Plugin `chaos` serving `module`, granting what chaos needs.
+fn apply_chaos_object(env: &Env, module: &str) -> anyhow::Result<()> {
+    let grant = json!([{
+        "resource": {"apiVersion": "v1", "kind": "ConfigMap", "plural": "configmaps", "scope": "Namespaced"},
+        "verbs": ["get", "patch"], "clusters": "Primary"}]);
+    apply_object(
+        env.main(),
+        json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+               "metadata": {"name": "chaos"}, "spec": {"module": module, "permissions": grant}}),
+    )?;
+    Ok(())
+}
+
+/// Once the Plugin CRD is served, applies the Plugin `chaos` at `module`.
+async fn apply_chaos(env: &mut Env, module: &str) -> anyhow::Result<()> {
+    wait_plugin_crd(env).await?;
+    apply_chaos_object(env, module)
 }
