@@ -767,6 +767,20 @@ fn join_shards(
     Ok((shards, stop_tx, runner))
 }
 
+/// A replica's side of the protocol: prints `ready`, waits for `go` on
+/// stdin; the rest of stdin (until the orchestrator closes it) follows.
+fn ready_then_go() -> anyhow::Result<std::io::Lines<std::io::StdinLock<'static>>> {
+    println!("ready");
+    std::io::stdout().flush()?;
+    let mut stdin = std::io::stdin().lock().lines();
+    for line in stdin.by_ref() {
+        if line? == "go" {
+            break;
+        }
+    }
+    Ok(stdin)
+}
+
 /// One sharded replica: join the group, wait for a fair share of the
 /// shards, print `ready`; on `go` load the plugin; on stdin closing print
 /// `RESULT` (CPU seconds, peak RSS) and stop.
@@ -793,14 +807,7 @@ fn replica_main() -> anyhow::Result<()> {
         ..rekon::lease::shard::ShardingConfig::new(SHARDS, "bench", "default")
     };
     let (shards, stop_tx, runner) = join_shards(&rt, &clients[0], config, replicas)?;
-    println!("ready");
-    std::io::stdout().flush()?;
-    let mut stdin = std::io::stdin().lock().lines();
-    for line in stdin.by_ref() {
-        if line? == "go" {
-            break;
-        }
-    }
+    let mut stdin = ready_then_go()?;
     let cpu0 = cpu_seconds();
     let manager = rt.block_on(async {
         support::rekon_sharded_manager(&names, &clients, CONCURRENCY, Some(shards.clone()))
@@ -989,14 +996,7 @@ fn fleet_replica_main() -> anyhow::Result<()> {
         };
         sharding = Some(join_shards(&rt, &clients[0], config, replicas)?);
     }
-    println!("ready");
-    std::io::stdout().flush()?;
-    let mut stdin = std::io::stdin().lock().lines();
-    for line in stdin.by_ref() {
-        if line? == "go" {
-            break;
-        }
-    }
+    let mut stdin = ready_then_go()?;
     let cpu0 = cpu_seconds();
     let manager = rt.block_on(async {
         support::rekon_sharded_manager(
