@@ -818,6 +818,31 @@ async fn expert_reconcile(
     .await
 }
 
+/// The objects of `api` as they change, each first written to the store
+/// behind `writer` with `managedFields` stripped (kube-rs' store modifier).
+fn stored_events<K>(
+    writer: reflector::store::Writer<K>,
+    api: Api<K>,
+) -> impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(strip_managed_fields),
+    )
+    .touched_objects()
+}
+
 /// The native controller an expert writes: reflector stores (managedFields
 /// stripped) for NodePools, Nodes and RuntimeClasses, fed by the watch
 /// streams that also trigger reconciles (Nodes mapped to the pools their
@@ -834,33 +859,9 @@ async fn start_kube_rs_expert(
     let (pools, pools_writer) = reflector::store::<NodePool>();
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (runtime_classes, rcs_writer) = reflector::store::<RuntimeClass>();
-    let pool_events = reflector::reflector(
-        pools_writer,
-        watcher(
-            Api::<NodePool>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(strip_managed_fields),
-    )
-    .touched_objects();
-    let node_events = reflector::reflector(
-        nodes_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .default_backoff()
-            .modify(strip_managed_fields),
-    )
-    .touched_objects();
-    let rc_events = reflector::reflector(
-        rcs_writer,
-        watcher(
-            Api::<RuntimeClass>::all(client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(strip_managed_fields),
-    )
-    .touched_objects();
+    let pool_events = stored_events(pools_writer, Api::<NodePool>::all(client.clone()));
+    let node_events = stored_events(nodes_writer, Api::<Node>::all(client.clone()));
+    let rc_events = stored_events(rcs_writer, Api::<RuntimeClass>::all(client.clone()));
     let queue = futures::stream::select_all([
         trigger_self(pool_events, ()).boxed(),
         trigger_with(node_events, |node: Node| {
