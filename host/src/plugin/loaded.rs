@@ -65,7 +65,7 @@ impl PluginRuntime {
         origin: &str,
         options: &LoadOptions,
     ) -> Result<LoadedPlugin, LoadError> {
-        self.load_with(bytes, origin.to_string(), None, options)
+        self.load_with(bytes, None, origin.to_string(), None, options)
     }
 
     pub(crate) fn load_from(
@@ -74,12 +74,14 @@ impl PluginRuntime {
         origin: String,
         path: Option<PathBuf>,
     ) -> Result<LoadedPlugin, LoadError> {
-        self.load_with(bytes, origin, path, &LoadOptions::default())
+        self.load_with(bytes, None, origin, path, &LoadOptions::default())
     }
 
+    /// `digest`: the bytes' hex sha256 when the caller has taken it already.
     pub(crate) fn load_with(
         &self,
         bytes: &[u8],
+        digest: Option<String>,
         origin: String,
         path: Option<PathBuf>,
         options: &LoadOptions,
@@ -89,7 +91,7 @@ impl PluginRuntime {
             digest,
             timings,
             reads_settings,
-        } = self.prepare(bytes, &origin)?;
+        } = self.prepare(bytes, digest, &origin)?;
         if options.settings.is_some() && !reads_settings {
             // Never run a plugin without the settings it was given.
             return Err(LoadError::InvalidSettings {

@@ -330,8 +330,9 @@ impl PluginRegistry {
         options: &LoadOptions,
         accept: impl FnOnce(&LoadedPlugin) -> Result<(), Refusal>,
     ) -> Result<LoadedPlugin, Refusal> {
-        let digest = attempt_digest(bytes, options.settings.as_deref());
-        let plugin = match self.inner.runtime.load_at(bytes, origin, options) {
+        let module = module_digest(bytes);
+        let digest = attempt_digest(&module, options.settings.as_deref());
+        let plugin = match self.inner.runtime.load_at(bytes, module, origin, options) {
             Ok(plugin) => plugin,
             Err(e) => {
                 let error = error_chain(&e);
@@ -535,16 +536,16 @@ impl PluginRegistry {
                 return Applied::Done;
             }
         };
+        let module = module_digest(&bytes);
         // `x.settings.json` beside `x.wasm`: the file's settings.
         let settings = match read_settings_file(path) {
             Ok(settings) => settings,
             Err(error) => {
-                let digest = attempt_digest(&bytes, None);
-                self.record_failure(path, Some(digest), error, None);
+                self.record_failure(path, Some(module), error, None);
                 return Applied::Done;
             }
         };
-        let digest = attempt_digest(&bytes, settings.as_deref());
+        let digest = attempt_digest(&module, settings.as_deref());
         {
             let state = self.inner.state.lock();
             if !force
@@ -558,7 +559,7 @@ impl PluginRegistry {
             settings,
             instance: None,
         };
-        match self.inner.runtime.load_at(&bytes, path, &options) {
+        match self.inner.runtime.load_at(&bytes, module, path, &options) {
             Err(e) => {
                 self.record_failure(path, Some(digest), error_chain(&e), None);
             }
@@ -741,15 +742,18 @@ impl PluginRegistry {
 
 impl PluginRuntime {
     /// Loads bytes read from `path` (the registry reads files itself to
-    /// check they are not being written).
+    /// check they are not being written), whose sha256 the registry has
+    /// already taken (`digest`, hex).
     pub(crate) fn load_at(
         &self,
         bytes: &[u8],
+        digest: String,
         path: &Path,
         options: &LoadOptions,
     ) -> Result<LoadedPlugin, LoadError> {
         self.load_with(
             bytes,
+            Some(digest),
             path.display().to_string(),
             Some(path.to_path_buf()),
             options,
@@ -757,12 +761,16 @@ impl PluginRuntime {
     }
 }
 
+/// The hex sha256 of a module's bytes (what `LoadedPlugin::digest` says).
+fn module_digest(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 /// What one attempt at an origin is known by: the module's digest, and the
 /// settings' when there are any (new settings are a new attempt).
-fn attempt_digest(bytes: &[u8], settings: Option<&str>) -> String {
-    let module = hex::encode(Sha256::digest(bytes));
+fn attempt_digest(module: &str, settings: Option<&str>) -> String {
     match settings {
-        None => module,
+        None => module.to_owned(),
         Some(s) => format!("{module}+{}", hex::encode(Sha256::digest(s.as_bytes()))),
     }
 }

@@ -238,12 +238,18 @@ impl PluginRuntime {
         }
     }
 
-    /// Everything of a load up to `register`: digest, contract precheck,
-    /// compile (or the cached artifact), contract check, link.
-    pub(crate) fn prepare(&self, bytes: &[u8], origin: &str) -> Result<Prepared, LoadError> {
+    /// Everything of a load up to `register`: digest (unless the caller
+    /// took it: `digest`, hex sha256 of `bytes`), contract precheck, compile
+    /// (or the cached artifact), contract check, link.
+    pub(crate) fn prepare(
+        &self,
+        bytes: &[u8],
+        digest: Option<String>,
+        origin: &str,
+    ) -> Result<Prepared, LoadError> {
         let origin = origin.to_string();
         let started = Instant::now();
-        let digest = hex::encode(Sha256::digest(bytes));
+        let digest = digest.unwrap_or_else(|| hex::encode(Sha256::digest(bytes)));
         let mut timings = LoadTimings {
             digest: started.elapsed(),
             ..LoadTimings::default()
