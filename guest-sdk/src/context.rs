@@ -191,7 +191,7 @@ impl Context {
     /// (terminal).
     pub fn settings<S: crate::settings::Settings>(&self) -> Result<S, crate::Error> {
         crate::settings::parse::<S>(self.backend.settings().as_deref())
-            .map_err(|e| crate::Error::terminal(format!("invalid settings: {e}")))
+            .map_err(|e| crate::Error::terminal(rekon_rules::settings::refusal(&e)))
     }
 
     pub(crate) fn with_phase(mut self, phase: Phase) -> Self {

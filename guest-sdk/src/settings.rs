@@ -134,7 +134,7 @@ pub(crate) fn check_at_register(
 /// the same settings fail the same way every time).
 pub fn settings<S: Settings>() -> Result<S, Error> {
     let text = CURRENT.with(|c| c.borrow().as_ref().and_then(|b| b.settings()));
-    parse::<S>(text.as_deref()).map_err(|e| Error::terminal(format!("invalid settings: {e}")))
+    parse::<S>(text.as_deref()).map_err(|e| Error::terminal(rekon_rules::settings::refusal(&e)))
 }
 
 thread_local! {
