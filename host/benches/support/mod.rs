@@ -108,7 +108,9 @@ impl SimProcess {
 }
 
 /// The plugin runtime settings of a benchmark: the defaults, with
-/// `REKON_BENCH_CALL_MODE=in-place|blocking-pool` to compare where calls run.
+/// `REKON_BENCH_CALL_MODE=in-place|blocking-pool` to compare where calls run,
+/// and a compiled-plugin cache ([`cache_dir`]) as `rekon run` keeps one by
+/// default.
 pub fn runtime_config() -> rekon::plugin::RuntimeConfig {
     let call_mode = match std::env::var("REKON_BENCH_CALL_MODE").as_deref() {
         Ok("in-place") => rekon::plugin::CallMode::InPlace,
@@ -117,8 +119,38 @@ pub fn runtime_config() -> rekon::plugin::RuntimeConfig {
     };
     rekon::plugin::RuntimeConfig {
         call_mode,
+        cache_dir: Some(cache_dir()),
         ..rekon::plugin::RuntimeConfig::default()
     }
+}
+
+/// The benches' compiled-plugin cache: `REKON_BENCH_CACHE_DIR`, else
+/// `rekon-bench-cache` in the temp directory.
+pub fn cache_dir() -> std::path::PathBuf {
+    std::env::var_os("REKON_BENCH_CACHE_DIR").map_or_else(
+        || std::env::temp_dir().join("rekon-bench-cache"),
+        std::path::PathBuf::from,
+    )
+}
+
+/// Compiles the components at `paths` into [`cache_dir`], in the calling
+/// (orchestrating) process: the measured processes then start the way a
+/// production host restarts, mapping the compiled code from its cache
+/// (`rekon run` caches by default). Compiling in the measured process would
+/// put cranelift's few hundred MiB into its peak RSS, which is a first
+/// start's cost, not a controller's (the `runtime` bench measures it).
+/// Missing files are skipped: their suites say so themselves.
+///
+/// # Errors
+/// When a component does not compile or the cache cannot be written.
+pub fn warm_cache(paths: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    let runtime = rekon::plugin::PluginRuntime::new(runtime_config())?;
+    for path in paths.iter().filter(|p| p.is_file()) {
+        runtime
+            .load_file(path)
+            .with_context(|| format!("compiling {} into the bench cache", path.display()))?;
+    }
+    Ok(())
 }
 
 /// A rekon engine (clusters, shared caches, writer, controller manager)

@@ -4,7 +4,8 @@
 //! [`CacheManager::acquire`] returns an `Arc<SharedCache>`; the watch starts
 //! with the first handle and stops when the last one is dropped (the manager
 //! keeps only weak references). Resources are dynamic
-//! ([`kube::api::DynamicObject`] + [`kube::discovery::ApiResource`]); an empty
+//! ([`RawObject`]: metadata parsed, the rest kept as the JSON text the server
+//! sent, + [`kube::discovery::ApiResource`]); an empty
 //! plural is resolved through discovery, retried with backoff until the kind
 //! appears, so a CRD installed after start is picked up.
 //!
@@ -35,6 +36,7 @@
 pub mod error;
 pub mod event;
 pub mod inbox;
+pub mod raw;
 pub mod resource;
 pub mod store;
 
@@ -44,7 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::core::TypeMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, watcher};
@@ -56,6 +58,7 @@ use crate::telemetry::metrics::Metrics;
 pub use error::{Error, Result};
 pub use event::{CacheEvent, Change};
 pub use inbox::Inbox;
+pub use raw::RawObject;
 pub use resource::{Resolved, Resolver, ResourceId};
 pub use store::{CachedObject, ObjectKey, Store};
 
@@ -440,14 +443,14 @@ impl CacheManager {
     /// Read-your-writes: `object` (JSON) is what the API server answered to
     /// a successful write of `resource` in `cluster`; the cache (if one
     /// runs) takes it at once unless it already holds a newer version.
-    pub fn observe_write(&self, cluster: &str, resource: &ResourceId, object: DynamicObject) {
+    pub fn observe_write(&self, cluster: &str, resource: &ResourceId, object: RawObject) {
         let Some(cache) = self.running(cluster, resource) else {
             return;
         };
         let Some(types) = cache.state.types.get() else {
             return;
         };
-        match CachedObject::from_dynamic(object, types) {
+        match CachedObject::from_raw(object, types) {
             Ok(obj) => cache.state.observe(Arc::new(obj)),
             Err(e) => debug!(%cluster, %resource, error = %e, "write response not cached"),
         }
@@ -597,7 +600,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
     let mut recoveries = cluster.recoveries();
     loop {
         recoveries.mark_unchanged();
-        let api: Api<DynamicObject> = Api::all_with(cluster.client(), &resolved.api);
+        let api: Api<RawObject> = Api::all_with(cluster.client(), &resolved.api);
         let mut stream = watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
@@ -655,10 +658,10 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
 fn handle_event(
     state: &State,
     types: &TypeMeta,
-    ev: watcher::Event<DynamicObject>,
+    ev: watcher::Event<RawObject>,
     relist: &mut Option<Vec<ObjectKey>>,
 ) {
-    let convert = |obj: DynamicObject| match CachedObject::from_dynamic(obj, types) {
+    let convert = |obj: RawObject| match CachedObject::from_raw(obj, types) {
         Ok(o) => Some(Arc::new(o)),
         Err(e) => {
             warn!(cluster = %state.cluster.name(), resource = %state.resource, error = %e, "failed to serialize a watched object; skipped");

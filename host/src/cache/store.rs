@@ -11,9 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::DynamicObject;
 use rekon_rules::LabelSelector;
+
+use super::raw::RawObject;
 
 /// Identity of an object inside one cache: namespace ("" at cluster scope) and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -63,20 +65,38 @@ pub struct CachedObject {
 }
 
 impl CachedObject {
-    /// Build from a watched object. `types` fills in apiVersion/kind, which
-    /// list responses omit on items.
+    /// Build from a `DynamicObject` (kube's parsed tree; the engine's own
+    /// watches and writes decode straight to text: [`Self::from_raw`]).
+    /// `types` fills in apiVersion/kind.
     ///
     /// # Errors
-    /// When the object has no name or cannot be serialized.
+    /// When the object cannot be serialized.
     pub fn from_dynamic(
         mut obj: DynamicObject,
         types: &kube::core::TypeMeta,
     ) -> Result<Self, serde_json::Error> {
         obj.types = Some(types.clone());
         obj.metadata.managed_fields = None;
-        let json: Arc<str> = serde_json::to_string(&obj)?.into();
-        let meta = obj.metadata;
-        Ok(Self {
+        let json = serde_json::to_string(&obj)?;
+        Ok(Self::from_parts(obj.metadata, json))
+    }
+
+    /// Build from a watched or listed object (decoded straight to text:
+    /// [`RawObject`]). `types` fills in apiVersion/kind, which list
+    /// responses omit on items.
+    ///
+    /// # Errors
+    /// When the metadata cannot be serialized.
+    pub fn from_raw(
+        obj: RawObject,
+        types: &kube::core::TypeMeta,
+    ) -> Result<Self, serde_json::Error> {
+        let (meta, json) = obj.into_json(types)?;
+        Ok(Self::from_parts(meta, json))
+    }
+
+    fn from_parts(meta: ObjectMeta, json: String) -> Self {
+        Self {
             key: ObjectKey {
                 namespace: meta.namespace.unwrap_or_default(),
                 name: meta.name.unwrap_or_default(),
@@ -91,8 +111,8 @@ impl CachedObject {
                 .find(|r| r.controller == Some(true)),
             finalizers: meta.finalizers.unwrap_or_default(),
             deleting: meta.deletion_timestamp.is_some(),
-            json,
-        })
+            json: json.into(),
+        }
     }
 }
 

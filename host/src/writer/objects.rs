@@ -1,8 +1,6 @@
 //! Apply, patch, delete and create: one object written.
 
-use kube::api::{
-    DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy,
-};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use serde_json::Value;
 use tracing::debug;
 
@@ -11,7 +9,7 @@ use super::requests::{PatchOn, Writer, Written, resource_id};
 use crate::action::{
     ApplyAction, CreateAction, DeleteAction, PatchAction, PatchType, Propagation, field_manager,
 };
-use crate::cache::ResourceId;
+use crate::cache::{RawObject, ResourceId};
 
 impl Writer {
     pub(super) async fn apply(&self, plugin: &str, a: &ApplyAction) -> Result<Written, Error> {
@@ -50,7 +48,7 @@ impl Writer {
         on: PatchOn<'_>,
         params: &PatchParams,
         patch: &Patch<P>,
-    ) -> Result<DynamicObject, Error> {
+    ) -> Result<RawObject, Error> {
         let t = on.target;
         self.call(
             on.plugin,
@@ -176,9 +174,10 @@ impl Writer {
             cluster: c.cluster.clone(),
             reason,
         };
-        let (obj, id, ns, name) = parse_object(&c.object).map_err(invalid)?;
-        let obj: DynamicObject =
-            serde_json::from_value(obj).map_err(|e| invalid(format!("not an object: {e}")))?;
+        let (_, id, ns, name) = parse_object(&c.object).map_err(invalid)?;
+        // Sent as the plugin wrote it: metadata parsed, the rest as its text.
+        let obj: RawObject =
+            serde_json::from_str(&c.object).map_err(|e| invalid(format!("not an object: {e}")))?;
         let target = self
             .target(plugin, action, &cluster, &id, ns.as_deref(), &name)
             .await?;
@@ -207,7 +206,7 @@ impl Writer {
 /// carrying a deletionTimestamp (held by finalizers, or deleted in the
 /// foreground). Pods, Services, PVCs and a few other kinds answer a
 /// completed delete with the object as it was, without one.
-fn still_there(answer: &DynamicObject) -> bool {
+fn still_there(answer: &RawObject) -> bool {
     answer.metadata.deletion_timestamp.is_some()
 }
 
@@ -297,14 +296,15 @@ mod tests {
 
     #[test]
     fn a_delete_answer_without_a_deletion_timestamp_is_gone() {
-        let answer = |extra: serde_json::Value| -> DynamicObject {
+        let answer = |extra: serde_json::Value| -> RawObject {
             let mut obj = json!({"apiVersion": "v1", "kind": "Service",
                                  "metadata": {"name": "web", "namespace": "default"}});
             obj["metadata"]
                 .as_object_mut()
                 .unwrap()
                 .extend(extra.as_object().unwrap().clone());
-            serde_json::from_value(obj).unwrap()
+            // From text: a RawObject keeps its fields as serde_json's text.
+            serde_json::from_str(&obj.to_string()).unwrap()
         };
         assert!(!still_there(&answer(json!({}))));
         assert!(still_there(&answer(

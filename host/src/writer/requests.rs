@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::runtime::events::Recorder;
 use parking_lot::Mutex;
 use tracing::debug;
@@ -14,7 +14,7 @@ use tracing::debug;
 use super::config::{Error, WriterConfig, describe_kube_error};
 use super::fence::{FENCE, Gate};
 use crate::action::{Resource, Scope};
-use crate::cache::{CacheManager, Resolver, ResourceId};
+use crate::cache::{CacheManager, RawObject, Resolver, ResourceId};
 use crate::cluster::{Cluster, ClusterRegistry, Health, is_connectivity_error};
 use crate::lease::LeaderGate;
 
@@ -63,7 +63,7 @@ pub fn resource_id(r: &Resource) -> ResourceId {
 /// What a successful write left behind, for read-your-writes.
 pub(super) enum Written {
     /// The object as the API server answered.
-    Object(ResourceId, Box<DynamicObject>),
+    Object(ResourceId, Box<RawObject>),
     /// The object no longer exists.
     Gone {
         id: ResourceId,
@@ -86,7 +86,7 @@ pub(super) struct PatchOn<'a> {
 }
 
 pub(super) struct Target {
-    pub(super) api: Api<DynamicObject>,
+    pub(super) api: Api<RawObject>,
     pub(super) name: String,
     pub(super) describe: String,
 }
