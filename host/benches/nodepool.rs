@@ -237,6 +237,15 @@ fn orchestrate() -> anyhow::Result<()> {
                     (mib("steady_rss_mib") - mib("base_rss_mib")) * 1024.0 / nodes as f64,
                 );
             }
+            let by = &r["steady_by_mapping"];
+            println!(
+                "{:<12} {:>14} resident at steady state: anonymous (heap, stacks, instance pool) {:.1}, compiled plugin {:.1}, binary and libraries {:.1} MiB",
+                "",
+                engine,
+                by["anon"].as_f64().unwrap_or_default(),
+                by["plugins"].as_f64().unwrap_or_default(),
+                by["files"].as_f64().unwrap_or_default(),
+            );
             if let Some(heap) = r.get("heap").filter(|h| !h.is_null()) {
                 println!("{:<12} {:>14} heap (dhat): {heap}", "", engine);
             }
@@ -453,6 +462,7 @@ fn scenario_main() -> anyhow::Result<()> {
     // Steady state: converged, idle for a while.
     std::thread::sleep(support::SETTLE);
     let steady_rss = rss_mib();
+    let steady_by_mapping = support::rss_by_mapping();
     let rss = peak_rss_mib();
     #[cfg(feature = "dhat-heap")]
     let heap = {
@@ -473,7 +483,7 @@ fn scenario_main() -> anyhow::Result<()> {
     };
     println!(
         "RESULT {}",
-        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "base_rss_mib": base_rss, "peak_rss_mib": rss, "steady_rss_mib": steady_rss, "connected_rss_mib": connected_rss, "runtime_rss_mib": runtime_rss, "heap": heap})
+        json!({"create_s": create_s, "update_s": update_s, "writes": total_writes, "node_writes": node_patches, "cpu_seconds": cpu, "base_rss_mib": base_rss, "peak_rss_mib": rss, "steady_rss_mib": steady_rss, "steady_by_mapping": steady_by_mapping, "connected_rss_mib": connected_rss, "runtime_rss_mib": runtime_rss, "heap": heap})
     );
     rt.block_on(stop);
     #[cfg(feature = "dhat-heap")]

@@ -36,6 +36,43 @@ pub fn rss_mib() -> f64 {
     status_mib("VmRSS:")
 }
 
+/// Resident memory of this process by kind of mapping (MiB), from
+/// `/proc/self/smaps`: `anon` (anonymous: malloc's arenas, thread stacks,
+/// wasmtime's instance pool slots with the pages calls dirtied), `plugins`
+/// (compiled plugins mapped from the cache, `*.cwasm`) and `files` (the
+/// other file-backed mappings: the binary and shared libraries).
+pub fn rss_by_mapping() -> serde_json::Value {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let (mut anon, mut plugins, mut files) = (0_u64, 0_u64, 0_u64);
+    let mut kind = 0;
+    for line in smaps.lines() {
+        let mut parts = line.split_whitespace();
+        let first = parts.next().unwrap_or_default();
+        let is_header = first.split_once('-').is_some_and(|(a, b)| {
+            !a.is_empty() && a.chars().chain(b.chars()).all(|c| c.is_ascii_hexdigit())
+        });
+        if is_header {
+            let path = parts.nth(4).unwrap_or_default();
+            kind = if path.ends_with(".cwasm") {
+                1
+            } else if path.starts_with('/') {
+                2
+            } else {
+                0
+            };
+        } else if first == "Rss:" {
+            let kib: u64 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+            match kind {
+                1 => plugins += kib,
+                2 => files += kib,
+                _ => anon += kib,
+            }
+        }
+    }
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    serde_json::json!({"anon": mib(anon), "plugins": mib(plugins), "files": mib(files)})
+}
+
 fn status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status

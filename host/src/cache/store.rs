@@ -17,13 +17,25 @@ use rekon_rules::LabelSelector;
 
 use super::raw::RawObject;
 
-/// Identity of an object inside one cache: namespace ("" at cluster scope) and name.
+/// Identity of an object inside one cache: namespace ("" at cluster scope)
+/// and name.
+///
+/// Shared strings: the store's indexes (one entry per label and per
+/// controller owner), inboxes, re-list diffs and queues each hold a copy of
+/// the key, and a clone is a reference count, not two allocations (at 10,000
+/// Nodes with a handful of labels, ~0.5 KiB per object less).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
     /// Namespace; empty for cluster-scoped objects.
-    pub namespace: String,
+    pub namespace: Arc<str>,
     /// Name.
-    pub name: String,
+    pub name: Arc<str>,
+}
+
+/// The empty namespace, allocated once.
+fn no_namespace() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    Arc::clone(&EMPTY)
 }
 
 impl ObjectKey {
@@ -31,15 +43,17 @@ impl ObjectKey {
     #[must_use]
     pub fn new(namespace: Option<&str>, name: &str) -> Self {
         Self {
-            namespace: namespace.unwrap_or_default().to_owned(),
-            name: name.to_owned(),
+            namespace: namespace
+                .filter(|ns| !ns.is_empty())
+                .map_or_else(no_namespace, Arc::from),
+            name: Arc::from(name),
         }
     }
 
     /// The namespace as an option.
     #[must_use]
     pub fn namespace(&self) -> Option<&str> {
-        (!self.namespace.is_empty()).then_some(self.namespace.as_str())
+        (!self.namespace.is_empty()).then_some(&*self.namespace)
     }
 }
 
@@ -97,10 +111,10 @@ impl CachedObject {
 
     fn from_parts(meta: ObjectMeta, json: String) -> Self {
         Self {
-            key: ObjectKey {
-                namespace: meta.namespace.unwrap_or_default(),
-                name: meta.name.unwrap_or_default(),
-            },
+            key: ObjectKey::new(
+                meta.namespace.as_deref(),
+                meta.name.as_deref().unwrap_or_default(),
+            ),
             uid: meta.uid,
             resource_version: meta.resource_version,
             labels: meta.labels.unwrap_or_default(),
@@ -247,7 +261,7 @@ impl Store {
         namespace: Option<&str>,
         selector: Option<&LabelSelector>,
     ) -> Vec<Arc<CachedObject>> {
-        let in_ns = |k: &ObjectKey| namespace.is_none_or(|ns| k.namespace == ns);
+        let in_ns = |k: &ObjectKey| namespace.is_none_or(|ns| *k.namespace == *ns);
         let matches = |o: &CachedObject| selector.is_none_or(|s| s.matches(&o.labels));
         // Narrowest index entry among the required pairs and keys.
         let empty = BTreeSet::new();
@@ -276,7 +290,7 @@ impl Store {
                     Some(ns) => Box::new(
                         self.objects
                             .range(ObjectKey::new(Some(ns), "")..)
-                            .take_while(move |(k, _)| k.namespace == ns)
+                            .take_while(move |(k, _)| *k.namespace == *ns)
                             .map(|(_, v)| v),
                     ),
                     None => Box::new(self.objects.values()),
@@ -458,7 +472,7 @@ pub(crate) mod tests {
         let names: Vec<String> = s
             .list(None, Some(&sel))
             .iter()
-            .map(|o| o.key.name.clone())
+            .map(|o| o.key.name.to_string())
             .collect();
         assert_eq!(names.len(), 10);
         assert!(

@@ -335,7 +335,7 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
                             } else {
                                 None
                             },
-                            name: obj.key.name.clone(),
+                            name: obj.key.name.to_string(),
                         };
                         Some((request, phase))
                     })

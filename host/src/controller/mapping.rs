@@ -58,7 +58,7 @@ fn map_object(
         Mapping::Itself => Mapped::Keys(vec![ReqKey {
             cluster: event.cluster.to_string(),
             namespace: obj.key.namespace().map(str::to_owned),
-            name: obj.key.name.clone(),
+            name: obj.key.name.to_string(),
         }]),
         Mapping::OwnerReference => {
             let keys = obj

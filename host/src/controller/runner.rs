@@ -316,7 +316,7 @@ impl Shared {
                             ReqKey {
                                 cluster: cluster.clone(),
                                 namespace: obj.key.namespace().map(str::to_owned),
-                                name: obj.key.name.clone(),
+                                name: obj.key.name.to_string(),
                             },
                             reason,
                         );
@@ -378,7 +378,7 @@ impl Shared {
 fn describe_key(key: &crate::cache::ObjectKey) -> String {
     match key.namespace() {
         Some(ns) => format!("{ns}/{}", key.name),
-        None => key.name.clone(),
+        None => key.name.to_string(),
     }
 }
 
