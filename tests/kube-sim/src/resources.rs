@@ -351,7 +351,9 @@ const BUILTINS: &[Builtin] = &[
         true,
         &["rc"],
     ))),
-    returns_deleted(with_status(b(
+    // PrepareForCreate: `Status = PersistentVolumeStatus{}`, then
+    // `Phase: Pending` and `LastPhaseTransitionTime: now`.
+    returns_deleted(with_reset_status(b(
         "",
         "persistentvolumes",
         "PersistentVolume",
@@ -360,7 +362,8 @@ const BUILTINS: &[Builtin] = &[
     ))),
     returns_deleted(b("", "podtemplates", "PodTemplate", true, &[])),
     b("", "limitranges", "LimitRange", true, &["limits"]),
-    returns_deleted(with_status(b(
+    // PrepareForCreate: `Status = ResourceQuotaStatus{}`.
+    returns_deleted(with_reset_status(b(
         "",
         "resourcequotas",
         "ResourceQuota",

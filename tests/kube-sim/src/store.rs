@@ -1000,6 +1000,14 @@ impl Inner {
                 o.remove("status");
             }
             match res.kind.as_str() {
+                // PrepareForCreate (PersistentVolumeLastPhaseTransitionTime,
+                // GA in 1.31): the phase starts Pending, now.
+                "PersistentVolume" if res.builtin => {
+                    o.insert(
+                        "status".into(),
+                        json!({"phase": "Pending", "lastPhaseTransitionTime": now_rfc3339()}),
+                    );
+                }
                 // PrepareForCreate: the `kubernetes` finalizer is required
                 // on create (appended to the client's own).
                 "Namespace" if res.builtin => {

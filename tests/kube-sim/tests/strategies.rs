@@ -296,6 +296,22 @@ strategy_test!(
     }
 );
 
+// PrepareForCreate: `Status = ResourceQuotaStatus{}` (`hard` and `used` are
+// omitempty); the status strategy keeps the spec.
+strategy_test!(
+    resource_quota,
+    Case {
+        path: "/api/v1/namespaces/default/resourcequotas",
+        body: json!({"metadata": {"name": "quota"}, "spec": {"hard": {"pods": "10"}},
+            "status": {"hard": {"pods": "10"}, "used": {"pods": "3"}}}),
+        created_status: json!({}),
+        generation: None,
+        spec_patch: json!({"spec": {"hard": {"pods": "20"}}}),
+        status_write: json!({"hard": {"pods": "20"}, "used": {"pods": "1"}}),
+        written_status: json!({"hard": {"pods": "20"}, "used": {"pods": "1"}}),
+    }
+);
+
 // PrepareForCreate: `Status = ServiceStatus{}`; `loadBalancer` is a struct.
 strategy_test!(
     service,
@@ -534,6 +550,38 @@ async fn delete_answers_with_the_object_or_a_status() {
                 "ServiceAccount",
             ),
             (
+                "/api/v1/namespaces/default/services",
+                json!({"metadata": {"name": "p"}, "spec": {"ports": [{"port": 80}]}}),
+                "Service",
+            ),
+            (
+                "/api/v1/namespaces/default/persistentvolumeclaims",
+                json!({"metadata": {"name": "p"}, "spec": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}),
+                "PersistentVolumeClaim",
+            ),
+            (
+                "/api/v1/persistentvolumes",
+                json!({"metadata": {"name": "p"}, "spec": {"capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/p"}}}),
+                "PersistentVolume",
+            ),
+            (
+                "/api/v1/namespaces/default/podtemplates",
+                json!({"metadata": {"name": "p"}, "template": template("p")}),
+                "PodTemplate",
+            ),
+            (
+                "/api/v1/namespaces/default/resourcequotas",
+                json!({"metadata": {"name": "p"}, "spec": {"hard": {"pods": "1"}}}),
+                "ResourceQuota",
+            ),
+            (
+                "/apis/storage.k8s.io/v1/storageclasses",
+                json!({"metadata": {"name": "p"}, "provisioner": "example.com/p"}),
+                "StorageClass",
+            ),
+            (
                 "/api/v1/namespaces/default/configmaps",
                 json!({"metadata": {"name": "p"}}),
                 "Status",
@@ -557,6 +605,55 @@ async fn delete_answers_with_the_object_or_a_status() {
                 assert_eq!(deleted["metadata"]["uid"], created["metadata"]["uid"]);
             }
         }
+        sim.shutdown().await;
+    })
+    .await;
+}
+
+/// PersistentVolume: PrepareForCreate resets the status, then (the
+/// PersistentVolumeLastPhaseTransitionTime gate, GA in 1.31) sets
+/// `phase: Pending` and `lastPhaseTransitionTime` to now; an update keeps
+/// the status; `/status` writes it.
+#[tokio::test]
+async fn persistent_volume_status_starts_pending_now() {
+    within(30, "persistent_volume", async {
+        let sim = SimCluster::start("strategies").await.unwrap();
+        let u = sim.url();
+        let path = "/api/v1/persistentvolumes";
+        let body = json!({"metadata": {"name": "pv1"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": "/tmp/pv1"}},
+            "status": {"phase": "Bound", "message": "set by a client"}});
+        let before = chrono::Utc::now() - chrono::Duration::seconds(1);
+        let (code, created) = req(&u, "POST", path, JSON, Some(body)).await;
+        assert_eq!(code, 201, "create: {created}");
+        let status = created["status"].as_object().expect("a status");
+        assert_eq!(
+            status.keys().collect::<Vec<_>>(),
+            ["lastPhaseTransitionTime", "phase"],
+            "{created}"
+        );
+        assert_eq!(status["phase"], "Pending");
+        let at = chrono::DateTime::parse_from_rfc3339(
+            status["lastPhaseTransitionTime"].as_str().expect("a time"),
+        )
+        .expect("RFC 3339");
+        assert!(at >= before, "{at} is not the create's time");
+        assert_eq!(generation(&created), None);
+
+        let item = format!("{path}/pv1");
+        let mut upd = created.clone();
+        upd["status"] = json!({"phase": "Available"});
+        upd["metadata"]["labels"] = json!({"touched": "yes"});
+        let (code, updated) = req(&u, "PUT", &item, JSON, Some(upd)).await;
+        assert_eq!(code, 200, "update: {updated}");
+        assert_eq!(updated["status"], created["status"], "an update keeps the status");
+
+        let mut st = updated.clone();
+        st["status"] = json!({"phase": "Available", "lastPhaseTransitionTime": "2025-01-01T00:00:00Z"});
+        let (code, written) = req(&u, "PUT", &format!("{item}/status"), JSON, Some(st)).await;
+        assert_eq!(code, 200, "status update: {written}");
+        assert_eq!(written["status"]["phase"], "Available");
         sim.shutdown().await;
     })
     .await;
