@@ -585,10 +585,18 @@ async fn run() -> anyhow::Result<()> {
         write_snapshot(&prom, &panels, scraping.elapsed(), Path::new(&file))?;
     }
 
+    // rekon stops: its target fails; it was the only replica, so rekon is
+    // down.
+    env.rekon.stop();
+    let replica_down_after =
+        until_firing(&env, &prom, "RekonReplicaDown", ("job", "rekon")).await?;
+    let down_after = until_firing(&env, &prom, "RekonDown", ("job", "rekon")).await?;
+
     println!(
         "monitoring: RekonPluginLoadFailed firing {load_failed_after:?} after the broken file was dropped in; \
          RekonClusterUnreachable firing {unreachable_after:?} after sub stalled (for: cut to 2s), resolved \
-         {resolved_after:?} after it resumed; {} metrics read by {} alerts and {} panels checked ({} known gaps); \
+         {resolved_after:?} after it resumed; RekonReplicaDown firing {replica_down_after:?} and RekonDown \
+         {down_after:?} after rekon stopped; {} metrics read by {} alerts and {} panels checked ({} known gaps); \
          promtool check metrics: {}; whole test {:?}\n{}",
         used.len(),
         alert_rules()?.len(),
@@ -602,7 +610,6 @@ async fn run() -> anyhow::Result<()> {
         started.elapsed(),
         table.join("\n")
     );
-    env.rekon.stop();
     Ok(())
 }
 
