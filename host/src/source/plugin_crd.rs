@@ -54,7 +54,7 @@ pub const CONSISTENT: &str = "Consistent";
     plural = "plugins",
     status = "PluginObjectStatus",
     printcolumn = r#"{"name":"Module","type":"string","jsonPath":".spec.module"}"#,
-    printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.digest","priority":1}"#,
+    printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.digest"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Consistent","type":"string","jsonPath":".status.conditions[?(@.type==\"Consistent\")].status","priority":1}"#,
     printcolumn = r#"{"name":"Divergences","type":"integer","jsonPath":".status.shadow.divergences"}"#,
@@ -213,10 +213,15 @@ pub struct ShadowStatus {
     /// Manifest digest of the candidate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
-    /// Reconciles the candidate ran beside the serving version.
+    /// Reconciles this candidate ran beside the serving version (since it
+    /// was loaded: another digest or other settings start from zero).
     #[serde(default)]
     pub reconciles: u64,
-    /// Of those, how many decided differently.
+    /// Of those, how many decided exactly as the serving version did.
+    #[serde(default)]
+    pub identical: u64,
+    /// Of those, how many decided differently (or failed, timed out, ran
+    /// out of memory).
     #[serde(default)]
     pub divergences: u64,
     /// The last few divergences (this replica's), each with its diff.

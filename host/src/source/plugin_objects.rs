@@ -244,6 +244,10 @@ struct Entry {
     written: Option<PluginObjectStatus>,
     /// What this replica serves, for its report.
     here: Here,
+    /// The shadow candidate now counted (its digest and settings) and the
+    /// process's shadow counters when it was loaded: the counters are per
+    /// plugin name and cumulative, the status counts one candidate.
+    shadow_base: Option<(String, (u64, u64))>,
 }
 
 /// What this replica serves of one Plugin object.
@@ -455,7 +459,7 @@ impl PluginObjects {
             if pass.retry {
                 entry.failures += 1;
                 let wait = Duration::from_secs(1)
-                    .saturating_mul(1 << entry.failures.min(16))
+                    .saturating_mul(1 << (entry.failures - 1).min(16))
                     .min(self.inner.config.max_backoff);
                 entry.retry_at = Some(Instant::now() + wait);
                 debug!(plugin = %name, ?wait, "Plugin object will be tried again");
@@ -592,30 +596,48 @@ impl PluginObjects {
             }
         };
         // The serving module.
-        let module = match self.fetch(&spec.module, spec.digest.as_deref(), spec).await {
-            Ok(m) => m,
-            Err(f) => {
-                set(&mut status, FETCHED, false, &f.reason, &f.message);
-                let message = format!("{}{}", f.message, keeps(&serving));
-                return refused(status, &serving, &f.reason, message, f.transient);
-            }
-        };
-        set(
-            &mut status,
-            FETCHED,
-            true,
-            "Fetched",
-            &format!(
-                "{} ({}){}",
-                spec.module,
-                module.digest,
-                if module.from_cache {
-                    ", from the cache"
-                } else {
-                    ""
+        let (module, unresolved) = match self
+            .fetch(&spec.module, spec.digest.as_deref(), spec)
+            .await
+        {
+            Ok(m) => (m, None),
+            Err(f) => match self.last_resolved(obj, &serving, &f).await {
+                Some(m) => (m, Some(f)),
+                None => {
+                    set(&mut status, FETCHED, false, &f.reason, &f.message);
+                    let message = format!("{}{}", f.message, keeps(&serving));
+                    return refused(status, &serving, &f.reason, message, f.transient);
                 }
+            },
+        };
+        match &unresolved {
+            None => set(
+                &mut status,
+                FETCHED,
+                true,
+                "Fetched",
+                &format!(
+                    "{} ({}){}",
+                    spec.module,
+                    module.digest,
+                    if module.from_cache {
+                        ", from the cache"
+                    } else {
+                        ""
+                    }
+                ),
             ),
-        );
+            Some(f) => set(
+                &mut status,
+                FETCHED,
+                false,
+                &f.reason,
+                &format!(
+                    "{}; serving the last resolved digest {} from the cache until the registry answers",
+                    f.message, module.digest
+                ),
+            ),
+        }
         let options = LoadOptions::default()
             .with_settings(spec.settings.as_ref())
             .with_instance(Some(&name));
@@ -629,11 +651,34 @@ impl PluginObjects {
         };
         status.digest = Some(module.digest.clone());
         status.version = Some(loaded.version().to_owned());
+        if let Some(f) = unresolved {
+            // The last resolved version serves; the desired one is tried
+            // again (the shadow too, once the registry answers).
+            set_ready(
+                &mut status,
+                spec,
+                &serving_message(&loaded, Some(&module.digest)),
+            );
+            let message = format!(
+                "{}; the last resolved digest {} serves from the cache meanwhile",
+                f.message, module.digest
+            );
+            set(&mut status, DEGRADED, true, &f.reason, &message);
+            return Pass {
+                status: Some(status),
+                retry: true,
+                loaded: Some(module.digest),
+                shadow_loaded: None,
+            };
+        }
         // The shadow, if any.
         let shadow_loaded;
         match &spec.shadow {
             None => {
                 self.inner.registry.remove_module(&shadow_origin(&name));
+                if let Some(e) = self.inner.entries.lock().get_mut(&name) {
+                    e.shadow_base = None;
+                }
                 status.shadow = None;
                 shadow_loaded = Some(None);
             }
@@ -662,13 +707,12 @@ impl PluginObjects {
                 };
                 match outcome {
                     Ok(digest) => {
-                        let (reconciles, divergences) = Metrics::global().shadow_counts(&name);
+                        let settings = shadow.settings.as_ref().or(spec.settings.as_ref());
+                        self.count_candidate(&name, &digest, settings);
                         shadow_loaded = Some(Some(digest.clone()));
                         status.shadow = Some(ShadowStatus {
                             digest: Some(digest),
-                            reconciles,
-                            divergences,
-                            recent: Metrics::global().recent_shadow_divergences(&name),
+                            ..self.shadow_counts(&name)
                         });
                     }
                     Err((reason, message, retry)) => {
@@ -706,6 +750,84 @@ impl PluginObjects {
             retry: false,
             loaded: Some(module.digest),
             shadow_loaded,
+        }
+    }
+
+    /// After a restart with the registry out of reach, nothing serves here
+    /// yet: the digest this object last resolved to (its `status.digest`),
+    /// when the host's module cache holds it, serves until the desired
+    /// reference can be fetched. A transient failure only (an unreachable
+    /// registry, a pull Secret not there yet): a wrong digest or a module
+    /// that is not there waits for an edit. Never used while something
+    /// serves: a running host keeps what it serves.
+    async fn last_resolved(
+        &self,
+        obj: &Plugin,
+        serving: &Option<LoadedPlugin>,
+        failure: &FetchFailure,
+    ) -> Option<Module> {
+        if serving.is_some() || !failure.transient {
+            return None;
+        }
+        let digest = obj.status.as_ref()?.digest.clone()?;
+        let reference = obj.spec.module.parse::<oci_client::Reference>().ok()?;
+        let pinned = format!(
+            "{}/{}@{digest}",
+            reference.registry(),
+            reference.repository()
+        );
+        let module = self
+            .inner
+            .source
+            .fetch(FetchRequest {
+                reference: pinned,
+                digest: Some(digest),
+                always: false,
+                docker_config: None,
+            })
+            .await
+            .ok()?;
+        module.from_cache.then_some(module)
+    }
+
+    /// Starts counting a shadow candidate from zero unless it is the one
+    /// already counted (same digest, same settings).
+    fn count_candidate(&self, name: &str, digest: &str, settings: Option<&serde_json::Value>) {
+        let key = format!(
+            "{digest} {}",
+            settings.map(ToString::to_string).unwrap_or_default()
+        );
+        let mut entries = self.inner.entries.lock();
+        let Some(entry) = entries.get_mut(name) else {
+            return;
+        };
+        if entry.shadow_base.as_ref().is_some_and(|(k, _)| *k == key) {
+            return;
+        }
+        let metrics = Metrics::global();
+        entry.shadow_base = Some((key, metrics.shadow_counts(name)));
+        metrics.clear_recent_shadow_divergences(name);
+    }
+
+    /// The counts of the shadow candidate now counted.
+    fn shadow_counts(&self, name: &str) -> ShadowStatus {
+        let metrics = Metrics::global();
+        let (reconciles, divergences) = metrics.shadow_counts(name);
+        let (base_reconciles, base_divergences) = self
+            .inner
+            .entries
+            .lock()
+            .get(name)
+            .and_then(|e| e.shadow_base.as_ref().map(|(_, base)| *base))
+            .unwrap_or_default();
+        let reconciles = reconciles.saturating_sub(base_reconciles);
+        let divergences = divergences.saturating_sub(base_divergences);
+        ShadowStatus {
+            digest: None,
+            reconciles,
+            identical: reconciles.saturating_sub(divergences),
+            divergences,
+            recent: metrics.recent_shadow_divergences(name),
         }
     }
 
@@ -992,6 +1114,11 @@ impl PluginObjects {
             for key in ["digest", "version", "shadow", "replicas"] {
                 map.entry(key).or_insert(serde_json::Value::Null);
             }
+            if let Some(shadow) = map.get_mut("shadow").and_then(|s| s.as_object_mut()) {
+                for key in ["digest", "recent"] {
+                    shadow.entry(key).or_insert(serde_json::Value::Null);
+                }
+            }
         }
         let patch = Patch::Merge(json!({ "status": body }));
         let params = PatchParams::default();
@@ -1032,16 +1159,14 @@ impl PluginObjects {
             let Some(shadow) = status.shadow.as_mut() else {
                 continue;
             };
-            let (reconciles, divergences) = Metrics::global().shadow_counts(&name);
-            let recent = Metrics::global().recent_shadow_divergences(&name);
-            if (shadow.reconciles, shadow.divergences) == (reconciles, divergences)
-                && shadow.recent == recent
-            {
+            let now = ShadowStatus {
+                digest: shadow.digest.clone(),
+                ..self.shadow_counts(&name)
+            };
+            if *shadow == now {
                 continue;
             }
-            shadow.reconciles = reconciles;
-            shadow.divergences = divergences;
-            shadow.recent = recent;
+            *shadow = now;
             self.write_status(&obj, status).await;
         }
     }

@@ -852,6 +852,11 @@ impl Metrics {
             .unwrap_or_default()
     }
 
+    /// Forgets the recent divergences of `plugin` (a new candidate).
+    pub fn clear_recent_shadow_divergences(&self, plugin: &str) {
+        self.inner.recent_divergences.lock().remove(plugin);
+    }
+
     /// Shadow reconciles of `plugin` so far, and how many of them diverged
     /// (every kind but `identical`), as counted by [`Self::shadow_reconciled`].
     #[must_use]

@@ -350,6 +350,48 @@ async fn bad_modules_and_grants_keep_the_serving_version() -> anyhow::Result<()>
         .await?;
         config_map(&env, "after-restart")?;
         wait_annotated(&mut env, &["after-restart".to_owned()], "v1").await?;
+
+        // The same module by tag alone, and a restart with the registry
+        // still down: the tag cannot be resolved, so the digest the object
+        // last resolved to serves from the module cache, and the status
+        // says so; nothing is lost meanwhile.
+        let mut by_tag = good.clone();
+        by_tag["spec"]["digest"] = Value::Null;
+        apply_object(env.main(), by_tag)?;
+        wait_degraded(&mut env, "RegistryUnreachable").await?;
+        env.rekon.stop();
+        env.rekon = env.spawn_replica(&options(cache.path()))?;
+        let (obj, message) = env
+            .wait_for(
+                "the restarted host to serve the last resolved digest",
+                WAIT,
+                |env| {
+                    let obj = plugin(env)?;
+                    let (status, why, message) = condition(&obj, "Degraded")?;
+                    (status == "True"
+                        && why == "RegistryUnreachable"
+                        && message.contains("serves from the cache meanwhile"))
+                    .then_some((obj, message))
+                },
+            )
+            .await?;
+        assert!(message.contains(&d1), "{message}");
+        assert_eq!(obj["status"]["digest"], json!(d1));
+        assert_eq!(
+            condition(&obj, "Ready").map(|c| c.0).as_deref(),
+            Some("True")
+        );
+        assert_eq!(
+            condition(&obj, "Fetched").map(|c| (c.0, c.1)),
+            Some(("False".to_owned(), "RegistryUnreachable".to_owned()))
+        );
+        config_map(&env, "after-restart-by-tag")?;
+        wait_annotated(&mut env, &["after-restart-by-tag".to_owned()], "v1").await?;
+
+        // The registry returns: the tag resolves to the same digest and the
+        // object is whole again, without a restart.
+        registry.restart()?;
+        wait_serving(&mut env, &d1).await?;
         anyhow::Ok(())
     })
     .await
@@ -406,9 +448,11 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
         );
         let diff = last["diff"].as_str().unwrap();
         assert!(diff.contains("v1") && diff.contains("v2"), "{diff}");
-        assert!(
-            obj["status"]["shadow"]["reconciles"].as_u64()
-                >= obj["status"]["shadow"]["divergences"].as_u64()
+        let count = |obj: &Value, what: &str| obj["status"]["shadow"][what].as_u64().unwrap_or(0);
+        assert_eq!(
+            count(&obj, "identical") + count(&obj, "divergences"),
+            count(&obj, "reconciles"),
+            "{obj}"
         );
         // The shadow wrote nothing: every ConfigMap still carries v1.
         for name in &names {
@@ -437,6 +481,33 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
         assert_eq!(obj["spec"]["module"], json!(v2));
         assert!(obj["spec"].get("shadow").is_none(), "{obj}");
         wait_annotated(&mut env, &names, "v2").await?;
+
+        // A new candidate (v2 beside the serving v2) is counted from zero:
+        // none of the earlier candidate's divergences are its own.
+        apply_object(
+            env.main(),
+            json!({"apiVersion": obj["apiVersion"], "kind": "Plugin",
+                   "metadata": {"name": "chaos"},
+                   "spec": {"shadow": {"module": v2}}}),
+        )?;
+        env.wait_for("the new shadow candidate to load", WAIT, |env| {
+            (plugin(env)?["status"]["shadow"]["digest"] == json!(d2)).then_some(())
+        })
+        .await?;
+        let more: Vec<String> = (0..3).map(|i| format!("same-{i}")).collect();
+        for name in &more {
+            config_map(&env, name)?;
+        }
+        wait_annotated(&mut env, &more, "v2").await?;
+        let obj = env
+            .wait_for("identical reconciles of the new candidate", WAIT, |env| {
+                let obj = plugin(env)?;
+                (count(&obj, "identical") >= 3).then_some(obj)
+            })
+            .await?;
+        assert_eq!(count(&obj, "divergences"), 0, "{obj}");
+        assert_eq!(count(&obj, "reconciles"), count(&obj, "identical"), "{obj}");
+        assert!(obj["status"]["shadow"].get("recent").is_none(), "{obj}");
         anyhow::Ok(())
     })
     .await
