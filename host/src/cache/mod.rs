@@ -32,6 +32,12 @@
 //! [`CacheManager::failures`], and *not* counted against the cluster's
 //! health. The watch keeps retrying with backoff and recovers by itself when
 //! the cause goes away.
+//!
+//! # Floor
+//! Stands on the cluster registry and telemetry; the writer (read-your-
+//! writes), the controller and the plugin sources stand on it. `mod.rs`
+//! holds the manager and the shared cache itself; its children (`store`,
+//! `inbox`, `raw`, `resource`, `event`, `error`) sit below it.
 
 pub mod error;
 pub mod event;

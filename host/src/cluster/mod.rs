@@ -15,6 +15,11 @@
 //! hangs rather than fails) is noticed too. Every change of a cluster's
 //! health is published ([`ClusterRegistry::health_changes`]); the controller
 //! manager requeues the primaries of the plugins covering the cluster.
+//!
+//! # Floor
+//! Stands on telemetry only; everything that talks to a cluster stands on
+//! it. `mod.rs` holds the registry itself; `provider/` (the engagers that
+//! add and remove clusters) stands on the registry.
 
 pub mod provider;
 
