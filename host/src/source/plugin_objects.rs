@@ -596,20 +596,18 @@ impl PluginObjects {
             }
         };
         // The serving module.
-        let (module, unresolved) = match self
-            .fetch(&spec.module, spec.digest.as_deref(), spec)
-            .await
-        {
-            Ok(m) => (m, None),
-            Err(f) => match self.last_resolved(obj, &serving, &f).await {
-                Some(m) => (m, Some(f)),
-                None => {
-                    set(&mut status, FETCHED, false, &f.reason, &f.message);
-                    let message = format!("{}{}", f.message, keeps(&serving));
-                    return refused(status, &serving, &f.reason, message, f.transient);
-                }
-            },
-        };
+        let (module, unresolved) =
+            match self.fetch(&spec.module, spec.digest.as_deref(), spec).await {
+                Ok(m) => (m, None),
+                Err(f) => match self.last_resolved(obj, &serving, &f).await {
+                    Some(m) => (m, Some(f)),
+                    None => {
+                        set(&mut status, FETCHED, false, &f.reason, &f.message);
+                        let message = format!("{}{}", f.message, keeps(&serving));
+                        return refused(status, &serving, &f.reason, message, f.transient);
+                    }
+                },
+            };
         match &unresolved {
             None => set(
                 &mut status,

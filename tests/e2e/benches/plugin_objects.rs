@@ -26,7 +26,7 @@ use anyhow::{Context, bail};
 use rekon::plugin::{PluginRuntime, RuntimeConfig};
 use rekon::source::oci::{Fetcher, OciConfig, PullPolicy, RegistryAuth};
 use rekon_e2e::registry::Registry;
-use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get};
+use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get, with_custom_section};
 use serde_json::{Value, json};
 
 fn push(paths: &Paths, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
@@ -233,7 +233,11 @@ async fn swaps_and_memory(paths: &Paths, registry: &Registry) -> anyhow::Result<
         let file = work.path().join(format!("round-{round}.wasm"));
         std::fs::write(
             &file,
-            with_custom_section(&std::fs::read(paths.test_plugins.join(base))?, round),
+            with_custom_section(
+                &std::fs::read(paths.test_plugins.join(base))?,
+                "rekon-bench",
+                round.to_string().as_bytes(),
+            ),
         )?;
         let fresh = format!("{}/bench/chaos:round-{round}", registry.host());
         let digest = push(paths, &file, &fresh)?;
@@ -402,7 +406,11 @@ async fn replicas(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
         let file = work.path().join(format!("replicas-{round}.wasm"));
         std::fs::write(
             &file,
-            with_custom_section(&std::fs::read(paths.test_plugins.join(base))?, 1000 + round),
+            with_custom_section(
+                &std::fs::read(paths.test_plugins.join(base))?,
+                "rekon-bench",
+                (1000 + round).to_string().as_bytes(),
+            ),
         )?;
         let fresh = format!("{}/bench/chaos:replicas-{round}", registry.host());
         let digest = push(paths, &file, &fresh)?;
@@ -439,21 +447,6 @@ async fn replicas(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// `component` with a custom section `rekon-bench` holding `round`
-/// appended: the same behaviour, other bytes (another digest).
-fn with_custom_section(component: &[u8], round: usize) -> Vec<u8> {
-    let name = b"rekon-bench";
-    let payload = round.to_string();
-    let mut body = vec![u8::try_from(name.len()).unwrap_or(0)];
-    body.extend_from_slice(name);
-    body.extend_from_slice(payload.as_bytes());
-    let mut out = component.to_vec();
-    out.push(0); // custom section id
-    out.push(u8::try_from(body.len()).unwrap_or(0)); // LEB128, < 128
-    out.extend(body);
-    out
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -534,6 +534,33 @@ pub fn create_test(cluster: &SimCluster, ns: &str, name: &str) -> anyhow::Result
     Ok(())
 }
 
+/// `component` with a custom section `name` holding `payload` appended:
+/// the same code, other bytes (another digest) — what a rebuild looks like
+/// to the host. Custom sections may appear anywhere in a component.
+#[must_use]
+pub fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
+    fn leb128(mut n: usize, out: &mut Vec<u8>) {
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let mut body = Vec::new();
+    leb128(name.len(), &mut body);
+    body.extend_from_slice(name.as_bytes());
+    body.extend_from_slice(payload);
+    let mut out = component.to_vec();
+    out.push(0); // custom section id
+    leb128(body.len(), &mut out);
+    out.extend(body);
+    out
+}
+
 /// Creates or merge-patches one object; returns `kind/name`.
 ///
 /// # Errors

@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use rekon_e2e::prometheus::{Prometheus, family_of, metric_names, openmetrics_to_text, promtool};
-use rekon_e2e::{Env, EnvOptions, Paths, apply_manifests, create_test, http_get};
+use rekon_e2e::{
+    Env, EnvOptions, Paths, apply_manifests, create_test, http_get, with_custom_section,
+};
 use serde_json::{Value, json};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
@@ -409,10 +411,11 @@ async fn run() -> anyhow::Result<()> {
     // A shadow version of nodepool: the same build plus a custom section,
     // so identical answers from a different digest (the host ignores a
     // shadow with the serving version's digest).
-    let mut shadow = fs::read(paths.plugins.join("nodepool.wasm"))?;
-    let name = b"rekon-e2e-shadow";
-    shadow.extend([0, 1 + name.len() as u8, name.len() as u8]);
-    shadow.extend(name);
+    let shadow = with_custom_section(
+        &fs::read(paths.plugins.join("nodepool.wasm"))?,
+        "rekon-e2e-shadow",
+        b"",
+    );
     let staged = work.path().join("nodepool.shadow.wasm");
     fs::write(&staged, shadow)?;
     copy_atomically(&staged, &env.plugin_dir.join("nodepool.shadow.wasm"))?;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rekon_e2e::registry::Registry;
-use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get};
+use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get, with_custom_section};
 use serde_json::{Value, json};
 
 const ANNOTATION: &str = "chaos.rekon.dev/version";
@@ -327,7 +327,7 @@ async fn bad_modules_and_grants_keep_the_serving_version() -> anyhow::Result<()>
 
         // Back to the pinned v1, then a restart with the registry still
         // down: served from the host's cache, neither pulled nor compiled.
-        apply_object(env.main(), good)?;
+        apply_object(env.main(), good.clone())?;
         wait_serving(&mut env, &d1).await?;
         env.rekon.stop();
         env.rekon = env.spawn_replica(&options(cache.path()))?;
@@ -403,7 +403,7 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
     tokio::time::timeout(Duration::from_secs(300), async {
         let Setup {
             paths,
-            registry: _registry,
+            registry,
             v1,
             v2,
             d1,
@@ -482,16 +482,31 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
         assert!(obj["spec"].get("shadow").is_none(), "{obj}");
         wait_annotated(&mut env, &names, "v2").await?;
 
-        // A new candidate (v2 beside the serving v2) is counted from zero:
-        // none of the earlier candidate's divergences are its own.
+        // A new candidate is counted from zero: none of the earlier
+        // candidate's divergences are its own. It is v2 rebuilt (another
+        // digest, the same decisions as the serving v2: the host runs no
+        // shadow whose digest is the serving one's).
+        let rebuilt_file = tempfile::tempdir()?;
+        let rebuilt_path = rebuilt_file.path().join("chaos-v2b.wasm");
+        std::fs::write(
+            &rebuilt_path,
+            with_custom_section(
+                &std::fs::read(paths.test_plugins.join("chaos-v2.wasm"))?,
+                "rekon-e2e-rebuild",
+                b"b",
+            ),
+        )?;
+        let v2b = format!("{}/rekon/chaos:2b", registry.host());
+        let d2b = push_file(&paths, &rebuilt_path, &v2b)?;
+        assert_ne!(d2b, d2);
         apply_object(
             env.main(),
             json!({"apiVersion": obj["apiVersion"], "kind": "Plugin",
                    "metadata": {"name": "chaos"},
-                   "spec": {"shadow": {"module": v2}}}),
+                   "spec": {"shadow": {"module": v2b}}}),
         )?;
         env.wait_for("the new shadow candidate to load", WAIT, |env| {
-            (plugin(env)?["status"]["shadow"]["digest"] == json!(d2)).then_some(())
+            (plugin(env)?["status"]["shadow"]["digest"] == json!(d2b)).then_some(())
         })
         .await?;
         let more: Vec<String> = (0..3).map(|i| format!("same-{i}")).collect();

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kube_sim::SimCluster;
-use rekon_e2e::{Env, EnvOptions, get, http_get};
+use rekon_e2e::{Env, EnvOptions, get, http_get, with_custom_section};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -41,21 +41,6 @@ fn create_cm(c: &SimCluster, name: &str, labels: Value, data: Value) {
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "apps", "labels": labels}, "data": data}),
     )
     .unwrap_or_else(|e| panic!("create configmap {name}: {e}"));
-}
-
-/// A component with a custom section appended: another digest, same code —
-/// what a rebuild looks like to the host.
-fn rebuilt(bytes: &[u8]) -> Vec<u8> {
-    let name = b"rekon-e2e-rebuild";
-    let payload = b"2";
-    let mut out = bytes.to_vec();
-    out.push(0); // custom section
-    let size = 1 + name.len() + payload.len();
-    out.push(u8::try_from(size).expect("small section"));
-    out.push(u8::try_from(name.len()).expect("small name"));
-    out.extend_from_slice(name);
-    out.extend_from_slice(payload);
-    out
 }
 
 async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
@@ -151,7 +136,10 @@ async fn a_third_plugin_touches_only_its_primary_scope() {
 
         // Hot reload (a rebuilt file), a health blip of sub, resyncs (every 3 s).
         let tmp = env.plugin_dir.join("cm-sync.wasm.part");
-        std::fs::write(&tmp, rebuilt(&std::fs::read(&plugin)?))?;
+        std::fs::write(
+            &tmp,
+            with_custom_section(&std::fs::read(&plugin)?, "rekon-e2e-rebuild", b"2"),
+        )?;
         std::fs::rename(&tmp, &installed)?;
         until(&env, "the rebuilt plugin swapped in", || {
             std::fs::read_to_string(env.rekon.log_path())
