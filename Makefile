@@ -17,7 +17,7 @@ all: build plugins
 
 help:
 	@echo "make demo     build everything and run the demo on embedded kube-sim clusters"
-	@echo "make test     fmt check, clippy -D warnings, plugin build and every test"
+	@echo "make test     fmt check, clippy -D warnings, plugin build and every test (the seed scenarios also with the TypeScript and Python ports)"
 	@echo "make plugins  build the plugins for $(WASM_TARGET) into dist/plugins/"
 	@echo "make sdk-test the TypeScript and Python SDKs' and ports' native tests"
 	@echo "make sdk-plugins build the TypeScript and Python ports into dist/sdk-plugins/"
@@ -85,10 +85,14 @@ sdk-plugins: sdk-deps
 	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
 
 # The e2e seed scenarios with the ports loaded in place of the Rust builds.
+# The ports are compiled into the default compiled-plugin cache first (what
+# every `rekon run` of the scenarios maps): compiling a JavaScript or Python
+# component takes a debug build tens of seconds, each scenario would do it.
 seed-scenarios-ports: sdk-plugins build
 	@mkdir -p dist/ports-as-seeds
 	cp dist/sdk-plugins/test_fanout_ts.wasm dist/ports-as-seeds/test_fanout.wasm
 	cp dist/sdk-plugins/nodepool_py.wasm dist/ports-as-seeds/nodepool.wasm
+	$(REKON_BIN) plugin compile dist/ports-as-seeds/test_fanout.wasm dist/ports-as-seeds/nodepool.wasm
 	REKON_PLUGINS=$(abspath dist/ports-as-seeds) $(CARGO) test -p rekon-e2e --test seed_plugins
 
 fmt-check:
@@ -109,7 +113,7 @@ unit: plugins test-plugins sdk-plugins
 	  $(CARGO) test --workspace --no-fail-fast; \
 	fi
 
-test: fmt-check clippy sdk-test unit
+test: fmt-check clippy sdk-test unit seed-scenarios-ports
 
 # Two embedded kube-sim clusters, `rekon run --install-crds` with dist/plugins,
 # deploy/samples applied, every change narrated. DEMO_EXIT_AFTER_CONVERGE=1

@@ -381,3 +381,39 @@ fn inspect_prints_the_registration() {
     let err = inspect_file(&chaos_broken_register(), OutputFormat::Yaml).unwrap_err();
     assert!(err.to_string().contains(REGISTER_FAILURE), "{err}");
 }
+
+/// `rekon plugin compile` fills the cache with what a host started later
+/// (`rekon run`: the default runtime configuration with that cache) maps
+/// instead of compiling; a file the host would refuse is refused, named.
+#[test]
+fn rekon_plugin_compile_fills_the_cache_rekon_run_reads() {
+    use rekon::commands::compile::compile_files;
+    use rekon::plugin::{PluginRuntime, RuntimeConfig};
+    let cache = tempfile::tempdir().unwrap();
+    let files = [chaos_v1(), chaos_v2()];
+    let first = compile_files(&files, cache.path()).expect("compiles");
+    assert_eq!(
+        first
+            .iter()
+            .map(|c| (c.name.as_str(), c.version.as_str(), c.from_cache))
+            .collect::<Vec<_>>(),
+        [("chaos", "1.0.0", false), ("chaos", "2.0.0", false)]
+    );
+    let again = compile_files(&files, cache.path()).expect("loads");
+    assert!(again.iter().all(|c| c.from_cache), "{again:?}");
+
+    let host = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    host.load_file(chaos_v1()).expect("loads");
+    host.load_file(chaos_v2()).expect("loads");
+    assert_eq!(host.stats().compiles, 0, "the host compiled again");
+    assert_eq!(host.stats().cache_hits, 2);
+
+    let err = compile_files(&[chaos_broken_register()], cache.path()).unwrap_err();
+    let message = format!("{err:#}");
+    assert!(message.contains("chaos-broken-register.wasm"), "{message}");
+    assert!(message.contains(REGISTER_FAILURE), "{message}");
+}

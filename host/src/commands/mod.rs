@@ -5,6 +5,8 @@
 //! - [`release`]: `rekon plugin release`, a removed plugin's finalizers.
 //! - [`inspect`]: `rekon plugin inspect`, Kubernetes-style views of a
 //!   plugin's registration.
+//! - [`compile`]: `rekon plugin compile`, the compiled-plugin cache filled
+//!   ahead of `rekon run`.
 //! - [`push`]: `rekon plugin push`, and fetching a reference for
 //!   `rekon plugin inspect`.
 //! - [`manifests`]: `rekon rbac` and `rekon crds`.
@@ -15,6 +17,7 @@
 //! The top floor of the library: may import anything below; only
 //! `main.rs` imports it.
 
+pub mod compile;
 pub mod inspect;
 pub mod manifests;
 pub mod plan;
