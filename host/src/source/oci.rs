@@ -57,8 +57,8 @@
 //! this layout: its pull goes through `oci_client::Client::pull`, which
 //! reads every layer whole into memory, so the size limit while reading
 //! (step 4) could not be kept, and its releases track an older
-//! `oci-client` (0.4: ^0.16) than the one here. What it would add is the config record, written
-//! below in a few lines.
+//! `oci-client` (0.4: ^0.16) than the one here. What it would add is the
+//! config record, written below in a few lines.
 //!
 //! [CNCF wasm OCI artifact]: https://tag-runtime.cncf.io/wgs/wasm/deliverables/wasm-oci-artifact/
 

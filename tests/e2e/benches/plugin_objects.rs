@@ -56,7 +56,9 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 /// Pull + verify, then compile (no cache), then both again from the caches.
 async fn module_costs(paths: &Paths, registry: &Registry) -> anyhow::Result<()> {
-    println!("\n## Pull + verify + compile of the seed modules (the runtime in this process, release build; loopback registry)\n");
+    println!(
+        "\n## Pull + verify + compile of the seed modules (the runtime in this process, release build; loopback registry)\n"
+    );
     println!(
         "| module | size | pull + verify | compile + link + register | from caches: fetch | from caches: load |"
     );
