@@ -529,6 +529,77 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
     .context("timed out (likely deadlocked)")?
 }
 
+/// The seed test-fanout served from a Plugin object (pushed to the
+/// registry, the grant `rekon plugin manifest` prints): its CRD is
+/// installed, a Test fans a Job out to both clusters, and the Job in `sub`
+/// completing finishes the Test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn test_fanout_from_a_plugin_object_fans_out_and_finishes() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let module = format!("{}/rekon/test-fanout:1", registry.host());
+        let file = paths.plugins.join("test_fanout.wasm");
+        let digest = push_file(&paths, &file, &module)?;
+        let cache = tempfile::tempdir()?;
+        let mut env = Env::start(options(cache.path())).await?;
+        wait_plugin_crd(&mut env).await?;
+        let mut obj = manifest_file(&paths, &file, &module, &[])?;
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(name, "test-fanout");
+        obj["spec"]["digest"] = json!(digest);
+        apply_object(env.main(), obj)?;
+        env.wait_for(
+            "test-fanout ready, serving the pushed digest",
+            WAIT,
+            |env| {
+                let obj = plugin_named(env, "test-fanout")?;
+                (condition(&obj, "Ready")?.0 == "True" && obj["status"]["digest"] == json!(digest))
+                    .then_some(())
+            },
+        )
+        .await?;
+        env.wait_for(
+            "the Test CRD (installed for the Plugin object)",
+            WAIT,
+            |env| {
+                env.main()
+                    .list("job.lailin.xyz/v1", "tests", None, "")
+                    .is_ok()
+                    .then_some(())
+            },
+        )
+        .await?;
+        rekon_e2e::create_test(env.main(), "default", "from-an-object")?;
+        let job = |c: &kube_sim::SimCluster| {
+            get(c, "batch/v1", "jobs", Some("default"), "from-an-object")
+        };
+        env.wait_for("the Job in main and sub", WAIT, |env| {
+            (job(env.main()).is_some() && job(env.sub()).is_some()).then_some(())
+        })
+        .await?;
+        rekon_e2e::complete_job(env.sub(), "default", "from-an-object")?;
+        env.wait_for("the Test finished by the Job in sub", WAIT, |env| {
+            let test = get(
+                env.main(),
+                "job.lailin.xyz/v1",
+                "tests",
+                Some("default"),
+                "from-an-object",
+            )?;
+            (test["status"]["phase"] == "finished" && test["status"]["finishedCluster"] == "sub")
+                .then_some(())
+        })
+        .await?;
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
+
 /// A Plugin object named `name` serving the seed nodepool from `module`
 /// with `settings`, granting what the module declares.
 fn nodepool_instance(
