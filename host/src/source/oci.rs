@@ -510,6 +510,13 @@ impl Fetcher {
         result
     }
 
+    /// The module of the artifact with manifest digest `digest` from the
+    /// disk cache alone (verified as on every cache read; no registry is
+    /// asked): the layer digest and the component's bytes.
+    pub async fn cached(&self, digest: &str) -> Option<(String, Arc<[u8]>)> {
+        self.cache.artifact(digest).await
+    }
+
     async fn fetch_unmetered(
         &self,
         reference: &str,

@@ -124,6 +124,9 @@ pub struct FetchFailure {
 pub trait ModuleSource: Send + Sync + 'static {
     /// Fetch and verify one module.
     fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>>;
+    /// The module with manifest digest `digest` if the local cache holds
+    /// it; never asks a registry.
+    fn cached(&self, digest: &str) -> BoxFuture<'static, Option<Module>>;
 }
 
 /// The OCI fetcher as the module source of Plugin objects: the pull
@@ -169,6 +172,18 @@ impl ModuleSource for super::oci::Fetcher {
                     message: e.to_string(),
                     transient: e.is_transient(),
                 })
+        })
+    }
+
+    fn cached(&self, digest: &str) -> BoxFuture<'static, Option<Module>> {
+        let (fetcher, digest) = (self.clone(), digest.to_owned());
+        Box::pin(async move {
+            let (_, bytes) = fetcher.cached(&digest).await?;
+            Some(Module {
+                digest,
+                bytes,
+                from_cache: true,
+            })
         })
     }
 }
@@ -767,25 +782,9 @@ impl PluginObjects {
         if serving.is_some() || !failure.transient {
             return None;
         }
-        let digest = obj.status.as_ref()?.digest.clone()?;
-        let reference = obj.spec.module.parse::<oci_client::Reference>().ok()?;
-        let pinned = format!(
-            "{}/{}@{digest}",
-            reference.registry(),
-            reference.repository()
-        );
-        let module = self
-            .inner
-            .source
-            .fetch(FetchRequest {
-                reference: pinned,
-                digest: Some(digest),
-                always: false,
-                docker_config: None,
-            })
-            .await
-            .ok()?;
-        module.from_cache.then_some(module)
+        let digest = obj.status.as_ref()?.digest.as_deref()?;
+        // The registry just failed: the cache alone, no second attempt.
+        self.inner.source.cached(digest).await
     }
 
     /// Starts counting a shadow candidate from zero unless it is the one
