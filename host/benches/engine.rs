@@ -441,10 +441,13 @@ fn bench_tap(
             let dir = work.join("plugins");
             std::fs::create_dir_all(&dir)?;
             let mut bytes = std::fs::read(plugin_path())?;
-            // A custom section: id 0, size, name length, name, payload.
-            bytes.extend_from_slice(&[0, 8, 6]);
-            bytes.extend_from_slice(b"shadow");
-            bytes.push(1);
+            wasm_encoder::ComponentSection::append_to_component(
+                &wasm_encoder::CustomSection {
+                    name: "shadow".into(),
+                    data: [1u8][..].into(),
+                },
+                &mut bytes,
+            );
             std::fs::write(dir.join("bench.shadow.wasm"), bytes)?;
             let registry = rekon::plugin::PluginRegistry::new(runtime);
             registry.load_dir(&dir)?;

@@ -539,25 +539,13 @@ pub fn create_test(cluster: &SimCluster, ns: &str, name: &str) -> anyhow::Result
 /// to the host. Custom sections may appear anywhere in a component.
 #[must_use]
 pub fn with_custom_section(component: &[u8], name: &str, payload: &[u8]) -> Vec<u8> {
-    fn leb128(mut n: usize, out: &mut Vec<u8>) {
-        loop {
-            let byte = (n & 0x7f) as u8;
-            n >>= 7;
-            if n == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let mut body = Vec::new();
-    leb128(name.len(), &mut body);
-    body.extend_from_slice(name.as_bytes());
-    body.extend_from_slice(payload);
+    use wasm_encoder::ComponentSection as _;
     let mut out = component.to_vec();
-    out.push(0); // custom section id
-    leb128(body.len(), &mut out);
-    out.extend(body);
+    wasm_encoder::CustomSection {
+        name: name.into(),
+        data: payload.into(),
+    }
+    .append_to_component(&mut out);
     out
 }
 
@@ -666,4 +654,18 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<Strin
     let mut out = String::new();
     stream.read_to_string(&mut out)?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Section id 0, the section's size, the name's length, the name, the
+    /// payload (the binary format's custom section).
+    #[test]
+    fn a_custom_section_is_appended_in_the_binary_format() {
+        let out = super::with_custom_section(b"\0asm", "shadow", &[1]);
+        assert_eq!(out, b"\0asm\x00\x08\x06shadow\x01");
+        let long = super::with_custom_section(&[], "n", &[7; 200]);
+        // 1 + 1 + 200 = 202 bytes: a two-byte LEB128 size.
+        assert_eq!(&long[..4], &[0x00, 0xca, 0x01, 0x01]);
+    }
 }
