@@ -133,7 +133,10 @@ pub enum Mapping {
     /// The controller owner reference of the object, in the same cluster,
     /// when it points at the primary kind.
     OwnerReference,
-    /// Owner labels naming a primary, possibly in another cluster.
+    /// Owner labels naming a primary, possibly in another cluster. When the
+    /// host runs sharded, each replica caches only the objects naming one
+    /// of its own primaries (and those naming none): a reconcile sees its
+    /// primary's children, not another shard's.
     OwnerLabels(OwnerLabels),
     /// Label keys that name primaries: every label of the object whose key
     /// starts with one of the prefixes names the primary called by the rest

@@ -42,10 +42,11 @@
 //! `REKON_BENCH_SUITE=fleet` (not part of the default run: it takes
 //! minutes) runs the seed plugin test-fanout (`dist/plugins/test_fanout.wasm`,
 //! or `REKON_BENCH_FANOUT`) on a fleet: `REKON_BENCH_FLEET=100x1000`
-//! clusters × Tests served by one kube-sim process, as one replica and as
-//! three replicas with `--shard-by=cluster` (6 shards); converged when every
-//! Test's status lists every cluster with its Job. Prints converge time,
-//! CPU and peak RSS per replica.
+//! clusters × Tests served by one kube-sim process, as one replica, as
+//! three replicas with `--shard-by=cluster` and as three with
+//! `--shard-by=key` (6 shards); converged when every Test's status lists
+//! every cluster with its Job. Prints converge time, CPU and peak RSS per
+//! replica.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};
@@ -670,7 +671,9 @@ fn orchestrate_replicas() -> anyhow::Result<()> {
 /// Starts `replicas` replica processes (this bench in role `role`, with
 /// `env`), waits until each printed `ready`, starts the clock and the
 /// simulator's workload, tells each `go`, waits for convergence; then
-/// closes their stdin and collects each one's `RESULT` line. Returns the
+/// tells each `stop` and collects every `RESULT` line before closing any
+/// stdin (a replica shutting down releases its shards, and another one
+/// still measuring would take them over and count that too). Returns the
 /// seconds to converge and the results in replica order.
 fn run_replicas(
     sim: &mut SimProcess,
@@ -717,9 +720,13 @@ fn run_replicas(
     }
     sim.converged()?;
     let seconds = t0.elapsed().as_secs_f64();
+    for (child, _) in &mut children {
+        let stdin = child.stdin.as_mut().expect("piped");
+        writeln!(stdin, "stop")?;
+        stdin.flush()?;
+    }
     let mut results = Vec::new();
-    for (mut child, mut lines) in children {
-        drop(child.stdin.take());
+    for (_, lines) in &mut children {
         let r: Value = loop {
             let line = lines
                 .next()
@@ -729,6 +736,9 @@ fn run_replicas(
             }
         };
         results.push(r);
+    }
+    for (mut child, _) in children {
+        drop(child.stdin.take());
         let _ = child.wait();
     }
     Ok((seconds, results))
@@ -775,8 +785,17 @@ fn join_shards(
     Ok((shards, stop_tx, runner))
 }
 
+/// Until the orchestrator says `stop` (the world converged) or closes stdin.
+fn wait_for_stop(stdin: &mut std::io::Lines<std::io::StdinLock<'static>>) {
+    for line in stdin.by_ref() {
+        if line.map_or(true, |l| l == "stop") {
+            return;
+        }
+    }
+}
+
 /// A replica's side of the protocol: prints `ready`, waits for `go` on
-/// stdin; the rest of stdin (until the orchestrator closes it) follows.
+/// stdin; then `stop` ([`wait_for_stop`]), then stdin closing.
 fn ready_then_go() -> anyhow::Result<std::io::Lines<std::io::StdinLock<'static>>> {
     println!("ready");
     std::io::stdout().flush()?;
@@ -790,8 +809,8 @@ fn ready_then_go() -> anyhow::Result<std::io::Lines<std::io::StdinLock<'static>>
 }
 
 /// One sharded replica: join the group, wait for a fair share of the
-/// shards, print `ready`; on `go` load the plugin; on stdin closing print
-/// `RESULT` (CPU seconds, peak RSS) and stop.
+/// shards, print `ready`; on `go` load the plugin; on `stop` print
+/// `RESULT` (CPU seconds, peak RSS); on stdin closing shut down.
 fn replica_main() -> anyhow::Result<()> {
     let index: usize = std::env::var("REKON_BENCH_REPLICA")?.parse()?;
     let replicas: u32 = std::env::var("REKON_BENCH_REPLICAS")?.parse()?;
@@ -821,8 +840,7 @@ fn replica_main() -> anyhow::Result<()> {
         support::rekon_sharded_manager(&names, &clients, CONCURRENCY, Some(shards.clone()))
     })?;
     manager.upsert(plugin);
-    // Until the orchestrator closes stdin (the world converged).
-    for _ in stdin.by_ref() {}
+    wait_for_stop(&mut stdin);
     let cpu = cpu_seconds() - cpu0;
     let rss = peak_rss_mib();
     println!(
@@ -830,6 +848,7 @@ fn replica_main() -> anyhow::Result<()> {
         json!({"cpu_seconds": cpu, "peak_rss_mib": rss, "shards": shards.held()})
     );
     std::io::stdout().flush()?;
+    for _ in stdin.by_ref() {}
     rt.block_on(manager.shutdown());
     let _ = stop_tx.send(());
     let _ = rt.block_on(runner);
@@ -922,7 +941,10 @@ fn fleet_sim_main() -> anyhow::Result<()> {
     })
 }
 
-/// The fleet suite: one replica, then three with `--shard-by=cluster`.
+/// The fleet suite: one replica, then three with `--shard-by=cluster`, then
+/// three with `--shard-by=key`. Every Test lives in `main`, so by cluster
+/// one replica holds all of them (and needs their Jobs everywhere); by key
+/// each replica holds a share of the Tests and caches only their Jobs.
 fn orchestrate_fleet() -> anyhow::Result<()> {
     let (clusters, tests) = fleet_shape();
     if !fanout_path().is_file() {
@@ -931,13 +953,24 @@ fn orchestrate_fleet() -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "fleet: test-fanout, {tests} Tests fanned out to {clusters} clusters (one kube-sim process), {SHARDS} shards by cluster, concurrency {CONCURRENCY} per replica"
+        "fleet: test-fanout, {tests} Tests fanned out to {clusters} clusters (one kube-sim process), {SHARDS} shards, concurrency {CONCURRENCY} per replica"
     );
     println!(
-        "{:<9} {:>12} {:>16} {:>26} {:>26}",
-        "replicas", "converge s", "cpu s (all)", "peak RSS MiB (each)", "steady RSS MiB (each)"
+        "{:<22} {:>12} {:>16} {:>26} {:>26} {:>30}",
+        "replicas",
+        "converge s",
+        "cpu s (all)",
+        "peak RSS MiB (each)",
+        "steady RSS MiB (each)",
+        "shard moves/most held (each)"
     );
-    for replicas in [1_usize, 3] {
+    // `REKON_BENCH_FLEET_MODES=1,cluster,key` (the default) picks rows.
+    let modes = std::env::var("REKON_BENCH_FLEET_MODES").unwrap_or_else(|_| "1,cluster,key".into());
+    for (replicas, by) in [(1_usize, "-"), (3, "cluster"), (3, "key")] {
+        let mode = if replicas == 1 { "1" } else { by };
+        if !modes.split(',').any(|m| m.trim() == mode) {
+            continue;
+        }
         let mut sim = SimProcess::spawn(&[
             ("REKON_BENCH_ROLE", "fleet-sim".to_owned()),
             ("REKON_BENCH_FLEET", format!("{clusters}x{tests}")),
@@ -947,7 +980,10 @@ fn orchestrate_fleet() -> anyhow::Result<()> {
             &mut sim,
             "fleet-replica",
             replicas,
-            &[("REKON_BENCH_FLEET", fleet.as_str())],
+            &[
+                ("REKON_BENCH_FLEET", fleet.as_str()),
+                ("REKON_BENCH_SHARD_BY", by),
+            ],
         )?;
         let cpu: f64 = results
             .iter()
@@ -960,22 +996,37 @@ fn orchestrate_fleet() -> anyhow::Result<()> {
                 .collect()
         };
         let (peak, steady) = (mib("peak_rss_mib"), mib("steady_rss_mib"));
+        let moves: Vec<String> = results
+            .iter()
+            .map(|r| format!("{}/{}", r["shard_moves"], r["most_held"]))
+            .collect();
         sim.stop();
+        let label = if replicas == 1 {
+            "1".to_owned()
+        } else {
+            format!("{replicas}, --shard-by={by}")
+        };
         println!(
-            "{:<9} {:>12.2} {:>16.2} {:>26} {:>26}",
-            replicas,
+            "{:<22} {:>12.2} {:>16.2} {:>26} {:>26} {:>30}",
+            label,
             seconds,
             cpu,
             peak.join("/"),
             steady.join("/"),
+            if replicas == 1 {
+                "-".to_owned()
+            } else {
+                moves.join(" ")
+            },
         );
     }
     Ok(())
 }
 
-/// One fleet replica: with more than one, a member of a shard group by
-/// cluster holding its share before `ready`; on `go` loads test-fanout; on
-/// stdin closing waits [`support::SETTLE`] and prints `RESULT`.
+/// One fleet replica: with more than one, a member of a shard group (by
+/// `REKON_BENCH_SHARD_BY`) holding its share before `ready`; on `go` loads
+/// test-fanout; on `stop` waits [`support::SETTLE`] and prints `RESULT`; on
+/// stdin closing shuts down.
 fn fleet_replica_main() -> anyhow::Result<()> {
     let index: usize = std::env::var("REKON_BENCH_REPLICA")?.parse()?;
     let replicas: u32 = std::env::var("REKON_BENCH_REPLICAS")?.parse()?;
@@ -994,18 +1045,37 @@ fn fleet_replica_main() -> anyhow::Result<()> {
     let plugin: Arc<dyn Reconciler> = Arc::new(runtime.load_file(fanout_path())?);
     let mut sharding = None;
     if replicas > 1 {
+        let by = match std::env::var("REKON_BENCH_SHARD_BY").as_deref() {
+            Ok("key") => rekon::lease::shard::ShardBy::Key,
+            _ => rekon::lease::shard::ShardBy::Cluster,
+        };
+        // The defaults (client-go's 15 s / 10 s / 2 s), as `rekon run` has
+        // them: with 4 s / 3 s three replicas and a 100-cluster kube-sim on
+        // two cores missed renewals, shards moved during the run and every
+        // move re-listed a replica's share of the Jobs in all clusters.
         let config = rekon::lease::shard::ShardingConfig {
-            by: rekon::lease::shard::ShardBy::Cluster,
+            by,
             identity: format!("bench-fleet-{index}"),
-            lease_duration: Duration::from_secs(4),
-            renew_deadline: Duration::from_secs(3),
-            retry_period: Duration::from_millis(300),
             ..rekon::lease::shard::ShardingConfig::new(SHARDS, "fleet", "default")
         };
         sharding = Some(join_shards(&rt, &clients[0], config, replicas)?);
     }
     let mut stdin = ready_then_go()?;
     let cpu0 = cpu_seconds();
+    // Shard moves during the run: each re-lists this replica's share.
+    let moves = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let most_held = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    if let Some((shards, _, _)) = &sharding {
+        let (shards, moves, most_held) = (shards.clone(), moves.clone(), most_held.clone());
+        most_held.fetch_max(shards.held().len(), std::sync::atomic::Ordering::Relaxed);
+        let mut changes = shards.changes();
+        rt.spawn(async move {
+            while changes.changed().await.is_ok() {
+                moves.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                most_held.fetch_max(shards.held().len(), std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    }
     let manager = rt.block_on(async {
         support::rekon_sharded_manager(
             &names,
@@ -1015,16 +1085,19 @@ fn fleet_replica_main() -> anyhow::Result<()> {
         )
     })?;
     manager.upsert(plugin);
-    for _ in stdin.by_ref() {}
+    wait_for_stop(&mut stdin);
     let cpu = cpu_seconds() - cpu0;
     std::thread::sleep(support::SETTLE);
     let steady = support::rss_mib();
     let rss = peak_rss_mib();
     println!(
         "RESULT {}",
-        json!({"cpu_seconds": cpu, "peak_rss_mib": rss, "steady_rss_mib": steady})
+        json!({"cpu_seconds": cpu, "peak_rss_mib": rss, "steady_rss_mib": steady,
+               "shard_moves": moves.load(std::sync::atomic::Ordering::Relaxed),
+               "most_held": most_held.load(std::sync::atomic::Ordering::Relaxed)})
     );
     std::io::stdout().flush()?;
+    for _ in stdin.by_ref() {}
     rt.block_on(manager.shutdown());
     if let Some((_, stop_tx, runner)) = sharding {
         let _ = stop_tx.send(());

@@ -19,8 +19,18 @@
 //!     --toggle-collect='*PluginSession*reconcile*' target/release/deps/runtime-<hash>
 //! ```
 //!
+//! A second table (`ports`) splits the per-reconcile time of the seeds and
+//! their TypeScript and Python ports (`dist/plugins`, `dist/sdk-plugins`:
+//! `make plugins sdk-plugins`) into the fresh instance every call gets and
+//! the plugin's own work: each recorded case (`plugins/*/test*/cases`)
+//! reconciled with a fresh instance per call (as the host does) and again
+//! and again in one instance (the same decision with instantiation and
+//! teardown taken out; an interpreter's warmed state helps it too, so this
+//! is a floor of the work).
+//!
 //! `REKON_BENCH_ONLY` takes a comma list of sections (`compile`, `load`,
-//! `fresh`, `reused`, `empty-fresh`, `empty-reused`, `async`, `native`);
+//! `fresh`, `reused`, `empty-fresh`, `empty-reused`, `async`, `native`,
+//! `ports`);
 //! `REKON_BENCH_SCALE` divides the iteration counts; `REKON_TEST_PLUGINS`
 //! points at another directory holding `bench-node.wasm` (e.g. another
 //! build profile).
@@ -417,6 +427,134 @@ fn main() -> anyhow::Result<()> {
         println!(
             "| {:<50} | {:>10} | {:>10} | {:>12} | {:>12} |",
             row.name, row.median, row.p90, row.cpu, row.baseline
+        );
+    }
+    println!();
+    if enabled("ports") {
+        ports()?;
+    }
+    Ok(())
+}
+
+/// The `ports` table: per language, fresh-instance and reused-instance time
+/// per reconcile over the recorded cases.
+fn ports() -> anyhow::Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let plugins = [
+        (
+            "rust test-fanout",
+            "dist/plugins/test_fanout.wasm",
+            "plugins/test-fanout-ts/test/cases",
+        ),
+        (
+            "ts test-fanout",
+            "dist/sdk-plugins/test_fanout_ts.wasm",
+            "plugins/test-fanout-ts/test/cases",
+        ),
+        (
+            "rust nodepool",
+            "dist/plugins/nodepool.wasm",
+            "plugins/nodepool-py/tests/cases",
+        ),
+        (
+            "py nodepool",
+            "dist/sdk-plugins/nodepool_py.wasm",
+            "plugins/nodepool-py/tests/cases",
+        ),
+    ];
+    let cache = tempfile::tempdir()?;
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(cache.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })?;
+    println!("per reconcile, over each port's recorded cases (median of the cases' medians)");
+    println!();
+    println!(
+        "| {:<18} | {:>6} | {:>14} | {:>14} | {:>16} | {:>10} |",
+        "plugin", "cases", "fresh ms", "reused ms", "instance ms", "× rust"
+    );
+    println!(
+        "|{:-<20}|{:->8}|{:->16}|{:->16}|{:->18}|{:->12}|",
+        "", "", "", "", "", ""
+    );
+    let mut rust_fresh = 0.0_f64;
+    // `REKON_BENCH_PORTS=ts` keeps the rows whose label contains a word
+    // of the list (for profiling one of them).
+    let only = std::env::var("REKON_BENCH_PORTS").ok();
+    for (label, wasm, cases) in plugins {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|w| label.contains(w.trim())))
+        {
+            continue;
+        }
+        let wasm = root.join(wasm);
+        if !wasm.is_file() {
+            println!(
+                "| {label:<18} | {} missing: make plugins sdk-plugins",
+                wasm.display()
+            );
+            continue;
+        }
+        let plugin = runtime.load_file(&wasm)?;
+        let mut fresh = Vec::new();
+        let mut reused = Vec::new();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(cases))?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        for file in &files {
+            let case: rekon::change::record::Case =
+                serde_json::from_str(&std::fs::read_to_string(file)?)?;
+            if case.phase != Phase::Live {
+                continue; // a session reconciles live requests only
+            }
+            let reads: Arc<dyn HostReads> =
+                Arc::new(rekon::change::replay::CaseReads::of_case(&case));
+            let time = SystemTime::UNIX_EPOCH
+                + Duration::new(
+                    u64::try_from(case.request_time.seconds).unwrap_or(0),
+                    case.request_time.nanoseconds,
+                );
+            let timed = per_call(200, || {
+                black_box(
+                    plugin
+                        .reconcile_blocking(&case.request, case.phase, reads.clone(), time)
+                        .expect("reconcile"),
+                );
+            });
+            fresh.push(timed.median);
+            let mut session = plugin.session(reads.clone(), time)?;
+            let timed = per_call(200, || {
+                black_box(session.reconcile(&case.request).expect("reconcile"));
+            });
+            reused.push(timed.median);
+        }
+        if fresh.is_empty() {
+            println!("| {label:<18} | no live case in {cases}");
+            continue;
+        }
+        let count = fresh.len();
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let (f, _) = stats(fresh);
+        let (r, _) = stats(reused);
+        if label.starts_with("rust") {
+            rust_fresh = ms(f);
+        }
+        println!(
+            "| {:<18} | {:>6} | {:>14.3} | {:>14.3} | {:>16.3} | {:>10} |",
+            label,
+            count,
+            ms(f),
+            ms(r),
+            ms(f) - ms(r),
+            if rust_fresh > 0.0 {
+                format!("{:.1}", ms(f) / rust_fresh)
+            } else {
+                "-".to_owned()
+            },
         );
     }
     println!();

@@ -3,6 +3,11 @@
 //! other; when a replica dies, the new owners of its shards start those
 //! caches, and every object converges (nothing lost at the hand-over).
 //!
+//! Sharding by key (`--shard-by=key`) with a fan-out's children in every
+//! cluster: each replica caches only the children of the primaries of the
+//! shards it holds (and what names no primary); a dead replica's share is
+//! listed by the new owners of its shards, and everything converges.
+//!
 //! Three replicas run in this process, each with its own clusters, caches,
 //! writer, manager and shard Leases (in the primary sim cluster), like
 //! three Pods.
@@ -33,13 +38,13 @@ struct Replica {
 }
 
 impl Replica {
-    async fn start(sim: &kube_sim::Sim, name: &str) -> anyhow::Result<Self> {
+    async fn start(sim: &kube_sim::Sim, name: &str, by: ShardBy) -> anyhow::Result<Self> {
         let clusters = ClusterRegistry::new(CLUSTERS[0], client(sim, CLUSTERS[0]).await?);
         for c in &CLUSTERS[1..] {
             clusters.add(*c, client(sim, c).await?)?;
         }
         let config = ShardingConfig {
-            by: ShardBy::Cluster,
+            by,
             identity: name.to_owned(),
             lease_duration: Duration::from_secs(2),
             renew_deadline: Duration::from_millis(1500),
@@ -135,6 +140,20 @@ fn check_split(replicas: &[&Replica]) -> Result<(), String> {
                 r.name
             ));
         }
+        // The children (owner labels) of the held clusters' primaries, in
+        // every cluster, and no other.
+        for (cluster, children) in cached_children(r) {
+            let foreign: Vec<&String> = children
+                .iter()
+                .filter(|n| !held.iter().any(|c| n.starts_with(&format!("{c}-"))))
+                .collect();
+            if !foreign.is_empty() {
+                return Err(format!(
+                    "{} holds {held:?} but caches in {cluster} the children {foreign:?}",
+                    r.name
+                ));
+            }
+        }
         for c in held {
             owners.entry(c).or_default().push(r.name.clone());
         }
@@ -158,7 +177,7 @@ async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_tak
         let sim = kube_sim::Sim::start(&CLUSTERS).await?;
         let mut replicas = Vec::new();
         for name in ["r0", "r1", "r2"] {
-            replicas.push(Replica::start(&sim, name).await?);
+            replicas.push(Replica::start(&sim, name, ShardBy::Cluster).await?);
         }
         eventually("each replica holds two shards", WAIT, || async {
             replicas.iter().all(|r| r.shards.held().len() == 2)
@@ -241,6 +260,176 @@ async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_tak
                 "nobody caches {c} after the hand-over"
             );
         }
+        drop(alive);
+        for r in replicas {
+            r.kill().await;
+        }
+        sim.shutdown().await;
+        anyhow::Ok(())
+    })
+    .await
+    .expect("test timed out")
+    .unwrap();
+}
+
+/// The names of the child Secrets `replica` caches, per cluster.
+fn cached_children(replica: &Replica) -> BTreeMap<String, BTreeSet<String>> {
+    CLUSTERS
+        .iter()
+        .map(|c| {
+            let names = replica
+                .caches
+                .running_all(c, &rekon::writer::resource_id(&secrets()))
+                .iter()
+                .flat_map(|cache| {
+                    cache.read(|store| {
+                        store
+                            .objects()
+                            .map(|o| o.key.name.to_string())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            ((*c).to_owned(), names)
+        })
+        .collect()
+}
+
+/// Each replica caches, in every cluster, exactly the children of the
+/// primaries of the shards it holds plus the unowned `stray` Secret; each
+/// child is cached by exactly one replica.
+fn check_children_split(replicas: &[&Replica], primaries: &[String]) -> Result<(), String> {
+    for r in replicas {
+        let mine: BTreeSet<String> = primaries
+            .iter()
+            .filter(|p| r.shards.owns_key(CLUSTERS[0], Some("default"), p))
+            .cloned()
+            .chain(["stray".to_owned()])
+            .collect();
+        for (cluster, cached) in cached_children(r) {
+            if cached != mine {
+                return Err(format!(
+                    "{} holds shards {:?}; in {cluster} it caches {} children, {} expected (extra {:?}, missing {:?})",
+                    r.name,
+                    r.shards.held(),
+                    cached.len(),
+                    mine.len(),
+                    cached.difference(&mine).collect::<Vec<_>>(),
+                    mine.difference(&cached).collect::<Vec<_>>(),
+                ));
+            }
+        }
+    }
+    let held: usize = replicas.iter().map(|r| r.shards.held().len()).sum();
+    if held != SHARDS as usize {
+        return Err(format!("{held} shards held, {SHARDS} expected"));
+    }
+    Ok(())
+}
+
+fn stray_secret(sim: &kube_sim::SimCluster) {
+    sim.create(
+        "v1",
+        "secrets",
+        Some("default"),
+        serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "stray", "namespace": "default", "labels": {"team": "x"}},
+        }),
+    )
+    .expect("create the stray Secret");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shard_by_key_splits_the_children_caches_and_a_dead_replicas_share_is_listed_again() {
+    tokio::time::timeout(Duration::from_secs(150), async {
+        init_tracing();
+        let sim = kube_sim::Sim::start(&CLUSTERS).await?;
+        for c in CLUSTERS {
+            stray_secret(sim.cluster(c));
+        }
+        let mut replicas = Vec::new();
+        for name in ["r0", "r1", "r2"] {
+            replicas.push(Replica::start(&sim, name, ShardBy::Key).await?);
+        }
+        eventually("each replica holds two shards", WAIT, || async {
+            replicas.iter().all(|r| r.shards.held().len() == 2)
+        })
+        .await?;
+        for r in &replicas {
+            r.manager
+                .upsert(Arc::new(FanOut::new("fanout", "1.0.0", None)));
+        }
+        let names: Vec<String> = (0..24).map(|i| format!("t{i}")).collect();
+        // The test is only meaningful if the primaries spread over shards.
+        let used: BTreeSet<u32> = names
+            .iter()
+            .map(|n| shard_of(ShardBy::Key, SHARDS, CLUSTERS[0], Some("default"), n))
+            .collect();
+        assert_eq!(
+            used.len(),
+            SHARDS as usize,
+            "primaries map to shards {used:?}"
+        );
+        for n in &names {
+            create_cm(sim.cluster(CLUSTERS[0]), n, "v1");
+        }
+        eventually(
+            "every primary fanned out with three replicas",
+            WAIT,
+            || async { converged(&sim, &names, "v1") },
+        )
+        .await?;
+        let all: Vec<&Replica> = replicas.iter().collect();
+        eventually("children caches split by held shard", WAIT, || async {
+            check_children_split(&all, &names).is_ok()
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_children_split(&all, &names)))?;
+        drop(all);
+        let victim = replicas.remove(0);
+        let orphaned: Vec<String> = names
+            .iter()
+            .filter(|n| victim.shards.owns_key(CLUSTERS[0], Some("default"), n))
+            .cloned()
+            .collect();
+        assert!(!orphaned.is_empty(), "the victim reconciled nothing");
+        victim.kill().await;
+        // While nobody holds their shards, the orphaned primaries change:
+        // the new owners must see it and rewrite their children everywhere.
+        for n in &orphaned {
+            set_cm(sim.cluster(CLUSTERS[0]), n, "v2");
+        }
+        eventually("the dead replica's shards are taken over", WAIT, || async {
+            replicas
+                .iter()
+                .map(|r| r.shards.held().len())
+                .sum::<usize>()
+                == SHARDS as usize
+        })
+        .await?;
+        eventually("the orphaned primaries converge", WAIT, || async {
+            converged(&sim, &orphaned, "v2")
+        })
+        .await?;
+        for n in &names {
+            set_cm(sim.cluster(CLUSTERS[0]), n, "v3");
+        }
+        eventually(
+            "every primary converges with two replicas",
+            WAIT,
+            || async { converged(&sim, &names, "v3") },
+        )
+        .await?;
+        let alive: Vec<&Replica> = replicas.iter().collect();
+        eventually(
+            "children caches split again between the survivors",
+            WAIT,
+            || async { check_children_split(&alive, &names).is_ok() },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_children_split(&alive, &names)))?;
         drop(alive);
         for r in replicas {
             r.kill().await;

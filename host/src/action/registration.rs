@@ -49,6 +49,46 @@ pub struct OwnerLabels {
     pub name: String,
 }
 
+impl OwnerLabels {
+    /// The primary an object with `labels` names, if any: the name label
+    /// (required, non-empty), the cluster label (else the object's own
+    /// `cluster`), and for a namespaced primary the namespace label (else
+    /// the object's own `namespace`; none at all names nothing). The one
+    /// rule for the owner-labels mapping and for the shard-scoped caches
+    /// of owned objects, so both always agree on whose an object is.
+    #[must_use]
+    pub fn primary_of(
+        &self,
+        labels: &std::collections::BTreeMap<String, String>,
+        cluster: &str,
+        namespace: Option<&str>,
+        primary_namespaced: bool,
+    ) -> Option<Request> {
+        let name = labels.get(&self.name).filter(|n| !n.is_empty())?;
+        let cluster = labels
+            .get(&self.cluster)
+            .filter(|c| !c.is_empty())
+            .map_or(cluster, String::as_str);
+        let namespace = if primary_namespaced {
+            Some(
+                labels
+                    .get(&self.namespace)
+                    .map(String::as_str)
+                    .filter(|n| !n.is_empty())
+                    .or(namespace)?
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        Some(Request {
+            cluster: cluster.to_owned(),
+            namespace,
+            name: name.clone(),
+        })
+    }
+}
+
 /// How a watched object's events become requests.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Mapping {

@@ -41,6 +41,7 @@
 
 pub mod error;
 pub mod event;
+pub mod filter;
 pub mod inbox;
 pub mod raw;
 pub mod resource;
@@ -63,6 +64,7 @@ use crate::cluster::{Cluster, ClusterRegistry, is_connectivity_error};
 use crate::telemetry::metrics::Metrics;
 pub use error::{Error, Result};
 pub use event::{CacheEvent, Change};
+pub use filter::ShardFilter;
 pub use inbox::Inbox;
 pub use raw::RawObject;
 pub use resource::{Resolved, Resolver, ResourceId};
@@ -120,6 +122,8 @@ struct State {
     cluster: Arc<Cluster>,
     resource: Arc<ResourceId>,
     store: RwLock<Store>,
+    /// Which objects this cache keeps (all of them when `None`).
+    filter: Option<ShardFilter>,
     subscribers: Mutex<Vec<Subscriber>>,
     status: tokio::sync::watch::Sender<WatchStatus>,
     /// Whether this cache still counts against its cluster's health as
@@ -137,6 +141,21 @@ impl State {
     fn report_size(&self, size: usize) {
         if let Some(label) = self.label.get() {
             Metrics::global().set_cache_objects(self.cluster.name(), label, size);
+        }
+    }
+
+    /// Whether the cache's filter keeps `obj`.
+    fn keeps(&self, obj: &CachedObject) -> bool {
+        self.filter
+            .as_ref()
+            .is_none_or(|f| f.keeps(self.cluster.name(), obj))
+    }
+
+    /// An object the filter does not keep arrived: if the store held it
+    /// (its owner labels changed to another shard's primary), it leaves.
+    fn drop_filtered(&self, store: &mut Store, key: &ObjectKey) {
+        if let Some(old) = store.remove(key) {
+            self.emit(Change::Deleted, old, None);
         }
     }
 
@@ -226,7 +245,11 @@ impl State {
     /// Put a write's response into the store (read-your-writes).
     fn observe(&self, obj: Arc<CachedObject>) {
         let mut store = self.store.write();
-        self.apply(&mut store, obj);
+        if self.keeps(&obj) {
+            self.apply(&mut store, obj);
+        } else {
+            self.drop_filtered(&mut store, &obj.key);
+        }
         self.report_size(store.len());
     }
 
@@ -277,6 +300,12 @@ impl SharedCache {
     #[must_use]
     pub fn resource(&self) -> &ResourceId {
         &self.state.resource
+    }
+
+    /// Which objects the cache keeps (`None`: all of them).
+    #[must_use]
+    pub fn filter(&self) -> Option<&ShardFilter> {
+        self.state.filter.as_ref()
     }
 
     /// Whether the cache is synced (listed, events flowing).
@@ -374,7 +403,7 @@ impl Drop for Subscription {
     }
 }
 
-type CacheKey = (String, resource::TypeKey);
+type CacheKey = (String, resource::TypeKey, Option<ShardFilter>);
 
 /// Starts and shares caches. Cheap to clone.
 #[derive(Clone)]
@@ -436,28 +465,44 @@ impl CacheManager {
         v
     }
 
-    /// The running cache of `resource` in `cluster`, if any.
+    /// The running unfiltered cache of `resource` in `cluster`, if any.
     #[must_use]
     pub fn running(&self, cluster: &str, resource: &ResourceId) -> Option<Arc<SharedCache>> {
         self.inner
             .caches
             .lock()
-            .get(&(cluster.to_owned(), resource.type_key()))
+            .get(&(cluster.to_owned(), resource.type_key(), None))
             .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Every running cache of `resource` in `cluster`, whatever its filter.
+    #[must_use]
+    pub fn running_all(&self, cluster: &str, resource: &ResourceId) -> Vec<Arc<SharedCache>> {
+        let tk = resource.type_key();
+        self.inner
+            .caches
+            .lock()
+            .iter()
+            .filter(|((c, t, _), _)| c == cluster && *t == tk)
+            .filter_map(|(_, w)| w.upgrade())
+            .collect()
     }
 
     /// Read-your-writes: `object` (JSON) is what the API server answered to
     /// a successful write of `resource` in `cluster`; the cache (if one
     /// runs) takes it at once unless it already holds a newer version.
     pub fn observe_write(&self, cluster: &str, resource: &ResourceId, object: RawObject) {
-        let Some(cache) = self.running(cluster, resource) else {
-            return;
-        };
-        let Some(types) = cache.state.types.get() else {
+        let caches = self.running_all(cluster, resource);
+        let Some(types) = caches.iter().find_map(|c| c.state.types.get()) else {
             return;
         };
         match CachedObject::from_raw(object, types) {
-            Ok(obj) => cache.state.observe(Arc::new(obj)),
+            Ok(obj) => {
+                let obj = Arc::new(obj);
+                for cache in caches.iter().filter(|c| c.state.types.get().is_some()) {
+                    cache.state.observe(Arc::clone(&obj));
+                }
+            }
             Err(e) => debug!(%cluster, %resource, error = %e, "write response not cached"),
         }
     }
@@ -471,7 +516,7 @@ impl CacheManager {
         namespace: Option<&str>,
         name: &str,
     ) {
-        if let Some(cache) = self.running(cluster, resource) {
+        for cache in self.running_all(cluster, resource) {
             cache.state.observe_gone(&ObjectKey::new(namespace, name));
         }
     }
@@ -497,7 +542,7 @@ impl CacheManager {
             .lock()
             .iter()
             .filter(|(_, w)| w.strong_count() > 0)
-            .map(|((c, (g, v, k)), _)| (c.clone(), format!("{g}/{v}/{k}")))
+            .map(|((c, (g, v, k), _), _)| (c.clone(), format!("{g}/{v}/{k}")))
             .collect();
         v.sort();
         v
@@ -508,7 +553,24 @@ impl CacheManager {
     /// # Errors
     /// When the cluster is not engaged.
     pub fn acquire(&self, cluster: &str, resource: &ResourceId) -> Result<Arc<SharedCache>> {
-        let key = (cluster.to_owned(), resource.type_key());
+        self.acquire_filtered(cluster, resource, None)
+    }
+
+    /// The cache of `resource` in `cluster` keeping what `filter` keeps,
+    /// started if nobody holds it yet. Like any cache it counts against its
+    /// cluster's health (syncing) until it has listed, also when it is
+    /// acquired again at a shard hand-over: this replica's view of the
+    /// cluster is incomplete until then.
+    ///
+    /// # Errors
+    /// When the cluster is not engaged.
+    pub fn acquire_filtered(
+        &self,
+        cluster: &str,
+        resource: &ResourceId,
+        filter: Option<ShardFilter>,
+    ) -> Result<Arc<SharedCache>> {
+        let key = (cluster.to_owned(), resource.type_key(), filter);
         let mut caches = self.inner.caches.lock();
         if let Some(existing) = caches.get(&key).and_then(std::sync::Weak::upgrade) {
             return Ok(existing);
@@ -524,6 +586,7 @@ impl CacheManager {
             cluster: Arc::clone(&cluster),
             resource: Arc::new(resource.clone()),
             store: RwLock::new(Store::default()),
+            filter: key.2.clone(),
             subscribers: Mutex::new(Vec::new()),
             status: tokio::sync::watch::channel(WatchStatus::Starting).0,
             counted_unsynced: std::sync::atomic::AtomicBool::new(true),
@@ -678,6 +741,12 @@ fn handle_event(
         watcher::Event::Init => *relist = Some(Vec::new()),
         watcher::Event::InitApply(obj) | watcher::Event::Apply(obj) => {
             let Some(obj) = convert(obj) else { return };
+            if !state.keeps(&obj) {
+                // Another replica's share (a re-list's diff drops it if it
+                // was held before; a live event drops it here).
+                state.drop_filtered(&mut state.store.write(), &obj.key);
+                return;
+            }
             if let Some(seen) = relist.as_mut() {
                 seen.push(obj.key.clone());
             }

@@ -112,27 +112,16 @@ fn owner_labels(
     obj: &CachedObject,
     primary: &ResourceId,
 ) -> Option<ReqKey> {
-    let labels = &obj.labels;
-    let name = labels.get(&keys.name).filter(|n| !n.is_empty())?;
-    let cluster = labels
-        .get(&keys.cluster)
-        .filter(|c| !c.is_empty())
-        .map_or_else(|| event.cluster.to_string(), Clone::clone);
-    let namespace = if primary.namespaced {
-        Some(
-            labels
-                .get(&keys.namespace)
-                .filter(|n| !n.is_empty())
-                .cloned()
-                .or_else(|| obj.key.namespace().map(str::to_owned))?,
-        )
-    } else {
-        None
-    };
-    Some(ReqKey {
-        cluster,
-        namespace,
-        name: name.clone(),
+    keys.primary_of(
+        &obj.labels,
+        &event.cluster,
+        obj.key.namespace(),
+        primary.namespaced,
+    )
+    .map(|r| ReqKey {
+        cluster: r.cluster,
+        namespace: r.namespace,
+        name: r.name,
     })
 }
 

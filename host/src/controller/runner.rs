@@ -52,7 +52,8 @@ use crate::writer::Writer;
 ///   primaries it does hold.
 ///
 /// With `--shard-by=key` every replica keeps every watch: each cluster's
-/// keys are spread over all shards.
+/// keys are spread over all shards. Either way the caches of owned children
+/// keep only this replica's share ([`shard_filter`]).
 fn retain_held(
     desired: &mut std::collections::BTreeMap<WatchKey, super::scope::DesiredWatch>,
     scope: &PrimaryScope,
@@ -72,6 +73,52 @@ fn retain_held(
             .any(|m| !matches!(m.mapping, crate::action::Mapping::Itself));
         (is_primary && holds(&key.cluster)) || (is_secondary && any_primary_held)
     });
+}
+
+/// With sharding, the filter of a watch mapped only by owner labels (one
+/// set of keys) that is not the primary kind in a primary cluster: its cache
+/// keeps the children of the primaries of the shards this replica holds,
+/// and what names no primary ([`crate::cache::filter`]). A reconcile reads
+/// its own primary's children; another shard's are another replica's.
+/// Any other watch (the primaries, label-key prefixes, owner references,
+/// all-primaries, custom) keeps every object: nothing in the object says
+/// whose it is without asking the plugin.
+fn shard_filter(
+    key: &WatchKey,
+    want: &super::scope::DesiredWatch,
+    scope: &PrimaryScope,
+    shards: &crate::lease::shard::Shards,
+) -> Option<crate::cache::ShardFilter> {
+    if scope.covers_cluster(&key.cluster) && want.id.same_type(&scope.resource) {
+        return None;
+    }
+    let mut owner: Option<&crate::action::OwnerLabels> = None;
+    for m in &want.route.mappings {
+        match &m.mapping {
+            crate::action::Mapping::OwnerLabels(o) if owner.is_none_or(|x| x == o) => {
+                owner = Some(o);
+            }
+            _ => return None,
+        }
+    }
+    let mut held: std::collections::BTreeSet<u32> = shards.held().into_iter().collect();
+    if shards.by() == crate::lease::shard::ShardBy::Cluster {
+        // Only the primary clusters' shards decide what is kept: a shard of
+        // another cluster moving must not re-list every child.
+        let relevant: std::collections::BTreeSet<u32> = scope
+            .clusters
+            .iter()
+            .map(|c| shards.shard_of(c, None, ""))
+            .collect();
+        held.retain(|s| relevant.contains(s));
+    }
+    Some(crate::cache::ShardFilter {
+        owner: owner?.clone(),
+        primary_namespaced: scope.resource.namespaced,
+        by: shards.by(),
+        shards: shards.count(),
+        held,
+    })
 }
 
 /// What every controller shares with the manager.
@@ -171,8 +218,9 @@ impl Shared {
     }
 
     /// Bring the watches and the primary scope in line with the
-    /// registration and the engaged clusters.
-    pub(crate) fn sync_watches(&self) {
+    /// registration, the engaged clusters and the shards held. Returns
+    /// whether a cache was acquired (it must sync before reconciling).
+    pub(crate) fn sync_watches(&self) -> bool {
         let plugin = self.plugin();
         let reg = plugin.registration();
         let mut desired = desired_watches(&self.name, reg, &self.ctx.clusters);
@@ -192,29 +240,51 @@ impl Shared {
             keep
         });
         let mut snapshot = CacheMap::new();
+        let mut acquired = false;
         for (key, want) in desired {
+            let filter = self
+                .ctx
+                .config
+                .shards
+                .as_ref()
+                .and_then(|shards| shard_filter(&key, &want, &scope, shards));
             let route = Arc::new(want.route);
-            if let Some(entry) = watches.get(&key) {
+            if let Some(entry) = watches.get(&key)
+                && entry.sub.cache().filter() == filter.as_ref()
+            {
                 routes.insert(entry.tag, route);
                 snapshot.insert(key, Arc::clone(entry.sub.cache()));
                 continue;
             }
-            let cache: Arc<SharedCache> = match self.ctx.caches.acquire(&key.cluster, &want.id) {
-                Ok(c) => c,
-                Err(e) => {
-                    warn!(plugin = %self.name, error = %e, "failed to start a watch");
-                    continue;
-                }
-            };
+            let cache: Arc<SharedCache> =
+                match self
+                    .ctx
+                    .caches
+                    .acquire_filtered(&key.cluster, &want.id, filter)
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        warn!(plugin = %self.name, error = %e, "failed to start a watch");
+                        continue;
+                    }
+                };
             let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
             routes.insert(tag, route);
             let sub = cache.subscribe(tag, Arc::clone(&self.inbox));
-            debug!(plugin = %self.name, cluster = %key.cluster, kind = %key.kind, "watch acquired");
+            debug!(plugin = %self.name, cluster = %key.cluster, kind = %key.kind, filter = ?cache.filter().map(|f| &f.held), "watch acquired");
             snapshot.insert(key.clone(), cache);
-            watches.insert(key, WatchEntry { tag, sub });
+            acquired = true;
+            // A cache with another filter (the shards held changed) is
+            // replaced: the new one's first list replays every object it
+            // keeps, so what the old one's inbox still held is not needed.
+            if let Some(old) = watches.insert(key, WatchEntry { tag, sub }) {
+                routes.remove(&old.tag);
+                self.inbox.forget(old.tag);
+            }
         }
         *self.snapshot.write() = Arc::new(snapshot);
         *self.scope.write() = Arc::new(scope);
+        acquired
     }
 
     /// Drop every watch (the controller stops).
@@ -471,17 +541,14 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                     .map(crate::lease::shard::Shards::held)
                     .unwrap_or_default();
                 let gained: Vec<u32> = now.iter().copied().filter(|s| !held.contains(s)).collect();
-                let by_cluster = shards
-                    .as_ref()
-                    .is_some_and(|s| s.by() == crate::lease::shard::ShardBy::Cluster);
-                if by_cluster && now != held {
-                    // Watches follow the held clusters: a gained cluster's
-                    // caches start (their first list replays every object
-                    // of it as an event, so nothing of the hand-over is
-                    // lost), a lost one's stop. Nothing is handed out until
-                    // the new caches have synced: no reconcile on a cold
-                    // cache.
-                    shared.sync_watches();
+                // Watches follow the shards held: by cluster, a gained
+                // cluster's caches start and a lost one's stop; the caches
+                // of owned children (either way) are acquired again with
+                // the new shards' filter. A new cache's first list replays
+                // every object it keeps as an event, so nothing of the
+                // hand-over is lost, and nothing is handed out until the
+                // new caches have synced: no reconcile on a cold cache.
+                if now != held && shared.sync_watches() {
                     shared.begin_settling();
                 }
                 if !gained.is_empty() {

@@ -77,7 +77,7 @@ pub const SHARDS_ANNOTATION: &str = "rekon.dev/shards";
 pub const MAX_SHARDS: u32 = 1024;
 
 /// How keys are mapped to shards.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ShardBy {
     /// By cluster, namespace and name: every cluster is split across shards.
     #[default]

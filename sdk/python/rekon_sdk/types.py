@@ -107,7 +107,11 @@ def format_time(t: Timestamp) -> str:
 
 @dataclass(frozen=True)
 class OwnerLabels:
-    """Label keys on a child naming its primary (possibly in another cluster)."""
+    """Label keys on a child naming its primary (possibly in another cluster).
+
+    A sharded host caches on each replica only the objects naming one of its
+    own primaries (and those naming none): a reconcile sees its primary's
+    children, not another shard's."""
 
     cluster: str
     namespace: str

@@ -47,6 +47,12 @@ export type Mapping =
   | { tag: "all-primaries" }
   | { tag: "custom" };
 
+/**
+ * Mapping builders. With `ownerLabels`, a sharded host caches on each
+ * replica only the objects naming one of its own primaries (and those
+ * naming none): a reconcile sees its primary's children, not another
+ * shard's.
+ */
 export const Mapping = {
   itself: { tag: "itself" } as Mapping,
   ownerReference: { tag: "owner-reference" } as Mapping,
