@@ -104,6 +104,19 @@ impl Replica {
     }
 }
 
+/// Three replicas, each holding two of the six shards.
+async fn three_replicas(sim: &kube_sim::Sim, by: ShardBy) -> anyhow::Result<Vec<Replica>> {
+    let mut replicas = Vec::new();
+    for name in ["r0", "r1", "r2"] {
+        replicas.push(Replica::start(sim, name, by).await?);
+    }
+    eventually("each replica holds two shards", WAIT, || async {
+        replicas.iter().all(|r| r.shards.held().len() == 2)
+    })
+    .await?;
+    Ok(replicas)
+}
+
 fn clients_primary(clusters: &ClusterRegistry) -> kube::Client {
     clusters
         .get(clusters.primary())
@@ -175,14 +188,7 @@ async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_tak
             .collect();
         assert!(used.len() >= 3, "clusters map to shards {used:?}");
         let sim = kube_sim::Sim::start(&CLUSTERS).await?;
-        let mut replicas = Vec::new();
-        for name in ["r0", "r1", "r2"] {
-            replicas.push(Replica::start(&sim, name, ShardBy::Cluster).await?);
-        }
-        eventually("each replica holds two shards", WAIT, || async {
-            replicas.iter().all(|r| r.shards.held().len() == 2)
-        })
-        .await?;
+        let mut replicas = three_replicas(&sim, ShardBy::Cluster).await?;
         for r in &replicas {
             r.manager.upsert(Arc::new(per_cluster_fanout()));
         }
@@ -201,11 +207,7 @@ async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_tak
         )
         .await?;
         let all: Vec<&Replica> = replicas.iter().collect();
-        eventually("caches split by held cluster", WAIT, || async {
-            check_split(&all).is_ok()
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_split(&all)))?;
+        eventually_ok("caches split by held cluster", || check_split(&all)).await?;
         drop(all);
         // Some replica holds clusters; kill one that does.
         let victim = replicas
@@ -249,11 +251,10 @@ async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_tak
         )
         .await?;
         let alive: Vec<&Replica> = replicas.iter().collect();
-        eventually("caches split again between the survivors", WAIT, || async {
-            check_split(&alive).is_ok()
+        eventually_ok("caches split again between the survivors", || {
+            check_split(&alive)
         })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_split(&alive)))?;
+        .await?;
         for c in &orphaned {
             assert!(
                 alive.iter().any(|r| r.primary_caches().contains(c)),
@@ -270,6 +271,13 @@ async fn shard_by_cluster_splits_the_caches_and_a_dead_replicas_clusters_are_tak
     .await
     .expect("test timed out")
     .unwrap();
+}
+
+/// Waits until `check` passes; on a timeout the error says what it last found.
+async fn eventually_ok(what: &str, check: impl Fn() -> Result<(), String>) -> anyhow::Result<()> {
+    eventually(what, WAIT, || async { check().is_ok() })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check()))
 }
 
 /// The names of the child Secrets `replica` caches, per cluster.
@@ -327,6 +335,30 @@ fn check_children_split(replicas: &[&Replica], primaries: &[String]) -> Result<(
     Ok(())
 }
 
+/// Every primary's children carry `value` everywhere, and the replicas'
+/// children caches are split by the shards they hold.
+async fn converged_and_split(
+    sim: &kube_sim::Sim,
+    replicas: &[Replica],
+    names: &[String],
+    value: &str,
+) -> anyhow::Result<()> {
+    eventually(
+        &format!(
+            "every primary converges to {value} with {} replicas",
+            replicas.len()
+        ),
+        WAIT,
+        || async { converged(sim, names, value) },
+    )
+    .await?;
+    let all: Vec<&Replica> = replicas.iter().collect();
+    eventually_ok("children caches split by held shard", || {
+        check_children_split(&all, names)
+    })
+    .await
+}
+
 fn stray_secret(sim: &kube_sim::SimCluster) {
     sim.create(
         "v1",
@@ -349,14 +381,7 @@ async fn shard_by_key_splits_the_children_caches_and_a_dead_replicas_share_is_li
         for c in CLUSTERS {
             stray_secret(sim.cluster(c));
         }
-        let mut replicas = Vec::new();
-        for name in ["r0", "r1", "r2"] {
-            replicas.push(Replica::start(&sim, name, ShardBy::Key).await?);
-        }
-        eventually("each replica holds two shards", WAIT, || async {
-            replicas.iter().all(|r| r.shards.held().len() == 2)
-        })
-        .await?;
+        let mut replicas = three_replicas(&sim, ShardBy::Key).await?;
         for r in &replicas {
             r.manager
                 .upsert(Arc::new(FanOut::new("fanout", "1.0.0", None)));
@@ -375,19 +400,7 @@ async fn shard_by_key_splits_the_children_caches_and_a_dead_replicas_share_is_li
         for n in &names {
             create_cm(sim.cluster(CLUSTERS[0]), n, "v1");
         }
-        eventually(
-            "every primary fanned out with three replicas",
-            WAIT,
-            || async { converged(&sim, &names, "v1") },
-        )
-        .await?;
-        let all: Vec<&Replica> = replicas.iter().collect();
-        eventually("children caches split by held shard", WAIT, || async {
-            check_children_split(&all, &names).is_ok()
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_children_split(&all, &names)))?;
-        drop(all);
+        converged_and_split(&sim, &replicas, &names, "v1").await?;
         let victim = replicas.remove(0);
         let orphaned: Vec<String> = names
             .iter()
@@ -416,21 +429,7 @@ async fn shard_by_key_splits_the_children_caches_and_a_dead_replicas_share_is_li
         for n in &names {
             set_cm(sim.cluster(CLUSTERS[0]), n, "v3");
         }
-        eventually(
-            "every primary converges with two replicas",
-            WAIT,
-            || async { converged(&sim, &names, "v3") },
-        )
-        .await?;
-        let alive: Vec<&Replica> = replicas.iter().collect();
-        eventually(
-            "children caches split again between the survivors",
-            WAIT,
-            || async { check_children_split(&alive, &names).is_ok() },
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}: {:?}", check_children_split(&alive, &names)))?;
-        drop(alive);
+        converged_and_split(&sim, &replicas, &names, "v3").await?;
         for r in replicas {
             r.kill().await;
         }

@@ -69,22 +69,10 @@ impl ShardFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::ObjectKey;
+    use crate::cache::store::tests::obj;
 
     fn job(namespace: &str, labels: &[(&str, &str)]) -> CachedObject {
-        CachedObject {
-            key: ObjectKey::new(Some(namespace), "t1"),
-            uid: None,
-            resource_version: None,
-            labels: labels
-                .iter()
-                .map(|(k, v)| ((*k).into(), (*v).into()))
-                .collect(),
-            controller: None,
-            finalizers: vec![],
-            deleting: false,
-            json: std::sync::Arc::from("{}"),
-        }
+        (*obj(namespace, "t1", "1", labels)).clone()
     }
 
     fn filter(held: &[u32]) -> ShardFilter {
