@@ -45,8 +45,10 @@
 //! clusters × Tests served by one kube-sim process, as one replica, as
 //! three replicas with `--shard-by=cluster` and as three with
 //! `--shard-by=key` (6 shards); converged when every Test's status lists
-//! every cluster with its Job. Prints converge time, CPU and peak RSS per
-//! replica.
+//! every cluster with its Job. Prints converge time, CPU, peak and steady
+//! RSS per replica, and the shard moves each replica saw during the run
+//! (each re-lists its share); `REKON_BENCH_FLEET_MODES=1,cluster,key` picks
+//! rows.
 
 use std::io::{BufRead, Write};
 use std::process::{Command, Stdio};

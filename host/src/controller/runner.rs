@@ -548,11 +548,17 @@ pub(crate) async fn run_queue(shared: Arc<Shared>, mut stop: watch::Receiver<boo
                 // every object it keeps as an event, so nothing of the
                 // hand-over is lost, and nothing is handed out until the
                 // new caches have synced: no reconcile on a cold cache.
-                if now != held && shared.sync_watches() {
+                let relisted = now != held && shared.sync_watches();
+                if relisted {
                     shared.begin_settling();
                 }
                 if !gained.is_empty() {
                     shared.requeue_all(&format!("shards {gained:?} acquired"));
+                } else if relisted {
+                    // A replaced cache's inbox was forgotten: a change it
+                    // still held (a child deleted just before) must not be
+                    // lost for the primaries this replica keeps.
+                    shared.requeue_all("caches re-listed after a shard move");
                 }
                 held = now;
             }
