@@ -499,25 +499,14 @@ fn ports() -> anyhow::Result<()> {
         let plugin = runtime.load_file(&wasm)?;
         let mut fresh = Vec::new();
         let mut reused = Vec::new();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(root.join(cases))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        files.sort();
-        for file in &files {
-            let case: rekon::change::record::Case =
-                serde_json::from_str(&std::fs::read_to_string(file)?)?;
+        for file in rekon::change::record::case_files(&[root.join(cases)])? {
+            let case = rekon::change::record::read_case(&file).map_err(anyhow::Error::msg)?;
             if case.phase != Phase::Live {
                 continue; // a session reconciles live requests only
             }
             let reads: Arc<dyn HostReads> =
                 Arc::new(rekon::change::replay::CaseReads::of_case(&case));
-            let time = SystemTime::UNIX_EPOCH
-                + Duration::new(
-                    u64::try_from(case.request_time.seconds).unwrap_or(0),
-                    case.request_time.nanoseconds,
-                );
+            let time = case.request_time.system_time();
             let timed = per_call(200, || {
                 black_box(
                     plugin

@@ -169,6 +169,20 @@ pub struct Timestamp {
     pub nanoseconds: u32,
 }
 
+impl Timestamp {
+    /// The time since the Unix epoch (a negative `seconds` clamps to zero).
+    #[must_use]
+    pub fn since_epoch(self) -> std::time::Duration {
+        std::time::Duration::new(u64::try_from(self.seconds).unwrap_or(0), self.nanoseconds)
+    }
+
+    /// The point in time: the inverse of [`timestamp`].
+    #[must_use]
+    pub fn system_time(self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + self.since_epoch()
+    }
+}
+
 /// Converts a [`std::time::SystemTime`] into a [`Timestamp`] (times before
 /// the Unix epoch clamp to zero).
 #[must_use]
@@ -179,5 +193,22 @@ pub fn timestamp(time: std::time::SystemTime) -> Timestamp {
     Timestamp {
         seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
         nanoseconds: since.subsec_nanos(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn a_timestamp_converts_back_to_the_time_it_came_from() {
+        let t = UNIX_EPOCH + Duration::new(1_795_586_987, 31_483_460);
+        assert_eq!(timestamp(t).system_time(), t);
+        let before_the_epoch = Timestamp {
+            seconds: -5,
+            nanoseconds: 7,
+        };
+        assert_eq!(before_the_epoch.since_epoch(), Duration::new(0, 7));
     }
 }

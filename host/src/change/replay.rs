@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -431,11 +431,7 @@ impl ReplayReport {
 #[must_use]
 pub fn replay_case(plugin: &LoadedPlugin, case: &Case) -> (CaseOutcome, Vec<String>) {
     let reads = Arc::new(CaseReads::of_case(case));
-    let time = SystemTime::UNIX_EPOCH
-        + Duration::new(
-            u64::try_from(case.request_time.seconds).unwrap_or(0),
-            case.request_time.nanoseconds,
-        );
+    let time = case.request_time.system_time();
     let result = plugin.reconcile_blocking(
         &case.request,
         case.phase,

@@ -75,12 +75,9 @@ impl CallState {
         limits: Limits,
         settings: Option<Arc<str>>,
     ) -> Self {
+        let since_epoch = request_time.since_epoch();
         let request_time: types::Timestamp = request_time.convert();
         let output = MemoryOutputPipe::new(limits.output_bytes);
-        let since_epoch = Duration::new(
-            u64::try_from(request_time.seconds).unwrap_or(0),
-            request_time.nanoseconds,
-        );
         Self {
             plugin,
             reads,
