@@ -403,7 +403,11 @@ impl Drop for Subscription {
     }
 }
 
-type CacheKey = (String, resource::TypeKey, Option<ShardFilter>);
+/// The caches of one (cluster, resource), one per filter (one, or two
+/// across a shard hand-over): a write's answer finds them without walking
+/// every cache of every cluster.
+type CacheKey = (String, resource::TypeKey);
+type Variants = Vec<(Option<ShardFilter>, std::sync::Weak<SharedCache>)>;
 
 /// Starts and shares caches. Cheap to clone.
 #[derive(Clone)]
@@ -414,7 +418,7 @@ pub struct CacheManager {
 struct ManagerInner {
     clusters: ClusterRegistry,
     resolver: Resolver,
-    caches: Mutex<HashMap<CacheKey, std::sync::Weak<SharedCache>>>,
+    caches: Mutex<HashMap<CacheKey, Variants>>,
     failures: tokio::sync::broadcast::Sender<WatchFailureChange>,
 }
 
@@ -455,7 +459,8 @@ impl CacheManager {
             .caches
             .lock()
             .values()
-            .filter_map(std::sync::Weak::upgrade)
+            .flatten()
+            .filter_map(|(_, w)| w.upgrade())
             .filter_map(|c| {
                 c.failure()
                     .map(|f| (c.cluster().name().to_owned(), c.resource().clone(), f))
@@ -471,19 +476,21 @@ impl CacheManager {
         self.inner
             .caches
             .lock()
-            .get(&(cluster.to_owned(), resource.type_key(), None))
-            .and_then(std::sync::Weak::upgrade)
+            .get(&(cluster.to_owned(), resource.type_key()))?
+            .iter()
+            .find(|(f, _)| f.is_none())
+            .and_then(|(_, w)| w.upgrade())
     }
 
     /// Every running cache of `resource` in `cluster`, whatever its filter.
     #[must_use]
     pub fn running_all(&self, cluster: &str, resource: &ResourceId) -> Vec<Arc<SharedCache>> {
-        let tk = resource.type_key();
         self.inner
             .caches
             .lock()
-            .iter()
-            .filter(|((c, t, _), _)| c == cluster && *t == tk)
+            .get(&(cluster.to_owned(), resource.type_key()))
+            .into_iter()
+            .flatten()
             .filter_map(|(_, w)| w.upgrade())
             .collect()
     }
@@ -541,8 +548,12 @@ impl CacheManager {
             .caches
             .lock()
             .iter()
-            .filter(|(_, w)| w.strong_count() > 0)
-            .map(|((c, (g, v, k), _), _)| (c.clone(), format!("{g}/{v}/{k}")))
+            .flat_map(|((c, (g, v, k)), variants)| {
+                variants
+                    .iter()
+                    .filter(|(_, w)| w.strong_count() > 0)
+                    .map(move |_| (c.clone(), format!("{g}/{v}/{k}")))
+            })
             .collect();
         v.sort();
         v
@@ -570,12 +581,21 @@ impl CacheManager {
         resource: &ResourceId,
         filter: Option<ShardFilter>,
     ) -> Result<Arc<SharedCache>> {
-        let key = (cluster.to_owned(), resource.type_key(), filter);
+        let key = (cluster.to_owned(), resource.type_key());
         let mut caches = self.inner.caches.lock();
-        if let Some(existing) = caches.get(&key).and_then(std::sync::Weak::upgrade) {
+        if let Some(existing) = caches
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .find(|(f, _)| *f == filter)
+            .and_then(|(_, w)| w.upgrade())
+        {
             return Ok(existing);
         }
-        caches.retain(|_, w| w.strong_count() > 0);
+        caches.retain(|_, variants| {
+            variants.retain(|(_, w)| w.strong_count() > 0);
+            !variants.is_empty()
+        });
         let cluster = self
             .inner
             .clusters
@@ -586,7 +606,7 @@ impl CacheManager {
             cluster: Arc::clone(&cluster),
             resource: Arc::new(resource.clone()),
             store: RwLock::new(Store::default()),
-            filter: key.2.clone(),
+            filter: filter.clone(),
             subscribers: Mutex::new(Vec::new()),
             status: tokio::sync::watch::channel(WatchStatus::Starting).0,
             counted_unsynced: std::sync::atomic::AtomicBool::new(true),
@@ -600,7 +620,10 @@ impl CacheManager {
             state,
             task: task.abort_handle(),
         });
-        caches.insert(key, Arc::downgrade(&cache));
+        caches
+            .entry(key)
+            .or_default()
+            .push((filter, Arc::downgrade(&cache)));
         debug!(cluster = %cluster.name(), %resource, "cache started");
         Ok(cache)
     }
