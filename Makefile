@@ -11,7 +11,7 @@ SEED_PLUGINS := test-fanout nodepool
 # Plugins that only exist for tests (misbehaving on purpose, fixtures).
 TEST_PLUGINS := rekon-test-chaos
 
-.PHONY: all build plugins chaos-plugins test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
+.PHONY: setup-test setup-demo all build plugins chaos-plugins test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
 
 all: build plugins
 
@@ -21,6 +21,16 @@ help:
 	@echo "make plugins  build the plugins for $(WASM_TARGET) into dist/plugins/"
 	@echo "make sdk-test the TypeScript and Python SDKs' and ports' native tests"
 	@echo "make sdk-plugins build the TypeScript and Python ports into dist/sdk-plugins/"
+
+# What a fresh machine lacks (the wasm target, cargo-nextest, Debian's
+# docker-registry, skopeo and prometheus, node/npm, the Python tools, the npm
+# packages from the lock files): `make test` and `make demo` install it first,
+# saying what and why (scripts/setup.sh).
+setup-test:
+	@scripts/setup.sh test
+
+setup-demo:
+	@scripts/setup.sh demo
 
 wasm-target:
 	@rustup target list --installed 2>/dev/null | grep -qx $(WASM_TARGET) || rustup target add $(WASM_TARGET)
@@ -113,18 +123,15 @@ unit: plugins test-plugins sdk-plugins
 	  $(CARGO) test --workspace --no-fail-fast; \
 	fi
 
-test: fmt-check clippy sdk-test unit seed-scenarios-ports
+test: setup-test fmt-check clippy sdk-test unit seed-scenarios-ports
 
 # Two embedded kube-sim clusters, `rekon run --install-crds` with dist/plugins,
-# deploy/samples applied, every change narrated. DEMO_EXIT_AFTER_CONVERGE=1
-# (or DEMO_ARGS=--exit-after-converge) exits 0 once both scenarios converged;
-# DEMO_KEEP=1 keeps the work directory (kubeconfig, rekon.log). The live swap
-# through a Plugin object needs a local OCI registry, Debian's docker-registry
-# (`sudo apt-get install docker-registry`; .ci/run installs it): without it the
-# demo says so and skips that part.
-demo: plugins chaos-plugins
-	@command -v docker-registry >/dev/null 2>&1 || [ -n "$$REKON_DOCKER_REGISTRY" ] || \
-	  echo "NOTE: docker-registry is not on PATH: the demo skips the live swap through a Plugin object. Install it with 'sudo apt-get install docker-registry' (Debian/Ubuntu)."
+# deploy/samples applied, every change narrated, then the live swap through a
+# Plugin object pulled from a local OCI registry (Debian's docker-registry,
+# installed by setup-demo). DEMO_EXIT_AFTER_CONVERGE=1 (or
+# DEMO_ARGS=--exit-after-converge) exits 0 once all of it converged;
+# DEMO_KEEP=1 keeps the work directory (kubeconfig, rekon.log).
+demo: setup-demo plugins chaos-plugins
 	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
 	./target/debug/rekon-demo $(DEMO_ARGS)
 

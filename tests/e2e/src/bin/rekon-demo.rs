@@ -11,8 +11,8 @@
 //! with `rekon plugin push`, applies the Plugin `rekon plugin manifest`
 //! prints, lets it annotate a few ConfigMaps, pushes v2, edits the Plugin
 //! and shows the same rekon process serving v2 (no restart). Without
-//! `docker-registry` on PATH that part says what to install and is
-//! skipped. Then it keeps running (printing changes) with the kubectl
+//! `docker-registry` (which `make demo` installs) the demo fails saying
+//! what is missing. Then it keeps running (printing changes) with the kubectl
 //! commands to play with. `--exit-after-converge` (or `DEMO_EXIT_AFTER_CONVERGE=1`) exits 0
 //! instead, for tests; `--keep` (or `DEMO_KEEP=1`) leaves the work directory
 //! (kubeconfig, plugins, `rekon.log`) behind. It builds nothing: `make demo` does.
@@ -219,33 +219,21 @@ fn annotated(env: &Env, names: &[&str], version: &str) -> bool {
 
 /// The live swap through a Plugin object: registry, push v1, Plugin,
 /// converge, push v2, edit, swap. The registry, kept running while the
-/// demo does; `None`: skipped (what is missing was said).
-async fn plugin_object_swap(
-    env: &mut Env,
-    narrator: &mut Narrator,
-) -> anyhow::Result<Option<Registry>> {
+/// demo does.
+async fn plugin_object_swap(env: &mut Env, narrator: &mut Narrator) -> anyhow::Result<Registry> {
     let v1_file = env.paths.test_plugins.join("chaos-v1.wasm");
     let v2_file = env.paths.test_plugins.join("chaos-v2.wasm");
     if !v1_file.is_file() || !v2_file.is_file() {
-        narrator.say(&format!(
-            "SKIPPED the live swap through a Plugin object: {} or {} is missing (`make demo` builds them with `make chaos-plugins`)",
+        anyhow::bail!(
+            "the live swap through a Plugin object needs {} and {} (`make demo` builds them with `make chaos-plugins`)",
             v1_file.display(),
             v2_file.display()
-        ));
-        return Ok(None);
+        );
     }
-    let registry = match Registry::start() {
-        Ok(r) => r,
-        Err(e) => {
-            narrator.say(&format!(
-                "SKIPPED the live swap through a Plugin object: no local OCI registry ({e:#}).\n\
-                 \x20       Install Docker Distribution, Debian's package `docker-registry`:\n\
-                 \x20         sudo apt-get install docker-registry   (Debian/Ubuntu; .ci/run does this)\n\
-                 \x20       or point REKON_DOCKER_REGISTRY at its binary, then run `make demo` again."
-            ));
-            return Ok(None);
-        }
-    };
+    let registry = Registry::start().context(
+        "the live swap through a Plugin object needs a local OCI registry: Debian's `docker-registry` \
+         (`make demo` installs it; or point REKON_DOCKER_REGISTRY at its binary)",
+    )?;
     let pid = env.rekon.pid();
     narrator.say(&format!(
         "— a plugin from a registry: docker-registry serves on {} (plain HTTP on loopback)",
@@ -323,7 +311,7 @@ async fn plugin_object_swap(
             narrator.say(&format!("  {line}"));
         }
     }
-    Ok(Some(registry))
+    Ok(registry)
 }
 
 #[tokio::main]
@@ -414,8 +402,7 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     // Stopped (dropped) when the demo ends.
-    let registry = plugin_object_swap(&mut env, &mut narrator).await?;
-    let swapped = registry.is_some();
+    let _registry = plugin_object_swap(&mut env, &mut narrator).await?;
 
     println!();
     println!("Both scenarios converged. Try (while the demo runs):");
@@ -437,12 +424,10 @@ async fn main() -> anyhow::Result<()> {
         "  cp target/wasm32-wasip2/wasm/nodepool.wasm {}/   # hot reload a new build",
         env.plugin_dir.display()
     );
-    if swapped {
-        println!("  {k} --context main get plugins -o wide");
-        println!(
-            "  {k} --context main patch plugin chaos --type merge -p '{{\"spec\":{{\"suspend\":true}}}}'   # stays loaded, reconciles nothing"
-        );
-    }
+    println!("  {k} --context main get plugins -o wide");
+    println!(
+        "  {k} --context main patch plugin chaos --type merge -p '{{\"spec\":{{\"suspend\":true}}}}'   # stays loaded, reconciles nothing"
+    );
     println!();
 
     if exit_after_converge {
