@@ -11,7 +11,7 @@ SEED_PLUGINS := test-fanout nodepool
 # Plugins that only exist for tests (misbehaving on purpose, fixtures).
 TEST_PLUGINS := rekon-test-chaos
 
-.PHONY: setup-test setup-demo all build plugins chaos-plugins test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
+.PHONY: setup-test setup-demo all build plugins chaos-plugins zoo-plugin test-plugins sdk-deps sdk-plugins sdk-test seed-scenarios-ports test fmt-check clippy unit demo clean-dist wasm-target help
 
 all: build plugins
 
@@ -57,10 +57,19 @@ chaos-plugins: wasm-target
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 
+# The bug zoo (tests/zoo/plugin) -> dist/test-plugins/zoo.wasm: one plugin
+# whose settings (tests/zoo/<bug>/buggy.json, fixed.json) pick a seeded
+# controller bug or its fixed twin, for `rekon plugin explore`.
+zoo-plugin: wasm-target
+	@mkdir -p dist/test-plugins
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-zoo
+	cp $(WASM_OUT)/rekon_test_zoo.wasm dist/test-plugins/zoo.wasm
+
 # Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
-# plugin, cm-sync: a third plugin written like one from outside the project).
+# plugin, cm-sync: a third plugin written like one from outside the project;
+# the zoo).
 # Feature builds overwrite the same target file, hence one build per copy.
-test-plugins: chaos-plugins
+test-plugins: chaos-plugins zoo-plugin
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync

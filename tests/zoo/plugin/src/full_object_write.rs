@@ -1,0 +1,76 @@
+//! # `full-object-write` — a full-object write that overwrites another writer's field
+//!
+//! **Class:** stale state / lost update. The ConfigMap `<widget>-shared`
+//! belongs to someone else (its `data.other`); the plugin owns one key of
+//! it, `data.color`, from `spec.color`. **Buggy:** it copies the whole
+//! `data` map it read from the cache, sets `color`, and merge-patches the
+//! whole map back. **In production:** the cache is behind the other
+//! writer's last update; the patch writes the old value of `other` back
+//! over the new one — a silent revert of someone else's change.
+//!
+//! **Found by:** `stale` on the reconcile after the color change (the
+//! shared ConfigMap served as it was before the other writer's update),
+//! then `end-state` (`data.other` reverted).
+//!
+//! **Fix:** server-side apply of only its own field (`data.color`, field
+//! manager `rekon.zoo`): what it does not name, it does not write.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use rekon_sdk::prelude::*;
+use serde_json::json;
+
+use crate::{Widget, namespace};
+
+/// The key the plugin owns.
+pub const KEY: &str = "color";
+
+/// The shared ConfigMap's name.
+#[must_use]
+pub fn shared_name(req: &Request) -> String {
+    format!("{}-shared", req.name)
+}
+
+/// One reconcile of a Widget.
+///
+/// # Errors
+/// A failed cache read.
+pub fn reconcile(
+    ctx: &Context,
+    req: &Request,
+    widget: &Widget,
+    fixed: bool,
+) -> Result<Outcome, Error> {
+    let Some(color) = widget.spec.color.clone() else {
+        return Ok(Outcome::done());
+    };
+    let ns = namespace(req)?;
+    let name = shared_name(req);
+    // The other writer creates it; until then there is nothing to write to.
+    let Some(shared) = ctx.get::<ConfigMap>(&req.cluster, Some(ns), &name)? else {
+        return Ok(Outcome::done());
+    };
+    let mut data = shared.data.clone().unwrap_or_default();
+    if data.get(KEY) == Some(&color) {
+        return Ok(Outcome::done());
+    }
+    if fixed {
+        let mine = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(ns.to_owned()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(KEY.to_owned(), color)])),
+            ..ConfigMap::default()
+        };
+        return Ok(Outcome::done().with(Action::apply(&req.cluster, &mine).force()));
+    }
+    data.insert(KEY.to_owned(), color);
+    Ok(Outcome::done().with(Action::merge_patch(
+        ObjectRef::of(&req.cluster, &shared),
+        json!({"data": data}),
+    )))
+}
