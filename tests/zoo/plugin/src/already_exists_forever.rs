@@ -16,17 +16,11 @@
 //! **Fix:** adopt the existing child — seeing it is what the status was
 //! meant to record, so write `created=true` and go on.
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use rekon_sdk::prelude::*;
 use serde_json::json;
 
-use crate::{Widget, child, namespace, status_of, status_patch};
-
-/// The child's name.
-#[must_use]
-pub fn child_name(req: &Request) -> String {
-    format!("{}-child", req.name)
-}
+pub use crate::child_name;
+use crate::{Widget, child, exists, status_of, status_patch};
 
 /// One reconcile of a Widget.
 ///
@@ -44,10 +38,7 @@ pub fn reconcile(
     }
     let name = child_name(req);
     let created = status_patch(req, json!({"created": true}));
-    if ctx
-        .get::<ConfigMap>(&req.cluster, Some(namespace(req)?), &name)?
-        .is_some()
-    {
+    if exists(ctx, req, &name)? {
         if !fixed {
             return Err(Error::retry(format!(
                 "failed to create child {name}: it already exists"

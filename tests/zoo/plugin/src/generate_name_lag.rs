@@ -31,11 +31,8 @@ use crate::{Widget, child, children, status_of, status_patch};
 /// The apiserver's `generateName` alphabet (`k8s.io/apiserver` `names`).
 const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
-/// The fixed twin's child name.
-#[must_use]
-pub fn fixed_name(req: &Request) -> String {
-    format!("{}-child", req.name)
-}
+/// The fixed twin's child name (`<widget>-child`).
+pub use crate::child_name as fixed_name;
 
 /// The buggy variant's `generateName` prefix.
 #[must_use]

@@ -14,17 +14,11 @@
 //! while it is absent, and write `Ready` only once the child is seen
 //! (`Creating` until then), as the last action.
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use rekon_sdk::prelude::*;
 use serde_json::json;
 
-use crate::{Widget, child, namespace, status_of, status_patch};
-
-/// The child's name.
-#[must_use]
-pub fn child_name(req: &Request) -> String {
-    format!("{}-child", req.name)
-}
+pub use crate::child_name;
+use crate::{Widget, child, exists, status_of, status_patch};
 
 /// One reconcile of a Widget.
 ///
@@ -48,9 +42,7 @@ pub fn reconcile(
             .with(status_patch(req, json!({"phase": "Ready"})))
             .with(create));
     }
-    let seen = ctx
-        .get::<ConfigMap>(&req.cluster, Some(namespace(req)?), &name)?
-        .is_some();
+    let seen = exists(ctx, req, &name)?;
     let mut outcome = Outcome::done();
     if !seen {
         outcome.push(create);

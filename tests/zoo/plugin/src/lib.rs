@@ -302,6 +302,20 @@ pub fn child(req: &Request, name: &str, data: &[(&str, &str)]) -> ConfigMap {
     }
 }
 
+/// The name of the one child of the bugs that have one: `<widget>-child`.
+#[must_use]
+pub fn child_name(req: &Request) -> String {
+    format!("{}-child", req.name)
+}
+
+/// Whether the cache shows the ConfigMap `name` in the Widget's namespace
+/// of its own cluster.
+pub(crate) fn exists(ctx: &Context, req: &Request, name: &str) -> Result<bool, Error> {
+    Ok(ctx
+        .get::<ConfigMap>(&req.cluster, Some(namespace(req)?), name)?
+        .is_some())
+}
+
 /// The children of `req` the cache shows in `cluster` (by owner labels),
 /// in the order the list returned them.
 pub(crate) fn children(

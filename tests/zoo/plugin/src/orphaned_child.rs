@@ -14,18 +14,12 @@
 //! **Fix:** the owner reference on the create itself: one write, nothing in
 //! between.
 
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rekon_sdk::prelude::*;
 use serde_json::json;
 
-use crate::{Widget, child, namespace};
-
-/// The child's name.
-#[must_use]
-pub fn child_name(req: &Request) -> String {
-    format!("{}-child", req.name)
-}
+pub use crate::child_name;
+use crate::{Widget, child, exists};
 
 /// The Widget's controller owner reference (no `blockOwnerDeletion`, which
 /// would need `update` on widgets/finalizers in a real cluster).
@@ -48,10 +42,7 @@ pub fn reconcile(
     fixed: bool,
 ) -> Result<Outcome, Error> {
     let name = child_name(req);
-    if ctx
-        .get::<ConfigMap>(&req.cluster, Some(namespace(req)?), &name)?
-        .is_some()
-    {
+    if exists(ctx, req, &name)? {
         return Ok(Outcome::done());
     }
     let owner = owner_reference(widget)?;
