@@ -1,18 +1,20 @@
 //! # `full-object-write` — a full-object write that overwrites another writer's field
 //!
 //! **Class:** stale state / lost update. The ConfigMap `<widget>-shared`
-//! belongs to someone else (its `data.other`); the plugin owns one key of
-//! it, `data.color`, from `spec.color`. **Buggy:** it copies the whole
-//! `data` map it read from the cache, sets `color`, and merge-patches the
-//! whole map back. **In production:** the cache is behind the other
-//! writer's last update; the patch writes the old value of `other` back
-//! over the new one — a silent revert of someone else's change.
+//! belongs to someone else (its `data.other`, written by the scenario); the
+//! plugin owns one key of it, `data.clusters`: the names of the ready
+//! clusters (it is told of every health change, and records their number
+//! in `status.readyClusters`). **Buggy:** it copies the whole `data` map it
+//! read from the cache, sets `clusters`, and merge-patches the whole map
+//! back. **In production:** the cache is behind the other writer's last
+//! update; the patch writes the old value of `other` back over the new one
+//! — a silent revert of someone else's change.
 //!
-//! **Found by:** `stale` on the reconcile after the color change (the
-//! shared ConfigMap served as it was before the other writer's update),
-//! then `end-state` (`data.other` reverted).
+//! **Found by:** `stale` on the reconcile after `edge` goes down (the shared
+//! ConfigMap served as it was before the other writer's update), then
+//! `end-state` (`data.other` reverted).
 //!
-//! **Fix:** server-side apply of only its own field (`data.color`, field
+//! **Fix:** server-side apply of only its own field (`data.clusters`, field
 //! manager `rekon.zoo`): what it does not name, it does not write.
 
 use std::collections::BTreeMap;
@@ -22,10 +24,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use rekon_sdk::prelude::*;
 use serde_json::json;
 
-use crate::{Widget, namespace};
+use crate::{Widget, namespace, status_of, status_patch};
 
 /// The key the plugin owns.
-pub const KEY: &str = "color";
+pub const KEY: &str = "clusters";
 
 /// The shared ConfigMap's name.
 #[must_use]
@@ -43,18 +45,28 @@ pub fn reconcile(
     widget: &Widget,
     fixed: bool,
 ) -> Result<Outcome, Error> {
-    let Some(color) = widget.spec.color.clone() else {
-        return Ok(Outcome::done());
-    };
+    let mut ready: Vec<String> = ctx
+        .clusters()
+        .into_iter()
+        .filter(ClusterInfo::is_ready)
+        .map(|c| c.name)
+        .collect();
+    ready.sort();
+    let mut outcome = Outcome::done();
+    let count = u32::try_from(ready.len()).unwrap_or(u32::MAX);
+    if status_of(widget).ready_clusters != Some(count) {
+        outcome.push(status_patch(req, json!({"readyClusters": count})));
+    }
     let ns = namespace(req)?;
     let name = shared_name(req);
     // The other writer creates it; until then there is nothing to write to.
     let Some(shared) = ctx.get::<ConfigMap>(&req.cluster, Some(ns), &name)? else {
-        return Ok(Outcome::done());
+        return Ok(outcome);
     };
+    let value = ready.join(",");
     let mut data = shared.data.clone().unwrap_or_default();
-    if data.get(KEY) == Some(&color) {
-        return Ok(Outcome::done());
+    if data.get(KEY) == Some(&value) {
+        return Ok(outcome);
     }
     if fixed {
         let mine = ConfigMap {
@@ -63,13 +75,13 @@ pub fn reconcile(
                 namespace: Some(ns.to_owned()),
                 ..ObjectMeta::default()
             },
-            data: Some(BTreeMap::from([(KEY.to_owned(), color)])),
+            data: Some(BTreeMap::from([(KEY.to_owned(), value)])),
             ..ConfigMap::default()
         };
-        return Ok(Outcome::done().with(Action::apply(&req.cluster, &mine).force()));
+        return Ok(outcome.with(Action::apply(&req.cluster, &mine).force()));
     }
-    data.insert(KEY.to_owned(), color);
-    Ok(Outcome::done().with(Action::merge_patch(
+    data.insert(KEY.to_owned(), value);
+    Ok(outcome.with(Action::merge_patch(
         ObjectRef::of(&req.cluster, &shared),
         json!({"data": data}),
     )))

@@ -8,9 +8,12 @@
 //! a second one under another random name. create-if-absent is only
 //! idempotent when the name is.
 //!
-//! **Found by:** `stale` on the reconcile that records the child count (its
-//! list served as it was before the create), then `counts` (two creates of
-//! `<widget>-…` instead of one) and `end-state` (an extra child).
+//! It records the number of children it sees in `status.children` (0 in
+//! the reconcile that creates the first).
+//!
+//! **Found by:** `stale` on the reconcile that records 1 (its list served
+//! as it was before the create), then `counts` (two creates of `<widget>-…`
+//! instead of one) and `end-state` (an extra child).
 //!
 //! **Fix:** a deterministic name (`<widget>-child`): the second create is an
 //! AlreadyExists, which create-if-absent takes as done.
@@ -66,6 +69,7 @@ pub fn reconcile(
     fixed: bool,
 ) -> Result<Outcome, Error> {
     let kids = children(ctx, req, &req.cluster)?;
+    let mut outcome = Outcome::done();
     if kids.is_empty() {
         let object = if fixed {
             child(req, &fixed_name(req), &[("made-by", "zoo")])
@@ -76,13 +80,14 @@ pub fn reconcile(
             object.metadata.generate_name = Some(prefix);
             object
         };
-        return Ok(Outcome::done().with(Action::create(&req.cluster, &object)));
+        outcome.push(Action::create(&req.cluster, &object));
     }
+    // The children seen, recorded when it changed (0 beside the create).
     let count = u32::try_from(kids.len()).unwrap_or(u32::MAX);
-    if status_of(widget).children == Some(count) {
-        return Ok(Outcome::done());
+    if status_of(widget).children != Some(count) {
+        outcome.push(status_patch(req, json!({"children": count})));
     }
-    Ok(Outcome::done().with(status_patch(req, json!({"children": count}))))
+    Ok(outcome)
 }
 
 #[cfg(test)]

@@ -79,9 +79,6 @@ pub struct WidgetSpec {
     /// `finalizer-by-index`: each hold keeps a finalizer `zoo.rekon.dev/hold-<name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds: Option<Vec<String>>,
-    /// `full-object-write`: the value written to `data.color` of the shared ConfigMap.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub color: Option<String>,
 }
 
 /// What the bugs write about a Widget.
@@ -103,6 +100,9 @@ pub struct WidgetStatus {
     /// `list-order`: the member chosen as leader.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
+    /// `full-object-write`: how many clusters are ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_clusters: Option<u32>,
     /// `status-every-reconcile`: the generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -219,16 +219,25 @@ impl Plugin for Zoo {
             )
             .status_permission::<Widget>(&[Verb::Get, Verb::Patch], ClusterSet::Primary)
             .crd(Widget::crd());
-        Ok(match settings.bug()? {
+        let bug = settings.bug()?;
+        Ok(match bug {
             // Children in every cluster, a finalizer to clean them up.
             Bug::FinalizerUnreachable => reg
                 .clusters(ClusterSet::All)
                 .watch::<ConfigMap>(ClusterSet::All, Mapping::OwnerLabels(owner_labels()))
                 .finalizer(FINALIZER)
                 .permission::<ConfigMap>(CHILD_VERBS, ClusterSet::All),
-            _ => reg
-                .watch::<ConfigMap>(ClusterSet::Primary, Mapping::OwnerLabels(owner_labels()))
-                .permission::<ConfigMap>(CHILD_VERBS, ClusterSet::Primary),
+            _ => {
+                // full-object-write is told of every cluster's health changes.
+                let covered = if bug == Bug::FullObjectWrite {
+                    ClusterSet::All
+                } else {
+                    ClusterSet::Primary
+                };
+                reg.clusters(covered)
+                    .watch::<ConfigMap>(ClusterSet::Primary, Mapping::OwnerLabels(owner_labels()))
+                    .permission::<ConfigMap>(CHILD_VERBS, ClusterSet::Primary)
+            }
         })
     }
 

@@ -34,7 +34,7 @@ fn cm_ref(cluster: &str, name: &str) -> ObjectRef {
 fn world(bug: Bug, fixed: bool) -> World {
     let settings = serde_json::to_value(ZooSettings::of(bug, fixed)).unwrap();
     let world = World::new().primary("main").with_settings(settings);
-    if bug == Bug::FinalizerUnreachable {
+    if matches!(bug, Bug::FinalizerUnreachable | Bug::FullObjectWrite) {
         world.cluster("edge")
     } else {
         world
@@ -62,6 +62,16 @@ fn insert_member(world: &mut World, name: &str, labels: &[(&str, &str)], data: V
         "main",
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "namespace": NS, "labels": all}, "data": data}),
+    );
+}
+
+/// The ConfigMap the other writer owns in `full-object-write` (no owner
+/// labels: its changes wake nobody).
+fn insert_shared(world: &mut World, other: &str) {
+    world.insert_json(
+        "main",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "w-shared", "namespace": NS}, "data": {"other": other}}),
     );
 }
 
@@ -190,15 +200,17 @@ fn play(bug: Bug, w: &mut World) {
             converge(w);
         }
         Bug::FullObjectWrite => {
-            insert_member(w, "w-shared", &[], json!({"other": "1"}));
-            insert_widget(w, json!({"color": "red"}), &[]);
+            insert_shared(w, "1");
+            insert_widget(w, json!({}), &[]);
             converge(w);
             assert!(
                 w.modify(&cm_ref("main", "w-shared"), |c| c["data"]["other"] =
                     json!("2"))
             );
             converge(w);
-            set_spec(w, json!({"color": "blue"}));
+            w.set_health("edge", ClusterHealth::Unreachable);
+            converge(w);
+            w.set_health("edge", ClusterHealth::Ready);
             converge(w);
         }
         Bug::ListOrder => {
@@ -445,25 +457,29 @@ fn full_object_write() {
     let end = fault_free(Bug::FullObjectWrite);
     assert_eq!(
         end["main/configmaps"][0]["data"],
-        json!({"color": "blue", "other": "2"})
+        json!({"clusters": "edge,main", "other": "2"})
     );
+    assert_eq!(end["widget"]["status"]["readyClusters"], 2);
     let shared = cm_ref("main", &full_object_write::shared_name(&req()));
+    let set_other =
+        |w: &mut World, v: &str| assert!(w.modify(&shared, |c| c["data"]["other"] = json!(v)));
     for fixed in [false, true] {
         let mut w = world(Bug::FullObjectWrite, fixed);
-        insert_member(&mut w, "w-shared", &[], json!({"other": "1"}));
-        insert_widget(&mut w, json!({"color": "red"}), &[]);
+        insert_shared(&mut w, "1");
+        insert_widget(&mut w, json!({}), &[]);
         converge(&mut w);
-        assert!(w.modify(&shared, |c| c["data"]["other"] = json!("2")));
-        set_spec(&mut w, json!({"color": "blue"}));
+        set_other(&mut w, "2");
+        w.set_health("edge", ClusterHealth::Unreachable);
         // Decided on the shared ConfigMap as it was before the other
         // writer's update.
-        w.modify(&shared, |c| c["data"]["other"] = json!("1"));
+        set_other(&mut w, "1");
         let stale = w.reconcile::<Zoo>(&req()).unwrap();
-        w.modify(&shared, |c| c["data"]["other"] = json!("2"));
+        set_other(&mut w, "2");
         w.apply::<Zoo>(&req(), &stale).unwrap();
+        w.set_health("edge", ClusterHealth::Ready);
         converge(&mut w);
         let data = w.get_ref(&shared).unwrap()["data"].clone();
-        assert_eq!(data["color"], "blue");
+        assert_eq!(data["clusters"], "edge,main");
         // Buggy: the other writer's field reverted.
         let other = if fixed { "2" } else { "1" };
         assert_eq!(data["other"], other, "fixed={fixed}");
