@@ -14,7 +14,10 @@
 //! the reference, is still there) and `counts` (one delete fewer).
 //!
 //! **Fix:** keep the finalizer ([`Outcome::keep_finalizer`] with a requeue)
-//! until every cluster is ready and shows no child.
+//! until every cluster is ready; then the deletes go out with the release
+//! (the host releases only once every delete succeeded). The deletes name
+//! the child whatever the cache shows: a cache behind the plugin's own
+//! create would show none, and releasing on that would orphan it too.
 
 use std::time::Duration;
 
@@ -41,26 +44,25 @@ pub fn reconcile(
     let mut clusters = ctx.clusters();
     clusters.sort_by(|a, b| a.name.cmp(&b.name));
     let mut outcome = Outcome::done();
-    // A cluster that is not ready, or still shows a child.
-    let mut pending = false;
+    // A cluster that is not ready.
+    let mut unreachable = false;
     for cluster in &clusters {
         if !cluster.is_ready() {
-            pending = true;
+            unreachable = true;
             continue;
         }
-        let seen = ctx
-            .get::<ConfigMap>(&cluster.name, Some(ns), &req.name)?
-            .is_some();
         if event.is_cleanup() {
-            if seen {
-                outcome.push(Action::delete(ObjectRef::new::<ConfigMap>(
-                    &cluster.name,
-                    Some(ns),
-                    &req.name,
-                )));
-                pending = true;
-            }
-        } else if !seen {
+            // By name, whatever the cache shows (a cache behind may not
+            // show the child yet; an absent one is a success).
+            outcome.push(Action::delete(ObjectRef::new::<ConfigMap>(
+                &cluster.name,
+                Some(ns),
+                &req.name,
+            )));
+        } else if ctx
+            .get::<ConfigMap>(&cluster.name, Some(ns), &req.name)?
+            .is_none()
+        {
             outcome.push(Action::create(
                 &cluster.name,
                 &child(req, &req.name, &[("cluster", &cluster.name)]),
@@ -69,8 +71,8 @@ pub fn reconcile(
     }
     if event.is_cleanup() {
         // Buggy: whatever could not be reached is forgotten, the `Ok`
-        // releases the finalizer.
-        if fixed && pending {
+        // releases the finalizer (once the deletes succeeded).
+        if fixed && unreachable {
             return Ok(outcome.keep_finalizer().requeue_after(RETRY));
         }
         return Ok(outcome);
