@@ -15,6 +15,22 @@ import type { Mapping, Registration } from "./registration.js";
 import { checkSettingsAtRegister, withBackend } from "./settings.js";
 import type { Phase, Request, ResourceType } from "./types.js";
 
+/**
+ * The engine `rekon-build` built the component for (an esbuild define):
+ * `quickjs` (componentize-qjs) or `starlingmonkey` (componentize-js). Both
+ * bind the WIT as jco does (records as objects, variants as {tag, val}, a
+ * result's error thrown with its value in `payload`) with two differences
+ * handled here: componentize-qjs passes u64/s64 as numbers (jco: bigint)
+ * and an absent option as null (jco: undefined).
+ */
+declare const __REKON_ENGINE__: string | undefined;
+const QUICKJS = typeof __REKON_ENGINE__ !== "undefined" && __REKON_ENGINE__ === "quickjs";
+
+/** A u64 for the host, in the representation of the engine's bindings. */
+function u64(n: number): bigint | number {
+  return QUICKJS ? n : BigInt(n);
+}
+
 function readError(e: unknown): unknown {
   const payload = (e as { payload?: { tag: ReadErrorKind; val: string } }).payload;
   return payload ? new ReadError(payload.tag, payload.val) : e;
@@ -23,7 +39,7 @@ function readError(e: unknown): unknown {
 const hostBackend: Backend = {
   get(cluster, resource, namespace, name) {
     try {
-      return host.get(cluster, resource, namespace, name);
+      return host.get(cluster, resource, namespace, name) ?? undefined;
     } catch (e) {
       throw readError(e);
     }
@@ -41,7 +57,7 @@ const hostBackend: Backend = {
     const t = host.requestTime();
     return { seconds: Number(t.seconds), nanoseconds: t.nanoseconds };
   },
-  settings: () => host.settings(),
+  settings: () => host.settings() ?? undefined,
   declareSettingsSchema: (schema) => host.settingsSchema(schema),
 };
 
@@ -131,11 +147,11 @@ export function exportPlugin<T extends KubeObject>(plugin: Plugin<T>) {
       const ctx = new Context(hostBackend, phase);
       try {
         const o = withBackend(hostBackend, () =>
-          dispatch(plugin, ctx, { cluster: request.cluster, namespace: request.namespace, name: request.name }),
+          dispatch(plugin, ctx, { cluster: request.cluster, namespace: request.namespace ?? undefined, name: request.name }),
         );
         return {
           actions: o.actions.map(witAction),
-          requeueAfterMs: o.requeueAfterMs === undefined ? undefined : BigInt(o.requeueAfterMs),
+          requeueAfterMs: o.requeueAfterMs === undefined ? undefined : u64(o.requeueAfterMs),
           finalized: o.finalized,
         };
       } catch (e) {
