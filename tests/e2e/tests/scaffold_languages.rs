@@ -1,12 +1,18 @@
-//! `rekon plugin new --lang typescript|python`, out of tree: the generated
-//! project's README commands work as written — `npm install && npm test &&
-//! npm run build`, or (in a fresh venv) `pip install -e . && pytest &&
-//! rekon-py-build ...` — and `rekon plugin inspect` accepts the component.
-//! Also the Rust default: with no `--sdk-*` flag, the crate depends on this
-//! checkout's SDK by path (resolves with no git host reachable).
+//! `rekon plugin new --lang typescript|python`, out of tree, as on a fresh
+//! machine: the generated project's README commands work as written —
+//! `npm install && npm test && npm run build`, or (in a fresh venv) `pip
+//! install -e . && pytest && rekon-py-build ...` — and `rekon plugin
+//! inspect` accepts the component (for TypeScript, built on each engine
+//! `rekon-build` offers). The SDKs come from a copy of this checkout's
+//! `wit/`, `sdk/typescript` and `sdk/python` without anything installed in
+//! them (no `node_modules`, no build output), and npm starts from an empty
+//! cache: the project must get the SDK's dependencies itself, not borrow
+//! them from a prepared checkout. Also the Rust default: with no `--sdk-*`
+//! flag, the crate depends on this checkout's SDK by path (resolves with no
+//! git host reachable).
 //!
-//! Needs node/npm and python3 with venv (installed by `.ci/run`); a missing
-//! tool fails the test saying which.
+//! Needs node/npm and python3 with venv (installed by `.ci/run`) and the
+//! package registries; a missing tool fails the test saying which.
 
 use std::path::Path;
 use std::process::Command;
@@ -35,6 +41,41 @@ fn run(dir: &Path, program: &str, args: &[&str], envs: &[(&str, &str)]) -> Durat
         String::from_utf8_lossy(&out.stderr)
     );
     started.elapsed()
+}
+
+/// A checkout-like copy of `wit/` and the two SDKs under `dir` (links kept,
+/// so `sdk/typescript/wit` points at the copy's `wit/`), without what a
+/// prepared checkout has installed in them.
+fn bare_checkout(paths: &Paths, dir: &Path) -> std::path::PathBuf {
+    let root = dir.join("rekon");
+    std::fs::create_dir_all(root.join("sdk")).expect("create the copy");
+    for (from, to) in [
+        ("wit", "."),
+        ("sdk/typescript", "sdk"),
+        ("sdk/python", "sdk"),
+    ] {
+        run(
+            dir,
+            "cp",
+            &[
+                "-a",
+                &paths.root.join(from).display().to_string(),
+                &root.join(to).display().to_string(),
+            ],
+            &[],
+        );
+    }
+    for installed in [
+        "sdk/typescript/node_modules",
+        "sdk/python/build",
+        "sdk/python/rekon_sdk.egg-info",
+    ] {
+        let path = root.join(installed);
+        if path.exists() {
+            std::fs::remove_dir_all(&path).expect("remove installed files from the copy");
+        }
+    }
+    root
 }
 
 fn scaffold(paths: &Paths, parent: &Path, name: &str, extra: &[&str]) -> std::path::PathBuf {
@@ -75,7 +116,18 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
             .prefix("rekon-scaffold-langs-")
             .tempdir()
             .expect("temp dir");
-        let sdk = |d: &str| paths.root.join(d).display().to_string();
+        let checkout = tempfile::Builder::new()
+            .prefix("rekon-bare-checkout-")
+            .tempdir()
+            .expect("temp dir");
+        let bare = bare_checkout(&paths, checkout.path());
+        let sdk = |d: &str| bare.join(d).display().to_string();
+        let npm_cache = checkout.path().join("npm-cache");
+        let npm_cache = npm_cache.display().to_string();
+        let npm_env = [
+            ("npm_config_cache", npm_cache.as_str()),
+            ("npm_config_update_notifier", "false"),
+        ];
 
         // TypeScript, custom primary (so the CRD path is exercised too).
         let ts = scaffold(
@@ -91,16 +143,56 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
                 &sdk("sdk/typescript"),
             ],
         );
-        let install = run(&ts, "npm", &["install", "--no-audit", "--no-fund"], &[]);
-        let test = run(&ts, "npm", &["test"], &[]);
-        let build = run(&ts, "npm", &["run", "build"], &[]);
+        let install = run(
+            &ts,
+            "npm",
+            &["install", "--no-audit", "--no-fund"],
+            &npm_env,
+        );
+        assert!(
+            !ts.join("node_modules/@rekon/sdk")
+                .symlink_metadata()
+                .expect("@rekon/sdk installed")
+                .is_symlink(),
+            "@rekon/sdk is installed as a link: its imports would resolve in the checkout"
+        );
+        let test = run(&ts, "npm", &["test"], &npm_env);
+        let build = run(&ts, "npm", &["run", "build"], &npm_env);
         let reg = inspect(&paths, &ts.join("dist/widget_ts.wasm"));
         assert!(
             reg.contains("name: widget-ts") && reg.contains("kind: CustomResourceDefinition"),
             "{reg}"
         );
+        // The other engine, from the same installed SDK.
+        let build_sm = run(
+            &ts,
+            "npm",
+            &[
+                "run",
+                "build",
+                "--",
+                "--engine",
+                "starlingmonkey",
+                "-o",
+                "dist/widget_ts_sm.wasm",
+            ],
+            &npm_env,
+        );
+        let reg_sm = inspect(&paths, &ts.join("dist/widget_ts_sm.wasm"));
+        let registration = |r: &str| {
+            r.lines()
+                .filter(|l| !l.starts_with("digest: "))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert_eq!(
+            registration(&reg_sm),
+            registration(&reg),
+            "the two engines' components register alike"
+        );
         eprintln!(
-            "typescript: npm install {install:?}, npm test {test:?}, npm run build {build:?}"
+            "typescript: npm install {install:?}, npm test {test:?}, npm run build {build:?} \
+             (starlingmonkey {build_sm:?})"
         );
 
         // Python, cluster-scoped built-in primary, in a fresh venv.

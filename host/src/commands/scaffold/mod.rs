@@ -218,6 +218,17 @@ mod tests {
             package.contains(r#""@rekon/sdk": "file:/rekon/sdk/typescript""#),
             "{package}"
         );
+        assert!(
+            package.contains("--wit /rekon/sdk/typescript/wit"),
+            "{package}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ts.join(".npmrc"))
+                .unwrap()
+                .lines()
+                .last(),
+            Some("install-links=true")
+        );
         assert!(ts.join("src/component.ts").is_file() && ts.join("test/plugin.test.ts").is_file());
         let py = Scaffold::new("pool-py", SdkSource::Path("/rekon/sdk/python".into()))
             .lang(Lang::Python)

@@ -52,7 +52,7 @@ impl Project {
             "name": self.name, "version": "0.1.0", "private": true, "type": "module",
             "scripts": {
                 "test": "tsc --noEmit && node --import tsx --test test/*.test.ts",
-                "build": format!("rekon-build src/component.ts -o {wasm}")
+                "build": format!("rekon-build src/component.ts -o {wasm} --wit {}", sdk.join("wit").display())
             },
             "dependencies": {"@rekon/sdk": format!("file:{}", sdk.display())},
             "devDependencies": {
@@ -126,11 +126,16 @@ scaffolded by `rekon plugin new --lang typescript`. Its primary resource is
 `{gvk}`.
 
 ```sh
-npm install                          # @rekon/sdk from {sdk}, componentize-js, esbuild
+npm install                          # @rekon/sdk copied from {sdk} (.npmrc: install-links), componentize-qjs, esbuild
 npm test                             # native, with the SDK's test kit (node --test)
-npm run build                        # -> {wasm}
+npm run build                        # -> {wasm}, on QuickJS
 rekon plugin inspect {wasm}
 ```
+
+`npm run build -- --engine starlingmonkey` builds on SpiderMonkey instead
+(componentize-js: a larger component, slower to load and to call; see the
+SDK's docs, `docs/plugins/typescript.md`). After changing the SDK in the
+checkout, `npm install` again: the project holds a copy.
 
 Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 
@@ -139,6 +144,14 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 - `test/plugin.test.ts`: the plugin against a fake world of clusters.
 "#, name = self.name, sdk = sdk.display())),
             (".gitignore".to_owned(), "node_modules/\ndist/\n".to_owned()),
+            // npm installs a `file:` directory as a link by default, and node
+            // then resolves the SDK's own imports (componentize-qjs, esbuild,
+            // kubernetes-types) from the checkout, where nothing is
+            // installed. `install-links` packs the SDK into node_modules
+            // like a registry package, its dependencies installed beside it.
+            // npm leaves links out of a pack, so the SDK's `wit` link does
+            // not come along: the build script names the checkout's WIT.
+            (".npmrc".to_owned(), "# @rekon/sdk is copied into node_modules with its dependencies, not linked\n# to the rekon checkout (whose SDK folder has none installed).\ninstall-links=true\n".to_owned()),
         ];
         if p.builtin.is_none() {
             files.push(("crd.json".to_owned(), self.crd_json()));
