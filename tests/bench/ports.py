@@ -130,11 +130,11 @@ def variant(wasm_bytes, tag):
 
 
 class KubeSim:
-    def __init__(self, binary, work):
+    def __init__(self, binary, work, tls=False):
         self.kubeconfig = work / "kubeconfig"
         self.log = open(work / "kube-sim.log", "wb")
         self.proc = subprocess.Popen(
-            [binary, "--clusters", "main,sub", "--kubeconfig", self.kubeconfig],
+            [binary, "--clusters", "main,sub", "--kubeconfig", self.kubeconfig] + (["--tls"] if tls else []),
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30
         while not self.kubeconfig.exists() or self.server("main") is None:
@@ -142,18 +142,19 @@ class KubeSim:
                 fail("kube-sim did not start")
             time.sleep(0.05)
 
-    def server(self, cluster):
+    def server(self, cluster, field="server"):
         try:
             text = self.kubeconfig.read_text()
         except FileNotFoundError:
             return None
-        # kube-sim's kubeconfig: `- name: X` then `cluster:` / `server: "URL"`.
+        # kube-sim's kubeconfig: `- name: X` then `cluster:` / `server: "URL"`
+        # (and `certificate-authority-data: B64` with --tls).
         name = None
         for line in text.splitlines():
             line = line.strip()
             if line.startswith("- name:"):
                 name = line.split(":", 1)[1].strip()
-            elif line.startswith("server:") and name == cluster:
+            elif line.startswith(field + ":") and name == cluster:
                 return line.split(":", 1)[1].strip().strip('"')
         return None
 
