@@ -72,23 +72,13 @@ import types
 import urllib.parse
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from idle_clusters import binary  # noqa: E402
 from ports import ROOT, KubeSim, fail, free_port, wasm_call_ms  # noqa: E402
 
 PEERS = ROOT / "tests/bench/peers"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 POLL_S = 0.2
 TIER = "bench.rekon.dev/tier"
-
-
-def binary(name, given):
-    if given:
-        return pathlib.Path(given).resolve()
-    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    for profile in ("release", "debug"):
-        path = target / profile / name
-        if path.is_file():
-            return path
-    fail(f"no {name} binary under {target}; build it or pass its path")
 
 
 class Api:
@@ -364,7 +354,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()
     os.chdir(ROOT)
-    rekon, kube_sim = binary("rekon", args.rekon), binary("kube-sim", args.kube_sim)
+    rekon, kube_sim = (binary(name, given).resolve() for name, given in
+                       (("rekon", args.rekon), ("kube-sim", args.kube_sim)))
     wasm = {k: ROOT / v for k, v in {
         "py": "dist/sdk-plugins/nodepool_py.wasm", "rust-np": "dist/plugins/nodepool.wasm",
         "ts": "dist/sdk-plugins/test_fanout_ts.wasm", "rust-fo": "dist/plugins/test_fanout.wasm"}.items()}
