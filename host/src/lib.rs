@@ -7,7 +7,7 @@
 //!
 //! | floor | modules | what |
 //! |---|---|---|
-//! | 1 | [`telemetry`], [`action`] | metrics, Events and the HTTP server; the decision vocabulary |
+//! | 1 | [`telemetry`], [`action`], [`queue`] | metrics, Events and the HTTP server; the decision vocabulary; the work queue and backoff |
 //! | 2 | [`cluster`], [`lease`] | the cluster registry; leader election and shards |
 //! | 3 | [`cache`] | shared watches and stores |
 //! | 4 | [`plugin`], [`writer`] | the wasm runtime; performing actions (they meet only in [`action`]) |
@@ -27,6 +27,7 @@ pub mod commands;
 pub mod controller;
 pub mod lease;
 pub mod plugin;
+pub mod queue;
 pub mod source;
 pub mod telemetry;
 pub mod writer;

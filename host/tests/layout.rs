@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 const FLOORS: &[(&str, u32)] = &[
     ("telemetry", 1),
     ("action", 1),
+    ("queue", 1),
     ("cluster", 2),
     ("lease", 2),
     ("cache", 3),

@@ -395,6 +395,7 @@ impl App {
                         source.modules,
                         Some(gate),
                         source.config,
+                        crate::telemetry::metrics::Metrics::global().clone(),
                     )
                     .with_reports(reports.clone(), shards);
                     let board = tokio::spawn(reports.run(stopped()));

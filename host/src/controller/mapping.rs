@@ -6,7 +6,7 @@
 use crate::action::{Mapping, OwnerLabels};
 use crate::cache::{CacheEvent, CachedObject, ResourceId};
 
-use super::queue::ReqKey;
+use crate::queue::ReqKey;
 
 /// What a mapping asks for.
 #[derive(Debug, PartialEq, Eq)]

@@ -10,7 +10,7 @@
 //!    ([`crate::cache::CacheManager`]);
 //! 2. cache events arrive in the controller's inbox (coalesced per object)
 //!    and are mapped ([`mapping`]) to request keys that always name their
-//!    cluster, and queued ([`queue::WorkQueue`]); `custom` mappings are
+//!    cluster, and queued ([`crate::queue::WorkQueue`]); `custom` mappings are
 //!    called off the event pump;
 //! 3. the runner ([`runner`]) hands keys to up to
 //!    `max-concurrent-reconciles` reconcile tasks once the watches have
@@ -49,7 +49,6 @@
 //! - [`reconciler`]: the [`Reconciler`] trait (a loaded plugin, or native
 //!   code in tests and benches) and the [`Layer`] wrapped around each.
 //! - [`config`]: the settings, [`ControllerConfig`].
-//! - [`queue`]: the work queue (pure data structure).
 //! - [`scope`]: watches wanted and the primary scope of a registration.
 //! - [`mapping`]: one cache event → request keys.
 //! - [`reads`]: [`reads::PluginReads`], a plugin's view of the caches.
@@ -72,7 +71,6 @@ pub mod finalizer;
 pub mod health;
 pub mod manager;
 pub mod mapping;
-pub mod queue;
 pub mod reads;
 pub mod reconciler;
 pub mod routing;

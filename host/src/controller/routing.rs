@@ -13,11 +13,11 @@ use tokio::task::JoinSet;
 use tracing::warn;
 
 use super::mapping::{Mapped, map_event};
-use super::queue::ReqKey;
 use super::runner::Shared;
 use super::scope::Route;
 use crate::action::Mapping;
 use crate::cache::{CacheEvent, Change, Inbox};
+use crate::queue::ReqKey;
 
 /// Concurrent `map` calls per controller.
 const CUSTOM_MAP_WORKERS: usize = 2;

@@ -25,7 +25,6 @@ use tracing::{Instrument, debug, error, info, info_span, warn};
 
 use super::config::{ControllerConfig, QueueStats};
 use super::finalizer;
-use super::queue::{Done, ReqKey, WorkQueue};
 use super::reads::{CacheMap, PluginReads};
 use super::reconciler::Reconciler;
 use super::scope::{PrimaryScope, Route, WatchKey, desired_watches};
@@ -33,6 +32,7 @@ use crate::action::{ObjectRef, Request};
 use crate::cache::{CacheManager, Inbox, SharedCache, Subscription};
 use crate::cluster::{ClusterRegistry, Health};
 use crate::plugin::HostReads;
+use crate::queue::{Done, ReqKey, WorkQueue};
 use crate::telemetry::metrics::{Metrics, QueueMetrics, ReconcileResult};
 use crate::writer::Writer;
 

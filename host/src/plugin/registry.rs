@@ -72,7 +72,8 @@ pub enum RegistryEvent {
 }
 
 /// Why [`PluginRegistry::apply_module`] did not serve a module.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct Refusal {
     /// One word for a condition (`InvalidSettings`, `NameConflict`, …).
     pub reason: &'static str,

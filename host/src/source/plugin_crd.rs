@@ -233,12 +233,23 @@ fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "x-kubernetes-preserve-unknown-fields": true })
 }
 
+/// Why a granted permission is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    /// A name in a list of clusters is not a string.
+    #[error("cluster name {0} is not a string")]
+    ClusterName(String),
+    /// `clusters` is neither a keyword nor a list of names.
+    #[error("clusters must be Primary, All, Others or a list of names, not {0}")]
+    Clusters(String),
+}
+
 impl GrantedPermission {
     /// The grant as a permission of the vocabulary.
     ///
     /// # Errors
     /// A cluster set that is neither a keyword nor a list of names.
-    pub fn to_permission(&self) -> Result<Permission, String> {
+    pub fn to_permission(&self) -> Result<Permission, GrantError> {
         let (group, version) = match self.resource.api_version.split_once('/') {
             Some((g, v)) => (g.to_owned(), v.to_owned()),
             None => (String::new(), self.resource.api_version.clone()),
@@ -253,14 +264,12 @@ impl GrantedPermission {
                     .map(|n| {
                         n.as_str()
                             .map(str::to_owned)
-                            .ok_or_else(|| format!("cluster name {n} is not a string"))
+                            .ok_or_else(|| GrantError::ClusterName(n.to_string()))
                     })
                     .collect::<Result<_, _>>()?,
             ),
             other => {
-                return Err(format!(
-                    "clusters must be Primary, All, Others or a list of names, not {other}"
-                ));
+                return Err(GrantError::Clusters(other.to_string()));
             }
         };
         Ok(Permission {

@@ -1,18 +1,19 @@
-//! The work queue of one plugin: a pure data structure, driven by the
-//! controller's runner (`controller::runner`).
+//! The work queue: a pure data structure, driven by a controller's runner
+//! (`controller::runner` for plugins, `source::plugin_objects` for Plugin
+//! objects).
 //!
 //! Semantics (client-go's workqueue + rate limiter, plus per-cluster lanes):
 //! - identical keys are deduplicated while queued;
 //! - a key is never handed out twice at once: a key that is added while it
 //!   runs is marked dirty and queued again when it finishes;
-//! - ready keys wait in one FIFO lane per cluster, and lanes are served
-//!   round-robin, so one cluster's initial list (or a flood of events) cannot
-//!   starve another cluster's requests;
+//! - ready keys wait in one FIFO lane per cluster ([`QueueKey::lane`]), and
+//!   lanes are served round-robin, so one cluster's initial list (or a flood
+//!   of events) cannot starve another cluster's requests;
 //! - delayed adds (requeue-after, error backoff) are timers; an immediate add
 //!   supersedes a pending timer (level-based: the reconcile that runs sets the
 //!   next one);
-//! - per-key exponential backoff on error: 5 ms doubling, capped at 1000 s,
-//!   reset on success (client-go's `ItemExponentialFailureRateLimiter`).
+//! - per-key exponential backoff on error ([`Backoff`]; by default 5 ms
+//!   doubling, capped at 1000 s), reset on success.
 //!
 //! Hand-written rather than kube-runtime's `Controller`/`scheduler`: that
 //! runner is bound to one `Api<K>` and one store, keys are `ObjectRef<K>`
@@ -21,9 +22,19 @@
 //! clusters at runtime and must drop a removed cluster's pending work.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use super::backoff::Backoff;
+
+/// What a queue key needs: identity, an order (timers), and the lane it
+/// waits in.
+pub trait QueueKey: Clone + Eq + Hash + Ord {
+    /// The lane of the key (its cluster): lanes are served round-robin.
+    fn lane(&self) -> &str;
+}
 
 /// The key of one request: the WIT `request`, hashable.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,21 +56,59 @@ impl std::fmt::Display for ReqKey {
     }
 }
 
-/// First delay of the per-key error backoff.
-pub const BACKOFF_BASE: Duration = Duration::from_millis(5);
-/// Cap of the per-key error backoff.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(1000);
-
-/// The delay after the `failures`-th consecutive failure (1-based).
-#[must_use]
-pub fn backoff(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1);
-    if exp >= 31 {
-        return BACKOFF_MAX;
+impl QueueKey for ReqKey {
+    fn lane(&self) -> &str {
+        &self.cluster
     }
-    BACKOFF_BASE
-        .checked_mul(1_u32 << exp)
-        .map_or(BACKOFF_MAX, |d| d.min(BACKOFF_MAX))
+}
+
+/// A key of a queue with one lane: the name of a cluster-scoped object of
+/// one cluster (Plugin objects).
+impl QueueKey for String {
+    fn lane(&self) -> &str {
+        ""
+    }
+}
+
+/// The per-key error backoff of the plugins' queues: 5 ms doubling,
+/// capped at 1000 s.
+pub const DEFAULT_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(5), Duration::from_secs(1000));
+
+/// What a reconcile that succeeded asks for next (kube-runtime's
+/// `Action`): nothing until something changes, or a run after a delay.
+#[must_use]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Run again after `after`, whatever happens meanwhile.
+    pub const fn requeue(after: Duration) -> Self {
+        Self {
+            requeue_after: Some(after),
+        }
+    }
+
+    /// Run again only when the key is added again.
+    pub const fn await_change() -> Self {
+        Self {
+            requeue_after: None,
+        }
+    }
+
+    /// The delay of [`Action::requeue`].
+    #[must_use]
+    pub const fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
+
+impl From<Action> for Done {
+    fn from(action: Action) -> Self {
+        Done::Success(action.requeue_after)
+    }
 }
 
 /// How a reconcile ended, as far as the queue cares.
@@ -92,24 +141,50 @@ impl KeyState {
     }
 }
 
-/// A plugin's work queue.
-#[derive(Debug, Default)]
-pub struct WorkQueue {
-    lanes: HashMap<String, VecDeque<ReqKey>>,
+/// A work queue: a plugin's ([`ReqKey`]s, the default) or the Plugin
+/// objects' (their names).
+#[derive(Debug)]
+pub struct WorkQueue<K = ReqKey> {
+    lanes: HashMap<String, VecDeque<K>>,
     round_robin: VecDeque<String>,
-    keys: HashMap<ReqKey, KeyState>,
-    timers: BTreeSet<(Instant, u64, ReqKey)>,
-    failures: HashMap<ReqKey, u32>,
+    keys: HashMap<K, KeyState>,
+    timers: BTreeSet<(Instant, u64, K)>,
+    failures: HashMap<K, u32>,
+    backoff: Backoff,
     seq: u64,
     queued: usize,
     running: usize,
 }
 
+impl<K: QueueKey> Default for WorkQueue<K> {
+    fn default() -> Self {
+        Self::with_backoff(DEFAULT_BACKOFF)
+    }
+}
+
 impl WorkQueue {
-    /// An empty queue.
+    /// An empty queue of request keys, backing off by [`DEFAULT_BACKOFF`].
     #[must_use]
     pub fn new() -> Self {
         Self::default()
+    }
+}
+
+impl<K: QueueKey> WorkQueue<K> {
+    /// An empty queue whose failing keys back off by `backoff`.
+    #[must_use]
+    pub fn with_backoff(backoff: Backoff) -> Self {
+        Self {
+            lanes: HashMap::new(),
+            round_robin: VecDeque::new(),
+            keys: HashMap::new(),
+            timers: BTreeSet::new(),
+            failures: HashMap::new(),
+            backoff,
+            seq: 0,
+            queued: 0,
+            running: 0,
+        }
     }
 
     /// Keys ready to run.
@@ -132,13 +207,25 @@ impl WorkQueue {
 
     /// Consecutive failures of `key`.
     #[must_use]
-    pub fn failures(&self, key: &ReqKey) -> u32 {
+    pub fn failures(&self, key: &K) -> u32 {
         self.failures.get(key).copied().unwrap_or(0)
+    }
+
+    /// Whether `key` was handed out and is not done yet.
+    #[must_use]
+    pub fn is_running(&self, key: &K) -> bool {
+        self.keys.get(key).is_some_and(|s| s.running)
+    }
+
+    /// Start `key`'s backoff over (what it failed on changed): its next
+    /// failure waits the first delay again.
+    pub fn reset_backoff(&mut self, key: &K) {
+        self.failures.remove(key);
     }
 
     /// Queue `key` now. Returns whether it became ready (false: deduplicated
     /// or marked to re-run after the running reconcile).
-    pub fn add(&mut self, key: ReqKey, reason: &str) -> bool {
+    pub fn add(&mut self, key: K, reason: &str) -> bool {
         let state = self.keys.entry(key.clone()).or_default();
         if let Some(t) = state.timer.take() {
             self.timers.remove(&(t.0, t.1, key.clone()));
@@ -157,9 +244,9 @@ impl WorkQueue {
         state.queued_at = Some(Instant::now());
         reason.clone_into(&mut state.reason);
         self.queued += 1;
-        let lane = self.lanes.entry(key.cluster.clone()).or_default();
+        let lane = self.lanes.entry(key.lane().to_owned()).or_default();
         if lane.is_empty() {
-            self.round_robin.push_back(key.cluster.clone());
+            self.round_robin.push_back(key.lane().to_owned());
         }
         lane.push_back(key);
         true
@@ -167,7 +254,7 @@ impl WorkQueue {
 
     /// Queue `key` after `delay` (unless it is ready already or an earlier
     /// timer is pending).
-    pub fn add_after(&mut self, key: ReqKey, delay: Duration, reason: &str, now: Instant) {
+    pub fn add_after(&mut self, key: K, delay: Duration, reason: &str, now: Instant) {
         if delay.is_zero() {
             self.add(key, reason);
             return;
@@ -191,12 +278,12 @@ impl WorkQueue {
 
     /// The next ready key, fairly across clusters, with the reason it was
     /// queued. The key counts as running until [`WorkQueue::done`].
-    pub fn pop(&mut self) -> Option<(ReqKey, String)> {
+    pub fn pop(&mut self) -> Option<(K, String)> {
         self.pop_timed().map(|(key, reason, _)| (key, reason))
     }
 
     /// [`WorkQueue::pop`], also returning how long the key waited while ready.
-    pub fn pop_timed(&mut self) -> Option<(ReqKey, String, Duration)> {
+    pub fn pop_timed(&mut self) -> Option<(K, String, Duration)> {
         let lane_name = self.round_robin.pop_front()?;
         let lane = self.lanes.get_mut(&lane_name)?;
         let key = lane.pop_front()?;
@@ -219,7 +306,7 @@ impl WorkQueue {
     }
 
     /// Report the end of a reconcile handed out by [`WorkQueue::pop`].
-    pub fn done(&mut self, key: &ReqKey, result: Done, now: Instant) {
+    pub fn done(&mut self, key: &K, result: Done, now: Instant) {
         let Some(state) = self.keys.get_mut(key) else {
             // The key's cluster was dropped while it ran.
             return;
@@ -246,7 +333,7 @@ impl WorkQueue {
             Done::Retry if !dirty => {
                 let n = self.failures.entry(key.clone()).or_insert(0);
                 *n = n.saturating_add(1);
-                let delay = backoff(*n);
+                let delay = self.backoff.delay(*n);
                 self.add_after(key.clone(), delay, "retry after error", now);
             }
             Done::Retry => {
@@ -295,7 +382,13 @@ impl WorkQueue {
     /// (which then requeues nothing), so the same key engaged again is not
     /// handed out while the old reconcile still runs.
     pub fn forget_cluster(&mut self, cluster: &str) {
-        self.forget_where(|k| k.cluster == cluster);
+        self.forget_where(|k| k.lane() == cluster);
+    }
+
+    /// Drop `key`'s pending work (its object is gone), keeping it known
+    /// while it runs like [`WorkQueue::forget_cluster`].
+    pub fn forget(&mut self, key: &K) {
+        self.forget_where(|k| k == key);
     }
 
     /// Drop every pending request (the primary kind changed), keeping
@@ -304,7 +397,7 @@ impl WorkQueue {
         self.forget_where(|_| true);
     }
 
-    fn forget_where(&mut self, forget: impl Fn(&ReqKey) -> bool) {
+    fn forget_where(&mut self, forget: impl Fn(&K) -> bool) {
         for lane in self.lanes.values_mut() {
             let before = lane.len();
             lane.retain(|k| !forget(k));
@@ -331,10 +424,10 @@ impl WorkQueue {
     /// Keys of `cluster` known to the queue (for tests).
     #[must_use]
     pub fn pending_in(&self, cluster: &str) -> usize {
-        self.keys.keys().filter(|k| k.cluster == cluster).count()
+        self.keys.keys().filter(|k| k.lane() == cluster).count()
     }
 
-    fn gc(&mut self, key: &ReqKey) {
+    fn gc(&mut self, key: &K) {
         if self.keys.get(key).is_some_and(KeyState::idle) {
             self.keys.remove(key);
         }
@@ -353,6 +446,10 @@ mod tests {
         }
     }
 
+    fn backoff(failures: u32) -> Duration {
+        DEFAULT_BACKOFF.delay(failures)
+    }
+
     #[test]
     fn backoff_doubles_from_5ms_and_caps() {
         assert_eq!(backoff(1), Duration::from_millis(5));
@@ -360,8 +457,8 @@ mod tests {
         assert_eq!(backoff(3), Duration::from_millis(20));
         assert_eq!(backoff(11), Duration::from_millis(5 * 1024));
         assert_eq!(backoff(18), Duration::from_millis(5 << 17));
-        assert_eq!(backoff(19), BACKOFF_MAX);
-        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+        assert_eq!(backoff(19), DEFAULT_BACKOFF.max);
+        assert_eq!(backoff(u32::MAX), DEFAULT_BACKOFF.max);
     }
 
     #[test]

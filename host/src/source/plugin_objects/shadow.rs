@@ -1,0 +1,87 @@
+//! Step 5, shadow: `spec.shadow.module` goes through fetch, grant and load
+//! under `plugins.rekon.dev/NAME.shadow.wasm`. It runs beside the serving
+//! version (when `rekon run` shadows) and writes nothing; the status counts
+//! its reconciles and divergences, per candidate.
+
+use super::context::{Context, shadow_origin};
+use super::error::PluginObjectError;
+use super::fetch::fetch;
+use super::load::load;
+use crate::action::Permission;
+use crate::plugin::LoadOptions;
+use crate::source::plugin_crd::{Plugin, ShadowStatus};
+
+/// Makes `obj`'s shadow run (or, without `spec.shadow`, stop): the digest
+/// of the shadow that runs now, `None` for none.
+///
+/// # Errors
+/// [`PluginObjectError::Shadow`]: why the shadow does not run (the serving
+/// version is not affected).
+pub(super) async fn shadow(
+    ctx: &Context,
+    obj: &Plugin,
+    grant: &[Permission],
+) -> Result<Option<String>, PluginObjectError> {
+    let name = obj.metadata.name.as_deref().unwrap_or_default();
+    let spec = &obj.spec;
+    let Some(shadow) = &spec.shadow else {
+        ctx.registry.remove_module(&shadow_origin(name));
+        if let Some(e) = ctx.entries.lock().get_mut(name) {
+            e.shadow_base = None;
+        }
+        return Ok(None);
+    };
+    let shadow_error = |e: PluginObjectError| PluginObjectError::Shadow(Box::new(e));
+    let module = fetch(ctx, &shadow.module, shadow.digest.as_deref(), spec)
+        .await
+        .map_err(|f| shadow_error(f.into()))?;
+    // verify (issue 32) goes here too: the shadow's `module`, as for the
+    // serving module in `reconcile::apply`.
+    let settings = shadow.settings.as_ref().or(spec.settings.as_ref());
+    let options = LoadOptions::default()
+        .with_settings(settings)
+        .with_instance(Some(name));
+    load(ctx, &shadow_origin(name), &module, grant, &options)
+        .await
+        .map_err(shadow_error)?;
+    count_candidate(ctx, name, &module.digest, settings);
+    Ok(Some(module.digest))
+}
+
+/// Starts counting a shadow candidate from zero unless it is the one
+/// already counted (same digest, same settings).
+fn count_candidate(ctx: &Context, name: &str, digest: &str, settings: Option<&serde_json::Value>) {
+    let key = format!(
+        "{digest} {}",
+        settings.map(ToString::to_string).unwrap_or_default()
+    );
+    let mut entries = ctx.entries.lock();
+    let Some(entry) = entries.get_mut(name) else {
+        return;
+    };
+    if entry.shadow_base.as_ref().is_some_and(|(k, _)| *k == key) {
+        return;
+    }
+    entry.shadow_base = Some((key, ctx.metrics.shadow_counts(name)));
+    ctx.metrics.clear_recent_shadow_divergences(name);
+}
+
+/// The counts of the shadow candidate now counted (no digest).
+pub(super) fn shadow_counts(ctx: &Context, name: &str) -> ShadowStatus {
+    let (reconciles, divergences) = ctx.metrics.shadow_counts(name);
+    let (base_reconciles, base_divergences) = ctx
+        .entries
+        .lock()
+        .get(name)
+        .and_then(|e| e.shadow_base.as_ref().map(|(_, base)| *base))
+        .unwrap_or_default();
+    let reconciles = reconciles.saturating_sub(base_reconciles);
+    let divergences = divergences.saturating_sub(base_divergences);
+    ShadowStatus {
+        digest: None,
+        reconciles,
+        identical: reconciles.saturating_sub(divergences),
+        divergences,
+        recent: ctx.metrics.recent_shadow_divergences(name),
+    }
+}

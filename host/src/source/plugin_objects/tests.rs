@@ -1,0 +1,483 @@
+//! Each step of a pass on its own, its success and its typed failure,
+//! with a fake [`ModuleSource`], a real plugin runtime and, where a step
+//! reads or writes the API, an in-process kube-sim.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use kube::api::{Api, PostParams};
+use parking_lot::Mutex;
+use tokio::time::timeout;
+
+use super::context::{Context, Entry, PluginObjectsConfig, origin, shadow_origin};
+use super::error::PluginObjectError;
+use super::fetch::fetch_serving;
+use super::grant::granted;
+use super::load::load;
+use super::module_source::{FetchFailure, FetchRequest, Module, ModuleSource};
+use super::reconcile::reconcile;
+use super::resolve::{Memory, Plan, resolve};
+use super::shadow::shadow;
+use super::status::{Served, record};
+use crate::lease::reports::ReportBoard;
+use crate::plugin::{LoadOptions, PluginRegistry, PluginRuntime, RuntimeConfig};
+use crate::queue::WorkQueue;
+use crate::source::plugin_crd::{
+    DEGRADED, FETCHED, Plugin, PluginObjectStatus, PluginSpec, READY, ShadowSpec, condition,
+};
+use crate::telemetry::metrics::Metrics;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Modules by reference; a reference not listed is unreachable. The cache
+/// holds modules by digest.
+#[derive(Default)]
+struct FakeSource {
+    modules: HashMap<String, Result<Module, FetchFailure>>,
+    cache: HashMap<String, Module>,
+    asked: Mutex<Vec<FetchRequest>>,
+}
+
+impl ModuleSource for Arc<FakeSource> {
+    fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>> {
+        self.asked.lock().push(request.clone());
+        let answer = self
+            .modules
+            .get(&request.reference)
+            .cloned()
+            .unwrap_or_else(|| Err(unreachable(&request.reference)));
+        Box::pin(async move { answer })
+    }
+
+    fn cached(&self, digest: &str) -> BoxFuture<'static, Option<Module>> {
+        let module = self.cache.get(digest).cloned();
+        Box::pin(async move { module })
+    }
+}
+
+fn unreachable(reference: &str) -> FetchFailure {
+    FetchFailure {
+        reason: "RegistryUnreachable",
+        message: format!("registry of {reference} does not answer"),
+        transient: true,
+    }
+}
+
+/// A test plugin built by `make test-plugins`; missing is a failure.
+fn test_plugin(name: &str) -> Module {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../dist/test-plugins")
+        .join(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "test plugin {} is missing ({e}): run `make test-plugins` first",
+            path.display()
+        )
+    });
+    Module {
+        digest: format!("sha256:{name}"),
+        bytes: Arc::from(bytes),
+        from_cache: false,
+    }
+}
+
+fn bytes_module(digest: &str, bytes: Vec<u8>) -> Module {
+    Module {
+        digest: digest.to_owned(),
+        bytes: Arc::from(bytes),
+        from_cache: false,
+    }
+}
+
+/// A client of nothing: for steps that never reach the API.
+fn offline_client() -> kube::Client {
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+    kube::Client::try_from(config).expect("a client")
+}
+
+fn context(client: kube::Client, source: &Arc<FakeSource>) -> Arc<Context> {
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(500),
+        max_concurrent_instances: 8,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let config = PluginObjectsConfig::new("rekon-system");
+    Arc::new(Context {
+        api: Api::all(client.clone()),
+        secrets: Api::namespaced(client, &config.namespace),
+        registry: PluginRegistry::new(runtime),
+        source: Arc::new(Arc::clone(source)),
+        status_gate: None,
+        queue: Mutex::new(WorkQueue::with_backoff(config.backoff())),
+        config,
+        metrics: Metrics::new(),
+        entries: Mutex::new(HashMap::new()),
+        status_writes: tokio::sync::Mutex::new(()),
+        reports: ReportBoard::local("replica-a"),
+        shards: None,
+    })
+}
+
+/// The chaos test plugin declares `get` and `patch` on ConfigMaps in the
+/// primary cluster.
+fn object(name: &str, module: &str, verbs: &[&str]) -> Plugin {
+    let spec: PluginSpec = serde_json::from_value(serde_json::json!({
+        "module": module,
+        "permissions": [{
+            "resource": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "verbs": verbs,
+            "clusters": "Primary",
+        }],
+    }))
+    .expect("a Plugin spec");
+    let mut obj = Plugin::new(name, spec);
+    obj.metadata.generation = Some(1);
+    obj
+}
+
+fn remember(ctx: &Context, obj: &Plugin) {
+    ctx.entries.lock().insert(
+        obj.metadata.name.clone().unwrap_or_default(),
+        Entry {
+            latest: Some(Arc::new(obj.clone())),
+            ..Entry::default()
+        },
+    );
+}
+
+#[tokio::test]
+async fn fetch_returns_the_module_or_the_sources_typed_failure() {
+    timeout(TEST_TIMEOUT, async {
+        let module = bytes_module("sha256:1", b"x".to_vec());
+        let source = FakeSource {
+            modules: [("r.example/a:1".to_owned(), Ok(module))].into(),
+            ..FakeSource::default()
+        };
+        let ctx = context(offline_client(), &Arc::new(source));
+        let fetched = fetch_serving(&ctx, &object("a", "r.example/a:1", &["get"]), false)
+            .await
+            .expect("fetched");
+        assert_eq!(fetched.module.digest, "sha256:1");
+        assert!(fetched.unresolved.is_none());
+
+        let failure = fetch_serving(&ctx, &object("b", "r.example/b:1", &["get"]), false)
+            .await
+            .expect_err("unreachable");
+        let error = PluginObjectError::from(failure);
+        assert_eq!(error.reason(), "RegistryUnreachable");
+        assert!(error.is_transient());
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn after_a_restart_the_last_resolved_digest_stands_in_only_while_nothing_serves() {
+    timeout(TEST_TIMEOUT, async {
+        let source = FakeSource {
+            cache: [(
+                "sha256:old".to_owned(),
+                bytes_module("sha256:old", b"x".to_vec()),
+            )]
+            .into(),
+            ..FakeSource::default()
+        };
+        let ctx = context(offline_client(), &Arc::new(source));
+        let mut obj = object("a", "r.example/a:2", &["get"]);
+        obj.status = Some(PluginObjectStatus {
+            digest: Some("sha256:old".into()),
+            ..PluginObjectStatus::default()
+        });
+        let fetched = fetch_serving(&ctx, &obj, false).await.expect("from cache");
+        assert_eq!(fetched.module.digest, "sha256:old");
+        assert_eq!(
+            fetched.unresolved.map(|f| f.reason),
+            Some("RegistryUnreachable")
+        );
+        // A running host keeps what it serves instead.
+        let failure = fetch_serving(&ctx, &obj, true)
+            .await
+            .expect_err("no stand-in");
+        assert_eq!(failure.reason, "RegistryUnreachable");
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn a_missing_pull_secret_is_retried() {
+    timeout(TEST_TIMEOUT, async {
+        let sim = kube_sim::Sim::start(&["main"]).await.expect("sim");
+        let client = sim_client(&sim).await;
+        let source = Arc::new(FakeSource::default());
+        let ctx = context(client, &source);
+        let mut obj = object("a", "r.example/a:1", &["get"]);
+        obj.spec.pull_secret = Some("registry-credentials".into());
+        let failure = fetch_serving(&ctx, &obj, false)
+            .await
+            .expect_err("no Secret");
+        assert_eq!(failure.reason, FetchFailure::PULL_SECRET_UNAVAILABLE);
+        assert!(failure.transient);
+        assert!(
+            failure
+                .message
+                .contains("pull Secret rekon-system/registry-credentials does not exist"),
+            "{failure}"
+        );
+        assert!(
+            source.asked.lock().is_empty(),
+            "fetched without credentials"
+        );
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn load_serves_a_module_within_its_grant_under_the_objects_name() {
+    timeout(TEST_TIMEOUT, async {
+        let ctx = context(offline_client(), &Arc::default());
+        let obj = object("chaos-a", "r.example/chaos:1", &["get", "patch"]);
+        let grant = granted(&obj.spec).expect("grant");
+        let options = LoadOptions::default().with_instance(Some("chaos-a"));
+        let module = test_plugin("chaos-v1.wasm");
+        let loaded = load(&ctx, &origin("chaos-a"), &module, &grant, &options)
+            .await
+            .expect("loaded");
+        assert_eq!(loaded.name(), "chaos-a");
+        assert!(ctx.registry.serving(&origin("chaos-a")).is_some());
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn load_refuses_a_module_beyond_its_grant_or_not_a_plugin() {
+    timeout(TEST_TIMEOUT, async {
+        let ctx = context(offline_client(), &Arc::default());
+        let obj = object("chaos-b", "r.example/chaos:1", &["get"]);
+        let grant = granted(&obj.spec).expect("grant");
+        let options = LoadOptions::default().with_instance(Some("chaos-b"));
+        let err = load(
+            &ctx,
+            &origin("chaos-b"),
+            &test_plugin("chaos-v1.wasm"),
+            &grant,
+            &options,
+        )
+        .await
+        .expect_err("patch is not granted");
+        assert_eq!(err.reason(), "PermissionsExceedGrant");
+        assert!(err.to_string().contains("patch on ConfigMap"), "{err}");
+        assert!(ctx.registry.serving(&origin("chaos-b")).is_none());
+
+        let empty = bytes_module("sha256:empty", wat::parse_str("(component)").expect("wat"));
+        let err = load(&ctx, &origin("chaos-b"), &empty, &grant, &options)
+            .await
+            .expect_err("not a plugin");
+        assert!(matches!(err, PluginObjectError::Refused(_)), "{err:?}");
+        assert_eq!(err.reason(), "NotAPlugin", "{err}");
+        assert!(!err.is_transient());
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn shadow_runs_beside_the_serving_version_or_says_why_not() {
+    timeout(TEST_TIMEOUT, async {
+        let source = FakeSource {
+            modules: [(
+                "r.example/chaos:2".to_owned(),
+                Ok(test_plugin("chaos-v2.wasm")),
+            )]
+            .into(),
+            ..FakeSource::default()
+        };
+        let ctx = context(offline_client(), &Arc::new(source));
+        let mut obj = object("chaos-c", "r.example/chaos:1", &["get", "patch"]);
+        remember(&ctx, &obj);
+        let grant = granted(&obj.spec).expect("grant");
+        assert_eq!(shadow(&ctx, &obj, &grant).await.expect("no shadow"), None);
+
+        obj.spec.shadow = Some(ShadowSpec {
+            module: "r.example/chaos:2".into(),
+            ..ShadowSpec::default()
+        });
+        let digest = shadow(&ctx, &obj, &grant).await.expect("shadow runs");
+        assert_eq!(digest.as_deref(), Some("sha256:chaos-v2.wasm"));
+        assert!(ctx.registry.serving(&shadow_origin("chaos-c")).is_some());
+
+        obj.spec.shadow = Some(ShadowSpec {
+            module: "r.example/chaos:3".into(),
+            ..ShadowSpec::default()
+        });
+        let err = shadow(&ctx, &obj, &grant).await.expect_err("unreachable");
+        assert!(matches!(err, PluginObjectError::Shadow(_)), "{err:?}");
+        assert_eq!(err.reason(), "RegistryUnreachable");
+        assert!(err.to_string().starts_with("shadow: "), "{err}");
+        assert!(err.is_transient());
+        // The candidate that ran keeps running.
+        assert!(ctx.registry.serving(&shadow_origin("chaos-c")).is_some());
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn write_status_records_what_serves_and_writes_it_with_consistency() {
+    timeout(TEST_TIMEOUT, async {
+        let sim = kube_sim::Sim::start(&["main"]).await.expect("sim");
+        let client = sim_client(&sim).await;
+        install_crd(&client).await;
+        let ctx = context(client.clone(), &Arc::default());
+        let api: Api<Plugin> = Api::all(client);
+        let obj = api
+            .create(
+                &PostParams::default(),
+                &object("p", "r.example/p:1", &["get"]),
+            )
+            .await
+            .expect("created");
+        remember(&ctx, &obj);
+        let mut status = PluginObjectStatus {
+            observed_generation: obj.metadata.generation,
+            digest: Some("sha256:1".into()),
+            ..PluginObjectStatus::default()
+        };
+        super::conditions::set(&mut status, READY, true, "Serving", "p serves");
+        let served = Served {
+            digest: Some("sha256:1".into()),
+            shadow: None,
+        };
+        record(&ctx, "p", Some(status), &served).await;
+        let written = api
+            .get_status("p")
+            .await
+            .expect("read")
+            .status
+            .expect("status");
+        assert_eq!(written.digest.as_deref(), Some("sha256:1"));
+        assert_eq!(
+            condition(&written, READY).map(|c| c.status.as_str()),
+            Some("True")
+        );
+        // Nothing serves here (nothing was loaded): `Consistent` says so.
+        let consistent =
+            condition(&written, crate::source::plugin_crd::CONSISTENT).expect("Consistent");
+        assert_eq!(consistent.reason, "DesiredUnresolved", "{consistent:?}");
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+#[tokio::test]
+async fn reconcile_makes_the_desired_version_serve_and_a_failure_keeps_it() {
+    timeout(TEST_TIMEOUT, async {
+        let sim = kube_sim::Sim::start(&["main"]).await.expect("sim");
+        let client = sim_client(&sim).await;
+        install_crd(&client).await;
+        let source = FakeSource {
+            modules: [(
+                "r.example/chaos:1".to_owned(),
+                Ok(test_plugin("chaos-v1.wasm")),
+            )]
+            .into(),
+            ..FakeSource::default()
+        };
+        let ctx = context(client.clone(), &Arc::new(source));
+        let api: Api<Plugin> = Api::all(client);
+        let obj = api
+            .create(
+                &PostParams::default(),
+                &object("chaos-d", "r.example/chaos:1", &["get", "patch"]),
+            )
+            .await
+            .expect("created");
+        remember(&ctx, &obj);
+        let action = reconcile(Arc::new(obj.clone()), Arc::clone(&ctx))
+            .await
+            .expect("serves");
+        assert_eq!(action.requeue_after(), None);
+        let status = api
+            .get_status("chaos-d")
+            .await
+            .expect("read")
+            .status
+            .expect("status");
+        for kind in [FETCHED, READY] {
+            assert_eq!(
+                condition(&status, kind).map(|c| c.status.as_str()),
+                Some("True"),
+                "{kind}"
+            );
+        }
+        assert_eq!(
+            condition(&status, DEGRADED).map(|c| c.status.as_str()),
+            Some("False")
+        );
+        assert_eq!(status.digest.as_deref(), Some("sha256:chaos-v1.wasm"));
+        // The same spec again: up to date, nothing to do.
+        let memory = Memory::recall(&ctx, "chaos-d");
+        assert_eq!(resolve(&obj, &memory, true), Plan::UpToDate);
+
+        // A new generation naming a module that cannot be fetched.
+        let mut next = obj.clone();
+        next.spec.module = "r.example/chaos:9".into();
+        next.metadata.generation = Some(2);
+        next.status = Some(status);
+        remember(&ctx, &next);
+        let err = reconcile(Arc::new(next), Arc::clone(&ctx))
+            .await
+            .expect_err("unreachable");
+        assert_eq!(err.reason(), "RegistryUnreachable");
+        let status = api
+            .get_status("chaos-d")
+            .await
+            .expect("read")
+            .status
+            .expect("status");
+        let degraded = condition(&status, DEGRADED).expect("Degraded");
+        assert_eq!(
+            (degraded.status.as_str(), degraded.reason.as_str()),
+            ("True", "RegistryUnreachable")
+        );
+        assert!(
+            degraded.message.contains("keeps serving"),
+            "{}",
+            degraded.message
+        );
+        let ready = condition(&status, READY).expect("Ready");
+        assert_eq!(ready.status, "True", "the earlier version still serves");
+        assert!(ctx.registry.serving(&origin("chaos-d")).is_some());
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+async fn sim_client(sim: &kube_sim::Sim) -> kube::Client {
+    crate::cluster::connect(
+        "main",
+        &crate::cluster::Source::Context {
+            kubeconfig: Some(sim.kubeconfig_path().to_path_buf()),
+            context: Some("main".to_owned()),
+        },
+        &crate::cluster::default_user_agent(),
+    )
+    .await
+    .expect("a client of the sim")
+}
+
+async fn install_crd(client: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &Plugin::crd())
+        .await
+        .expect("the Plugin CRD");
+}
