@@ -45,7 +45,7 @@ fn sdk_accepts(reg: &Registration) -> Result<(), String> {
 /// The host's verdict on what the component would hand it.
 fn host_accepts(reg: &Registration) -> Result<(), String> {
     let lowered: WitRegistration = reg.clone().into();
-    rekon::plugin::validate_registration(&to_host(lowered))
+    rekon::plugin::validate_registration(&to_host(lowered)).map_err(|e| e.to_string())
 }
 
 fn sample<T: Clone + std::fmt::Debug + 'static>(values: &[T]) -> impl Strategy<Value = T> + use<T> {

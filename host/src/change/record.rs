@@ -718,18 +718,32 @@ fn file_part(s: &str) -> String {
         .collect()
 }
 
+/// Why a file is not a case this host reads.
+#[derive(Debug, thiserror::Error)]
+pub enum CaseError {
+    /// The file cannot be read.
+    #[error("failed to read: {0}")]
+    Read(#[source] std::io::Error),
+    /// It is not a case.
+    #[error("not a case file: {0}")]
+    NotACase(#[source] serde_json::Error),
+    /// A case of another format.
+    #[error("case format {found:?} is not {CASE_FORMAT:?}")]
+    Format {
+        /// The file's format.
+        found: String,
+    },
+}
+
 /// Reads one case file.
 ///
 /// # Errors
 /// When the file cannot be read, is not a case, or has another format.
-pub fn read_case(path: &Path) -> Result<Case, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("failed to read: {e}"))?;
-    let case: Case = serde_json::from_str(&text).map_err(|e| format!("not a case file: {e}"))?;
+pub fn read_case(path: &Path) -> Result<Case, CaseError> {
+    let text = std::fs::read_to_string(path).map_err(CaseError::Read)?;
+    let case: Case = serde_json::from_str(&text).map_err(CaseError::NotACase)?;
     if case.format != CASE_FORMAT {
-        return Err(format!(
-            "case format {:?} is not {CASE_FORMAT:?}",
-            case.format
-        ));
+        return Err(CaseError::Format { found: case.format });
     }
     Ok(case)
 }

@@ -517,7 +517,7 @@ pub fn replay(file: &Path, cases: &[PathBuf]) -> Result<ReplayReport, ReplayErro
                         )),
                     },
                 },
-                Err(e) => Verdict::Invalid(e),
+                Err(e) => Verdict::Invalid(e.to_string()),
             };
             CaseReport {
                 path,

@@ -34,12 +34,13 @@ pub enum PlanError {
     #[error(transparent)]
     Policy(#[from] crate::plugin::PolicyError),
     /// The plugin file could not be loaded.
-    #[error("failed to load plugin {path}: {message}")]
+    #[error("failed to load plugin {path}: {source}")]
     Load {
         /// The file.
         path: PathBuf,
         /// Why.
-        message: String,
+        #[source]
+        source: crate::plugin::LoadOneError,
     },
     /// A cache the plugin needs could not be started.
     #[error("failed to watch {resource} in cluster {cluster} for plugin {plugin}")]
@@ -265,9 +266,9 @@ pub async fn plan(config: PlanConfig) -> Result<Plan, PlanError> {
     };
     let plugin = PluginRuntime::load_one(runtime_config, &config.file)
         .await
-        .map_err(|message| PlanError::Load {
+        .map_err(|source| PlanError::Load {
             path: config.file.clone(),
-            message,
+            source,
         })?;
     let reg = plugin.registration().clone();
 

@@ -32,12 +32,13 @@ pub enum ReleaseError {
     #[error("failed to connect the clusters")]
     Clusters(#[source] Box<AppError>),
     /// The plugin file could not be loaded.
-    #[error("failed to load plugin {path}: {message}")]
+    #[error("failed to load plugin {path}: {source}")]
     Load {
         /// The file.
         path: PathBuf,
         /// Why.
-        message: String,
+        #[source]
+        source: crate::plugin::LoadOneError,
     },
     /// The file's plugin is not the one named.
     #[error("plugin file {path} registers plugin {found}, not {name}")]
@@ -127,9 +128,9 @@ pub async fn release(config: ReleaseConfig) -> Result<Release, ReleaseError> {
         };
         let plugin = PluginRuntime::load_one(runtime_config, path)
             .await
-            .map_err(|message| ReleaseError::Load {
+            .map_err(|source| ReleaseError::Load {
                 path: path.clone(),
-                message,
+                source,
             })?;
         let reg = plugin.registration();
         if reg.name != config.name {

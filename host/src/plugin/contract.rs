@@ -200,29 +200,48 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
     Ok(Fit { reads_settings })
 }
 
+/// What raw bytes are instead of a component (see [`precheck`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum NotAComponent {
+    /// No WebAssembly header at all.
+    #[error("not a WebAssembly file ({len} bytes, no `\\0asm` header)")]
+    NotWasm {
+        /// How many bytes there are.
+        len: usize,
+    },
+    /// A wasmtime artifact (`rekon plugin compile`'s cache), not a `.wasm`.
+    #[error("a precompiled wasmtime artifact; give the .wasm component")]
+    Precompiled,
+    /// A core module.
+    #[error(
+        "a core WebAssembly module, not a component; build the plugin for wasm32-wasip2 with the rekon SDK"
+    )]
+    CoreModule,
+    /// A header of neither kind.
+    #[error("unknown WebAssembly binary version/layer")]
+    UnknownLayer,
+}
+
 /// Classifies raw bytes before compiling, for clearer messages than the
 /// parser's: not WebAssembly at all, a core module, a precompiled artifact.
-pub(crate) fn precheck(bytes: &[u8]) -> Result<(), String> {
+///
+/// # Errors
+/// What the bytes are instead of a component.
+pub(crate) fn precheck(bytes: &[u8]) -> Result<(), NotAComponent> {
     const MAGIC: &[u8; 4] = b"\0asm";
     if bytes.len() < 8 || &bytes[..4] != MAGIC {
-        return Err(format!(
-            "not a WebAssembly file ({} bytes, no `\\0asm` header)",
-            bytes.len()
-        ));
+        return Err(NotAComponent::NotWasm { len: bytes.len() });
     }
     if Engine::detect_precompiled(bytes).is_some() {
-        return Err("a precompiled wasmtime artifact; give the .wasm component".to_string());
+        return Err(NotAComponent::Precompiled);
     }
     // Version/layer field: core modules are `01 00 00 00`, components
-    // `0d 00 01 00`.
+    // `0d 00 01 00` (any version of layer 1 goes on to the compiler, which
+    // names the version it wants).
     match bytes[4..8] {
-        [0x01, 0x00, 0x00, 0x00] => Err(
-            "a core WebAssembly module, not a component; build the plugin for wasm32-wasip2 \
-             with the rekon SDK"
-                .to_string(),
-        ),
+        [0x01, 0x00, 0x00, 0x00] => Err(NotAComponent::CoreModule),
         [_, _, 0x01, 0x00] => Ok(()),
-        _ => Err("unknown WebAssembly binary version/layer".to_string()),
+        _ => Err(NotAComponent::UnknownLayer),
     }
 }
 
@@ -248,17 +267,16 @@ mod tests {
 
     #[test]
     fn precheck_names_the_problem() {
-        assert!(
-            precheck(b"hello world")
-                .unwrap_err()
-                .contains("not a WebAssembly")
-        );
+        let not_wasm = precheck(b"hello world").unwrap_err();
+        assert_eq!(not_wasm, NotAComponent::NotWasm { len: 11 });
+        assert!(not_wasm.to_string().contains("not a WebAssembly"));
         let core = wat::parse_str("(module)").unwrap();
-        assert!(
-            precheck(&core)
-                .unwrap_err()
-                .contains("core WebAssembly module")
-        );
+        let err = precheck(&core).unwrap_err();
+        assert_eq!(err, NotAComponent::CoreModule);
+        assert!(err.to_string().contains("core WebAssembly module"));
+        let mut odd = core.clone();
+        odd[4..8].copy_from_slice(&[0x02, 0x00, 0x02, 0x00]);
+        assert_eq!(precheck(&odd), Err(NotAComponent::UnknownLayer));
         let component = wat::parse_str("(component)").unwrap();
         assert_eq!(precheck(&component), Ok(()));
     }

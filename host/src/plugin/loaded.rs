@@ -17,10 +17,24 @@ use super::host_reads::{HostReads, NoReads};
 use super::policy::PluginPolicy;
 use super::runtime::{self, LoadTimings, PluginRuntime, Prepared, RuntimeConfig, RuntimeInner};
 use super::sandbox::CallState;
-use super::validation::validate_registration;
+use super::validation::{InvalidRegistration, validate_registration};
 use crate::action::{
     Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, Timestamp, timestamp,
 };
+
+/// Why [`PluginRuntime::load_one`] has no plugin.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadOneError {
+    /// The runtime did not start.
+    #[error(transparent)]
+    Runtime(#[from] runtime::RuntimeError),
+    /// The file did not load.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The blocking task that loads it failed.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+}
 
 /// Loading: the runtime prepares a component, `register` makes it a plugin.
 impl PluginRuntime {
@@ -28,14 +42,14 @@ impl PluginRuntime {
     /// a command looking at a single plugin (`plan`, `release`) needs.
     ///
     /// # Errors
-    /// Why the runtime could not start or the file did not load, as text.
-    pub async fn load_one(config: RuntimeConfig, path: &Path) -> Result<LoadedPlugin, String> {
-        let runtime = Self::new(config).map_err(|e| e.to_string())?;
+    /// Why the runtime could not start or the file did not load.
+    pub async fn load_one(
+        config: RuntimeConfig,
+        path: &Path,
+    ) -> Result<LoadedPlugin, LoadOneError> {
+        let runtime = Self::new(config)?;
         let file = path.to_path_buf();
-        tokio::task::spawn_blocking(move || runtime.load_file(&file))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())
+        Ok(tokio::task::spawn_blocking(move || runtime.load_file(&file)).await??)
     }
 
     /// Loads a plugin file: compile (or load the cached artifact), check the
@@ -165,21 +179,41 @@ const MAX_SETTINGS_SCHEMA_BYTES: usize = 256 * 1024;
 
 /// `registration` renamed to instance `instance` (see
 /// [`LoadOptions::instance`]).
-fn as_instance(mut registration: Registration, instance: &str) -> Result<Registration, String> {
+fn as_instance(
+    mut registration: Registration,
+    instance: &str,
+) -> Result<Registration, InstanceError> {
     if registration.name == instance {
         return Ok(registration);
     }
     if let Some(finalizer) = &registration.finalizer {
         registration.finalizer = Some(
             rekon_rules::settings::instance_finalizer(finalizer, instance).ok_or_else(|| {
-                format!(
-                    "its finalizer {finalizer:?} with the instance name appended is not a valid qualified name (the part after '/' would exceed 63 characters)"
-                )
+                InstanceError::Finalizer {
+                    finalizer: finalizer.clone(),
+                }
             })?,
         );
     }
     registration.name = instance.to_owned();
+    validate_registration(&registration)?;
     Ok(registration)
+}
+
+/// Why a registration cannot run as an instance.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+enum InstanceError {
+    /// The finalizer with the instance name appended is too long.
+    #[error(
+        "its finalizer {finalizer:?} with the instance name appended is not a valid qualified name (the part after '/' would exceed 63 characters)"
+    )]
+    Finalizer {
+        /// The registration's finalizer.
+        finalizer: String,
+    },
+    /// The renamed registration breaks a rule (the name is no DNS label).
+    #[error(transparent)]
+    Invalid(#[from] InvalidRegistration),
 }
 
 /// A plugin that compiled, linked and registered. Cheap to clone; a call
@@ -275,20 +309,20 @@ impl LoadedPlugin {
         )?
         .convert();
         timings.register = started.elapsed();
-        validate_registration(&registration).map_err(|reason| LoadError::InvalidRegistration {
+        validate_registration(&registration).map_err(|e| LoadError::InvalidRegistration {
             origin: origin.clone(),
-            reason,
+            reason: e.to_string(),
         })?;
         let registered_as = registration.name.clone();
         let registration = match &options.instance {
             None => registration,
-            Some(instance) => as_instance(registration, instance)
-                .and_then(|r| validate_registration(&r).map(|()| r))
-                .map_err(|reason| LoadError::Instance {
+            Some(instance) => {
+                as_instance(registration, instance).map_err(|e| LoadError::Instance {
                     origin: origin.clone(),
                     instance: instance.clone(),
-                    reason,
-                })?,
+                    reason: e.to_string(),
+                })?
+            }
         };
         let settings_schema = match schema {
             Some(s) if s.len() > MAX_SETTINGS_SCHEMA_BYTES => {

@@ -73,7 +73,7 @@ pub use bindings::types::{LogLevel, ReadError, ReconcileError};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
 pub use host_reads::{HostReads, NoReads};
-pub use loaded::{LoadOptions, LoadedPlugin, PluginSession};
+pub use loaded::{LoadOneError, LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
 pub use registry::{
     PluginRegistry, PluginStatus, Refusal, RegistryEvent, is_shadow_file, settings_file,
@@ -81,4 +81,4 @@ pub use registry::{
 pub use runtime::{
     CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };
-pub use validation::validate_registration;
+pub use validation::{InvalidRegistration, validate_registration};

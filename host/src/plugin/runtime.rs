@@ -254,9 +254,9 @@ impl PluginRuntime {
             digest: started.elapsed(),
             ..LoadTimings::default()
         };
-        contract::precheck(bytes).map_err(|reason| LoadError::WrongWorld {
+        contract::precheck(bytes).map_err(|e| LoadError::WrongWorld {
             origin: origin.clone(),
-            reason,
+            reason: e.to_string(),
         })?;
         let started = Instant::now();
         let hits = self.inner.cache_hits.load(Ordering::Relaxed);
@@ -351,16 +351,18 @@ impl PluginRuntime {
         let started = Instant::now();
         let artifact = compile_apart(&self.inner.compile_config, bytes).map_err(|e| {
             let message = format!("{e:#}");
-            if message.contains("expected a WebAssembly component") {
-                LoadError::WrongWorld {
+            // Classified by what the bytes are, not by the message: only a
+            // component is a plugin ([`contract::precheck`] said so before
+            // a load; a caller of this alone may not have asked).
+            match contract::precheck(bytes) {
+                Err(_) => LoadError::WrongWorld {
                     origin: origin.to_string(),
                     reason: message,
-                }
-            } else {
-                LoadError::Compile {
+                },
+                Ok(()) => LoadError::Compile {
                     origin: origin.to_string(),
                     message,
-                }
+                },
             }
         })?;
         release_compile_memory();

@@ -7,16 +7,25 @@ use rekon_rules::registration as rules;
 
 use crate::action::{ClusterSet, Mapping, Registration, Resource};
 
+/// A registration the shared rules refuse: every problem found (shown
+/// joined with `; `).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .problems.join("; "))]
+pub struct InvalidRegistration {
+    /// Each problem, as `rekon_rules::registration::problems` words it.
+    pub problems: Vec<String>,
+}
+
 /// Checks a registration as the host does when it loads a plugin.
 ///
 /// # Errors
-/// Every problem found, joined with `; `.
-pub fn validate_registration(reg: &Registration) -> Result<(), String> {
+/// [`InvalidRegistration`], with every problem found.
+pub fn validate_registration(reg: &Registration) -> Result<(), InvalidRegistration> {
     let problems = rules::problems(&spec(reg));
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(InvalidRegistration { problems })
     }
 }
 
