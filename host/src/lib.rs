@@ -7,7 +7,7 @@
 //!
 //! | floor | modules | what |
 //! |---|---|---|
-//! | 1 | [`telemetry`], [`action`], [`queue`] | metrics, Events and the HTTP server; the decision vocabulary; the work queue and backoff |
+//! | 1 | [`telemetry`], [`action`], [`queue`], [`files`] | metrics, Events and the HTTP server; the decision vocabulary; the work queue and backoff; files written whole |
 //! | 2 | [`cluster`], [`lease`] | the cluster registry; leader election and shards |
 //! | 3 | [`cache`] | shared watches and stores |
 //! | 4 | [`plugin`], [`writer`] | the wasm runtime; performing actions (they meet only in [`action`]) |
@@ -25,6 +25,7 @@ pub mod change;
 pub mod cluster;
 pub mod commands;
 pub mod controller;
+pub mod files;
 pub mod lease;
 pub mod plugin;
 pub mod queue;

@@ -22,6 +22,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("telemetry", 1),
     ("action", 1),
     ("queue", 1),
+    ("files", 1),
     ("cluster", 2),
     ("lease", 2),
     ("cache", 3),

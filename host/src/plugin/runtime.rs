@@ -3,7 +3,6 @@
 //! (`InstancePre`) → `register` → validate the registration.
 
 use std::hash::{Hash, Hasher};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,6 +17,7 @@ use super::bindings::{Plugin, PluginPre};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
 use super::sandbox::{CallState, Limits};
+use crate::files::write_atomically;
 
 /// The wasmtime version compiled artifacts are keyed by (also covered by
 /// the engine's compatibility hash; kept explicit in the file name).
@@ -377,7 +377,7 @@ impl PluginRuntime {
         // mapped from it, shared with the page cache, as after a restart),
         // else from memory.
         if let Some(file) = cached {
-            match write_cache(&artifact, &file) {
+            match write_atomically(&file, &artifact) {
                 Ok(()) => {
                     // SAFETY: as above: our own artifact, just written by us
                     // (temp file + atomic rename) for this engine's
@@ -526,27 +526,6 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
 fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
     let compiler = Engine::new(config)?;
     compiler.precompile_component(bytes)
-}
-
-/// Writes a compiled artifact to `file` via a temporary file in the same
-/// directory and an atomic rename.
-fn write_cache(bytes: &[u8], file: &Path) -> Result<(), String> {
-    let dir = file.parent().ok_or("cache file has no directory")?;
-    let tmp = dir.join(format!(
-        ".{}.{}.tmp",
-        file.file_name().and_then(|n| n.to_str()).unwrap_or("cache"),
-        std::process::id()
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, file)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|e| e.to_string())
 }
 
 /// Upper bound of a freed table kept resident (only its dirtied pages, and

@@ -17,6 +17,7 @@ use crate::action::{Resource, Scope};
 use crate::cache::{CacheManager, RawObject, Resolver, ResourceId};
 use crate::cluster::{Cluster, ClusterRegistry, Health, is_connectivity_error};
 use crate::lease::LeaderGate;
+use crate::queue::Backoff;
 
 /// (cluster, plugin) of an Event recorder.
 type RecorderKey = (String, String);
@@ -317,10 +318,13 @@ pub(super) fn describe(id: &ResourceId, namespace: Option<&str>, name: &str) -> 
     }
 }
 
+/// The writer's retries inside one request: 50 ms doubling, at most 3.2 s.
+const WRITE_RETRY: Backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(3200));
+
 /// How long to wait before retrying after `err`, or `None` if it must not be
 /// retried inside the writer.
 fn retry_wait(err: &kube::Error, attempt: u32, retry_conflict: bool) -> Option<Duration> {
-    let backoff = Duration::from_millis(50).saturating_mul(1 << attempt.min(6));
+    let backoff = WRITE_RETRY.delay(attempt + 1);
     match err {
         kube::Error::Api(s) if s.code == 429 || s.code >= 500 => Some(
             s.details

@@ -1,0 +1,82 @@
+//! The disk cache of manifests and modules, by digest.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::reference::{hex_of, sha256_digest, wasm_layer};
+use crate::files::write_atomically;
+
+/// Manifests and modules on disk, by digest. Every read is verified
+/// against its digest (a damaged file is removed and refetched); every
+/// write goes to a temporary file renamed into place. Write failures are
+/// logged, not returned: a fetch that could not be cached still succeeded.
+#[derive(Debug, Clone)]
+pub(super) struct ModuleCache {
+    dir: Option<PathBuf>,
+}
+
+impl ModuleCache {
+    /// A cache in `dir` (`None`: nothing is cached).
+    pub(super) fn new(dir: Option<PathBuf>) -> Self {
+        Self { dir }
+    }
+
+    fn path(&self, kind: &str, digest: &str) -> Option<PathBuf> {
+        let hex = hex_of(digest)?;
+        Some(self.dir.as_ref()?.join(kind).join("sha256").join(hex))
+    }
+
+    /// The content of `kind/digest`, when present and intact.
+    async fn read(&self, kind: &str, digest: &str) -> Option<Vec<u8>> {
+        let path = self.path(kind, digest)?;
+        let bytes = tokio::fs::read(&path).await.ok()?;
+        if sha256_digest(&bytes) == digest {
+            return Some(bytes);
+        }
+        tracing::warn!(path = %path.display(), "damaged cache entry; removing it");
+        let _ = tokio::fs::remove_file(&path).await;
+        None
+    }
+
+    /// The cached module with `layer_digest`.
+    pub(super) async fn module(&self, layer_digest: &str) -> Option<Arc<[u8]>> {
+        self.read("modules", layer_digest).await.map(Arc::from)
+    }
+
+    /// The cached artifact with manifest `digest`: its layer digest and
+    /// module, when both are cached.
+    pub(super) async fn artifact(&self, digest: &str) -> Option<(String, Arc<[u8]>)> {
+        let manifest = self.read("manifests", digest).await?;
+        let layer = wasm_layer(&manifest).ok()?;
+        let module = self.module(&layer.digest).await?;
+        Some((layer.digest, module))
+    }
+
+    pub(super) async fn store(
+        &self,
+        manifest_digest: &str,
+        manifest: &[u8],
+        layer_digest: &str,
+        module: &[u8],
+    ) {
+        for (kind, digest, bytes) in [
+            ("modules", layer_digest, module),
+            ("manifests", manifest_digest, manifest),
+        ] {
+            let Some(path) = self.path(kind, digest) else {
+                continue;
+            };
+            if tokio::fs::try_exists(&path).await.unwrap_or(false) {
+                continue;
+            }
+            let (target, owned) = (path.clone(), bytes.to_vec());
+            let write = tokio::task::spawn_blocking(move || write_atomically(&target, &owned));
+            let written = write
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            if let Err(e) = written {
+                tracing::warn!(path = %path.display(), error = %e, "failed to cache a plugin artifact");
+            }
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! [`Fetcher::fetch`]: reference → manifest → one verified wasm layer,
+//! through the disk cache, with retries while the registry is unreachable.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::errors::{DigestError, OciDistributionError};
+use oci_client::manifest::{
+    IMAGE_MANIFEST_MEDIA_TYPE, OCI_IMAGE_INDEX_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE,
+};
+use oci_client::{Client, Reference};
+
+use super::auth::RegistryAuth;
+use super::cache::ModuleCache;
+use super::error::{FetchError, classify, error_chain};
+use super::reference::{
+    is_loopback, parse_reference, pinned_digest, pinned_reference, sha256_digest, wasm_layer,
+};
+use crate::queue::Backoff;
+use crate::telemetry::metrics::Metrics;
+
+/// The longest wait between two attempts of one fetch.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
+
+/// How a [`Fetcher`] talks to registries and where it caches.
+#[derive(Debug, Clone)]
+pub struct OciConfig {
+    /// Cache of fetched manifests and modules, by digest
+    /// (`<dir>/manifests/sha256/<hex>`, `<dir>/modules/sha256/<hex>`).
+    /// `None`: nothing is cached and every fetch pulls.
+    pub cache_dir: Option<PathBuf>,
+    /// Registries (`host[:port]`, as written in references) spoken to over
+    /// plain HTTP although they are not on a loopback address.
+    pub insecure_registries: Vec<String>,
+    /// The longest one attempt (manifest and layer) may take; also the
+    /// connect and read timeouts of each request.
+    pub timeout: Duration,
+    /// Retries of an attempt that found the registry unreachable (timeout,
+    /// refused connection, 5xx), with exponential backoff from
+    /// [`OciConfig::backoff`].
+    pub retries: u32,
+    /// The first retry's delay; each next one doubles it (at most 30 s).
+    pub backoff: Duration,
+    /// The largest module accepted, checked against the manifest before the
+    /// download and enforced while downloading.
+    pub max_module_bytes: u64,
+}
+
+impl Default for OciConfig {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            insecure_registries: Vec::new(),
+            timeout: Duration::from_secs(30),
+            retries: 3,
+            backoff: Duration::from_millis(500),
+            max_module_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// When a fetch may be answered from the disk cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PullPolicy {
+    /// A digest-pinned reference (or an expected digest) whose manifest and
+    /// module are cached is not fetched at all; a tag is always resolved
+    /// (one manifest request), its module downloaded only when not cached.
+    #[default]
+    IfNotPresent,
+    /// The manifest is always fetched (a digest-pinned one too, so a
+    /// vanished artifact is noticed); the module is downloaded only when not
+    /// cached (it is content-addressed and verified).
+    Always,
+}
+
+/// A verified plugin module.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The reference as given.
+    pub reference: String,
+    /// The same artifact pinned: `registry/repository@sha256:…`.
+    pub pinned: String,
+    /// `sha256:…` of the manifest: what a Plugin's status records.
+    pub manifest_digest: String,
+    /// `sha256:…` of the layer, the component's bytes.
+    pub layer_digest: String,
+    /// The component, verified against `layer_digest`.
+    pub bytes: Arc<[u8]>,
+    /// The module came from the disk cache (nothing was downloaded; with
+    /// [`PullPolicy::Always`] the manifest was still fetched).
+    pub from_cache: bool,
+}
+
+/// Fetches plugin modules from OCI registries and publishes them. Cheap to
+/// share behind an `Arc`; every call builds its own registry client, so
+/// credentials (one Plugin's pull Secret) never leak into another call.
+#[derive(Debug, Clone)]
+pub struct Fetcher {
+    pub(super) config: OciConfig,
+    cache: ModuleCache,
+    metrics: Option<Metrics>,
+}
+
+impl Fetcher {
+    /// A fetcher with `config`; installs rustls' ring provider as the
+    /// process default when none is (the registry client's TLS uses it).
+    #[must_use]
+    pub fn new(config: OciConfig) -> Self {
+        // Err means a provider is already installed: fine either way.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Self {
+            cache: ModuleCache::new(config.cache_dir.clone()),
+            config,
+            metrics: None,
+        }
+    }
+
+    /// Counts every fetch in `metrics` (`rekon_plugin_fetch_total{outcome}`,
+    /// `rekon_plugin_fetch_duration_seconds`).
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &OciConfig {
+        &self.config
+    }
+
+    /// Fetches the component `reference` names; see the [module docs](self)
+    /// for the steps. `expected_digest` (`sha256:…`) pins the manifest
+    /// digest (a Plugin's `spec.digest`): anything else is refused.
+    pub async fn fetch(
+        &self,
+        reference: &str,
+        expected_digest: Option<&str>,
+        policy: PullPolicy,
+        auth: &RegistryAuth,
+    ) -> Result<Fetched, FetchError> {
+        let started = Instant::now();
+        let result = self
+            .fetch_unmetered(reference, expected_digest, policy, auth)
+            .await;
+        if let Some(metrics) = &self.metrics {
+            let outcome = match &result {
+                Ok(f) if f.from_cache => "cached",
+                Ok(_) => "pulled",
+                Err(e) => e.outcome(),
+            };
+            metrics.plugin_fetched(outcome, started.elapsed());
+        }
+        match &result {
+            Ok(f) => tracing::debug!(
+                reference,
+                digest = %f.manifest_digest,
+                from_cache = f.from_cache,
+                "fetched plugin"
+            ),
+            Err(e) => tracing::warn!(reference, error = %e, "failed to fetch plugin"),
+        }
+        result
+    }
+
+    /// The module of the artifact with manifest digest `digest` from the
+    /// disk cache alone (verified as on every cache read; no registry is
+    /// asked): the layer digest and the component's bytes.
+    pub async fn cached(&self, digest: &str) -> Option<(String, Arc<[u8]>)> {
+        self.cache.artifact(digest).await
+    }
+
+    async fn fetch_unmetered(
+        &self,
+        reference: &str,
+        expected_digest: Option<&str>,
+        policy: PullPolicy,
+        auth: &RegistryAuth,
+    ) -> Result<Fetched, FetchError> {
+        let parsed = parse_reference(reference).map_err(|detail| FetchError::InvalidReference {
+            reference: reference.to_string(),
+            detail,
+        })?;
+        let pinned = pinned_digest(reference, parsed.digest(), expected_digest)?;
+        if policy == PullPolicy::IfNotPresent
+            && let Some(digest) = &pinned
+            && let Some((layer_digest, bytes)) = self.cache.artifact(digest).await
+        {
+            return Ok(Fetched {
+                reference: reference.to_string(),
+                pinned: pinned_reference(&parsed, digest),
+                manifest_digest: digest.clone(),
+                layer_digest,
+                bytes,
+                from_cache: true,
+            });
+        }
+        let mut attempt = 0;
+        loop {
+            let result = tokio::time::timeout(
+                self.config.timeout,
+                self.pull(reference, &parsed, pinned.as_deref(), auth),
+            )
+            .await
+            .unwrap_or_else(|_| {
+                Err(FetchError::Unreachable {
+                    reference: reference.to_string(),
+                    detail: format!("timed out after {:?}", self.config.timeout),
+                })
+            });
+            match result {
+                Err(e) if e.is_transient() && attempt < self.config.retries => {
+                    let delay =
+                        Backoff::new(self.config.backoff, MAX_RETRY_DELAY).delay(attempt + 1);
+                    tracing::debug!(reference, error = %e, ?delay, "registry unreachable; retrying");
+                    tokio::time::sleep(delay).await;
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// One attempt: manifest, checks, layer (or the cached module), cache.
+    async fn pull(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        pinned: Option<&str>,
+        auth: &RegistryAuth,
+    ) -> Result<Fetched, FetchError> {
+        let classify = |e| classify(reference, e);
+        let client = self.client(parsed).map_err(classify)?;
+        let (manifest_bytes, _) = client
+            .pull_manifest_raw(
+                parsed,
+                &auth.to_oci(),
+                &[
+                    OCI_IMAGE_MEDIA_TYPE,
+                    IMAGE_MANIFEST_MEDIA_TYPE,
+                    OCI_IMAGE_INDEX_MEDIA_TYPE,
+                ],
+            )
+            .await
+            .map_err(classify)?;
+        let manifest_digest = sha256_digest(&manifest_bytes);
+        if let Some(expected) = pinned
+            && expected != manifest_digest
+        {
+            return Err(FetchError::DigestMismatch {
+                reference: reference.to_string(),
+                what: "manifest",
+                expected: expected.to_string(),
+                found: manifest_digest,
+            });
+        }
+        let layer = wasm_layer(&manifest_bytes).map_err(|detail| FetchError::NotAWasmArtifact {
+            reference: reference.to_string(),
+            detail,
+        })?;
+        let limit = self.config.max_module_bytes;
+        let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
+        if declared > limit {
+            return Err(FetchError::TooLarge {
+                reference: reference.to_string(),
+                size: declared,
+                limit,
+            });
+        }
+        let (bytes, from_cache) = match self.cache.module(&layer.digest).await {
+            Some(bytes) => (bytes, true),
+            None => {
+                let stream = client
+                    .pull_blob_stream(parsed, &layer)
+                    .await
+                    .map_err(classify)?;
+                let bytes = read_limited(stream, limit)
+                    .await
+                    .map_err(|e| e.into_fetch_error(reference, limit))?;
+                let found = sha256_digest(&bytes);
+                if found != layer.digest {
+                    return Err(FetchError::DigestMismatch {
+                        reference: reference.to_string(),
+                        what: "layer",
+                        expected: layer.digest,
+                        found,
+                    });
+                }
+                (Arc::<[u8]>::from(bytes), false)
+            }
+        };
+        self.cache
+            .store(&manifest_digest, &manifest_bytes, &layer.digest, &bytes)
+            .await;
+        Ok(Fetched {
+            reference: reference.to_string(),
+            pinned: pinned_reference(parsed, &manifest_digest),
+            manifest_digest,
+            layer_digest: layer.digest,
+            bytes,
+            from_cache,
+        })
+    }
+
+    /// A client for the reference's registry: plain HTTP for loopback and
+    /// the configured insecure registries, TLS otherwise.
+    pub(super) fn client(&self, reference: &Reference) -> Result<Client, OciDistributionError> {
+        let registry = reference.resolve_registry();
+        let plain = is_loopback(registry)
+            || self
+                .config
+                .insecure_registries
+                .iter()
+                .any(|r| r.eq_ignore_ascii_case(registry) || r == reference.registry());
+        Client::try_from(ClientConfig {
+            protocol: if plain {
+                ClientProtocol::Http
+            } else {
+                ClientProtocol::Https
+            },
+            connect_timeout: Some(self.config.timeout),
+            read_timeout: Some(self.config.timeout),
+            platform_resolver: None,
+            ..ClientConfig::default()
+        })
+    }
+}
+
+/// Why [`read_limited`] stopped.
+#[derive(Debug)]
+enum ReadError {
+    /// More than the limit arrived; how much was read when it stopped.
+    TooLarge(u64),
+    /// The stream failed.
+    Io(std::io::Error),
+}
+
+impl ReadError {
+    fn into_fetch_error(self, reference: &str, limit: u64) -> FetchError {
+        match self {
+            Self::TooLarge(size) => FetchError::TooLarge {
+                reference: reference.to_string(),
+                size,
+                limit,
+            },
+            Self::Io(e) => {
+                // oci-client's verifying stream reports a digest mismatch
+                // as an I/O error wrapping its `DigestError`.
+                if let Some(DigestError::VerificationError { expected, actual }) =
+                    e.get_ref().and_then(|inner| inner.downcast_ref())
+                {
+                    return FetchError::DigestMismatch {
+                        reference: reference.to_string(),
+                        what: "layer",
+                        expected: expected.clone(),
+                        found: actual.clone(),
+                    };
+                }
+                FetchError::Unreachable {
+                    reference: reference.to_string(),
+                    detail: format!("download interrupted: {}", error_chain(&e)),
+                }
+            }
+        }
+    }
+}
+
+/// Reads `stream` into memory, stopping as soon as more than `limit` bytes
+/// arrived (a registry may send more than the manifest declared).
+async fn read_limited<S>(mut stream: S, limit: u64) -> Result<Vec<u8>, ReadError>
+where
+    S: Stream<Item = Result<bytes::Bytes, std::io::Error>> + Unpin,
+{
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(ReadError::Io)?;
+        let size = (out.len() + chunk.len()) as u64;
+        if size > limit {
+            return Err(ReadError::TooLarge(size));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn read_limited_stops_at_the_limit() {
+        let chunks = |n: usize| {
+            futures::stream::iter(
+                (0..n).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from_static(&[7; 100]))),
+            )
+        };
+        let read = tokio::time::timeout(Duration::from_secs(5), read_limited(chunks(3), 300))
+            .await
+            .expect("likely deadlocked");
+        assert_eq!(read.unwrap().len(), 300);
+        // A registry sending more than declared is cut off at the chunk
+        // that crosses the limit, not after the whole body.
+        let read = read_limited(chunks(1_000), 250).await;
+        assert!(matches!(read, Err(ReadError::TooLarge(300))), "{read:?}");
+    }
+
+    #[test]
+    fn retries_back_off_doubling_up_to_30s() {
+        let backoff = Backoff::new(Duration::from_millis(500), MAX_RETRY_DELAY);
+        assert_eq!(backoff.delay(1), Duration::from_millis(500));
+        assert_eq!(backoff.delay(3), Duration::from_secs(2));
+        assert_eq!(backoff.delay(41), Duration::from_secs(30));
+    }
+}
