@@ -97,6 +97,10 @@ if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
   say "installing the official Kubernetes Python client (kube-sim is checked with it)"
   pip_install kubernetes
 fi
+if ! python3 -c 'import cryptography' >/dev/null 2>&1; then
+  say "installing Python's cryptography (the independent side of the plugin signature tests)"
+  pip_install cryptography
+fi
 
 # --- npm: the TypeScript SDK and its port, from the committed lock files ------
 for d in sdk/typescript plugins/test-fanout-ts; do

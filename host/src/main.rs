@@ -161,6 +161,18 @@ struct OpsArgs {
     /// Address of `/healthz` and `/readyz` (`off` to disable); may equal --metrics-addr.
     #[arg(long, env = "REKON_PROBE_ADDR", default_value = "0.0.0.0:8080", value_parser = parse_addr)]
     probe_addr: Addr,
+    /// Serve `/metrics` over HTTPS to authorized scrapers only, as
+    /// controller-runtime does: each bearer token is checked with a
+    /// TokenReview and a SubjectAccessReview (`get` on `/metrics`) in the
+    /// primary cluster (401 without a valid token, 403 without the right).
+    /// Needs its own --metrics-addr (conventionally :8443); probes stay plain.
+    #[arg(long, env = "REKON_METRICS_SECURE")]
+    metrics_secure: bool,
+    /// Directory with `tls.crt` and `tls.key` (a mounted TLS Secret) for
+    /// --metrics-secure, reloaded when they change (default: a self-signed
+    /// certificate).
+    #[arg(long, env = "REKON_METRICS_CERT_DIR", requires = "metrics_secure")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Elect a leader on a coordination.k8s.io Lease in the primary cluster;
     /// only the leader reconciles and writes.
     #[arg(long, env = "REKON_LEADER_ELECT")]
@@ -211,6 +223,25 @@ struct OpsArgs {
 /// A listen address, or `off`.
 #[derive(Clone, Copy, Debug)]
 struct Addr(Option<std::net::SocketAddr>);
+
+/// `KEY=VALUE` of `--annotation`.
+fn parse_annotation(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("expected KEY=VALUE, got {s:?}"))
+}
+
+/// `registry/repository@digest` for a pushed `reference` (tag dropped).
+fn pin(reference: &str, digest: &str) -> String {
+    let name = reference.split('@').next().unwrap_or(reference);
+    let repo = match name.rsplit_once(':') {
+        // A colon after the last slash is a tag; before it, a port.
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => name,
+    };
+    format!("{repo}@{digest}")
+}
 
 fn parse_addr(s: &str) -> Result<Addr, String> {
     if s == "off" || s.is_empty() {
@@ -276,6 +307,11 @@ impl OpsArgs {
         rekon::app::ops::OpsConfig {
             metrics_addr: self.metrics_addr.0,
             probe_addr: self.probe_addr.0,
+            metrics_secure: self
+                .metrics_secure
+                .then_some(rekon::app::ops::MetricsSecurity {
+                    cert_dir: self.metrics_cert_dir,
+                }),
             leader_election,
             sharding,
             cluster_dir: self.cluster_dir,
@@ -350,6 +386,10 @@ struct RbacArgs {
     /// `rekon run --plugin-objects`).
     #[arg(long)]
     no_plugin_objects: bool,
+    /// Leave out the token and access reviews of secured metrics and the
+    /// metrics-reader ClusterRole (no `rekon run --metrics-secure`).
+    #[arg(long)]
+    no_metrics_auth: bool,
     /// Operator permission policy: the RBAC covers only the effective
     /// (declared and allowed) permissions.
     #[arg(long)]
@@ -407,6 +447,53 @@ enum PluginCommand {
         file: PathBuf,
         /// Where to push: `registry/repository:tag`.
         reference: String,
+        /// Sign the pushed manifest with this key (as `rekon plugin sign`).
+        #[arg(long, value_name = "KEY")]
+        sign: Option<PathBuf>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Write a new signing key pair: `<out>.key` (unencrypted PKCS#8 PEM,
+    /// mode 0600) and `<out>.pub` (the public key, as cosign's `cosign.pub`).
+    Keygen {
+        /// Path prefix of the two files.
+        #[arg(long, default_value = "cosign")]
+        out: PathBuf,
+        /// `ecdsa-p256` (cosign's default) or `ed25519`.
+        #[arg(long, default_value = "ecdsa-p256")]
+        algorithm: String,
+    },
+    /// Sign the module REF names (its manifest digest) with KEY, in
+    /// cosign's format (a `sha256-<digest>.sig` tag beside it): `cosign
+    /// verify --key` and Plugin objects' `verification` read it. KEY is an
+    /// unencrypted PKCS#8 PEM key, ECDSA P-256 or Ed25519.
+    Sign {
+        /// `registry/repository:tag` or `@sha256:…`.
+        reference: String,
+        /// The signing key (PKCS#8 PEM).
+        #[arg(long)]
+        key: PathBuf,
+        /// `KEY=VALUE` carried in the signed payload (repeatable).
+        #[arg(long = "annotation", value_name = "KEY=VALUE", value_parser = parse_annotation)]
+        annotations: Vec<(String, String)>,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Verify the signatures of the module REF names against public keys
+    /// (PEM, cosign's `cosign.pub`); exits non-zero saying why when they do
+    /// not satisfy the keys, the minimum and the annotations.
+    Verify {
+        /// `registry/repository:tag` or `@sha256:…`.
+        reference: String,
+        /// A trusted public key (repeatable).
+        #[arg(long, required = true)]
+        key: Vec<PathBuf>,
+        /// How many distinct keys must have signed.
+        #[arg(long, default_value_t = 1)]
+        minimum_matches: usize,
+        /// `KEY=VALUE` the signed payload must carry (repeatable).
+        #[arg(long = "annotation", value_name = "KEY=VALUE", value_parser = parse_annotation)]
+        annotations: Vec<(String, String)>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -664,15 +751,75 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin(PluginCommand::Push {
             file,
             reference,
+            sign,
             registry,
         }) => {
-            let pushed = tokio::runtime::Runtime::new()?.block_on(rekon::commands::push::push(
-                &file,
+            let options = registry.options();
+            let runtime = tokio::runtime::Runtime::new()?;
+            let pushed =
+                runtime.block_on(rekon::commands::push::push(&file, &reference, &options))?;
+            eprintln!("pushed {} {} to {reference}", pushed.name, pushed.version);
+            if let Some(key) = sign {
+                let pinned = pin(&reference, &pushed.digest);
+                let signed = runtime.block_on(rekon::commands::sign::sign(
+                    &pinned,
+                    &key,
+                    &Default::default(),
+                    &options,
+                ))?;
+                eprintln!("signed {} ({})", signed.digest, signed.signature_reference);
+            }
+            println!("{}", pushed.digest);
+        }
+        Command::Plugin(PluginCommand::Keygen { out, algorithm }) => {
+            let algorithm = algorithm.parse()?;
+            let (private, public) = rekon::commands::sign::keygen(&out, algorithm)?;
+            eprintln!(
+                "wrote {} (keep it secret) and {}",
+                private.display(),
+                public.display()
+            );
+        }
+        Command::Plugin(PluginCommand::Sign {
+            reference,
+            key,
+            annotations,
+            registry,
+        }) => {
+            let signed = tokio::runtime::Runtime::new()?.block_on(rekon::commands::sign::sign(
                 &reference,
+                &key,
+                &annotations.into_iter().collect(),
                 &registry.options(),
             ))?;
-            eprintln!("pushed {} {} to {reference}", pushed.name, pushed.version);
-            println!("{}", pushed.digest);
+            let note = if signed.already_signed {
+                " (already signed with this key)"
+            } else {
+                ""
+            };
+            eprintln!("signed {reference} {}{note}", signed.digest);
+            println!("{}", signed.signature_reference);
+        }
+        Command::Plugin(PluginCommand::Verify {
+            reference,
+            key,
+            minimum_matches,
+            annotations,
+            registry,
+        }) => {
+            let verified =
+                tokio::runtime::Runtime::new()?.block_on(rekon::commands::sign::verify(
+                    &reference,
+                    &key,
+                    minimum_matches,
+                    annotations.into_iter().collect(),
+                    &registry.options(),
+                ))?;
+            println!(
+                "{reference} ({}) verified, signed by {}",
+                verified.digest,
+                verified.signers.join(", ")
+            );
         }
         Command::Plugin(PluginCommand::Manifest {
             file,
@@ -749,6 +896,7 @@ fn main() -> anyhow::Result<()> {
                 primary: !args.remote,
                 secret_provider: !args.no_secret_provider,
                 plugin_objects: !args.no_plugin_objects,
+                metrics_auth: !args.no_metrics_auth,
             };
             print!(
                 "{}",

@@ -27,7 +27,9 @@ use crate::lease::{self as leader, LeaderElectionConfig, LeaderElector, LeaderGa
 use crate::plugin::PluginRegistry;
 use crate::telemetry::events::HostEvents;
 use crate::telemetry::metrics::Metrics;
-use crate::telemetry::server::{self, OpsServer, Readiness};
+use crate::telemetry::scrape_auth::ScrapeAuth;
+use crate::telemetry::server::{self, OpsServer, Readiness, SecureMetrics};
+use crate::telemetry::serving_cert::{CertError, ServingCert};
 
 /// Errors of setting up the operations side.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,9 @@ pub enum OpsError {
     /// The metrics/probe server could not bind.
     #[error("failed to start the ops server")]
     Server(#[from] server::Error),
+    /// The metrics serving certificate could not be loaded or made.
+    #[error("failed to set up the metrics serving certificate")]
+    Cert(#[from] CertError),
     /// Leader election is misconfigured.
     #[error("failed to set up leader election")]
     Leader(#[from] leader::Error),
@@ -75,6 +80,8 @@ pub struct OpsConfig {
     pub metrics_addr: Option<SocketAddr>,
     /// Address of `/healthz` and `/readyz` (same listener when equal to `metrics_addr`).
     pub probe_addr: Option<SocketAddr>,
+    /// Serve `/metrics` over TLS to reviewed tokens only (`--metrics-secure`).
+    pub metrics_secure: Option<MetricsSecurity>,
     /// Leader election; `None`: this process always leads.
     pub leader_election: Option<LeaderElectionConfig>,
     /// Sharding across replicas (excludes `leader_election`).
@@ -83,6 +90,36 @@ pub struct OpsConfig {
     pub cluster_dir: Option<PathBuf>,
     /// Labelled kubeconfig Secrets, one cluster each.
     pub cluster_secrets: Option<SecretSource>,
+}
+
+/// Secured metrics (`--metrics-secure`): HTTPS, each scrape's token
+/// reviewed against the primary cluster (`telemetry::server`).
+#[derive(Clone, Debug, Default)]
+pub struct MetricsSecurity {
+    /// `tls.crt` and `tls.key` (a mounted TLS Secret), reloaded when they
+    /// change; `None`: a self-signed certificate made at start.
+    pub cert_dir: Option<PathBuf>,
+}
+
+impl MetricsSecurity {
+    /// The serving certificate: the directory's, or self-signed for
+    /// localhost and the metrics Service's names in `POD_NAMESPACE`.
+    ///
+    /// # Errors
+    /// When the files cannot be loaded or the certificate made.
+    pub fn serving_cert(&self) -> Result<ServingCert, CertError> {
+        match &self.cert_dir {
+            Some(dir) => ServingCert::from_dir(dir),
+            None => {
+                let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+                if let Ok(ns) = std::env::var("POD_NAMESPACE") {
+                    names.push(format!("rekon-metrics.{ns}.svc"));
+                    names.push(format!("rekon-metrics.{ns}.svc.cluster.local"));
+                }
+                ServingCert::self_signed(names)
+            }
+        }
+    }
 }
 
 /// The operations side of a running host; see the [module docs](self).
@@ -95,6 +132,7 @@ pub struct Ops {
     fatal: watch::Sender<Option<String>>,
     server: Option<OpsServer>,
     host_events: HostEvents,
+    primary: kube::Client,
 }
 
 impl std::fmt::Debug for Ops {
@@ -163,6 +201,7 @@ impl Ops {
             fatal: watch::channel(None).0,
             server: None,
             host_events,
+            primary: primary.client(),
         })
     }
 
@@ -200,23 +239,35 @@ impl Ops {
         if self.server.is_none()
             && (self.config.metrics_addr.is_some() || self.config.probe_addr.is_some())
         {
-            let server = OpsServer::bind(
-                self.config.metrics_addr,
-                self.config.probe_addr,
-                self.metrics.clone(),
-                {
-                    let ready = readiness(engine);
-                    match self.shards.as_ref().map(|(s, _)| s.clone()) {
-                        // Informational, like `degraded`: holding no shard
-                        // (yet, or because of a rollout) is not unready.
-                        Some(shards) => ready.detail("shards", move || {
-                            vec![format!("holding {:?} of {}", shards.held(), shards.count())]
-                        }),
-                        None => ready,
-                    }
-                },
-            )
-            .await?;
+            let ready = readiness(engine);
+            let ready = match self.shards.as_ref().map(|(s, _)| s.clone()) {
+                // Informational, like `degraded`: holding no shard
+                // (yet, or because of a rollout) is not unready.
+                Some(shards) => ready.detail("shards", move || {
+                    vec![format!("holding {:?} of {}", shards.held(), shards.count())]
+                }),
+                None => ready,
+            };
+            let (metrics_addr, probe_addr) = (self.config.metrics_addr, self.config.probe_addr);
+            let server = match &self.config.metrics_secure {
+                Some(security) => {
+                    let secure = SecureMetrics {
+                        cert: std::sync::Arc::new(security.serving_cert()?),
+                        auth: ScrapeAuth::new(self.primary.clone()),
+                    };
+                    OpsServer::bind_secure(
+                        metrics_addr,
+                        probe_addr,
+                        self.metrics.clone(),
+                        ready,
+                        secure,
+                    )
+                    .await?
+                }
+                None => {
+                    OpsServer::bind(metrics_addr, probe_addr, self.metrics.clone(), ready).await?
+                }
+            };
             self.server = Some(server);
         }
         Ok(self

@@ -15,7 +15,11 @@
 //!   host itself needs there: the leader-election Lease, the kubeconfig
 //!   Secrets of the dynamic-cluster provider, and `get` of its own Pod (for
 //!   the uid of the Events it records about itself);
-//! - the two bindings to the host's ServiceAccount.
+//! - the two bindings to the host's ServiceAccount;
+//! - with secured metrics (primary cluster): `create` of `tokenreviews` and
+//!   `subjectaccessreviews` in the ClusterRole (each scrape is reviewed),
+//!   and a ClusterRole `<name>-metrics-reader` (`get` on `/metrics`) for
+//!   the operator to bind to the scraper's ServiceAccount.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -170,6 +174,9 @@ pub struct RbacOptions {
     /// Include what `rekon run --plugin-objects` needs in the primary
     /// cluster: Plugin objects (read, status written) and pull Secrets.
     pub plugin_objects: bool,
+    /// Include what `rekon run --metrics-secure` needs in the primary
+    /// cluster (token and access reviews) and the metrics-reader ClusterRole.
+    pub metrics_auth: bool,
 }
 
 impl Default for RbacOptions {
@@ -182,6 +189,7 @@ impl Default for RbacOptions {
             primary: true,
             secret_provider: true,
             plugin_objects: true,
+            metrics_auth: true,
         }
     }
 }
@@ -361,6 +369,12 @@ pub fn rbac_objects(
         cluster.add("rekon.dev", "plugins", ["get", "list", "watch"]);
         cluster.add("rekon.dev", "plugins/status", ["patch"]);
     }
+    let metrics_auth = opts.primary && opts.metrics_auth;
+    if metrics_auth {
+        // --metrics-secure: every scrape's token and right are reviewed.
+        cluster.add("authentication.k8s.io", "tokenreviews", ["create"]);
+        cluster.add("authorization.k8s.io", "subjectaccessreviews", ["create"]);
+    }
 
     let meta = |namespace: Option<&str>| ObjectMeta {
         name: Some(opts.name.clone()),
@@ -422,6 +436,20 @@ pub fn rbac_objects(
                 name: opts.name.clone(),
             },
             subjects: Some(vec![subject]),
+        }));
+    }
+    if metrics_auth {
+        // Bound by the operator to whoever scrapes (Prometheus' ServiceAccount).
+        let mut reader = meta(None);
+        reader.name = Some(format!("{}-metrics-reader", opts.name));
+        objects.push(to_value(&ClusterRole {
+            metadata: reader,
+            rules: Some(vec![PolicyRule {
+                non_resource_urls: Some(vec!["/metrics".into()]),
+                verbs: vec!["get".into()],
+                ..PolicyRule::default()
+            }]),
+            ..ClusterRole::default()
         }));
     }
     Ok(objects)
@@ -751,6 +779,48 @@ mod tests {
     }
 
     #[test]
+    fn secured_metrics_review_scrapes_and_ship_a_reader_role() {
+        let objects = rbac_objects(&[nodepool()], &RbacOptions::default()).unwrap();
+        let rules = rules_of(&objects, "ClusterRole");
+        let create = vec!["create".to_owned()];
+        assert!(rules.contains(&(
+            "authentication.k8s.io".into(),
+            vec!["tokenreviews".into()],
+            create.clone()
+        )));
+        assert!(rules.contains(&(
+            "authorization.k8s.io".into(),
+            vec!["subjectaccessreviews".into()],
+            create
+        )));
+        let reader = objects
+            .iter()
+            .find(|o| o["metadata"]["name"] == "rekon-metrics-reader")
+            .expect("a metrics-reader ClusterRole");
+        assert_eq!(
+            reader["rules"],
+            serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+        );
+        let off = RbacOptions {
+            metrics_auth: false,
+            ..RbacOptions::default()
+        };
+        let objects = rbac_objects(&[nodepool()], &off).unwrap();
+        assert!(
+            !rules_of(&objects, "ClusterRole")
+                .iter()
+                .any(|r| r.1 == ["tokenreviews"])
+        );
+        assert_eq!(
+            objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterRole")
+                .count(),
+            1
+        );
+    }
+
+    #[test]
     fn rbac_yaml_is_stable_and_parses() {
         let a = rbac_yaml(&[nodepool()], &RbacOptions::default()).unwrap();
         let b = rbac_yaml(&[nodepool()], &RbacOptions::default()).unwrap();
@@ -759,7 +829,8 @@ mod tests {
             .split("\n---\n")
             .map(|d| serde_yaml::from_str(d).unwrap())
             .collect();
-        assert_eq!(docs.len(), 4);
+        // ClusterRole, ClusterRoleBinding, Role, RoleBinding, metrics-reader.
+        assert_eq!(docs.len(), 5);
         assert_eq!(docs[0]["apiVersion"], "rbac.authorization.k8s.io/v1");
     }
 

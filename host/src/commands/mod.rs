@@ -9,6 +9,8 @@
 //!   ahead of `rekon run`.
 //! - [`push`]: `rekon plugin push`, and fetching a reference for
 //!   `rekon plugin inspect`.
+//! - [`sign`]: `rekon plugin keygen`, `sign`, `verify` and `push --sign`:
+//!   cosign-compatible signatures of modules in registries.
 //! - [`manifests`]: `rekon rbac` and `rekon crds`.
 //! - [`plugin_manifest`]: `rekon plugin manifest`, a Plugin object to review.
 //! - [`scaffold`]: `rekon plugin new`.
@@ -25,3 +27,4 @@ pub mod plugin_manifest;
 pub mod push;
 pub mod release;
 pub mod scaffold;
+pub mod sign;

@@ -83,7 +83,7 @@ pub struct RegistryOptions {
 }
 
 impl RegistryOptions {
-    fn fetcher(&self) -> Fetcher {
+    pub(crate) fn fetcher(&self) -> Fetcher {
         let defaults = OciConfig::default();
         Fetcher::new(OciConfig {
             insecure_registries: self.insecure_registries.clone(),
@@ -93,7 +93,7 @@ impl RegistryOptions {
     }
 
     /// The credentials for the registry of `reference`.
-    fn auth(&self, reference: &str) -> Result<RegistryAuth, RegistryCommandError> {
+    pub(crate) fn auth(&self, reference: &str) -> Result<RegistryAuth, RegistryCommandError> {
         if let (Some(username), Some(password)) = (&self.username, &self.password) {
             return Ok(RegistryAuth::Basic {
                 username: username.clone(),

@@ -8,6 +8,8 @@
 //! - [`events`]: [`events::HostEvents`], Events regarding the host's Pod.
 //! - [`server`]: the HTTP server; readiness checks are closures or watch
 //!   channels, so it knows nothing of the engine.
+//! - [`serving_cert`] and [`scrape_auth`]: secured metrics (TLS with a
+//!   certificate reloaded on change; each scrape's token reviewed).
 //!
 //! # Floor
 //! The bottom floor: imports nothing of the crate. Everything else may
@@ -15,4 +17,6 @@
 
 pub mod events;
 pub mod metrics;
+pub mod scrape_auth;
 pub mod server;
+pub mod serving_cert;

@@ -11,6 +11,13 @@
 //! Metrics and probes share one listener when their addresses are equal
 //! (the default, `0.0.0.0:8080`), else each gets its own.
 //!
+//! Secured ([`OpsServer::bind_secure`], `rekon run --metrics-secure`), as
+//! controller-runtime serves metrics since 0.16: `/metrics` alone on its
+//! listener, over TLS with a [`ServingCert`], each scrape's bearer token
+//! reviewed by [`ScrapeAuth`] (401 without a token or with one that
+//! authenticates nobody, 403 for a user without `get` on `/metrics`); the
+//! probes stay plain HTTP on their own listener, for the kubelet.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), rekon::telemetry::server::Error> {
 //! use rekon::telemetry::{metrics::Metrics, server::{OpsServer, Readiness}};
@@ -39,6 +46,8 @@ use tokio::sync::watch;
 use tracing::{debug, info};
 
 use super::metrics::{CONTENT_TYPE, Metrics};
+use super::scrape_auth::{Decision, ScrapeAuth};
+use super::serving_cert::ServingCert;
 
 /// Errors of the operations server.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +62,14 @@ pub enum Error {
         /// Cause.
         #[source]
         source: std::io::Error,
+    },
+    /// Secured metrics need a listener of their own: the probes stay plain.
+    #[error(
+        "secured metrics need their own address: --metrics-addr and --probe-addr are both {addr}"
+    )]
+    SharedSecureAddr {
+        /// The address.
+        addr: SocketAddr,
     },
     /// Serving failed.
     #[error("failed to serve {what} on {addr}")]
@@ -166,12 +183,32 @@ impl Readiness {
 struct AppState {
     metrics: Metrics,
     readiness: Readiness,
+    auth: Option<ScrapeAuth>,
+}
+
+/// How `/metrics` is secured: the certificate it serves and who reviews
+/// each scrape.
+#[derive(Debug, Clone)]
+pub struct SecureMetrics {
+    /// The serving certificate (files reloaded on change, or self-signed).
+    pub cert: Arc<ServingCert>,
+    /// Reviews each scrape's token.
+    pub auth: ScrapeAuth,
 }
 
 /// Bound listeners, ready to serve; see the [module docs](self).
-#[derive(Debug)]
 pub struct OpsServer {
     listeners: Vec<(&'static str, TcpListener, Router)>,
+    secure: Option<(TcpListener, Router, tokio_rustls::TlsAcceptor)>,
+}
+
+impl std::fmt::Debug for OpsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpsServer")
+            .field("addrs", &self.local_addrs())
+            .field("secure", &self.secure.is_some())
+            .finish()
+    }
 }
 
 impl OpsServer {
@@ -186,7 +223,11 @@ impl OpsServer {
         metrics: Metrics,
         readiness: Readiness,
     ) -> Result<Self> {
-        let state = AppState { metrics, readiness };
+        let state = AppState {
+            metrics,
+            readiness,
+            auth: None,
+        };
         let metrics_routes = Router::new().route("/metrics", get(serve_metrics));
         let probe_routes = Router::new()
             .route("/healthz", get(healthz))
@@ -224,15 +265,78 @@ impl OpsServer {
                 }
             }
         }
-        Ok(Self { listeners })
+        Ok(Self {
+            listeners,
+            secure: None,
+        })
     }
 
-    /// The bound addresses: `[shared]` or `[metrics, probe]`.
+    /// Like [`OpsServer::bind`] with `/metrics` secured by `secure` on
+    /// `metrics_addr` (which must differ from `probe_addr`); see the
+    /// [module docs](self).
+    ///
+    /// # Errors
+    /// When an address cannot be bound, or both addresses are equal.
+    pub async fn bind_secure(
+        metrics_addr: Option<SocketAddr>,
+        probe_addr: Option<SocketAddr>,
+        metrics: Metrics,
+        readiness: Readiness,
+        secure: SecureMetrics,
+    ) -> Result<Self> {
+        // Port 0 picks a free port for each: two listeners.
+        if let (Some(m), Some(p)) = (metrics_addr, probe_addr)
+            && m == p
+            && m.port() != 0
+        {
+            return Err(Error::SharedSecureAddr { addr: m });
+        }
+        let mut server = Self::bind(None, probe_addr, metrics.clone(), readiness.clone()).await?;
+        if let Some(addr) = metrics_addr {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind {
+                    what: "secure metrics",
+                    addr,
+                    source,
+                })?;
+            let router = Router::new()
+                .route("/metrics", get(serve_secure_metrics))
+                .with_state(AppState {
+                    metrics,
+                    readiness,
+                    auth: Some(secure.auth),
+                });
+            let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Bind {
+                what: "secure metrics",
+                addr,
+                source: std::io::Error::other(e),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(secure.cert);
+            config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            server.secure = Some((
+                listener,
+                router,
+                tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+            ));
+        }
+        Ok(server)
+    }
+
+    /// The bound addresses: `[shared]` or `[metrics, probe]` (secured:
+    /// `[metrics, probe]` too).
     #[must_use]
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners
+        self.secure
             .iter()
-            .filter_map(|(_, l, _)| l.local_addr().ok())
+            .map(|(l, _, _)| l)
+            .chain(self.listeners.iter().map(|(_, l, _)| l))
+            .filter_map(|l| l.local_addr().ok())
             .collect()
     }
 
@@ -260,6 +364,27 @@ impl OpsServer {
                     .map_err(|source| Error::Serve { what, addr, source })
             });
         }
+        if let Some((listener, router, acceptor)) = self.secure {
+            let addr = listener.local_addr().map_err(|source| Error::Serve {
+                what: "secure metrics",
+                addr: ([0, 0, 0, 0], 0).into(),
+                source,
+            })?;
+            info!(%addr, serving = "metrics (https, token reviewed)", "ops server listening");
+            let mut stop = stop_rx.clone();
+            servers.spawn(async move {
+                axum::serve(TlsListener::new(listener, acceptor, addr), router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+                    .map_err(|source| Error::Serve {
+                        what: "secure metrics",
+                        addr,
+                        source,
+                    })
+            });
+        }
         tokio::spawn(async move {
             shutdown.await;
             stop_tx.send_replace(true);
@@ -279,6 +404,119 @@ async fn serve_metrics(State(state): State<AppState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, CONTENT_TYPE)],
         state.metrics.encode(),
     )
+}
+
+/// `/metrics` for a reviewed bearer token only.
+async fn serve_secure_metrics(
+    State(state): State<AppState>,
+    headers: header::HeaderMap,
+) -> axum::response::Response {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let (Some(token), Some(auth)) = (token, &state.auth) else {
+        return (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response();
+    };
+    match auth.decide(token).await {
+        Ok(Decision::Allowed { .. }) => serve_metrics(State(state)).await.into_response(),
+        Ok(Decision::Unauthenticated { reason }) => {
+            debug!(%reason, "metrics scrape refused: token authenticates nobody");
+            (StatusCode::UNAUTHORIZED, "Unauthorized\n").into_response()
+        }
+        Ok(Decision::Forbidden { user, reason }) => {
+            debug!(%user, %reason, "metrics scrape refused: not allowed to get /metrics");
+            (
+                StatusCode::FORBIDDEN,
+                format!("Forbidden: user {user:?} may not get /metrics\n"),
+            )
+                .into_response()
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, reason = e.reason(), "metrics scrape not reviewed");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the scrape could not be reviewed\n",
+            )
+                .into_response()
+        }
+    }
+}
+
+/// TLS connections for `axum::serve`: accepted and handshaken by a task
+/// of their own (a slow client never holds up the next), handed over
+/// through a bounded channel.
+struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        SocketAddr,
+    )>,
+    addr: SocketAddr,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+/// How long a TLS handshake may take.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl TlsListener {
+    fn new(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, addr: SocketAddr) -> Self {
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        let accepting = tokio::spawn(async move {
+            loop {
+                let (tcp, peer) = match listener.accept().await {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        debug!(error = %e, "secure metrics: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "secure metrics: TLS handshake failed")
+                        }
+                        Err(_) => debug!(%peer, "secure metrics: TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Self {
+            ready,
+            addr,
+            accepting,
+        }
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(accepted) => accepted,
+            // The accepting task ended (only when aborted): nothing more
+            // will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.addr)
+    }
 }
 
 async fn healthz() -> &'static str {

@@ -193,6 +193,11 @@ pub struct EnvOptions {
     /// Replica name (`POD_NAME`, so the identity in Leases and the
     /// User-Agent start with it); `None`: the host name.
     pub replica: Option<String>,
+    /// With `serve_ops`: `main` with authentication and RBAC, and
+    /// `/metrics` secured (`--metrics-secure`, a certificate for
+    /// `localhost` in the work directory: [`Env::metrics_ca`]) on
+    /// [`Env::ops_addr`], the probes plain on [`Env::probe_addr`].
+    pub secure_metrics: bool,
 }
 
 impl Default for EnvOptions {
@@ -205,6 +210,7 @@ impl Default for EnvOptions {
             standby_clusters: Vec::new(),
             extra_args: Vec::new(),
             replica: None,
+            secure_metrics: false,
         }
     }
 }
@@ -223,8 +229,14 @@ pub struct Env {
     pub plugin_dir: PathBuf,
     /// A kubeconfig kept for the life of the env (the sim's own is in a temp dir too).
     pub kubeconfig: PathBuf,
-    /// Where `/metrics`, `/healthz` and `/readyz` are served, if they are.
+    /// Where `/metrics`, `/healthz` and `/readyz` are served, if they are
+    /// (secured: `/metrics` only).
     pub ops_addr: Option<std::net::SocketAddr>,
+    /// Where the probes are served when `/metrics` is secured.
+    pub probe_addr: Option<std::net::SocketAddr>,
+    /// The certificate `/metrics` serves when secured (PEM file; trust it
+    /// for `localhost`).
+    pub metrics_ca: Option<PathBuf>,
     work: tempfile::TempDir,
 }
 
@@ -237,7 +249,11 @@ impl Env {
         let paths = Paths::discover()?;
         let mut names = vec!["main", "sub"];
         names.extend(opts.standby_clusters.iter().map(String::as_str));
-        let sim = Sim::start(&names)
+        let configs = names
+            .iter()
+            .map(|n| kube_sim::SimConfig::new(*n).auth(opts.secure_metrics && *n == "main"))
+            .collect();
+        let sim = Sim::start_with(configs)
             .await
             .context("failed to start kube-sim clusters")?;
         let work = tempfile::Builder::new().prefix("rekon-e2e-").tempdir()?;
@@ -267,12 +283,22 @@ impl Env {
         } else {
             None
         };
+        let (probe_addr, metrics_ca) = if opts.serve_ops && opts.secure_metrics {
+            let dir = work.path().join("metrics-cert");
+            fs::create_dir_all(&dir)?;
+            let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
+            fs::write(dir.join("tls.crt"), made.cert.pem())?;
+            fs::write(dir.join("tls.key"), made.signing_key.serialize_pem())?;
+            (Some(free_local_addr()?), Some(dir.join("tls.crt")))
+        } else {
+            (None, None)
+        };
         let rekon = spawn_rekon(
             &paths,
             &kubeconfig,
             &plugin_dir,
             work.path(),
-            ops_addr,
+            (ops_addr, probe_addr),
             &opts,
         )?;
         Ok(Self {
@@ -282,6 +308,8 @@ impl Env {
             plugin_dir,
             kubeconfig,
             ops_addr,
+            probe_addr,
+            metrics_ca,
             work,
         })
     }
@@ -298,7 +326,7 @@ impl Env {
             &self.kubeconfig,
             &self.plugin_dir,
             self.work.path(),
-            None,
+            (None, None),
             opts,
         )
     }
@@ -422,7 +450,10 @@ impl Env {
 }
 
 /// A free port on 127.0.0.1 (bound, then released for the child to take).
-pub(crate) fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
     let listener =
         std::net::TcpListener::bind("127.0.0.1:0").context("failed to find a free local port")?;
     Ok(listener.local_addr()?)
@@ -433,7 +464,7 @@ fn spawn_rekon(
     kubeconfig: &Path,
     plugin_dir: &Path,
     work: &Path,
-    ops_addr: Option<std::net::SocketAddr>,
+    (ops_addr, probe_addr): (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
     opts: &EnvOptions,
 ) -> anyhow::Result<RekonProcess> {
     let log = match &opts.replica {
@@ -456,7 +487,19 @@ fn spawn_rekon(
         cmd.arg("--cluster-dir").arg(dir);
     }
     let ops = ops_addr.map_or_else(|| "off".to_owned(), |a| a.to_string());
-    cmd.args(["--metrics-addr", &ops, "--probe-addr", &ops]);
+    match probe_addr {
+        // Secured metrics: their own port, the probes plain on theirs.
+        Some(probe) => {
+            cmd.args(["--metrics-secure", "--metrics-addr", &ops])
+                .arg("--probe-addr")
+                .arg(probe.to_string())
+                .arg("--metrics-cert-dir")
+                .arg(work.join("metrics-cert"));
+        }
+        None => {
+            cmd.args(["--metrics-addr", &ops, "--probe-addr", &ops]);
+        }
+    }
     cmd.args(&opts.extra_args);
     if let Some(extra) = std::env::var_os("REKON_E2E_ARGS") {
         cmd.args(extra.to_string_lossy().split_whitespace());
@@ -654,6 +697,58 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str) -> std::io::Result<Strin
     let mut out = String::new();
     stream.read_to_string(&mut out)?;
     Ok(out)
+}
+
+/// A GET over HTTPS trusting only the certificate in `ca` (PEM) for
+/// `localhost`, with `token` as bearer: (status, body).
+///
+/// # Errors
+/// When the connection or the TLS handshake fails, or the answer is not HTTP.
+pub fn https_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    ca: &Path,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    use rustls::pki_types::pem::PemObject as _;
+    use std::io::{Read, Write};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)? {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)?;
+    let tcp = std::net::TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let auth = token.map_or_else(String::new, |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        tls,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    // The server may close without close_notify once the answer is sent.
+    if let Err(e) = tls.read_to_end(&mut raw)
+        && raw.is_empty()
+    {
+        return Err(e.into());
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("no HTTP answer: {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .context("no status")?
+        .parse()?;
+    Ok((status, body.to_owned()))
 }
 
 #[cfg(test)]

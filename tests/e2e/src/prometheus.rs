@@ -85,15 +85,41 @@ impl Prometheus {
     /// # Errors
     /// When Prometheus is missing, does not start, or is not ready in 30 s.
     pub async fn start(rules: &Path, target: SocketAddr) -> anyhow::Result<Self> {
+        Self::start_with(rules, target, None).await
+    }
+
+    /// Like [`Prometheus::start`], scraping `target` over HTTPS with a
+    /// bearer token (`token`, trusting `ca` for `localhost`) when `secure`
+    /// is `Some((ca, token))`: how a ServiceMonitor scrapes secured metrics.
+    ///
+    /// # Errors
+    /// As [`Prometheus::start`].
+    pub async fn start_with(
+        rules: &Path,
+        target: SocketAddr,
+        secure: Option<(&Path, &str)>,
+    ) -> anyhow::Result<Self> {
         let bin = tool("prometheus")?;
         let dir = tempfile::Builder::new().prefix("rekon-prom-").tempdir()?;
         let config = dir.path().join("prometheus.yml");
+        let scheme = match secure {
+            Some((ca, token)) => {
+                let token_file = dir.path().join("token");
+                fs::write(&token_file, token)?;
+                format!(
+                    "  scheme: https\n  authorization:\n    credentials_file: {}\n  tls_config:\n    ca_file: {}\n    server_name: localhost\n",
+                    token_file.display(),
+                    ca.display()
+                )
+            }
+            None => String::new(),
+        };
         fs::write(
             &config,
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
                  rule_files:\n- {}\n\
-                 scrape_configs:\n- job_name: rekon\n  static_configs:\n  - targets: ['{target}']\n",
+                 scrape_configs:\n- job_name: rekon\n{scheme}  static_configs:\n  - targets: ['{target}']\n",
                 rules.display()
             ),
         )?;

@@ -135,6 +135,15 @@ async fn rekon_in_cluster_converges_both_seed_plugins_on_the_generated_rbac_only
             })
             .await;
 
+        // Secured metrics on the generated RBAC: the reader's scrape is
+        // reviewed (TokenReview, SubjectAccessReview) and answered.
+        let scraped = rekon
+            .wait_for("a scrape of the secured /metrics", || {
+                env.scrape().ok().filter(|(status, _)| *status == 200)
+            })
+            .await;
+        assert!(scraped.1.contains("controller_runtime_reconcile_total"), "{}", scraped.1);
+
         // Deletions: the finalizers clean up in both clusters.
         main.delete("job.lailin.xyz/v1", "tests", Some("e2e"), "t1").unwrap();
         main.delete("nodes.lailin.xyz/v1", "nodepools", None, "gpu").unwrap();

@@ -132,6 +132,20 @@ const ROWS: &[Row] = &[
         resource: "plugins/status",
         refused: "cannot patch resource \"plugins/status\"",
     },
+    // --metrics-secure: each scrape's token is reviewed ...
+    Row {
+        role: "ClusterRole",
+        group: "authentication.k8s.io",
+        resource: "tokenreviews",
+        refused: "cannot create resource \"tokenreviews\"",
+    },
+    // ... and so is its right to get /metrics.
+    Row {
+        role: "ClusterRole",
+        group: "authorization.k8s.io",
+        resource: "subjectaccessreviews",
+        refused: "cannot create resource \"subjectaccessreviews\"",
+    },
 ];
 
 /// `(role kind, group, resource)` of every rule in the rendered base.
@@ -249,7 +263,22 @@ async fn check(row: &Row) {
         let env = Secured::start(|docs| without(docs, row.role, row.group, row.resource)).await;
         let rekon = env.spawn_in_cluster(&compiled_cache());
         drive(&env);
-        let record = refused_record(&rekon, row.refused).await.unwrap_or_else(|| {
+        // A scraper at work, so the reviews of secured metrics happen.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let scraping = {
+            let (addr, ca, token) = (env.metrics_addr, env.metrics_ca.clone(), env.metrics_token.clone());
+            let stop = stop.clone();
+            tokio::task::spawn_blocking(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = rekon_e2e::https_get(addr, "/metrics", &ca, Some(&token));
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            })
+        };
+        let record = refused_record(&rekon, row.refused).await;
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let _ = scraping.await;
+        let record = record.unwrap_or_else(|| {
             let forbidden: Vec<String> = rekon_records(&rekon.log())
                 .into_iter()
                 .filter(|r| r.contains("forbidden"))
@@ -318,6 +347,8 @@ rows! {
     without_leases => 11;
     without_plugins => 12;
     without_plugins_status => 13;
+    without_tokenreviews => 14;
+    without_subjectaccessreviews => 15;
 }
 
 /// nodepool patches Nodes; the operator's policy denies it. RBAC would

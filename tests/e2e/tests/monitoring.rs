@@ -10,8 +10,11 @@
 //!   rewrites it), the dashboard ConfigMap exactly the dashboard's JSON
 //!   (`kubectl kustomize deploy/monitored`).
 //! - A running host on kube-sim (the seed plugins at work, leader election
-//!   and recording on, a shadow version of nodepool), scraped every second by Debian's
-//!   `prometheus` with the rules loaded (a copy whose `for:` durations are
+//!   and recording on, a shadow version of nodepool, metrics secured as
+//!   deploy/base runs them: HTTPS, each scrape's token reviewed), scraped
+//!   every second by Debian's `prometheus` with a ServiceAccount token
+//!   bound to the shipped `rekon-metrics-reader` ClusterRole (a token
+//!   without it gets 403, none 401), with the rules loaded (a copy whose `for:` durations are
 //!   cut to 2 s, so nothing waits minutes; the windows are unchanged): a
 //!   plugin file that fails to load fires `RekonPluginLoadFailed`, `sub`
 //!   stalled with kube-sim's fault API fires `RekonClusterUnreachable`
@@ -33,7 +36,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use rekon_e2e::prometheus::{Prometheus, family_of, metric_names, openmetrics_to_text, promtool};
 use rekon_e2e::{
-    Env, EnvOptions, Paths, apply_manifests, create_test, http_get, with_custom_section,
+    Env, EnvOptions, Paths, apply_manifests, create_test, https_get, with_custom_section,
 };
 use serde_json::{Value, json};
 
@@ -377,6 +380,7 @@ async fn run() -> anyhow::Result<()> {
     let record = work.path().join("cases");
     let opts = EnvOptions {
         serve_ops: true,
+        secure_metrics: true,
         log_filter: "info".into(),
         // Leader election and recording on, so their series exist; every
         // primary reconciled (and shadowed) every 2 s.
@@ -419,7 +423,15 @@ async fn run() -> anyhow::Result<()> {
     let staged = work.path().join("nodepool.shadow.wasm");
     fs::write(&staged, shadow)?;
     copy_atomically(&staged, &env.plugin_dir.join("nodepool.shadow.wasm"))?;
-    let prom = Prometheus::start(&rules_with_short_for(work.path())?, ops).await?;
+    let ca = env.metrics_ca.clone().context("metrics secured")?;
+    let reader = service_account_token(&env, "prometheus", true)?;
+    let stranger = service_account_token(&env, "stranger", false)?;
+    let prom = Prometheus::start_with(
+        &rules_with_short_for(work.path())?,
+        ops,
+        Some((&ca, &reader)),
+    )
+    .await?;
     let scraping = Instant::now();
 
     // Some work for the panels: a Test fanned out, the NodePool samples.
@@ -484,13 +496,22 @@ async fn run() -> anyhow::Result<()> {
     })
     .await?;
 
+    // Strangers are refused: a token without the reader role, and none.
+    let (status, body) = https_get(ops, "/metrics", &ca, Some(&stranger))?;
+    assert_eq!(status, 403, "a token without rekon-metrics-reader: {body}");
+    let (status, _) = https_get(ops, "/metrics", &ca, None)?;
+    assert_eq!(status, 401, "no token");
+    let (status, _) = https_get(ops, "/metrics", &ca, Some("forged"))?;
+    assert_eq!(status, 401, "a token nobody issued");
+
     // The exposition passes promtool's linter, and declares every metric
     // the alerts and the dashboard read.
-    let response = http_get(ops, "/metrics")?;
-    let exposition = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b)
-        .context("/metrics without a body")?;
+    let (status, exposition) = https_get(ops, "/metrics", &ca, Some(&reader))?;
+    anyhow::ensure!(
+        status == 200,
+        "the reader's scrape answered {status}: {exposition}"
+    );
+    let exposition = exposition.as_str();
     let lint = promtool(
         &["check", "metrics"],
         work.path(),
@@ -614,6 +635,43 @@ async fn run() -> anyhow::Result<()> {
         table.join("\n")
     );
     Ok(())
+}
+
+/// A token of ServiceAccount `default/name`, bound to the shipped
+/// `rekon-metrics-reader` ClusterRole (deploy/base/rbac.yaml, as
+/// `rekon rbac` generates it) when `reader`.
+fn service_account_token(env: &Env, name: &str, reader: bool) -> anyhow::Result<String> {
+    let main = env.main();
+    main.create(
+        "v1",
+        "serviceaccounts",
+        Some("default"),
+        json!({"metadata": {"name": name}}),
+    )?;
+    if reader {
+        let rbac = fs::read_to_string(root().join("deploy/base/rbac.yaml"))?;
+        let role = serde_yaml::Deserializer::from_str(&rbac)
+            .map(serde::Deserialize::deserialize)
+            .collect::<Result<Vec<serde_yaml::Value>, _>>()?
+            .into_iter()
+            .find(|d| d["metadata"]["name"] == "rekon-metrics-reader")
+            .context("deploy/base/rbac.yaml holds no rekon-metrics-reader ClusterRole")?;
+        main.create(
+            "rbac.authorization.k8s.io/v1",
+            "clusterroles",
+            None,
+            serde_json::to_value(&role)?,
+        )?;
+        main.create(
+            "rbac.authorization.k8s.io/v1",
+            "clusterrolebindings",
+            None,
+            json!({"metadata": {"name": format!("{name}-metrics-reader")},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "rekon-metrics-reader"},
+                   "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": "default"}]}),
+        )?;
+    }
+    Ok(main.service_account_token("default", name, Duration::from_secs(3600))?)
 }
 
 /// Writes `to` aside and renames it into place, so the host's plugin

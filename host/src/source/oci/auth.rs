@@ -129,7 +129,7 @@ impl RegistryAuth {
         })
     }
 
-    pub(super) fn to_oci(&self) -> oci_client::secrets::RegistryAuth {
+    pub(crate) fn to_oci(&self) -> oci_client::secrets::RegistryAuth {
         match self {
             Self::Anonymous => oci_client::secrets::RegistryAuth::Anonymous,
             Self::Basic { username, password } => {

@@ -165,7 +165,7 @@ pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Sorts the registry client's errors into [`FetchError`]s.
-pub(super) fn classify(reference: &str, e: OciDistributionError) -> FetchError {
+pub(crate) fn classify(reference: &str, e: OciDistributionError) -> FetchError {
     let reference = reference.to_string();
     let detail = error_chain(&e);
     match e {

@@ -307,7 +307,7 @@ impl Fetcher {
 
     /// A client for the reference's registry: plain HTTP for loopback and
     /// the configured insecure registries, TLS otherwise.
-    pub(super) fn client(&self, reference: &Reference) -> Result<Client, OciDistributionError> {
+    pub(crate) fn client(&self, reference: &Reference) -> Result<Client, OciDistributionError> {
         let registry = reference.resolve_registry();
         let plain = is_loopback(registry)
             || self

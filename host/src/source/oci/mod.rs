@@ -77,6 +77,7 @@ mod push;
 mod reference;
 
 pub use auth::{AuthError, RegistryAuth};
+pub(crate) use error::classify;
 pub use error::{FetchError, PushError};
 pub use fetch::{Fetched, Fetcher, OciConfig, PullPolicy};
 pub use reference::{WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};

@@ -139,6 +139,14 @@ pub struct Secured {
     pub rendered: Vec<Value>,
     /// The `rekon-system/rekon` ServiceAccount's token (TokenRequest).
     pub token: String,
+    /// Where rekon serves its secured `/metrics` (the Deployment's
+    /// `--metrics-secure`, on a free loopback port; probes off).
+    pub metrics_addr: std::net::SocketAddr,
+    /// The certificate it serves there (`--metrics-cert-dir`).
+    pub metrics_ca: PathBuf,
+    /// A token of `rekon-system/prometheus`, bound to the generated
+    /// `rekon-metrics-reader` ClusterRole.
+    pub metrics_token: String,
 }
 
 impl Secured {
@@ -236,18 +244,59 @@ impl Secured {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": [secret, pod]});
         fs::write(&extra, list.to_string()).unwrap();
         kubectl(&main_admin, &["apply", "-f", extra.to_str().unwrap()]);
+
+        // Who scrapes: a ServiceAccount bound to the generated reader role.
+        let scraper = json!([
+            {"apiVersion": "v1", "kind": "ServiceAccount",
+             "metadata": {"name": "prometheus", "namespace": "rekon-system"}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": "prometheus-rekon-metrics"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "rekon-metrics-reader"},
+             "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "rekon-system"}]}
+        ]);
+        let scraper_file = work.path().join("scraper.json");
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": scraper});
+        fs::write(&scraper_file, list.to_string()).unwrap();
+        kubectl(
+            &main_admin,
+            &["apply", "-f", scraper_file.to_str().unwrap()],
+        );
+        let metrics_token = kubectl(
+            &main_admin,
+            &[
+                "create",
+                "token",
+                "prometheus",
+                "-n",
+                "rekon-system",
+                "--duration=1h",
+            ],
+        )
+        .trim()
+        .to_owned();
+        let cert_dir = work.path().join("metrics-cert");
+        fs::create_dir_all(&cert_dir).unwrap();
+        let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        fs::write(cert_dir.join("tls.crt"), made.cert.pem()).unwrap();
+        fs::write(cert_dir.join("tls.key"), made.signing_key.serialize_pem()).unwrap();
         Self {
             paths,
             main,
             sub,
-            work,
             rendered,
             token,
+            metrics_addr: rekon_e2e::free_local_addr().unwrap(),
+            metrics_ca: cert_dir.join("tls.crt"),
+            metrics_token,
+            work,
         }
     }
 
     /// The container arguments of the rendered Deployment, with the Pod's
-    /// volumes replaced by local directories and the ops endpoints off.
+    /// volumes replaced by local directories, the probes off and the
+    /// secured metrics on [`Secured::metrics_addr`] with the test's
+    /// certificate.
     pub fn deployment_args(&self, plugins: &Path, cache: &Path) -> Vec<String> {
         let deploy = self
             .rendered
@@ -264,11 +313,31 @@ impl Secured {
                 match a.split_once('=') {
                     Some(("--plugins", _)) => format!("--plugins={}", plugins.display()),
                     Some(("--cache-dir", _)) => format!("--cache-dir={}", cache.display()),
-                    Some((k @ ("--metrics-addr" | "--probe-addr"), _)) => format!("{k}=off"),
+                    Some(("--metrics-addr", _)) => format!("--metrics-addr={}", self.metrics_addr),
+                    Some(("--probe-addr", _)) => "--probe-addr=off".to_owned(),
+                    _ if a == "--metrics-secure" => format!(
+                        "--metrics-secure --metrics-cert-dir={}",
+                        self.metrics_ca
+                            .parent()
+                            .expect("the certificate's directory")
+                            .display()
+                    ),
                     _ => a,
                 }
             })
+            .flat_map(|a| a.split(' ').map(str::to_owned).collect::<Vec<_>>())
             .collect()
+    }
+
+    /// One scrape of the secured `/metrics` with the reader's token:
+    /// (status, body).
+    pub fn scrape(&self) -> anyhow::Result<(u16, String)> {
+        rekon_e2e::https_get(
+            self.metrics_addr,
+            "/metrics",
+            &self.metrics_ca,
+            Some(&self.metrics_token),
+        )
     }
 
     /// Starts `rekon` as a Pod of the Deployment would run it, in a private
