@@ -13,7 +13,7 @@
 //! | 4 | [`plugin`], [`writer`] | the wasm runtime; performing actions (they meet only in [`action`]) |
 //! | 5 | [`controller`], [`source`] | per-plugin controllers and their manager; where plugins come from (Plugin objects, OCI) |
 //! | 6 | [`change`] | safe change: record, replay, shadow, promote |
-//! | 7 | [`app`] | `rekon run`: the wiring, probes, reporting |
+//! | 7 | [`app`], [`explore`] | `rekon run`: the wiring, probes, reporting; `rekon plugin explore`: faults, oracles, reproducers |
 //! | 8 | [`commands`] | one-shot jobs: plan, release, inspect, crds, rbac, scaffold |
 //!
 //! `main.rs` (the binary) parses the command line and calls into these.
@@ -24,6 +24,7 @@ pub mod cache;
 pub mod change;
 pub mod cluster;
 pub mod commands;
+pub mod explore;
 pub mod controller;
 pub mod files;
 pub mod lease;

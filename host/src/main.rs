@@ -529,6 +529,12 @@ enum PluginCommand {
     /// host reads served from the recording; print per case whether its
     /// decision is identical, else a YAML diff per action. Exits non-zero
     /// on any difference unless --allow-diff.
+    /// Run a plugin through the faults that break controllers (crashes
+    /// between writes, stale reads, unobserved states, failing writes,
+    /// clusters down, reordered deliveries) on in-process clusters and a
+    /// virtual clock; report what differs from a fault-free run. Exit 0: no
+    /// finding, 1: findings, 2: the inputs do not load.
+    Explore(Box<rekon::commands::explore::ExploreArgs>),
     Replay {
         /// The plugin component (`*.wasm`).
         file: PathBuf,
@@ -689,6 +695,17 @@ fn main() -> anyhow::Result<()> {
     if let Command::Run(args) = cli.command {
         return run(*args);
     }
+    // The explorer's report is its output; the engine it drives logs
+    // every injected fault, which is noise here (RUST_LOG brings it back).
+    if let Command::Plugin(PluginCommand::Explore(args)) = cli.command {
+        if std::env::var_os("RUST_LOG").is_some() {
+            tracing_subscriber::fmt()
+                .with_writer(std::io::stderr)
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .init();
+        }
+        std::process::exit(rekon::commands::explore::run(*args));
+    }
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -842,6 +859,7 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin(PluginCommand::New(args)) => new_plugin(args)?,
         Command::Plugin(PluginCommand::Plan(args)) => plan(*args)?,
         Command::Plugin(PluginCommand::Release(args)) => release(*args)?,
+        Command::Plugin(PluginCommand::Explore(_)) => unreachable!("handled above"),
         Command::Plugin(PluginCommand::Replay {
             file,
             cases,

@@ -32,6 +32,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("source", 5),
     ("change", 6),
     ("app", 7),
+    ("explore", 7),
     ("commands", 8),
 ];
 
@@ -357,4 +358,26 @@ fn the_reader_sees_real_imports() {
     assert!(has("app/ops", "app/reporting"));
     assert!(has("app", "change/shadow"));
     assert!(graph.len() > 50, "only {} files read", graph.len());
+}
+
+/// kube-sim is linked for `rekon plugin explore` alone: no other module of
+/// the host may use it, so `rekon run` never depends on it.
+#[test]
+fn only_the_explorer_uses_kube_sim() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| module_of(&root, f).first().map(String::as_str) != Some("explore"))
+        .filter(|f| {
+            let source = std::fs::read_to_string(f).expect("read a source file");
+            code_of(&source).contains("kube_sim")
+        })
+        .map(|f| f.strip_prefix(&root).unwrap_or(f).display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "only host/src/explore may use kube_sim (rekon run must never depend on it): {offenders:?}"
+    );
 }

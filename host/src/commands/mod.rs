@@ -20,6 +20,7 @@
 //! `main.rs` imports it.
 
 pub mod compile;
+pub mod explore;
 pub mod inspect;
 pub mod manifests;
 pub mod plan;

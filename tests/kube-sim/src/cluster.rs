@@ -303,6 +303,36 @@ impl SimCluster {
         })
     }
 
+    /// A cluster served in-process, without a listener: requests reach it
+    /// through [`SimCluster::router`], a tower service (no sockets, no
+    /// TLS). For embedders that drive many short-lived clusters on one
+    /// thread, such as `rekon plugin explore`. Authentication and TLS in
+    /// `cfg` are ignored: every request is the admin's.
+    #[must_use]
+    pub fn detached(cfg: SimConfig) -> Self {
+        let state = ClusterState::new(
+            &cfg.name,
+            cfg.history_limit,
+            cfg.channel_capacity,
+            cfg.bookmark_interval,
+        );
+        let state = Arc::new(state);
+        *state.address.lock() = "in-process".to_owned();
+        Self {
+            state,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            task: None,
+            admin: Credentials::None,
+        }
+    }
+
+    /// The cluster's HTTP API as a tower service (an axum `Router`), the
+    /// same handler its listener serves.
+    #[must_use]
+    pub fn router(&self) -> Router {
+        Router::new().fallback(handle).with_state(self.state.clone())
+    }
+
     /// Cluster name.
     pub fn name(&self) -> &str {
         &self.state.name

@@ -1642,6 +1642,9 @@ impl Inner {
             time: Utc::now(),
         };
         match old {
+            // The status subresource never creates: the apiserver's status
+            // REST updates with `forceAllowCreate = false` (NotFound).
+            None if opts.subresource.is_some() => Err(ApiError::not_found(res, name)),
             None => {
                 let mut applied =
                     patch::apply(None, body, &manager, force, res.type_info()).map_err(map_err)?;

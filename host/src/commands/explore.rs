@@ -1,0 +1,97 @@
+//! `rekon plugin explore`: the command line of [`crate::explore`] — a
+//! progress line on a terminal, the report (text or `--json`), and the exit
+//! code: 0 without a finding, 1 with findings, 2 when the scenario, the
+//! settings, the plugin or the plan file do not load.
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::explore::{ExploreOptions, explore};
+
+/// `rekon plugin explore PLUGIN.wasm --scenario FILE`.
+#[derive(Debug, clap::Args)]
+pub struct ExploreArgs {
+    /// The plugin component (`*.wasm`, any language).
+    pub plugin: PathBuf,
+    /// The scenario (YAML): clusters, CRDs, steps.
+    #[arg(long)]
+    pub scenario: PathBuf,
+    /// The plugin's settings (a JSON file).
+    #[arg(long)]
+    pub settings: Option<PathBuf>,
+    /// Seconds for the plans (the reference run is not counted).
+    #[arg(long, default_value_t = 60)]
+    pub budget: u64,
+    /// Seed of the plans' order and of shuffled lists.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Where plans, findings and reproducers are written (default:
+    /// `rekon-explore/<scenario file stem>` in the current directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print the report as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Run only this plan file (from a finding's directory), after the
+    /// reference.
+    #[arg(long)]
+    pub replay: Option<PathBuf>,
+}
+
+/// Runs the exploration; returns the process exit code.
+#[must_use]
+pub fn run(args: ExploreArgs) -> i32 {
+    let out = args.out.clone().unwrap_or_else(|| {
+        let stem = args
+            .scenario
+            .file_stem()
+            .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
+        PathBuf::from("rekon-explore").join(stem)
+    });
+    let tty = std::io::stderr().is_terminal() && !args.json;
+    let budget = Duration::from_secs(args.budget);
+    let progress: Option<Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>> = tty.then(|| {
+        Arc::new(move |done: usize, total: usize, findings: usize, spent: Duration| {
+            let left = budget.saturating_sub(spent).as_secs();
+            let width = 30;
+            let filled = if total == 0 { width } else { done * width / total };
+            eprint!(
+                "\r[{}{}] plans {done}/{total}  findings {findings}  time left {left}s ",
+                "#".repeat(filled),
+                " ".repeat(width - filled)
+            );
+        }) as Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>
+    });
+    let opts = ExploreOptions {
+        plugin: args.plugin,
+        scenario: args.scenario,
+        settings: args.settings,
+        budget,
+        seed: args.seed,
+        out,
+        replay: args.replay,
+        progress,
+    };
+    match explore(&opts) {
+        Ok(report) => {
+            if tty {
+                eprintln!();
+            }
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report.to_json()).unwrap_or_default()
+                );
+            } else {
+                print!("{}", report.render());
+            }
+            i32::from(!report.findings.is_empty())
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            2
+        }
+    }
+}

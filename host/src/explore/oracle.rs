@@ -1,0 +1,200 @@
+//! Oracles: what a run must share with the reference. End state (masked
+//! of what the server sets), create and delete counts per object; the
+//! fixed point and determinism are judged by the runner and the probe.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::change::replay::line_diff;
+
+/// Metadata the server sets, masked before comparing.
+const SERVER_SET: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "managedFields",
+    "generation",
+    "selfLink",
+];
+
+/// Whether `s` reads as an RFC 3339 time (`2026-11-27T00:12:03Z`).
+fn is_time(s: &str) -> bool {
+    s.len() >= 20
+        && s.as_bytes().get(4) == Some(&b'-')
+        && s.as_bytes().get(10) == Some(&b'T')
+        && chrono::DateTime::parse_from_rfc3339(s).is_ok()
+}
+
+fn mask_times(v: &mut Value) {
+    match v {
+        Value::String(s) if is_time(s) => *s = "<time>".to_owned(),
+        Value::Array(items) => items.iter_mut().for_each(mask_times),
+        Value::Object(map) => map.values_mut().for_each(mask_times),
+        _ => {}
+    }
+}
+
+/// `object` without what the server sets: uid, resourceVersion,
+/// timestamps (any RFC 3339 value), managedFields, generation, owner
+/// references' uids.
+#[must_use]
+pub fn masked(object: &Value) -> Value {
+    let mut v = object.clone();
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        for field in SERVER_SET {
+            meta.remove(*field);
+        }
+        if let Some(owners) = meta.get_mut("ownerReferences").and_then(Value::as_array_mut) {
+            for o in owners {
+                if let Some(o) = o.as_object_mut() {
+                    o.remove("uid");
+                }
+            }
+        }
+        if meta.get("annotations").and_then(Value::as_object).is_some_and(serde_json::Map::is_empty) {
+            meta.remove("annotations");
+        }
+    }
+    mask_times(&mut v);
+    v
+}
+
+/// Objects keyed for comparison: `kind ns/name`, and for an object named
+/// by `generateName`, `kind ns/<prefix>*#i` in the order of their content
+/// (their random suffixes differ between runs).
+#[must_use]
+pub fn keyed(objects: &[Value]) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let mut generated: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for o in objects {
+        let kind = o["kind"].as_str().unwrap_or("?");
+        let ns = o["metadata"]["namespace"]
+            .as_str()
+            .map(|n| format!("{n}/"))
+            .unwrap_or_default();
+        let name = o["metadata"]["name"].as_str().unwrap_or("?");
+        let mut m = masked(o);
+        match o["metadata"]["generateName"].as_str() {
+            Some(prefix) if !prefix.is_empty() && name.starts_with(prefix) => {
+                if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.remove("name");
+                }
+                generated
+                    .entry(format!("{kind} {ns}{prefix}*"))
+                    .or_default()
+                    .push(m);
+            }
+            _ => {
+                out.insert(format!("{kind} {ns}{name}"), m);
+            }
+        }
+    }
+    for (key, mut items) in generated {
+        items.sort_by_key(Value::to_string);
+        for (i, m) in items.into_iter().enumerate() {
+            out.insert(format!("{key}#{}", i + 1), m);
+        }
+    }
+    out
+}
+
+/// A difference in the end state: per cluster, objects missing, extra or
+/// different (a YAML line diff: `-` reference, `+` this run). Empty when
+/// equal.
+#[must_use]
+pub fn end_state_diff(
+    reference: &BTreeMap<String, Vec<Value>>,
+    run: &BTreeMap<String, Vec<Value>>,
+) -> String {
+    let mut out = String::new();
+    let empty = Vec::new();
+    for cluster in reference.keys().chain(run.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let a = keyed(reference.get(cluster).unwrap_or(&empty));
+        let b = keyed(run.get(cluster).unwrap_or(&empty));
+        for key in a.keys().chain(b.keys()).collect::<std::collections::BTreeSet<_>>() {
+            match (a.get(key), b.get(key)) {
+                (Some(_), None) => out.push_str(&format!("{cluster}: {key} missing (the reference has it)\n")),
+                (None, Some(_)) => out.push_str(&format!("{cluster}: {key} extra (the reference has none)\n")),
+                (Some(x), Some(y)) if x != y => {
+                    let yx = serde_yaml::to_string(x).unwrap_or_default();
+                    let yy = serde_yaml::to_string(y).unwrap_or_default();
+                    out.push_str(&format!("{cluster}: {key} differs\n{}", line_diff(&yx, &yy, 2)));
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// Per object whose creates or deletes differ: `object: reference (c, d),
+/// this run (c, d)`. Empty when equal.
+#[must_use]
+pub fn counts_diff(
+    reference: &BTreeMap<String, (u32, u32)>,
+    run: &BTreeMap<String, (u32, u32)>,
+) -> String {
+    let mut out = String::new();
+    for key in reference.keys().chain(run.keys()).collect::<std::collections::BTreeSet<_>>() {
+        let a = reference.get(key).copied().unwrap_or_default();
+        let b = run.get(key).copied().unwrap_or_default();
+        if a != b {
+            out.push_str(&format!(
+                "{key}: created {} and deleted {} time(s), the reference {} and {}\n",
+                b.0, b.1, a.0, a.1
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn server_set_fields_and_times_are_masked() {
+        let a = json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d", "uid": "1", "resourceVersion": "5",
+            "creationTimestamp": "2026-01-01T00:00:00Z", "ownerReferences": [{"name": "p", "uid": "x"}]},
+            "data": {"at": "2026-01-01T00:00:01Z", "v": "1"}});
+        let b = json!({"kind": "ConfigMap", "metadata": {"name": "a", "namespace": "d", "uid": "2", "resourceVersion": "9",
+            "creationTimestamp": "2026-02-01T00:00:00Z", "ownerReferences": [{"name": "p", "uid": "y"}]},
+            "data": {"at": "2026-03-01T10:00:01.5Z", "v": "1"}});
+        let mut ra = BTreeMap::new();
+        ra.insert("main".to_owned(), vec![a.clone()]);
+        let mut rb = BTreeMap::new();
+        rb.insert("main".to_owned(), vec![b]);
+        assert_eq!(end_state_diff(&ra, &rb), "");
+        let mut c = a;
+        c["data"]["v"] = json!("2");
+        rb.insert("main".to_owned(), vec![c]);
+        let d = end_state_diff(&ra, &rb);
+        assert!(d.contains("main: ConfigMap d/a differs"), "{d}");
+        assert!(d.contains("+    v: '2'") || d.contains("+  v: '2'"), "{d}");
+    }
+
+    #[test]
+    fn generated_names_compare_by_prefix_and_content() {
+        let o = |name: &str| json!({"kind": "Pod", "metadata": {"name": name, "generateName": "w-", "namespace": "d"}, "spec": {}});
+        let mut a = BTreeMap::new();
+        a.insert("main".to_owned(), vec![o("w-abcde")]);
+        let mut b = BTreeMap::new();
+        b.insert("main".to_owned(), vec![o("w-zzzzz")]);
+        assert_eq!(end_state_diff(&a, &b), "");
+        b.insert("main".to_owned(), vec![o("w-zzzzz"), o("w-yyyyy")]);
+        assert!(end_state_diff(&a, &b).contains("Pod d/w-*#2 extra"));
+    }
+
+    #[test]
+    fn counts_name_the_object() {
+        let mut a = BTreeMap::new();
+        a.insert("main ConfigMap d/a".to_owned(), (1, 0));
+        let mut b = a.clone();
+        assert_eq!(counts_diff(&a, &b), "");
+        b.insert("main ConfigMap d/a".to_owned(), (2, 1));
+        assert!(counts_diff(&a, &b).contains("created 2 and deleted 1 time(s), the reference 1 and 0"));
+    }
+}

@@ -1,0 +1,365 @@
+//! Plans: one fault each, derived from the reference run, deterministic
+//! from their seed and written to a file that `--replay` runs again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rand::SeedableRng as _;
+use rand::seq::SliceRandom as _;
+use serde::{Deserialize, Serialize};
+
+use super::probe::Reconcile;
+use super::scenario::{Scenario, Step};
+use super::wire::Injected;
+
+/// The `format` of a plan file.
+pub const PLAN_FORMAT: &str = "rekon.dev/explore-plan/v1";
+
+/// A reconcile, named so that a run reaches the same one again: the `n`-th
+/// (from 1) reconcile of `key` (`cluster/namespace/name`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct At {
+    /// `cluster/namespace/name` of the request.
+    pub key: String,
+    /// Which of its reconciles, from 1.
+    pub n: usize,
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reconcile #{} of {}", self.n, self.key)
+    }
+}
+
+/// The one fault of a plan.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "strategy", rename_all = "kebab-case")]
+pub enum Fault {
+    /// Only the first `after` actions of that reconcile are performed (no
+    /// finalizer release), then the controller restarts from a fresh list.
+    Crash {
+        /// The reconcile.
+        at: At,
+        /// Actions performed before the crash.
+        after: usize,
+    },
+    /// That reconcile reads every object at its previous version.
+    Stale {
+        /// The reconcile.
+        at: At,
+    },
+    /// The plugin is held across steps `from..=to` (the settle between is
+    /// skipped): it never sees the state in between.
+    Unobserved {
+        /// First held step (index from 0).
+        from: usize,
+        /// Last held step.
+        to: usize,
+    },
+    /// Write number `write` (from 1) of that reconcile fails with `answer`.
+    Transient {
+        /// The reconcile.
+        at: At,
+        /// Which write.
+        write: usize,
+        /// The answer.
+        answer: Injected,
+    },
+    /// `cluster` is unreachable during settle step `step`.
+    ClusterDown {
+        /// The cluster.
+        cluster: String,
+        /// The settle step (index from 0).
+        step: usize,
+    },
+    /// `cluster`'s caches cannot list during settle step `step`.
+    Unsynced {
+        /// The cluster.
+        cluster: String,
+        /// The settle step.
+        step: usize,
+    },
+    /// That reconcile's request is delivered again at once.
+    Duplicate {
+        /// The reconcile.
+        at: At,
+    },
+    /// That reconcile is postponed (others go first).
+    Delay {
+        /// The reconcile.
+        at: At,
+    },
+    /// Every list answers in an order drawn from `seed`.
+    Shuffle {
+        /// The order's seed.
+        seed: u64,
+    },
+}
+
+/// Every strategy, in report order.
+pub const STRATEGIES: &[&str] = &[
+    "crash",
+    "stale",
+    "unobserved",
+    "transient",
+    "cluster-down",
+    "unsynced",
+    "duplicate",
+    "delay",
+    "shuffle",
+];
+
+impl Fault {
+    /// Its strategy (`crash`, `stale`, ...).
+    #[must_use]
+    pub fn strategy(&self) -> &'static str {
+        match self {
+            Self::Crash { .. } => "crash",
+            Self::Stale { .. } => "stale",
+            Self::Unobserved { .. } => "unobserved",
+            Self::Transient { .. } => "transient",
+            Self::ClusterDown { .. } => "cluster-down",
+            Self::Unsynced { .. } => "unsynced",
+            Self::Duplicate { .. } => "duplicate",
+            Self::Delay { .. } => "delay",
+            Self::Shuffle { .. } => "shuffle",
+        }
+    }
+
+    /// The reconcile it targets, if it targets one.
+    #[must_use]
+    pub fn at(&self) -> Option<&At> {
+        match self {
+            Self::Crash { at, .. }
+            | Self::Stale { at }
+            | Self::Transient { at, .. }
+            | Self::Duplicate { at }
+            | Self::Delay { at } => Some(at),
+            _ => None,
+        }
+    }
+
+    /// One line saying what it does.
+    #[must_use]
+    pub fn describe(&self, scenario: &Scenario) -> String {
+        let step = |i: usize| {
+            format!(
+                "step {} ({})",
+                i + 1,
+                scenario.steps.get(i).map(Step::label).unwrap_or_default()
+            )
+        };
+        match self {
+            Self::Crash { at, after } => {
+                format!("crash after action {after} of {at}; the controller restarts from a fresh list")
+            }
+            Self::Stale { at } => format!("{at} reads every object at its previous version"),
+            Self::Unobserved { from, to } => format!(
+                "the plugin is held from {} to {}: it never sees the state in between",
+                step(*from),
+                step(*to)
+            ),
+            Self::Transient { at, write, answer } => {
+                format!("write {write} of {at} answers {}", answer.label())
+            }
+            Self::ClusterDown { cluster, step: s } => {
+                format!("cluster {cluster} is unreachable during {}", step(*s))
+            }
+            Self::Unsynced { cluster, step: s } => {
+                format!("cluster {cluster}'s caches cannot list during {}", step(*s))
+            }
+            Self::Duplicate { at } => format!("{at} is delivered twice"),
+            Self::Delay { at } => format!("{at} is postponed behind the others"),
+            Self::Shuffle { seed } => format!("every list answers in a shuffled order (seed {seed})"),
+        }
+    }
+}
+
+/// A plan file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Always [`PLAN_FORMAT`].
+    pub format: String,
+    /// Its id within the exploration (`crash-3`).
+    pub id: String,
+    /// The seed of the exploration it came from.
+    pub seed: u64,
+    /// The fault.
+    pub fault: Fault,
+}
+
+/// The objects a step writes: (cluster, apiVersion, kind, namespace, name).
+fn targets(step: &Step) -> Vec<(String, String, String, String, String)> {
+    let of = |cluster: &str, o: &serde_json::Value| {
+        (
+            cluster.to_owned(),
+            o["apiVersion"].as_str().unwrap_or_default().to_owned(),
+            o["kind"].as_str().unwrap_or_default().to_owned(),
+            o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
+            o["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    match step {
+        Step::Apply { cluster, objects } | Step::ApplyStatus { cluster, objects } => {
+            objects.iter().map(|o| of(cluster, o)).collect()
+        }
+        Step::Delete(t) => vec![(
+            t.cluster.clone(),
+            t.api_version.clone(),
+            t.kind.clone(),
+            t.namespace.clone().unwrap_or_default(),
+            t.name.clone(),
+        )],
+        _ => Vec::new(),
+    }
+}
+
+/// The objects a step applies (creates or updates) itself.
+fn targets_applied(step: &Step) -> Vec<(String, String, String, String, String)> {
+    match step {
+        Step::Apply { .. } => targets(step),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether a reconcile's outcome holds a destructive or creating write (a
+/// stale read before it can do harm).
+fn consequential(r: &Reconcile) -> bool {
+    r.finalized
+        || r.actions
+            .iter()
+            .any(|a| matches!(a.verb.as_str(), "delete" | "create" | "apply" | "patch"))
+}
+
+/// The plans the reference run makes possible, per strategy, pruned by
+/// causality: only reconciles that wrote something that changed the
+/// cluster (or, for stale reads, read an object that had an older version),
+/// only settles that follow a change, only clusters the plugin touches.
+#[must_use]
+pub fn generate(
+    scenario: &Scenario,
+    reference: &[Reconcile],
+    has_older: &dyn Fn(&Reconcile) -> bool,
+    seed: u64,
+) -> BTreeMap<&'static str, Vec<Fault>> {
+    let mut out: BTreeMap<&'static str, Vec<Fault>> = BTreeMap::new();
+    let mut add = |f: Fault| out.entry(f.strategy()).or_default().push(f);
+    let mut seen_dup: BTreeSet<String> = BTreeSet::new();
+    for r in reference {
+        let writes: Vec<_> = r.actions.iter().filter(|a| a.verb != "event").collect();
+        // Crash: between any two writes (what is performed before the
+        // crash must have changed something, or the crash is the same as
+        // none at all).
+        if writes.len() >= 2 && r.changed_writes > 0 {
+            for k in 1..writes.len() {
+                add(Fault::Crash {
+                    at: r.at.clone(),
+                    after: k,
+                });
+            }
+        }
+        if consequential(r) && has_older(r) {
+            add(Fault::Stale { at: r.at.clone() });
+        }
+        for (i, w) in r.writes.iter().enumerate() {
+            if !w.changed {
+                continue;
+            }
+            let answers: &[Injected] = match w.method.as_str() {
+                "POST" => &[Injected::AlreadyExists, Injected::ServerError, Injected::Timeout],
+                "DELETE" => &[Injected::NotFound, Injected::ServerError, Injected::Timeout],
+                _ => &[Injected::Conflict, Injected::ServerError, Injected::Timeout],
+            };
+            for answer in answers {
+                add(Fault::Transient {
+                    at: r.at.clone(),
+                    write: i + 1,
+                    answer: *answer,
+                });
+            }
+        }
+        // Duplicate and delay: the first reconcile of each key that changed
+        // something (later ones repeat the same delivery).
+        if r.changed_writes > 0 && seen_dup.insert(r.at.key.clone()) {
+            add(Fault::Duplicate { at: r.at.clone() });
+            add(Fault::Delay { at: r.at.clone() });
+        }
+    }
+    let steps = &scenario.steps;
+    for (s, step) in steps.iter().enumerate() {
+        if !matches!(step, Step::Settle) {
+            continue;
+        }
+        let before = steps[..s].iter().rposition(Step::mutates);
+        let after = steps[s + 1..].iter().position(Step::mutates).map(|p| p + s + 1);
+        if let (Some(from), Some(to)) = (before, after) {
+            // Only when the later step acts on what the scenario itself
+            // made before: a step on an object the plugin creates (a Job
+            // marked complete) depends on the plugin having run.
+            if targets(&steps[to])
+                .iter()
+                .all(|t| steps[..=from].iter().any(|s| targets_applied(s).contains(t)))
+            {
+                add(Fault::Unobserved { from, to });
+            }
+        }
+        if before.is_some() {
+            for cluster in scenario.clusters.iter().skip(1) {
+                add(Fault::ClusterDown {
+                    cluster: cluster.clone(),
+                    step: s,
+                });
+                add(Fault::Unsynced {
+                    cluster: cluster.clone(),
+                    step: s,
+                });
+            }
+        }
+    }
+    let lists = reference.iter().any(|r| r.lists > 0);
+    if lists {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        for _ in 0..3 {
+            add(Fault::Shuffle {
+                seed: rand::Rng::random(&mut rng),
+            });
+        }
+    }
+    out
+}
+
+/// The order plans run in: round-robin across strategies (so a short
+/// budget tries every strategy), each strategy's plans in an order drawn
+/// from `seed`.
+#[must_use]
+pub fn schedule(by_strategy: &BTreeMap<&'static str, Vec<Fault>>, seed: u64) -> Vec<Plan> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut queues: Vec<(&'static str, Vec<Fault>)> = STRATEGIES
+        .iter()
+        .filter_map(|s| by_strategy.get(s).map(|f| (*s, f.clone())))
+        .collect();
+    for (_, q) in &mut queues {
+        q.shuffle(&mut rng);
+        q.reverse();
+    }
+    let mut out = Vec::new();
+    let mut counters: BTreeMap<&'static str, usize> = BTreeMap::new();
+    loop {
+        let mut any = false;
+        for (strategy, q) in &mut queues {
+            if let Some(fault) = q.pop() {
+                any = true;
+                let n = counters.entry(strategy).or_default();
+                *n += 1;
+                out.push(Plan {
+                    format: PLAN_FORMAT.to_owned(),
+                    id: format!("{strategy}-{n}"),
+                    seed,
+                    fault,
+                });
+            }
+        }
+        if !any {
+            return out;
+        }
+    }
+}
