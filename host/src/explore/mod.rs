@@ -15,7 +15,6 @@
 //! replays on it), on the floor of `app/`, and it is the only module that
 //! links kube-sim (`host/tests/layout.rs` says so).
 
-pub mod history;
 pub mod oracle;
 pub mod plan;
 pub mod probe;
@@ -39,7 +38,6 @@ pub use plan::{Fault, Plan};
 pub use report::{Finding, Report, StrategyCount};
 pub use scenario::{Scenario, ScenarioError};
 
-use history::History;
 use run::{RunOutcome, Runner};
 
 /// What to explore and how.
@@ -244,22 +242,7 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     let mut report = Report::new(&plugin, &runner.scenario, opts, &reference);
     report.kinds = runner.resources.iter().map(describe_resource).collect();
     let mut findings = report::reference_findings(&runner.scenario, &reference);
-    // Which reconciles a stale read could change: judged on the
-    // reference's own history, as the plan will replay it.
-    let seen = History::default();
-    let mut differs = std::collections::BTreeSet::new();
-    for r in &reference.trace {
-        if history::stale_differs(&seen, &r.case.reads) {
-            differs.insert(r.ordinal);
-        }
-        seen.record_reads(&r.case.reads);
-    }
-    let by_strategy = plan::generate(
-        &runner.scenario,
-        &reference.trace,
-        &|r| differs.contains(&r.ordinal),
-        opts.seed,
-    );
+    let by_strategy = plan::generate(&runner.scenario, &reference.trace, opts.seed);
     for (s, faults) in &by_strategy {
         report.strategy(s).generated = faults.len();
     }

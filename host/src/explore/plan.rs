@@ -42,10 +42,17 @@ pub enum Fault {
         /// Actions performed before the crash.
         after: usize,
     },
-    /// That reconcile reads every object at its previous version.
+    /// That reconcile reads what the key's previous reconcile read (a
+    /// cache one reconcile behind: changes since, the plugin's own last
+    /// writes among them, not yet delivered; an object recreated since
+    /// still under its old UID).
     Stale {
         /// The reconcile.
         at: At,
+        /// How many of the key's reconciles the cache is behind (1: it
+        /// answers what the previous one read).
+        #[serde(default = "one")]
+        behind: usize,
     },
     /// The plugin is held across steps `from..=to` (the settle between is
     /// skipped): it never sees the state in between.
@@ -130,7 +137,7 @@ impl Fault {
     pub fn at(&self) -> Option<&At> {
         match self {
             Self::Crash { at, .. }
-            | Self::Stale { at }
+            | Self::Stale { at, .. }
             | Self::Transient { at, .. }
             | Self::Duplicate { at }
             | Self::Delay { at } => Some(at),
@@ -152,7 +159,11 @@ impl Fault {
             Self::Crash { at, after } => {
                 format!("crash after action {after} of {at}; the controller restarts from a fresh list")
             }
-            Self::Stale { at } => format!("{at} reads every object at its previous version"),
+            Self::Stale { at, behind } => format!(
+                "{at} reads a cache {behind} reconcile(s) behind (what reconcile #{} of {} read)",
+                at.n.saturating_sub(*behind),
+                at.key
+            ),
             Self::Unobserved { from, to } => format!(
                 "the plugin is held from {} to {}: it never sees the state in between",
                 step(*from),
@@ -173,6 +184,13 @@ impl Fault {
         }
     }
 }
+
+fn one() -> usize {
+    1
+}
+
+/// How many distinct earlier views of a key a stale read may serve.
+const STALE_DEPTH: usize = 3;
 
 /// A plan file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -232,15 +250,16 @@ fn consequential(r: &Reconcile) -> bool {
 
 /// The plans the reference run makes possible, per strategy, pruned by
 /// causality: only reconciles that wrote something that changed the
-/// cluster (or, for stale reads, read an object that had an older version),
-/// only settles that follow a change, only clusters the plugin touches.
+/// cluster (for stale reads: whose reads differ from what the key's
+/// previous reconcile read), only settles that follow a change.
 #[must_use]
 pub fn generate(
     scenario: &Scenario,
     reference: &[Reconcile],
-    has_older: &dyn Fn(&Reconcile) -> bool,
     seed: u64,
 ) -> BTreeMap<&'static str, Vec<Fault>> {
+    // What each key's earlier reconciles read: a stale read serves one.
+    let mut previous: BTreeMap<&str, Vec<&Reconcile>> = BTreeMap::new();
     let mut out: BTreeMap<&'static str, Vec<Fault>> = BTreeMap::new();
     let mut add = |f: Fault| out.entry(f.strategy()).or_default().push(f);
     let mut seen_dup: BTreeSet<String> = BTreeSet::new();
@@ -257,9 +276,24 @@ pub fn generate(
                 });
             }
         }
-        if consequential(r) && has_older(r) {
-            add(Fault::Stale { at: r.at.clone() });
+        let earlier = previous.entry(&r.at.key).or_default();
+        if consequential(r) {
+            let mut views: Vec<&Vec<crate::change::record::Read>> = vec![&r.case.reads];
+            for (behind, prev) in earlier.iter().rev().enumerate() {
+                if views.len() > STALE_DEPTH {
+                    break;
+                }
+                if views.contains(&&prev.case.reads) {
+                    continue;
+                }
+                views.push(&prev.case.reads);
+                add(Fault::Stale {
+                    at: r.at.clone(),
+                    behind: behind + 1,
+                });
+            }
         }
+        earlier.push(r);
         for (i, w) in r.writes.iter().enumerate() {
             if !w.changed {
                 continue;

@@ -19,12 +19,11 @@ use rand::seq::SliceRandom as _;
 use serde_json::Value;
 
 use crate::action::{Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource};
-use crate::change::record::{Capture, Case, CaseOutcome, CasePlugin, Read, Tape};
+use crate::change::record::{Capture, Case, CaseOutcome, CasePlugin, Read, ReadResult, Tape};
 use crate::change::replay::{divergence, outcome_diff, replay_case};
 use crate::controller::Reconciler;
 use crate::plugin::{CallError, HostReads, LoadedPlugin, ReadError};
 
-use super::history::{History, ObjKey, rv_of};
 use super::plan::{At, Fault};
 use super::wire::Switchboard;
 
@@ -90,6 +89,8 @@ struct ProbeState {
     fired: bool,
     restart_pending: bool,
     nondeterministic: Vec<Nondeterminism>,
+    /// What each key's reconciles read, in order.
+    reads_by_key: HashMap<String, Vec<Vec<Read>>>,
 }
 
 /// What a run does to the plugin's reconciles.
@@ -108,21 +109,14 @@ pub struct Probe {
     settings: Option<Value>,
     config: ProbeConfig,
     board: Switchboard,
-    cluster_rv: Arc<dyn Fn(&str) -> u64 + Send + Sync>,
     state: Arc<Mutex<ProbeState>>,
 }
 
 impl Probe {
     /// Wraps `inner` for one run: one reconcile at a time (the explorer
-    /// owns the order), the run's `board` (faults, writes, history),
-    /// `cluster_rv` the clusters' current resourceVersions.
+    /// owns the order), the run's `board` (faults and writes).
     #[must_use]
-    pub fn new(
-        inner: LoadedPlugin,
-        config: ProbeConfig,
-        board: Switchboard,
-        cluster_rv: Arc<dyn Fn(&str) -> u64 + Send + Sync>,
-    ) -> Self {
+    pub fn new(inner: LoadedPlugin, config: ProbeConfig, board: Switchboard) -> Self {
         let mut registration = inner.registration().clone();
         registration.max_concurrent_reconciles = Some(1);
         let settings = inner
@@ -134,7 +128,6 @@ impl Probe {
             settings,
             config,
             board,
-            cluster_rv,
             state: Arc::default(),
         }
     }
@@ -289,14 +282,18 @@ impl Reconciler for Probe {
                 });
                 return async move { Ok(outcome) }.boxed();
             }
-            Some(Fault::Stale { .. }) => {
-                self.state.lock().fired = true;
-                fault_label = Some("stale reads".to_owned());
-                reads = Arc::new(StaleReads {
-                    inner: reads,
-                    history: self.board.history(),
-                    cluster_rv: Arc::clone(&self.cluster_rv),
+            Some(Fault::Stale { behind, .. }) => {
+                let previous = self.state.lock().reads_by_key.get(&at.key).and_then(|all| {
+                    all.len().checked_sub(*behind).map(|i| all[i].clone())
                 });
+                if let Some(previous) = previous {
+                    self.state.lock().fired = true;
+                    fault_label = Some(format!("stale reads (a cache {behind} reconcile(s) behind)"));
+                    reads = Arc::new(StaleReads {
+                        inner: reads,
+                        previous,
+                    });
+                }
             }
             Some(Fault::Transient { write, answer, .. }) => {
                 self.board.arm(ordinal, *write, *answer);
@@ -317,7 +314,6 @@ impl Reconciler for Probe {
         let state = Arc::clone(&self.state);
         let plugin = self.case_plugin();
         let check = self.config.check_determinism;
-        let history = self.board.history();
         async move {
             let result = inner.reconcile_blocking(
                 &req,
@@ -353,7 +349,6 @@ impl Reconciler for Probe {
                 shadow: None,
             }
             .into_case(false);
-            history.record_reads(&case.reads);
             let lists = case
                 .reads
                 .iter()
@@ -386,9 +381,15 @@ impl Reconciler for Probe {
                 Err(e) => (Vec::new(), false, Some(e.to_string())),
             };
             let mut s = state.lock();
-            if targeted.is_some() && !matches!(targeted, Some(Fault::Transient { .. })) {
+            if targeted.is_some()
+                && !matches!(targeted, Some(Fault::Transient { .. } | Fault::Stale { .. }))
+            {
                 s.fired = true;
             }
+            s.reads_by_key
+                .entry(at.key.clone())
+                .or_default()
+                .push(case.reads.clone());
             if restart {
                 s.restart_pending = true;
             }
@@ -450,12 +451,32 @@ pub fn attach_writes(trace: &mut [Reconcile], board: &Switchboard) {
     }
 }
 
-/// Reads one step behind: each object at its previous version in this
-/// run's history.
+/// A cache some reconciles behind: each read answered as an earlier
+/// reconcile of the key saw it (the same get, a list of the same query, or a get
+/// answered from such a list); a read it never made, as the cache now.
 struct StaleReads {
     inner: Arc<dyn HostReads>,
-    history: Arc<History>,
-    cluster_rv: Arc<dyn Fn(&str) -> u64 + Send + Sync>,
+    previous: Vec<Read>,
+}
+
+fn same_list(
+    read: &Read,
+    cluster: &str,
+    resource: &Resource,
+    namespace: Option<&str>,
+) -> Option<(Option<String>, Vec<Value>)> {
+    match read {
+        Read::List {
+            cluster: c,
+            resource: r,
+            namespace: n,
+            label_selector,
+            result: ReadResult::Objects(os),
+        } if c == cluster && r.group == resource.group && r.kind == resource.kind && (n.is_none() || n.as_deref() == namespace) => {
+            Some((label_selector.clone(), os.clone()))
+        }
+        _ => None,
+    }
 }
 
 impl HostReads for StaleReads {
@@ -466,16 +487,34 @@ impl HostReads for StaleReads {
         namespace: Option<&str>,
         name: &str,
     ) -> Result<Option<String>, ReadError> {
-        let current = self.inner.get(cluster, resource, namespace, name)?;
-        let parsed: Option<Value> = current.as_deref().and_then(|s| serde_json::from_str(s).ok());
-        let key = ObjKey::named(cluster, resource, namespace, name);
-        match self
-            .history
-            .before(&key, parsed.as_ref().map(rv_of), (self.cluster_rv)(cluster))
-        {
-            None => Ok(current),
-            Some(old) => Ok(old.map(|v| v.to_string())),
+        for read in &self.previous {
+            if let Read::Get {
+                cluster: c,
+                resource: r,
+                namespace: n,
+                name: m,
+                result: ReadResult::Object(o),
+            } = read
+                && c == cluster
+                && r.group == resource.group
+                && r.kind == resource.kind
+                && n.as_deref() == namespace
+                && m == name
+            {
+                return Ok(o.as_ref().map(Value::to_string));
+            }
         }
+        // A list without a selector of that namespace (or all) holds it
+        // or says it was absent.
+        for read in &self.previous {
+            if let Some((None, objects)) = same_list(read, cluster, resource, namespace) {
+                return Ok(objects
+                    .iter()
+                    .find(|o| o["metadata"]["name"] == name && o["metadata"]["namespace"].as_str() == namespace)
+                    .map(Value::to_string));
+            }
+        }
+        self.inner.get(cluster, resource, namespace, name)
     }
 
     fn list(
@@ -485,35 +524,18 @@ impl HostReads for StaleReads {
         namespace: Option<&str>,
         label_selector: Option<&str>,
     ) -> Result<Vec<String>, ReadError> {
-        let current = self
-            .inner
-            .list(cluster, resource, namespace, label_selector)?;
-        let now = (self.cluster_rv)(cluster);
-        let mut out = Vec::new();
-        let mut present = Vec::new();
-        for item in current {
-            let Ok(v) = serde_json::from_str::<Value>(&item) else {
-                out.push(item);
-                continue;
-            };
-            let key = ObjKey::of(cluster, resource, &v);
-            match self.history.before(&key, Some(rv_of(&v)), now) {
-                None => out.push(item),
-                Some(Some(old)) => out.push(old.to_string()),
-                Some(None) => {}
-            }
-            present.push(key);
-        }
-        // Objects gone now that the stale cache still holds.
-        let selector = label_selector.and_then(|s| rekon_rules::LabelSelector::parse(s).ok());
-        for old in self.history.gone(cluster, resource, namespace, &present, now) {
-            let labels: BTreeMap<String, String> =
-                serde_json::from_value(old["metadata"]["labels"].clone()).unwrap_or_default();
-            if selector.as_ref().is_none_or(|s| s.matches(&labels)) {
-                out.push(old.to_string());
+        for read in &self.previous {
+            if let Some((selector, objects)) = same_list(read, cluster, resource, namespace)
+                && selector.as_deref() == label_selector
+            {
+                return Ok(objects
+                    .iter()
+                    .filter(|o| namespace.is_none() || o["metadata"]["namespace"].as_str() == namespace)
+                    .map(Value::to_string)
+                    .collect());
             }
         }
-        Ok(out)
+        self.inner.list(cluster, resource, namespace, label_selector)
     }
 
     fn clusters(&self) -> Vec<ClusterInfo> {

@@ -76,9 +76,6 @@ impl Runner {
     /// When a step cannot be performed (a scenario the API server refuses).
     pub async fn run(&self, fault: Option<&Fault>) -> Result<RunOutcome, WorldError> {
         let world = World::start(&self.scenario, &self.crds).await?;
-        let sims = world.sims.clone();
-        let cluster_rv: Arc<dyn Fn(&str) -> u64 + Send + Sync> =
-            Arc::new(move |c: &str| sims.get(c).map_or(0, |s| s.current_rv()));
         let probe = Arc::new(Probe::new(
             self.plugin.clone(),
             ProbeConfig {
@@ -86,7 +83,6 @@ impl Runner {
                 check_determinism: fault.is_none(),
             },
             world.board.clone(),
-            cluster_rv,
         ));
         let name = probe.name().to_owned();
         world.start_plugin(probe.clone());
@@ -186,7 +182,10 @@ async fn settle(world: &World, probe: &Arc<Probe>) -> Result<(), String> {
     let mut last = first;
     let mut quiet_since = start;
     loop {
-        tokio::time::sleep(TICK).await;
+        tokio::select! {
+            () = tokio::time::sleep(TICK) => {}
+            () = world.board.next_write() => {}
+        }
         let stats = world.manager.queue_stats(&name);
         let running = stats.is_some_and(|q| q.running > 0);
         if !running && probe.take_restart() {

@@ -17,8 +17,6 @@ use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 
-use super::history::History;
-
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// What a write's answer is replaced with.
@@ -119,14 +117,14 @@ struct State {
 #[derive(Clone, Debug, Default)]
 pub struct Switchboard {
     state: Arc<Mutex<State>>,
-    history: Arc<History>,
+    written: Arc<tokio::sync::Notify>,
 }
 
 impl Switchboard {
-    /// Every version of every object this run has seen.
-    #[must_use]
-    pub fn history(&self) -> Arc<History> {
-        Arc::clone(&self.history)
+    /// Resolves at the next write: a plugin that writes without pause
+    /// keeps the virtual clock still, and a settle must still look.
+    pub async fn next_write(&self) {
+        self.written.notified().await;
     }
 
     /// `cluster` is unreachable (every request fails to connect).
@@ -283,6 +281,7 @@ impl Switchboard {
 
     fn log(&self, write: Write) {
         self.state.lock().writes.push(write);
+        self.written.notify_waiters();
     }
 
     fn reconcile(&self) -> usize {
@@ -347,14 +346,20 @@ fn object_of(body: &[u8], path: &str) -> Option<String> {
         ["namespaces", ns, rest @ ..] if !rest.is_empty() => (Some(*ns), rest),
         _ => (None, rest),
     };
-    let (plural, name) = match rest {
-        [plural] => {
-            let v: Value = serde_json::from_slice(body).ok()?;
-            (*plural, v["metadata"]["name"].as_str()?.to_owned())
-        }
+    let answer: Option<Value> = serde_json::from_slice(body).ok();
+    let (plural, mut name) = match rest {
+        [plural] => (*plural, answer.as_ref()?["metadata"]["name"].as_str()?.to_owned()),
         [plural, name, ..] => (*plural, (*name).to_owned()),
         _ => return None,
     };
+    // Named by generateName: counted by prefix (suffixes differ per run).
+    if let Some(prefix) = answer
+        .as_ref()
+        .and_then(|a| a["metadata"]["generateName"].as_str())
+        .filter(|p| !p.is_empty() && name.starts_with(*p))
+    {
+        name = format!("{prefix}*");
+    }
     let resource = if group.is_empty() {
         plural.to_owned()
     } else {
@@ -440,11 +445,6 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
                     let (parts, body) = resp.into_parts();
                     let bytes: Bytes = axum::body::to_bytes(body, usize::MAX).await?;
                     let injected = matches!(verdict, Verdict::FailAfter(_));
-                    if parts.status.is_success()
-                        && let Ok(v) = serde_json::from_slice::<Value>(&bytes)
-                    {
-                        this.board.history.record_answer(&this.cluster, &v);
-                    }
                     this.board.log(Write {
                         cluster: this.cluster.to_string(),
                         method,
