@@ -1,0 +1,128 @@
+//! Explorer benchmark: plans per second and time to the first finding, per
+//! zoo bug (buggy and fixed), per seed and per language (the Rust seeds,
+//! the TypeScript and Python ports), printed as tables.
+//!
+//! `cargo bench -p rekon-host --bench explore` after `make plugins
+//! test-plugins sdk-plugins` (a missing component is a row saying so).
+//! Each row is one `explore` with the default seed and a 60 s budget.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rekon::explore::{ExploreOptions, Report, explore};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn run(plugin: &Path, scenario: &Path, settings: Option<PathBuf>) -> Result<(Report, Duration), String> {
+    if !plugin.is_file() {
+        return Err(format!("{} missing", plugin.display()));
+    }
+    let out = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let opts = ExploreOptions {
+        plugin: plugin.to_path_buf(),
+        scenario: scenario.to_path_buf(),
+        settings,
+        budget: Duration::from_secs(60),
+        seed: 1,
+        out: out.path().to_path_buf(),
+        replay: None,
+        progress: None,
+    };
+    let t = Instant::now();
+    let report = explore(&opts).map_err(|e| e.to_string())?;
+    Ok((report, t.elapsed()))
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_owned(), |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+}
+
+fn main() {
+    let zoo = root().join("dist/test-plugins/zoo.wasm");
+    println!("## The bug zoo (tests/zoo): found, and quiet when fixed\n");
+    println!(
+        "| bug | buggy: findings | first finding | strategies | plans | fixed: findings | plans | plans/s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut firsts = Vec::new();
+    let mut bugs: Vec<_> = std::fs::read_dir(root().join("tests/zoo"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| p.join("scenario.yaml").is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    bugs.sort();
+    for dir in &bugs {
+        let bug = dir.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let scenario = dir.join("scenario.yaml");
+        let buggy = run(&zoo, &scenario, Some(dir.join("buggy.json")));
+        let fixed = run(&zoo, &scenario, Some(dir.join("fixed.json")));
+        match (buggy, fixed) {
+            (Ok((b, _)), Ok((f, _))) => {
+                let mut strategies: Vec<&str> = b
+                    .findings
+                    .iter()
+                    .map(|x| x.plan.as_ref().map_or("reference", |p| p.fault.strategy()))
+                    .collect();
+                strategies.sort_unstable();
+                strategies.dedup();
+                if let Some(t) = b.time_to_first_finding {
+                    firsts.push(t);
+                }
+                println!(
+                    "| {bug} | {} | {} | {} | {} | {} | {} | {:.0} |",
+                    b.findings.len(),
+                    ms(b.time_to_first_finding),
+                    strategies.join(", "),
+                    b.plans_run,
+                    f.findings.len(),
+                    f.plans_run,
+                    f.plans_per_second()
+                );
+            }
+            (b, f) => println!(
+                "| {bug} | {} | | | | {} | | |",
+                b.err().unwrap_or_default(),
+                f.err().unwrap_or_default()
+            ),
+        }
+    }
+    firsts.sort();
+    if let Some(median) = firsts.get(firsts.len() / 2) {
+        println!(
+            "\nmedian time to a zoo bug's first finding: {} (max {}), {} of {} bugs found",
+            ms(Some(*median)),
+            ms(firsts.last().copied()),
+            firsts.len(),
+            bugs.len()
+        );
+    }
+
+    println!("\n## The seeds and their ports (each on its seed's scenario)\n");
+    println!("| plugin | language | scenario clusters | plans | plans/s | findings | reference + plans |");
+    println!("|---|---|---|---|---|---|---|");
+    let seeds = [
+        ("test-fanout", "Rust", "dist/plugins/test_fanout.wasm", "plugins/test-fanout/explore/scenario.yaml"),
+        ("test-fanout-ts", "TypeScript", "dist/sdk-plugins/test_fanout_ts.wasm", "plugins/test-fanout/explore/scenario.yaml"),
+        ("nodepool", "Rust", "dist/plugins/nodepool.wasm", "plugins/nodepool/explore/scenario.yaml"),
+        ("nodepool-py", "Python", "dist/sdk-plugins/nodepool_py.wasm", "plugins/nodepool/explore/scenario.yaml"),
+    ];
+    for (name, lang, file, scenario) in seeds {
+        let scenario = root().join(scenario);
+        let clusters = rekon::explore::Scenario::load(&scenario).map_or(0, |s| s.clusters.len());
+        match run(&root().join(file), &scenario, None) {
+            Ok((r, took)) => println!(
+                "| {name} | {lang} | {clusters} | {} | {:.0} | {} | {:.1} s |",
+                r.plans_run,
+                r.plans_per_second(),
+                r.findings.len(),
+                took.as_secs_f64()
+            ),
+            Err(e) => println!("| {name} | {lang} | {clusters} | {e} | | | |"),
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! `rekon plugin explore` on the bug zoo (tests/zoo): every seeded bug is
+//! found with a replayable plan and a reproducer the test kits read, every
+//! fixed twin and both seeds stay quiet; the command's exit codes and its
+//! messages for a bad scenario.
+//!
+//! Needs `make test-plugins plugins` (dist/test-plugins/zoo.wasm,
+//! dist/plugins/*.wasm); a missing build fails the test with what to run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rekon::change::record::read_case;
+use rekon::explore::{ExploreOptions, Report, explore};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn built(rel: &str) -> PathBuf {
+    let path = root().join(rel);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make plugins test-plugins` first (tests never build plugins)",
+        path.display()
+    );
+    path
+}
+
+fn options(plugin: &Path, scenario: &Path, settings: Option<PathBuf>, out: &Path) -> ExploreOptions {
+    ExploreOptions {
+        plugin: plugin.to_path_buf(),
+        scenario: scenario.to_path_buf(),
+        settings,
+        // Generous: every plan of a zoo scenario runs well inside it; the
+        // budget only bounds a machine much slower than expected.
+        budget: Duration::from_secs(120),
+        seed: 1,
+        out: out.to_path_buf(),
+        replay: None,
+        progress: None,
+    }
+}
+
+fn zoo(bug: &str, variant: &str, out: &Path) -> Report {
+    let dir = root().join("tests/zoo").join(bug);
+    let opts = options(
+        &built("dist/test-plugins/zoo.wasm"),
+        &dir.join("scenario.yaml"),
+        Some(dir.join(format!("{variant}.json"))),
+        out,
+    );
+    explore(&opts).unwrap_or_else(|e| panic!("explore {bug} {variant}: {e}"))
+}
+
+/// The buggy variant is found by `strategy` (or in the reference when
+/// `None`), with `oracle`; the finding replays; its cases parse; the fixed
+/// twin has no finding.
+fn zoo_pair(bug: &str, strategy: Option<&str>, oracle: &str) {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let report = zoo(bug, "buggy", &tmp.path().join("buggy"));
+    let found = report
+        .findings
+        .iter()
+        .find(|f| f.plan.as_ref().map(|p| p.fault.strategy()) == strategy && f.oracle == oracle)
+        .unwrap_or_else(|| {
+            panic!(
+                "{bug}: no {oracle} finding by {strategy:?}; the report:\n{}",
+                report.render()
+            )
+        });
+    let dir = found.dir.as_ref().expect("findings are written");
+    assert!(dir.join("finding.txt").is_file());
+    let cases: Vec<_> = std::fs::read_dir(dir.join("cases"))
+        .expect("a reproducer directory")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(!cases.is_empty(), "{bug}: the reproducer keeps no case");
+    for case in &cases {
+        read_case(case).unwrap_or_else(|e| panic!("{}: {e}", case.display()));
+    }
+    if let Some(plan) = &found.plan {
+        // The plan file replays to the same finding.
+        let mut opts = options(
+            &built("dist/test-plugins/zoo.wasm"),
+            &root().join("tests/zoo").join(bug).join("scenario.yaml"),
+            Some(root().join("tests/zoo").join(bug).join("buggy.json")),
+            &tmp.path().join("replay"),
+        );
+        opts.replay = Some(dir.join("plan.json"));
+        let again = explore(&opts).expect("replay");
+        assert_eq!(again.plans_run, 1);
+        assert!(
+            again
+                .findings
+                .iter()
+                .any(|f| f.plan.as_ref().map(|p| &p.id) == Some(&plan.id) && f.oracle == oracle),
+            "{bug}: replaying {} did not find it again:\n{}",
+            plan.id,
+            again.render()
+        );
+    }
+    let fixed = zoo(bug, "fixed", &tmp.path().join("fixed"));
+    assert!(
+        fixed.findings.is_empty(),
+        "{bug}: the fixed twin has findings:\n{}",
+        fixed.render()
+    );
+    assert!(fixed.plans_run > 0 || strategy.is_none(), "{bug}: no plan ran");
+    assert!(!fixed.budget_exhausted, "{bug}: the budget ended the fixed twin's run");
+}
+
+#[test]
+fn a_status_written_before_the_work_is_found_by_a_crash() {
+    zoo_pair("intermediate-status", Some("crash"), "end-state");
+}
+
+#[test]
+fn a_finalizer_released_while_a_cluster_is_down_is_found() {
+    zoo_pair("finalizer-unreachable", Some("cluster-down"), "end-state");
+}
+
+#[test]
+fn a_generate_name_create_under_cache_lag_is_found_by_stale_reads() {
+    zoo_pair("generate-name-lag", Some("stale"), "end-state");
+}
+
+#[test]
+fn a_create_that_fails_forever_once_its_object_exists_is_found() {
+    zoo_pair("already-exists-forever", Some("crash"), "end-state");
+}
+
+#[test]
+fn a_delete_by_name_after_a_recreate_is_found_by_stale_reads() {
+    zoo_pair("delete-after-recreate", Some("stale"), "end-state");
+}
+
+#[test]
+fn a_cleanup_triggered_only_by_a_transient_state_is_found_when_unobserved() {
+    zoo_pair("transient-cleanup", Some("unobserved"), "end-state");
+}
+
+#[test]
+fn a_status_write_on_every_reconcile_never_settles() {
+    zoo_pair("status-every-reconcile", None, "fixed-point");
+}
+
+#[test]
+fn a_finalizer_removed_by_list_index_is_found_by_stale_reads() {
+    zoo_pair("finalizer-by-index", Some("stale"), "end-state");
+}
+
+#[test]
+fn a_full_object_write_over_another_writers_field_is_found() {
+    zoo_pair("full-object-write", Some("unobserved"), "end-state");
+}
+
+#[test]
+fn a_decision_that_depends_on_list_order_is_found_by_shuffling() {
+    zoo_pair("list-order", Some("shuffle"), "end-state");
+}
+
+#[test]
+fn a_child_orphaned_by_a_crash_is_found() {
+    zoo_pair("orphaned-child", Some("crash"), "end-state");
+}
+
+#[test]
+fn the_seeds_have_no_finding() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    for (file, dir) in [
+        ("dist/plugins/test_fanout.wasm", "plugins/test-fanout"),
+        ("dist/plugins/nodepool.wasm", "plugins/nodepool"),
+    ] {
+        let opts = options(
+            &built(file),
+            &root().join(dir).join("explore/scenario.yaml"),
+            None,
+            &tmp.path().join(dir.replace('/', "-")),
+        );
+        let report = explore(&opts).unwrap_or_else(|e| panic!("explore {file}: {e}"));
+        assert!(report.plans_run > 10, "{file}: only {} plans", report.plans_run);
+        assert!(
+            report.findings.is_empty(),
+            "{file} has findings:\n{}",
+            report.render()
+        );
+    }
+}
+
+fn rekon(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_rekon"))
+        .args(args)
+        .output()
+        .expect("run rekon")
+}
+
+#[test]
+fn the_command_exits_0_1_or_2_and_names_the_bad_step_and_field() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let zoo = built("dist/test-plugins/zoo.wasm");
+    let dir = root().join("tests/zoo/orphaned-child");
+    let scenario = dir.join("scenario.yaml");
+    let out = tmp.path().join("out");
+    let run = |variant: &str, extra: &[&str]| {
+        let settings = dir.join(format!("{variant}.json"));
+        let mut args = vec![
+            "plugin",
+            "explore",
+            zoo.to_str().expect("utf-8"),
+            "--scenario",
+            scenario.to_str().expect("utf-8"),
+            "--settings",
+            settings.to_str().expect("utf-8"),
+            "--out",
+            out.to_str().expect("utf-8"),
+        ];
+        args.extend_from_slice(extra);
+        rekon(&args)
+    };
+    let fixed = run("fixed", &[]);
+    assert_eq!(fixed.status.code(), Some(0), "{}", String::from_utf8_lossy(&fixed.stderr));
+    assert!(String::from_utf8_lossy(&fixed.stdout).contains("no finding"));
+    let buggy = run("buggy", &["--json"]);
+    assert_eq!(buggy.status.code(), Some(1));
+    let report: serde_json::Value =
+        serde_json::from_slice(&buggy.stdout).expect("--json prints one JSON document");
+    assert!(report["findings"].as_array().is_some_and(|f| !f.is_empty()));
+    assert!(report["strategies"]["crash"]["run"].as_u64() > Some(0));
+    assert!(report["timeToFirstFindingMs"].as_u64().is_some());
+    let plan = report["findings"][0]["planFile"].as_str().expect("a plan file");
+    let replayed = run("buggy", &["--replay", plan]);
+    assert_eq!(replayed.status.code(), Some(1), "the replayed plan finds it again");
+
+    // A bad scenario: exit 2, the step and the field named.
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "clusters: [main]\nsteps:\n- settle: {}\n- delete: {cluster: main, kind: ConfigMap, name: x}\n",
+    )
+    .expect("write");
+    let out = rekon(&[
+        "plugin",
+        "explore",
+        zoo.to_str().expect("utf-8"),
+        "--scenario",
+        bad.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("step 2: `delete`: `apiVersion` is missing"), "{err}");
+}
