@@ -15,7 +15,11 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn run(plugin: &Path, scenario: &Path, settings: Option<PathBuf>) -> Result<(Report, Duration), String> {
+fn run(
+    plugin: &Path,
+    scenario: &Path,
+    settings: Option<PathBuf>,
+) -> Result<(Report, Duration), String> {
     if !plugin.is_file() {
         return Err(format!("{} missing", plugin.display()));
     }
@@ -36,7 +40,10 @@ fn run(plugin: &Path, scenario: &Path, settings: Option<PathBuf>) -> Result<(Rep
 }
 
 fn ms(d: Option<Duration>) -> String {
-    d.map_or_else(|| "-".to_owned(), |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+    d.map_or_else(
+        || "-".to_owned(),
+        |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0),
+    )
 }
 
 fn main() {
@@ -57,7 +64,9 @@ fn main() {
         .unwrap_or_default();
     bugs.sort();
     for dir in &bugs {
-        let bug = dir.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let bug = dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
         let scenario = dir.join("scenario.yaml");
         let buggy = run(&zoo, &scenario, Some(dir.join("buggy.json")));
         let fixed = run(&zoo, &scenario, Some(dir.join("fixed.json")));
@@ -103,13 +112,35 @@ fn main() {
     }
 
     println!("\n## The seeds and their ports (each on its seed's scenario)\n");
-    println!("| plugin | language | scenario clusters | plans | plans/s | findings | reference + plans |");
+    println!(
+        "| plugin | language | scenario clusters | plans | plans/s | findings | reference + plans |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let seeds = [
-        ("test-fanout", "Rust", "dist/plugins/test_fanout.wasm", "plugins/test-fanout/explore/scenario.yaml"),
-        ("test-fanout-ts", "TypeScript", "dist/sdk-plugins/test_fanout_ts.wasm", "plugins/test-fanout/explore/scenario.yaml"),
-        ("nodepool", "Rust", "dist/plugins/nodepool.wasm", "plugins/nodepool/explore/scenario.yaml"),
-        ("nodepool-py", "Python", "dist/sdk-plugins/nodepool_py.wasm", "plugins/nodepool/explore/scenario.yaml"),
+        (
+            "test-fanout",
+            "Rust",
+            "dist/plugins/test_fanout.wasm",
+            "plugins/test-fanout/explore/scenario.yaml",
+        ),
+        (
+            "test-fanout-ts",
+            "TypeScript",
+            "dist/sdk-plugins/test_fanout_ts.wasm",
+            "plugins/test-fanout/explore/scenario.yaml",
+        ),
+        (
+            "nodepool",
+            "Rust",
+            "dist/plugins/nodepool.wasm",
+            "plugins/nodepool/explore/scenario.yaml",
+        ),
+        (
+            "nodepool-py",
+            "Python",
+            "dist/sdk-plugins/nodepool_py.wasm",
+            "plugins/nodepool/explore/scenario.yaml",
+        ),
     ];
     for (name, lang, file, scenario) in seeds {
         let scenario = root().join(scenario);

@@ -27,7 +27,12 @@ fn built(rel: &str) -> PathBuf {
     path
 }
 
-fn options(plugin: &Path, scenario: &Path, settings: Option<PathBuf>, out: &Path) -> ExploreOptions {
+fn options(
+    plugin: &Path,
+    scenario: &Path,
+    settings: Option<PathBuf>,
+    out: &Path,
+) -> ExploreOptions {
     ExploreOptions {
         plugin: plugin.to_path_buf(),
         scenario: scenario.to_path_buf(),
@@ -106,8 +111,14 @@ fn zoo_pair(bug: &str, strategy: Option<&str>, oracle: &str) {
         "{bug}: the fixed twin has findings:\n{}",
         fixed.render()
     );
-    assert!(fixed.plans_run > 0 || strategy.is_none(), "{bug}: no plan ran");
-    assert!(!fixed.budget_exhausted, "{bug}: the budget ended the fixed twin's run");
+    assert!(
+        fixed.plans_run > 0 || strategy.is_none(),
+        "{bug}: no plan ran"
+    );
+    assert!(
+        !fixed.budget_exhausted,
+        "{bug}: the budget ended the fixed twin's run"
+    );
 }
 
 #[test]
@@ -179,7 +190,11 @@ fn the_seeds_have_no_finding() {
             &tmp.path().join(dir.replace('/', "-")),
         );
         let report = explore(&opts).unwrap_or_else(|e| panic!("explore {file}: {e}"));
-        assert!(report.plans_run > 10, "{file}: only {} plans", report.plans_run);
+        assert!(
+            report.plans_run > 10,
+            "{file}: only {} plans",
+            report.plans_run
+        );
         assert!(
             report.findings.is_empty(),
             "{file} has findings:\n{}",
@@ -219,7 +234,12 @@ fn the_command_exits_0_1_or_2_and_names_the_bad_step_and_field() {
         rekon(&args)
     };
     let fixed = run("fixed", &[]);
-    assert_eq!(fixed.status.code(), Some(0), "{}", String::from_utf8_lossy(&fixed.stderr));
+    assert_eq!(
+        fixed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&fixed.stderr)
+    );
     assert!(String::from_utf8_lossy(&fixed.stdout).contains("no finding"));
     let buggy = run("buggy", &["--json"]);
     assert_eq!(buggy.status.code(), Some(1));
@@ -228,9 +248,15 @@ fn the_command_exits_0_1_or_2_and_names_the_bad_step_and_field() {
     assert!(report["findings"].as_array().is_some_and(|f| !f.is_empty()));
     assert!(report["strategies"]["crash"]["run"].as_u64() > Some(0));
     assert!(report["timeToFirstFindingMs"].as_u64().is_some());
-    let plan = report["findings"][0]["planFile"].as_str().expect("a plan file");
+    let plan = report["findings"][0]["planFile"]
+        .as_str()
+        .expect("a plan file");
     let replayed = run("buggy", &["--replay", plan]);
-    assert_eq!(replayed.status.code(), Some(1), "the replayed plan finds it again");
+    assert_eq!(
+        replayed.status.code(),
+        Some(1),
+        "the replayed plan finds it again"
+    );
 
     // A bad scenario: exit 2, the step and the field named.
     let bad = tmp.path().join("bad.yaml");
@@ -248,5 +274,8 @@ fn the_command_exits_0_1_or_2_and_names_the_bad_step_and_field() {
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("step 2: `delete`: `apiVersion` is missing"), "{err}");
+    assert!(
+        err.contains("step 2: `delete`: `apiVersion` is missing"),
+        "{err}"
+    );
 }

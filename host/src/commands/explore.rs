@@ -52,18 +52,25 @@ pub fn run(args: ExploreArgs) -> i32 {
     });
     let tty = std::io::stderr().is_terminal() && !args.json;
     let budget = Duration::from_secs(args.budget);
-    let progress: Option<Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>> = tty.then(|| {
-        Arc::new(move |done: usize, total: usize, findings: usize, spent: Duration| {
-            let left = budget.saturating_sub(spent).as_secs();
-            let width = 30;
-            let filled = if total == 0 { width } else { done * width / total };
-            eprint!(
-                "\r[{}{}] plans {done}/{total}  findings {findings}  time left {left}s ",
-                "#".repeat(filled),
-                " ".repeat(width - filled)
-            );
-        }) as Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>
-    });
+    let progress: Option<Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>> =
+        tty.then(|| {
+            Arc::new(
+                move |done: usize, total: usize, findings: usize, spent: Duration| {
+                    let left = budget.saturating_sub(spent).as_secs();
+                    let width = 30;
+                    let filled = if total == 0 {
+                        width
+                    } else {
+                        done * width / total
+                    };
+                    eprint!(
+                        "\r[{}{}] plans {done}/{total}  findings {findings}  time left {left}s ",
+                        "#".repeat(filled),
+                        " ".repeat(width - filled)
+                    );
+                },
+            ) as Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>
+        });
     let opts = ExploreOptions {
         plugin: args.plugin,
         scenario: args.scenario,

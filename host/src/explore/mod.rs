@@ -15,18 +15,18 @@
 //! replays on it), on the floor of `app/`, and it is the only module that
 //! links kube-sim (`host/tests/layout.rs` says so).
 
+pub mod options;
 pub mod oracle;
 pub mod plan;
 pub mod probe;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod trace;
 pub mod wire;
 pub mod world;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -34,106 +34,12 @@ use serde_json::Value;
 use crate::action::{Resource, describe_resource};
 use crate::plugin::{LoadOptions, LoadedPlugin, PluginRuntime, RuntimeConfig};
 
+pub use options::{ExploreError, ExploreOptions};
 pub use plan::{Fault, Plan};
 pub use report::{Finding, Report, StrategyCount};
 pub use scenario::{Scenario, ScenarioError};
 
 use run::{RunOutcome, Runner};
-
-/// What to explore and how.
-#[derive(Clone)]
-pub struct ExploreOptions {
-    /// The component.
-    pub plugin: PathBuf,
-    /// The scenario file.
-    pub scenario: PathBuf,
-    /// The plugin's settings (a JSON file).
-    pub settings: Option<PathBuf>,
-    /// Time for the plans (the reference is not counted).
-    pub budget: Duration,
-    /// Seed of the plans' order and of shuffled lists.
-    pub seed: u64,
-    /// Where plans, findings and reproducers are written.
-    pub out: PathBuf,
-    /// Run only this plan file (after the reference).
-    pub replay: Option<PathBuf>,
-    /// Called after each plan: (plans done, plans in all, findings).
-    pub progress: Option<Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>>,
-}
-
-impl std::fmt::Debug for ExploreOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExploreOptions")
-            .field("plugin", &self.plugin)
-            .field("scenario", &self.scenario)
-            .field("budget", &self.budget)
-            .field("seed", &self.seed)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Why an exploration could not start (exit code 2).
-#[derive(Debug, thiserror::Error)]
-pub enum ExploreError {
-    /// The scenario is wrong.
-    #[error(transparent)]
-    Scenario(#[from] ScenarioError),
-    /// The settings file is not JSON.
-    #[error("failed to read settings {path}: {message}")]
-    Settings {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The plugin does not load.
-    #[error("failed to load plugin {path}: {message}")]
-    Load {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The plan file to replay is wrong.
-    #[error("failed to read plan {path}: {message}")]
-    Plan {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        message: String,
-    },
-    /// The reference run could not perform the scenario.
-    #[error("the fault-free reference run failed: {0}")]
-    Reference(#[source] world::WorldError),
-    /// The output directory.
-    #[error("failed to write {path}: {source}")]
-    Write {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The explorer's runtime.
-    #[error("failed to start the explorer's runtime: {0}")]
-    Runtime(#[source] std::io::Error),
-}
-
-impl ExploreError {
-    /// A machine-readable reason.
-    #[must_use]
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Scenario(e) => e.reason(),
-            Self::Settings { .. } => "SettingsInvalid",
-            Self::Load { .. } => "LoadFailed",
-            Self::Plan { .. } => "PlanInvalid",
-            Self::Reference(_) => "ReferenceFailed",
-            Self::Write { .. } => "WriteFailed",
-            Self::Runtime(_) => "RuntimeFailed",
-        }
-    }
-}
 
 /// The kinds a registration reads or writes, once each.
 fn resources_of(plugin: &LoadedPlugin) -> Vec<Resource> {
@@ -143,10 +49,7 @@ fn resources_of(plugin: &LoadedPlugin) -> Vec<Resource> {
         .chain(reg.watches.iter().map(|w| &w.resource))
         .chain(reg.permissions.iter().map(|p| &p.resource));
     for r in all {
-        if !out
-            .iter()
-            .any(|o| o.group == r.group && o.kind == r.kind)
-        {
+        if !out.iter().any(|o| o.group == r.group && o.kind == r.kind) {
             out.push(r.clone());
         }
     }
@@ -385,46 +288,6 @@ fn run_plans(
         results.pop();
     }
     Ok(results)
-}
-
-/// The reconciles of `outcome` worth keeping as a reproducer for a fault at
-/// `plan`: the faulted reconcile and those of the same key after it (at
-/// most five); without a targeted reconcile, the last five that wrote.
-#[must_use]
-pub fn reproducer(plan: &Plan, outcome: &RunOutcome) -> Vec<probe::Reconcile> {
-    if let Some(at) = plan.fault.at() {
-        let start = outcome
-            .trace
-            .iter()
-            .position(|r| r.at == *at)
-            .unwrap_or(0);
-        return outcome.trace[start..]
-            .iter()
-            .filter(|r| r.at.key == at.key)
-            .take(5)
-            .cloned()
-            .collect();
-    }
-    let mut wrote: Vec<_> = outcome
-        .trace
-        .iter()
-        .filter(|r| !r.actions.is_empty() || r.error.is_some())
-        .cloned()
-        .collect();
-    let keep = wrote.len().saturating_sub(5);
-    wrote.drain(..keep);
-    wrote
-}
-
-/// A path relative to the current directory when it is under it.
-#[must_use]
-pub fn shown(path: &Path) -> String {
-    std::env::current_dir()
-        .ok()
-        .and_then(|d| path.strip_prefix(d).ok().map(Path::to_path_buf))
-        .unwrap_or_else(|| path.to_path_buf())
-        .display()
-        .to_string()
 }
 
 /// Plans generated per strategy (for tests and the bench).

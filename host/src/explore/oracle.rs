@@ -46,14 +46,21 @@ pub fn masked(object: &Value) -> Value {
         for field in SERVER_SET {
             meta.remove(*field);
         }
-        if let Some(owners) = meta.get_mut("ownerReferences").and_then(Value::as_array_mut) {
+        if let Some(owners) = meta
+            .get_mut("ownerReferences")
+            .and_then(Value::as_array_mut)
+        {
             for o in owners {
                 if let Some(o) = o.as_object_mut() {
                     o.remove("uid");
                 }
             }
         }
-        if meta.get("annotations").and_then(Value::as_object).is_some_and(serde_json::Map::is_empty) {
+        if meta
+            .get("annotations")
+            .and_then(Value::as_object)
+            .is_some_and(serde_json::Map::is_empty)
+        {
             meta.remove("annotations");
         }
     }
@@ -110,17 +117,32 @@ pub fn end_state_diff(
 ) -> String {
     let mut out = String::new();
     let empty = Vec::new();
-    for cluster in reference.keys().chain(run.keys()).collect::<std::collections::BTreeSet<_>>() {
+    for cluster in reference
+        .keys()
+        .chain(run.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let a = keyed(reference.get(cluster).unwrap_or(&empty));
         let b = keyed(run.get(cluster).unwrap_or(&empty));
-        for key in a.keys().chain(b.keys()).collect::<std::collections::BTreeSet<_>>() {
+        for key in a
+            .keys()
+            .chain(b.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+        {
             match (a.get(key), b.get(key)) {
-                (Some(_), None) => out.push_str(&format!("{cluster}: {key} missing (the reference has it)\n")),
-                (None, Some(_)) => out.push_str(&format!("{cluster}: {key} extra (the reference has none)\n")),
+                (Some(_), None) => out.push_str(&format!(
+                    "{cluster}: {key} missing (the reference has it)\n"
+                )),
+                (None, Some(_)) => out.push_str(&format!(
+                    "{cluster}: {key} extra (the reference has none)\n"
+                )),
                 (Some(x), Some(y)) if x != y => {
                     let yx = serde_yaml::to_string(x).unwrap_or_default();
                     let yy = serde_yaml::to_string(y).unwrap_or_default();
-                    out.push_str(&format!("{cluster}: {key} differs\n{}", line_diff(&yx, &yy, 2)));
+                    out.push_str(&format!(
+                        "{cluster}: {key} differs\n{}",
+                        line_diff(&yx, &yy, 2)
+                    ));
                 }
                 _ => {}
             }
@@ -140,7 +162,11 @@ pub fn counts_diff(
     run: &BTreeMap<String, (u32, u32)>,
 ) -> String {
     let mut out = String::new();
-    for key in reference.keys().chain(run.keys()).collect::<std::collections::BTreeSet<_>>() {
+    for key in reference
+        .keys()
+        .chain(run.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
         let a = reference.get(key).copied().unwrap_or_default();
         let b = run.get(key).copied().unwrap_or_default();
         if b.0 > a.0 || b.1 > a.1 {
@@ -200,6 +226,8 @@ mod tests {
         b.insert("main ConfigMap d/a".to_owned(), (0, 0));
         assert_eq!(counts_diff(&a, &b), "", "fewer is no finding");
         b.insert("main ConfigMap d/a".to_owned(), (2, 1));
-        assert!(counts_diff(&a, &b).contains("created 2 and deleted 1 time(s), the reference 1 and 0"));
+        assert!(
+            counts_diff(&a, &b).contains("created 2 and deleted 1 time(s), the reference 1 and 0")
+        );
     }
 }

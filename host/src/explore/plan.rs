@@ -7,28 +7,12 @@ use rand::SeedableRng as _;
 use rand::seq::SliceRandom as _;
 use serde::{Deserialize, Serialize};
 
-use super::probe::Reconcile;
 use super::scenario::{Scenario, Step};
+use super::trace::{At, Reconcile};
 use super::wire::Injected;
 
 /// The `format` of a plan file.
 pub const PLAN_FORMAT: &str = "rekon.dev/explore-plan/v1";
-
-/// A reconcile, named so that a run reaches the same one again: the `n`-th
-/// (from 1) reconcile of `key` (`cluster/namespace/name`).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct At {
-    /// `cluster/namespace/name` of the request.
-    pub key: String,
-    /// Which of its reconciles, from 1.
-    pub n: usize,
-}
-
-impl std::fmt::Display for At {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "reconcile #{} of {}", self.n, self.key)
-    }
-}
 
 /// The one fault of a plan.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -157,7 +141,9 @@ impl Fault {
         };
         match self {
             Self::Crash { at, after } => {
-                format!("crash after action {after} of {at}; the controller restarts from a fresh list")
+                format!(
+                    "crash after action {after} of {at}; the controller restarts from a fresh list"
+                )
             }
             Self::Stale { at, behind } => format!(
                 "{at} reads a cache {behind} reconcile(s) behind (what reconcile #{} of {} read)",
@@ -180,7 +166,9 @@ impl Fault {
             }
             Self::Duplicate { at } => format!("{at} is delivered twice"),
             Self::Delay { at } => format!("{at} is postponed behind the others"),
-            Self::Shuffle { seed } => format!("every list answers in a shuffled order (seed {seed})"),
+            Self::Shuffle { seed } => {
+                format!("every list answers in a shuffled order (seed {seed})")
+            }
         }
     }
 }
@@ -212,8 +200,14 @@ fn targets(step: &Step) -> Vec<(String, String, String, String, String)> {
             cluster.to_owned(),
             o["apiVersion"].as_str().unwrap_or_default().to_owned(),
             o["kind"].as_str().unwrap_or_default().to_owned(),
-            o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
-            o["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+            o["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
         )
     };
     match step {
@@ -299,7 +293,11 @@ pub fn generate(
                 continue;
             }
             let answers: &[Injected] = match w.method.as_str() {
-                "POST" => &[Injected::AlreadyExists, Injected::ServerError, Injected::Timeout],
+                "POST" => &[
+                    Injected::AlreadyExists,
+                    Injected::ServerError,
+                    Injected::Timeout,
+                ],
                 "DELETE" => &[Injected::NotFound, Injected::ServerError, Injected::Timeout],
                 _ => &[Injected::Conflict, Injected::ServerError, Injected::Timeout],
             };
@@ -324,15 +322,19 @@ pub fn generate(
             continue;
         }
         let before = steps[..s].iter().rposition(Step::mutates);
-        let after = steps[s + 1..].iter().position(Step::mutates).map(|p| p + s + 1);
+        let after = steps[s + 1..]
+            .iter()
+            .position(Step::mutates)
+            .map(|p| p + s + 1);
         if let (Some(from), Some(to)) = (before, after) {
             // Only when the later step acts on what the scenario itself
             // made before: a step on an object the plugin creates (a Job
             // marked complete) depends on the plugin having run.
-            if targets(&steps[to])
-                .iter()
-                .all(|t| steps[..=from].iter().any(|s| targets_applied(s).contains(t)))
-            {
+            if targets(&steps[to]).iter().all(|t| {
+                steps[..=from]
+                    .iter()
+                    .any(|s| targets_applied(s).contains(t))
+            }) {
                 add(Fault::Unobserved { from, to });
             }
         }

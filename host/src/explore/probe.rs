@@ -24,51 +24,9 @@ use crate::change::replay::{divergence, outcome_diff, replay_case};
 use crate::controller::Reconciler;
 use crate::plugin::{CallError, HostReads, LoadedPlugin, ReadError};
 
-use super::plan::{At, Fault};
+use super::plan::Fault;
+use super::trace::{ActionSummary, At, Reconcile, WriteSummary};
 use super::wire::Switchboard;
-
-/// One action of a recorded outcome, summarized.
-#[derive(Clone, Debug)]
-pub struct ActionSummary {
-    /// `apply`, `patch`, `delete`, `create`, `event`.
-    pub verb: String,
-}
-
-/// One write a reconcile's actions made, from the wire's log.
-#[derive(Clone, Debug)]
-pub struct WriteSummary {
-    /// HTTP method.
-    pub method: String,
-    /// Whether it changed the cluster.
-    pub changed: bool,
-}
-
-/// One reconcile of a run.
-#[derive(Clone, Debug)]
-pub struct Reconcile {
-    /// Its ordinal in the run, from 1.
-    pub ordinal: usize,
-    /// Which reconcile of which key.
-    pub at: At,
-    /// The phase.
-    pub phase: Phase,
-    /// Its actions (after a crash: those performed).
-    pub actions: Vec<ActionSummary>,
-    /// Whether it finalized.
-    pub finalized: bool,
-    /// Its error, when it failed.
-    pub error: Option<String>,
-    /// The writes its actions made (filled when the run ends).
-    pub writes: Vec<WriteSummary>,
-    /// How many of them changed something.
-    pub changed_writes: usize,
-    /// How many lists it made.
-    pub lists: usize,
-    /// The fault performed on it, if any.
-    pub fault: Option<String>,
-    /// The case: what it read and decided (as the plugin saw it).
-    pub case: Case,
-}
 
 /// A reconcile whose decision changed when replayed on its own reads.
 #[derive(Clone, Debug)]
@@ -119,9 +77,7 @@ impl Probe {
     pub fn new(inner: LoadedPlugin, config: ProbeConfig, board: Switchboard) -> Self {
         let mut registration = inner.registration().clone();
         registration.max_concurrent_reconciles = Some(1);
-        let settings = inner
-            .settings()
-            .and_then(|s| serde_json::from_str(s).ok());
+        let settings = inner.settings().and_then(|s| serde_json::from_str(s).ok());
         Self {
             inner,
             registration,
@@ -283,12 +239,17 @@ impl Reconciler for Probe {
                 return async move { Ok(outcome) }.boxed();
             }
             Some(Fault::Stale { behind, .. }) => {
-                let previous = self.state.lock().reads_by_key.get(&at.key).and_then(|all| {
-                    all.len().checked_sub(*behind).map(|i| all[i].clone())
-                });
+                let previous = self
+                    .state
+                    .lock()
+                    .reads_by_key
+                    .get(&at.key)
+                    .and_then(|all| all.len().checked_sub(*behind).map(|i| all[i].clone()));
                 if let Some(previous) = previous {
                     self.state.lock().fired = true;
-                    fault_label = Some(format!("stale reads (a cache {behind} reconcile(s) behind)"));
+                    fault_label = Some(format!(
+                        "stale reads (a cache {behind} reconcile(s) behind)"
+                    ));
                     reads = Arc::new(StaleReads {
                         inner: reads,
                         previous,
@@ -382,7 +343,10 @@ impl Reconciler for Probe {
             };
             let mut s = state.lock();
             if targeted.is_some()
-                && !matches!(targeted, Some(Fault::Transient { .. } | Fault::Stale { .. }))
+                && !matches!(
+                    targeted,
+                    Some(Fault::Transient { .. } | Fault::Stale { .. })
+                )
             {
                 s.fired = true;
             }
@@ -472,7 +436,11 @@ fn same_list(
             namespace: n,
             label_selector,
             result: ReadResult::Objects(os),
-        } if c == cluster && r.group == resource.group && r.kind == resource.kind && (n.is_none() || n.as_deref() == namespace) => {
+        } if c == cluster
+            && r.group == resource.group
+            && r.kind == resource.kind
+            && (n.is_none() || n.as_deref() == namespace) =>
+        {
             Some((label_selector.clone(), os.clone()))
         }
         _ => None,
@@ -510,7 +478,10 @@ impl HostReads for StaleReads {
             if let Some((None, objects)) = same_list(read, cluster, resource, namespace) {
                 return Ok(objects
                     .iter()
-                    .find(|o| o["metadata"]["name"] == name && o["metadata"]["namespace"].as_str() == namespace)
+                    .find(|o| {
+                        o["metadata"]["name"] == name
+                            && o["metadata"]["namespace"].as_str() == namespace
+                    })
                     .map(Value::to_string));
             }
         }
@@ -530,12 +501,15 @@ impl HostReads for StaleReads {
             {
                 return Ok(objects
                     .iter()
-                    .filter(|o| namespace.is_none() || o["metadata"]["namespace"].as_str() == namespace)
+                    .filter(|o| {
+                        namespace.is_none() || o["metadata"]["namespace"].as_str() == namespace
+                    })
                     .map(Value::to_string)
                     .collect());
             }
         }
-        self.inner.list(cluster, resource, namespace, label_selector)
+        self.inner
+            .list(cluster, resource, namespace, label_selector)
     }
 
     fn clusters(&self) -> Vec<ClusterInfo> {

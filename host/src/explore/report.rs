@@ -11,12 +11,13 @@ use serde_json::{Value, json};
 use crate::change::record::Case;
 use crate::plugin::LoadedPlugin;
 
+use super::options::{ExploreError, ExploreOptions};
 use super::oracle::{counts_diff, end_state_diff};
 use super::plan::{Fault, Plan, STRATEGIES};
 use super::probe::outcome_line;
 use super::run::RunOutcome;
 use super::scenario::Scenario;
-use super::{ExploreError, ExploreOptions, reproducer, shown};
+use super::trace::Reconcile;
 
 /// Plans of one strategy.
 #[derive(Clone, Debug, Default)]
@@ -180,9 +181,17 @@ impl Report {
             self.plans_run,
             self.plans_elapsed.as_secs_f64(),
             self.plans_per_second(),
-            if self.budget_exhausted { ", budget exhausted" } else { "" }
+            if self.budget_exhausted {
+                ", budget exhausted"
+            } else {
+                ""
+            }
         );
-        let _ = writeln!(out, "\n  {:<13} {:>9} {:>5} {:>11} {:>8}", "STRATEGY", "GENERATED", "RUN", "NOT-REACHED", "FINDINGS");
+        let _ = writeln!(
+            out,
+            "\n  {:<13} {:>9} {:>5} {:>11} {:>8}",
+            "STRATEGY", "GENERATED", "RUN", "NOT-REACHED", "FINDINGS"
+        );
         for (k, v) in &self.strategies {
             let _ = writeln!(
                 out,
@@ -201,13 +210,21 @@ impl Report {
         let mut detailed: Vec<(&str, &str)> = Vec::new();
         for f in &self.findings {
             let strategy = f.plan.as_ref().map_or("reference", |p| p.fault.strategy());
-            let id = f.plan.as_ref().map_or("reference".to_owned(), |p| p.id.clone());
+            let id = f
+                .plan
+                .as_ref()
+                .map_or("reference".to_owned(), |p| p.id.clone());
             let _ = writeln!(out, "\n- [{}] {id}: {}", f.oracle, f.fault);
             if let Some(dir) = &f.dir {
                 if f.plan.is_some() {
                     let _ = writeln!(out, "  replay: --replay {}", shown(&dir.join("plan.json")));
                 }
-                let _ = writeln!(out, "  reproducer: {} ({} case(s))", shown(&dir.join("cases")), f.cases.len());
+                let _ = writeln!(
+                    out,
+                    "  reproducer: {} ({} case(s))",
+                    shown(&dir.join("cases")),
+                    f.cases.len()
+                );
             }
             // The whole diff for the first finding of each (strategy,
             // oracle); the others point at their directory.
@@ -231,7 +248,9 @@ pub(super) fn reference_findings(scenario: &Scenario, reference: &RunOutcome) ->
         let step = scenario
             .steps
             .get(u.step)
-            .map_or("the final settle".to_owned(), |s| format!("step {} ({})", u.step + 1, s.label()));
+            .map_or("the final settle".to_owned(), |s| {
+                format!("step {} ({})", u.step + 1, s.label())
+            });
         out.push(Finding {
             plan: None,
             fault: format!("no fault: {step} never settles"),
@@ -239,7 +258,14 @@ pub(super) fn reference_findings(scenario: &Scenario, reference: &RunOutcome) ->
             also: Vec::new(),
             reconcile: None,
             diff: format!("{}\n{}", u.why, last_reconciles(reference)),
-            cases: reference.trace.iter().rev().take(3).rev().map(|r| r.case.clone()).collect(),
+            cases: reference
+                .trace
+                .iter()
+                .rev()
+                .take(3)
+                .rev()
+                .map(|r| r.case.clone())
+                .collect(),
             dir: None,
         });
     }
@@ -278,10 +304,7 @@ pub(super) fn reference_findings(scenario: &Scenario, reference: &RunOutcome) ->
 }
 
 fn failing_text(failing: &BTreeMap<String, String>) -> String {
-    failing
-        .iter()
-        .map(|(k, e)| format!("{k}: {e}\n"))
-        .collect()
+    failing.iter().map(|(k, e)| format!("{k}: {e}\n")).collect()
 }
 
 fn last_reconciles(outcome: &RunOutcome) -> String {
@@ -313,7 +336,10 @@ pub(super) fn judge(
     }
     if let Some(u) = &outcome.unsettled {
         if u.step >= scenario.steps.len() {
-            failed.push(("fixed-point", format!("{}\n{}", u.why, last_reconciles(outcome))));
+            failed.push((
+                "fixed-point",
+                format!("{}\n{}", u.why, last_reconciles(outcome)),
+            ));
         }
     }
     let new_failures: BTreeMap<String, String> = outcome
@@ -325,14 +351,21 @@ pub(super) fn judge(
     if !new_failures.is_empty() {
         failed.push((
             "fixed-point",
-            format!("reconciles keep failing after the faults stopped:\n{}", failing_text(&new_failures)),
+            format!(
+                "reconciles keep failing after the faults stopped:\n{}",
+                failing_text(&new_failures)
+            ),
         ));
     }
     if failed.is_empty() {
         return None;
     }
     let oracle = failed[0].0;
-    let also = failed[1..].iter().map(|(o, _)| *o).filter(|o| *o != oracle).collect();
+    let also = failed[1..]
+        .iter()
+        .map(|(o, _)| *o)
+        .filter(|o| *o != oracle)
+        .collect();
     let diff = failed
         .iter()
         .map(|(o, d)| format!("[{o}]\n{d}"))
@@ -345,7 +378,10 @@ pub(super) fn judge(
         also,
         reconcile: plan.fault.at().map(ToString::to_string),
         diff,
-        cases: reproducer(plan, outcome).into_iter().map(|r| r.case).collect(),
+        cases: reproducer(plan, outcome)
+            .into_iter()
+            .map(|r| r.case)
+            .collect(),
         dir: None,
     })
 }
@@ -359,7 +395,13 @@ fn write_file(path: &Path, text: &str) -> Result<(), ExploreError> {
 
 fn safe(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -409,11 +451,7 @@ pub(super) fn write(report: &mut Report, out: &Path) -> Result<(), ExploreError>
         let _ = writeln!(text, "\n{}", f.diff);
         write_file(&dir.join("finding.txt"), &text)?;
         for (i, case) in f.cases.iter().enumerate() {
-            let key = format!(
-                "{}-{}",
-                case.request.cluster,
-                case.request.name
-            );
+            let key = format!("{}-{}", case.request.cluster, case.request.name);
             let path = cases.join(format!("{:03}-{}.json", i + 1, safe(&key)));
             let text = serde_json::to_string_pretty(case).unwrap_or_default();
             write_file(&path, &text)?;
@@ -423,4 +461,40 @@ pub(super) fn write(report: &mut Report, out: &Path) -> Result<(), ExploreError>
     let json = serde_json::to_string_pretty(&report.to_json()).unwrap_or_default();
     write_file(&out.join("report.json"), &json)?;
     Ok(())
+}
+
+/// The reconciles of `outcome` worth keeping as a reproducer for a fault at
+/// `plan`: the faulted reconcile and those of the same key after it (at
+/// most five); without a targeted reconcile, the last five that wrote.
+#[must_use]
+pub fn reproducer(plan: &Plan, outcome: &RunOutcome) -> Vec<Reconcile> {
+    if let Some(at) = plan.fault.at() {
+        let start = outcome.trace.iter().position(|r| r.at == *at).unwrap_or(0);
+        return outcome.trace[start..]
+            .iter()
+            .filter(|r| r.at.key == at.key)
+            .take(5)
+            .cloned()
+            .collect();
+    }
+    let mut wrote: Vec<_> = outcome
+        .trace
+        .iter()
+        .filter(|r| !r.actions.is_empty() || r.error.is_some())
+        .cloned()
+        .collect();
+    let keep = wrote.len().saturating_sub(5);
+    wrote.drain(..keep);
+    wrote
+}
+
+/// A path relative to the current directory when it is under it.
+#[must_use]
+pub fn shown(path: &Path) -> String {
+    std::env::current_dir()
+        .ok()
+        .and_then(|d| path.strip_prefix(d).ok().map(Path::to_path_buf))
+        .unwrap_or_else(|| path.to_path_buf())
+        .display()
+        .to_string()
 }

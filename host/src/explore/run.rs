@@ -12,8 +12,9 @@ use crate::controller::Reconciler;
 use crate::plugin::LoadedPlugin;
 
 use super::plan::Fault;
-use super::probe::{Nondeterminism, Probe, ProbeConfig, Reconcile, attach_writes};
+use super::probe::{Nondeterminism, Probe, ProbeConfig, attach_writes};
 use super::scenario::{Scenario, Step};
+use super::trace::Reconcile;
 use super::world::{World, WorldError};
 
 /// How long nothing may change for a settle to end (virtual time; a
@@ -102,7 +103,9 @@ impl Runner {
                     continue;
                 }
                 let (down, unsynced) = match fault {
-                    Some(Fault::ClusterDown { cluster, step }) if *step == i => (Some(cluster), None),
+                    Some(Fault::ClusterDown { cluster, step }) if *step == i => {
+                        (Some(cluster), None)
+                    }
                     Some(Fault::Unsynced { cluster, step }) if *step == i => (None, Some(cluster)),
                     _ => (None, None),
                 };

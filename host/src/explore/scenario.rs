@@ -169,14 +169,15 @@ impl Scenario {
             source,
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|message| ScenarioError::Invalid {
-            path: path.to_path_buf(),
-            message,
-        })
-        .map(|mut s| {
-            s.path = path.to_path_buf();
-            s
-        })
+        Self::parse(&text, base)
+            .map_err(|message| ScenarioError::Invalid {
+                path: path.to_path_buf(),
+                message,
+            })
+            .map(|mut s| {
+                s.path = path.to_path_buf();
+                s
+            })
     }
 
     /// Parses scenario text; files are resolved against `base`.
@@ -196,14 +197,20 @@ impl Scenario {
             }
         }
         let clusters: Vec<String> = match top.get("clusters") {
-            None => return Err("`clusters` is missing (a list of names; the first is the primary)".to_owned()),
+            None => {
+                return Err(
+                    "`clusters` is missing (a list of names; the first is the primary)".to_owned(),
+                );
+            }
             Some(Value::Array(items)) => items
                 .iter()
                 .map(|c| {
                     c.as_str()
                         .filter(|s| is_dns_label(s))
                         .map(str::to_owned)
-                        .ok_or_else(|| format!("`clusters`: {c} is not a cluster name (a DNS label)"))
+                        .ok_or_else(|| {
+                            format!("`clusters`: {c} is not a cluster name (a DNS label)")
+                        })
                 })
                 .collect::<Result<_, _>>()?,
             Some(other) => return Err(format!("`clusters` must be a list of names, not {other}")),
@@ -438,8 +445,9 @@ mod tests {
 
     #[test]
     fn errors_name_the_step_and_the_field() {
-        let e = parse("clusters: [main]\nsteps:\n- settle: {}\n- apply: {cluster: nope, object: {}}\n")
-            .unwrap_err();
+        let e =
+            parse("clusters: [main]\nsteps:\n- settle: {}\n- apply: {cluster: nope, object: {}}\n")
+                .unwrap_err();
         assert!(e.starts_with("step 2: `apply`: `cluster` nope"), "{e}");
         let e = parse("clusters: [main]\nsteps:\n- settle: {wait: 3}\n").unwrap_err();
         assert!(e.contains("step 1: `settle`: unknown field `wait`"), "{e}");
@@ -448,8 +456,8 @@ mod tests {
         let e = parse("clusters: [main]\nsteps:\n- apply: {cluster: main, object: {kind: X}}\n")
             .unwrap_err();
         assert!(e.contains("without `apiVersion`"), "{e}");
-        let e = parse("clusters: [main, edge]\nsteps:\n- cluster-down: {cluster: main}\n")
-            .unwrap_err();
+        let e =
+            parse("clusters: [main, edge]\nsteps:\n- cluster-down: {cluster: main}\n").unwrap_err();
         assert!(e.contains("primary cluster"), "{e}");
         let e = parse("steps: []\n").unwrap_err();
         assert!(e.contains("`clusters` is missing"), "{e}");

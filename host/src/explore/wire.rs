@@ -45,10 +45,26 @@ impl Injected {
                 "Conflict",
                 "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again (injected by rekon plugin explore)",
             ),
-            Self::AlreadyExists => (409, "AlreadyExists", "the object already exists (injected by rekon plugin explore: the create was applied, its answer lost, and this is what its retry meets)"),
-            Self::NotFound => (404, "NotFound", "the object was not found (injected by rekon plugin explore: the delete was applied, its answer lost, and this is what its retry meets)"),
-            Self::ServerError => (500, "InternalError", "an error on the server (injected by rekon plugin explore)"),
-            Self::Timeout => (504, "Timeout", "the request did not complete within the allotted timeout (injected by rekon plugin explore; it was applied)"),
+            Self::AlreadyExists => (
+                409,
+                "AlreadyExists",
+                "the object already exists (injected by rekon plugin explore: the create was applied, its answer lost, and this is what its retry meets)",
+            ),
+            Self::NotFound => (
+                404,
+                "NotFound",
+                "the object was not found (injected by rekon plugin explore: the delete was applied, its answer lost, and this is what its retry meets)",
+            ),
+            Self::ServerError => (
+                500,
+                "InternalError",
+                "an error on the server (injected by rekon plugin explore)",
+            ),
+            Self::Timeout => (
+                504,
+                "Timeout",
+                "the request did not complete within the allotted timeout (injected by rekon plugin explore; it was applied)",
+            ),
         }
     }
 
@@ -194,7 +210,12 @@ impl Switchboard {
     /// How many writes changed something so far.
     #[must_use]
     pub fn changes(&self) -> usize {
-        self.state.lock().writes.iter().filter(|w| w.changed).count()
+        self.state
+            .lock()
+            .writes
+            .iter()
+            .filter(|w| w.changed)
+            .count()
     }
 
     /// Successful creates and deletes per object, from the write log.
@@ -348,7 +369,10 @@ fn object_of(body: &[u8], path: &str) -> Option<String> {
     };
     let answer: Option<Value> = serde_json::from_slice(body).ok();
     let (plural, mut name) = match rest {
-        [plural] => (*plural, answer.as_ref()?["metadata"]["name"].as_str()?.to_owned()),
+        [plural] => (
+            *plural,
+            answer.as_ref()?["metadata"]["name"].as_str()?.to_owned(),
+        ),
         [plural, name, ..] => (*plural, (*name).to_owned()),
         _ => return None,
     };
@@ -414,10 +438,7 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
             match verdict {
                 Verdict::Refuse => Err(Box::new(std::io::Error::new(
                     std::io::ErrorKind::ConnectionRefused,
-                    format!(
-                        "cluster {} is down (rekon plugin explore)",
-                        this.cluster
-                    ),
+                    format!("cluster {} is down (rekon plugin explore)", this.cluster),
                 )) as BoxError),
                 Verdict::Fail(fault) => {
                     if write {
@@ -459,7 +480,10 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
                     if let Verdict::FailAfter(fault) = verdict {
                         return Ok(status_response(fault));
                     }
-                    Ok(http::Response::from_parts(parts, axum::body::Body::from(bytes)))
+                    Ok(http::Response::from_parts(
+                        parts,
+                        axum::body::Body::from(bytes),
+                    ))
                 }
             }
         })
@@ -477,7 +501,10 @@ mod tests {
         assert!(is_collection("/apis/apps/v1/namespaces/x/deployments"));
         assert!(!is_collection("/api/v1/namespaces/default/configmaps/a"));
         assert!(!is_collection("/api/v1/namespaces/default"));
-        assert!(is_write(&Method::PATCH, "/api/v1/namespaces/d/configmaps/a"));
+        assert!(is_write(
+            &Method::PATCH,
+            "/api/v1/namespaces/d/configmaps/a"
+        ));
         assert!(!is_write(&Method::POST, "/api/v1/namespaces/d/events"));
         assert!(!is_write(
             &Method::PUT,
@@ -492,18 +519,27 @@ mod tests {
         board.begin_reconcile(3);
         board.arm(3, 2, Injected::Conflict);
         let p = |path: &str| board.judge("main", &Method::PATCH, path, "").0;
-        assert!(matches!(p("/api/v1/namespaces/d/configmaps/a"), Verdict::Pass));
         assert!(matches!(
-            p("/api/v1/namespaces/d/configmaps/b"),
-            Verdict::Fail(Injected::Conflict)
+            p("/api/v1/namespaces/d/configmaps/a"),
+            Verdict::Pass
         ));
         assert!(matches!(
             p("/api/v1/namespaces/d/configmaps/b"),
             Verdict::Fail(Injected::Conflict)
         ));
-        assert!(matches!(p("/api/v1/namespaces/d/configmaps/c"), Verdict::Pass));
+        assert!(matches!(
+            p("/api/v1/namespaces/d/configmaps/b"),
+            Verdict::Fail(Injected::Conflict)
+        ));
+        assert!(matches!(
+            p("/api/v1/namespaces/d/configmaps/c"),
+            Verdict::Pass
+        ));
         assert!(board.fired());
         board.begin_reconcile(4);
-        assert!(matches!(p("/api/v1/namespaces/d/configmaps/b"), Verdict::Pass));
+        assert!(matches!(
+            p("/api/v1/namespaces/d/configmaps/b"),
+            Verdict::Pass
+        ));
     }
 }

@@ -108,8 +108,9 @@ impl World {
             scenario_clients.insert(name.clone(), kube::Client::new(sim.router(), "default"));
             sims.insert(name.clone(), sim);
         }
-        let engine_client =
-            |name: &str| kube::Client::new(Wire::new(Arc::clone(&sims[name]), board.clone()), "default");
+        let engine_client = |name: &str| {
+            kube::Client::new(Wire::new(Arc::clone(&sims[name]), board.clone()), "default")
+        };
         let primary = scenario.primary();
         let clusters = ClusterRegistry::new(primary, engine_client(primary));
         for name in scenario.clusters.iter().skip(1) {
@@ -190,7 +191,12 @@ impl World {
             .collect()
     }
 
-    async fn kind(&self, cluster: &str, api_version: &str, kind: &str) -> Result<(ApiResource, bool), String> {
+    async fn kind(
+        &self,
+        cluster: &str,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, bool), String> {
         let key = (cluster.to_owned(), api_version.to_owned(), kind.to_owned());
         if let Some(found) = self.kinds.lock().get(&key) {
             return Ok(found.clone());
@@ -209,14 +215,23 @@ impl World {
         Ok((ar, namespaced))
     }
 
-    async fn api(&self, cluster: &str, object: &Value) -> Result<(Api<DynamicObject>, String), String> {
+    async fn api(
+        &self,
+        cluster: &str,
+        object: &Value,
+    ) -> Result<(Api<DynamicObject>, String), String> {
         let api_version = object["apiVersion"].as_str().unwrap_or_default();
         let kind = object["kind"].as_str().unwrap_or_default();
-        let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let (ar, namespaced) = self.kind(cluster, api_version, kind).await?;
         let client = self.scenario_clients[cluster].clone();
         let api = if namespaced {
-            let ns = object["metadata"]["namespace"].as_str().unwrap_or("default");
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default");
             Api::namespaced_with(client, ns, &ar)
         } else {
             Api::all_with(client, &ar)

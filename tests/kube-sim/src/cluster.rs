@@ -330,7 +330,9 @@ impl SimCluster {
     /// same handler its listener serves.
     #[must_use]
     pub fn router(&self) -> Router {
-        Router::new().fallback(handle).with_state(self.state.clone())
+        Router::new()
+            .fallback(handle)
+            .with_state(self.state.clone())
     }
 
     /// Cluster name.

@@ -1,0 +1,66 @@
+//! A run's trace: each reconcile, named so that another run reaches the
+//! same one again, with what it decided and wrote.
+
+use serde::{Deserialize, Serialize};
+
+use crate::action::Phase;
+use crate::change::record::Case;
+
+/// A reconcile, named so that a run reaches the same one again: the `n`-th
+/// (from 1) reconcile of `key` (`cluster/namespace/name`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct At {
+    /// `cluster/namespace/name` of the request.
+    pub key: String,
+    /// Which of its reconciles, from 1.
+    pub n: usize,
+}
+
+impl std::fmt::Display for At {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reconcile #{} of {}", self.n, self.key)
+    }
+}
+
+/// One action of a recorded outcome, summarized.
+#[derive(Clone, Debug)]
+pub struct ActionSummary {
+    /// `apply`, `patch`, `delete`, `create`, `event`.
+    pub verb: String,
+}
+
+/// One write a reconcile's actions made, from the wire's log.
+#[derive(Clone, Debug)]
+pub struct WriteSummary {
+    /// HTTP method.
+    pub method: String,
+    /// Whether it changed the cluster.
+    pub changed: bool,
+}
+
+/// One reconcile of a run.
+#[derive(Clone, Debug)]
+pub struct Reconcile {
+    /// Its ordinal in the run, from 1.
+    pub ordinal: usize,
+    /// Which reconcile of which key.
+    pub at: At,
+    /// The phase.
+    pub phase: Phase,
+    /// Its actions (after a crash: those performed).
+    pub actions: Vec<ActionSummary>,
+    /// Whether it finalized.
+    pub finalized: bool,
+    /// Its error, when it failed.
+    pub error: Option<String>,
+    /// The writes its actions made (filled when the run ends).
+    pub writes: Vec<WriteSummary>,
+    /// How many of them changed something.
+    pub changed_writes: usize,
+    /// How many lists it made.
+    pub lists: usize,
+    /// The fault performed on it, if any.
+    pub fault: Option<String>,
+    /// The case: what it read and decided (as the plugin saw it).
+    pub case: Case,
+}
