@@ -108,6 +108,34 @@ fn inspect(paths: &Paths, wasm: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The README's last step: `rekon plugin explore` with the scaffold's own
+/// scenario finds nothing in the generated plugin.
+fn explore(paths: &Paths, project: &Path, wasm: &Path) {
+    let out = Command::new(&paths.rekon)
+        .args(["plugin", "explore"])
+        .arg(wasm)
+        .args([
+            "--scenario",
+            "explore/scenario.yaml",
+            "--budget",
+            "120",
+            "--out",
+        ])
+        .arg(project.join("explore-out"))
+        .current_dir(project)
+        .output()
+        .expect("rekon runs");
+    assert!(
+        out.status.success(),
+        "explore of {} exited {:?}:\n{}{}",
+        wasm.display(),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no finding"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn typescript_and_python_scaffolds_test_build_and_load() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -159,6 +187,7 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
         let test = run(&ts, "npm", &["test"], &npm_env);
         let build = run(&ts, "npm", &["run", "build"], &npm_env);
         let reg = inspect(&paths, &ts.join("dist/widget_ts.wasm"));
+        explore(&paths, &ts, &ts.join("dist/widget_ts.wasm"));
         assert!(
             reg.contains("name: widget-ts") && reg.contains("kind: CustomResourceDefinition"),
             "{reg}"
@@ -227,6 +256,7 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
             &env,
         );
         let reg = inspect(&paths, &py.join("dist/pool_py.wasm"));
+        explore(&paths, &py, &py.join("dist/pool_py.wasm"));
         assert!(
             reg.contains("name: pool-py") && reg.contains("kind: Node"),
             "{reg}"

@@ -172,6 +172,44 @@ impl Project {
     }
 }
 
+impl Project {
+    /// `explore/scenario.yaml`: the workload `rekon plugin explore` runs
+    /// the plugin through (the sample object applied, changed, deleted;
+    /// the plugin's own CRD comes from its registration).
+    pub(super) fn scenario_yaml(&self) -> String {
+        let (object, _, _) = self.sample_object();
+        let p = &self.primary;
+        let namespace = if p.namespaced {
+            "namespace: default, "
+        } else {
+            ""
+        };
+        let changed = object.replacen(
+            r#""metadata": {"name": "demo""#,
+            r#""metadata": {"labels": {"example.com/changed": "true"}, "name": "demo""#,
+            1,
+        );
+        format!(
+            r#"# What happens around {name} while `rekon plugin explore` runs it through
+# the faults that break controllers (crashes between writes, stale reads,
+# unobserved states, failing writes, reordered deliveries): see rekon's
+# docs/plugins/exploring.md. Add the steps your plugin's users take.
+clusters: [main]
+steps:
+  - apply: {{cluster: main, object: {object}}}
+  - settle: {{}}
+  - apply: {{cluster: main, object: {changed}}}
+  - settle: {{}}
+  - delete: {{cluster: main, apiVersion: {api}, kind: {kind}, {namespace}name: demo}}
+  - settle: {{}}
+"#,
+            name = self.name,
+            api = self.api_version(),
+            kind = p.kind,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

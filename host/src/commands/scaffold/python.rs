@@ -165,17 +165,21 @@ pip install -e .                             # rekon_sdk from {sdk}, componentiz
 pytest                                       # native, with the SDK's test kit
 rekon-py-build {module} -o {wasm}    # -> {wasm}
 rekon plugin inspect {wasm}
+rekon plugin explore {wasm} --scenario explore/scenario.yaml   # its bugs under faults
 ```
 
 Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 
 - `{module}.py`: the registration, `reconcile`, and `Guest`, the component's export.
 - `tests/test_plugin.py`: the plugin against a fake world of clusters.
+- `explore/scenario.yaml`: what `rekon plugin explore` does around the
+  plugin while it injects crashes, stale reads and failing writes.
 "#,
                     name = self.name,
                     sdk = sdk.display()
                 ),
             ),
+            ("explore/scenario.yaml".to_owned(), self.scenario_yaml()),
             (
                 ".gitignore".to_owned(),
                 "dist/\n__pycache__/\n*.egg-info/\n".to_owned(),

@@ -18,6 +18,7 @@ pub(super) fn files(project: &Project, sdk: &str) -> Vec<(&'static str, String)>
         ("src/lib.rs", project.lib_rs()),
         ("tests/reconcile.rs", project.test_rs()),
         ("README.md", project.readme()),
+        ("explore/scenario.yaml", project.scenario_yaml()),
         (".gitignore", "/target\n".to_owned()),
     ]
 }
@@ -234,6 +235,7 @@ rustup target add wasm32-wasip2                  # once: the component target
 cargo test                                       # native, with the SDK's test kit
 cargo build --target wasm32-wasip2 --release     # -> {file}
 rekon plugin inspect {file}
+rekon plugin explore {file} --scenario explore/scenario.yaml   # its bugs under faults
 ```
 
 Then copy `{file}` into the directory `rekon run --plugins DIR` watches; the
@@ -244,6 +246,9 @@ host loads it (and reloads it when the file changes). `rekon plugin plan
   `reconcile`. `rekon_sdk` re-exports `k8s_openapi`, `kube`, `serde`,
   `serde_json` and `schemars`: use them through it.
 - `tests/reconcile.rs`: the plugin against a fake world of clusters.
+- `explore/scenario.yaml`: what `rekon plugin explore` does around the
+  plugin while it injects crashes, stale reads and failing writes; a
+  finding leaves recorded cases to keep in the golden tests.
 - `Cargo.toml`: its own `[workspace]` and release profile (opt-level 3, LTO,
   stripped); nothing here depends on the rekon repository's workspace.
 

@@ -130,6 +130,7 @@ npm install                          # @rekon/sdk copied from {sdk} (.npmrc: ins
 npm test                             # native, with the SDK's test kit (node --test)
 npm run build                        # -> {wasm}, on QuickJS
 rekon plugin inspect {wasm}
+rekon plugin explore {wasm} --scenario explore/scenario.yaml   # its bugs under faults
 ```
 
 `npm run build -- --engine starlingmonkey` builds on SpiderMonkey instead
@@ -142,7 +143,10 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 - `src/plugin.ts`: the registration and `reconcile`; `src/component.ts`
   exports it as the component.
 - `test/plugin.test.ts`: the plugin against a fake world of clusters.
+- `explore/scenario.yaml`: what `rekon plugin explore` does around the
+  plugin while it injects crashes, stale reads and failing writes.
 "#, name = self.name, sdk = sdk.display())),
+            ("explore/scenario.yaml".to_owned(), self.scenario_yaml()),
             (".gitignore".to_owned(), "node_modules/\ndist/\n".to_owned()),
             // npm installs a `file:` directory as a link by default, and node
             // then resolves the SDK's own imports (componentize-qjs, esbuild,
