@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::explore::{ExploreOptions, explore};
+use crate::explore::{ExploreOptions, Progress, explore};
 
 /// `rekon plugin explore PLUGIN.wasm --scenario FILE`.
 #[derive(Debug, clap::Args)]
@@ -52,25 +52,20 @@ pub fn run(args: ExploreArgs) -> i32 {
     });
     let tty = std::io::stderr().is_terminal() && !args.json;
     let budget = Duration::from_secs(args.budget);
-    let progress: Option<Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>> =
-        tty.then(|| {
-            Arc::new(
-                move |done: usize, total: usize, findings: usize, spent: Duration| {
-                    let left = budget.saturating_sub(spent).as_secs();
-                    let width = 30;
-                    let filled = if total == 0 {
-                        width
-                    } else {
-                        done * width / total
-                    };
-                    eprint!(
-                        "\r[{}{}] plans {done}/{total}  findings {findings}  time left {left}s ",
-                        "#".repeat(filled),
-                        " ".repeat(width - filled)
-                    );
-                },
-            ) as Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>
-        });
+    let progress: Option<Progress> = tty.then(|| {
+        Arc::new(
+            move |done: usize, total: usize, findings: usize, spent: Duration| {
+                let left = budget.saturating_sub(spent).as_secs();
+                let width = 30;
+                let filled = (done * width).checked_div(total).unwrap_or(width);
+                eprint!(
+                    "\r[{}{}] plans {done}/{total}  findings {findings}  time left {left}s ",
+                    "#".repeat(filled),
+                    " ".repeat(width - filled)
+                );
+            },
+        ) as Progress
+    });
     let opts = ExploreOptions {
         plugin: args.plugin,
         scenario: args.scenario,

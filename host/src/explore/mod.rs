@@ -34,7 +34,7 @@ use serde_json::Value;
 use crate::action::{Resource, describe_resource};
 use crate::plugin::{LoadOptions, LoadedPlugin, PluginRuntime, RuntimeConfig};
 
-pub use options::{ExploreError, ExploreOptions};
+pub use options::{ExploreError, ExploreOptions, Progress};
 pub use plan::{Fault, Plan};
 pub use report::{Finding, Report, StrategyCount};
 pub use scenario::{Scenario, ScenarioError};

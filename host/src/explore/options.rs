@@ -7,6 +7,10 @@ use std::time::Duration;
 use super::scenario::ScenarioError;
 use super::world;
 
+/// Called after each plan: (plans done, plans in all, findings, time
+/// spent on plans).
+pub type Progress = Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>;
+
 /// What to explore and how.
 #[derive(Clone)]
 pub struct ExploreOptions {
@@ -25,7 +29,7 @@ pub struct ExploreOptions {
     /// Run only this plan file (after the reference).
     pub replay: Option<PathBuf>,
     /// Called after each plan: (plans done, plans in all, findings).
-    pub progress: Option<Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>>,
+    pub progress: Option<Progress>,
 }
 
 impl std::fmt::Debug for ExploreOptions {

@@ -334,13 +334,13 @@ pub(super) fn judge(
             failed.push(("counts", counts));
         }
     }
-    if let Some(u) = &outcome.unsettled {
-        if u.step >= scenario.steps.len() {
-            failed.push((
-                "fixed-point",
-                format!("{}\n{}", u.why, last_reconciles(outcome)),
-            ));
-        }
+    if let Some(u) = &outcome.unsettled
+        && u.step >= scenario.steps.len()
+    {
+        failed.push((
+            "fixed-point",
+            format!("{}\n{}", u.why, last_reconciles(outcome)),
+        ));
     }
     let new_failures: BTreeMap<String, String> = outcome
         .failing

@@ -329,11 +329,7 @@ fn is_collection(path: &str) -> bool {
         Some(&"apis") => &parts[parts.len().min(3)..],
         _ => return false,
     };
-    match rest {
-        [_plural] => true,
-        ["namespaces", _ns, _plural] => true,
-        _ => false,
-    }
+    matches!(rest, [_] | ["namespaces", _, _])
 }
 
 fn status_response(fault: Injected) -> http::Response<axum::body::Body> {

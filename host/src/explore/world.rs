@@ -60,6 +60,8 @@ impl WorldError {
     }
 }
 
+type KindKey = (String, String, String);
+
 /// The clusters and the engine of one run.
 pub struct World {
     /// The clusters by name.
@@ -69,7 +71,8 @@ pub struct World {
     /// The controller manager running the plugin.
     pub manager: Manager,
     scenario_clients: BTreeMap<String, kube::Client>,
-    kinds: Mutex<HashMap<(String, String, String), (ApiResource, bool)>>,
+    /// (cluster, apiVersion, kind) → the resource and whether namespaced.
+    kinds: Mutex<HashMap<KindKey, (ApiResource, bool)>>,
     probes: tokio::task::JoinHandle<()>,
 }
 

@@ -328,7 +328,6 @@ impl SimCluster {
 
     /// The cluster's HTTP API as a tower service (an axum `Router`), the
     /// same handler its listener serves.
-    #[must_use]
     pub fn router(&self) -> Router {
         Router::new()
             .fallback(handle)
