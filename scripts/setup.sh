@@ -89,8 +89,11 @@ fi
 pip_install() {
   python3 -m pip install --quiet --disable-pip-version-check "$@"
 }
-if ! python3 -c 'import componentize_py, pytest, rekon_sdk' >/dev/null 2>&1; then
-  say "installing the Python SDK (editable) with componentize-py and pytest (the Python SDK, its port and scaffold)"
+# The SDK must be this checkout's (an editable install of another clone
+# would test that clone's SDK).
+if ! python3 -c 'import os, sys, componentize_py, pytest, rekon_sdk
+sys.exit(0 if os.path.realpath(rekon_sdk.__file__).startswith(os.path.realpath("sdk/python") + os.sep) else 1)' >/dev/null 2>&1; then
+  say "installing this checkout's Python SDK (editable) with componentize-py and pytest (the Python SDK, its port and scaffold)"
   pip_install -e 'sdk/python[dev]'
 fi
 if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
