@@ -26,7 +26,6 @@ pub mod trace;
 pub mod wire;
 pub mod world;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -288,14 +287,4 @@ fn run_plans(
         results.pop();
     }
     Ok(results)
-}
-
-/// Plans generated per strategy (for tests and the bench).
-#[must_use]
-pub fn plan_counts(report: &Report) -> BTreeMap<String, (usize, usize)> {
-    report
-        .strategies
-        .iter()
-        .map(|(k, v)| (k.clone(), (v.generated, v.run)))
-        .collect()
 }

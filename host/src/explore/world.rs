@@ -185,15 +185,6 @@ impl World {
         self.probes.abort();
     }
 
-    /// The current resourceVersion of each cluster.
-    #[must_use]
-    pub fn cluster_rvs(&self) -> BTreeMap<String, u64> {
-        self.sims
-            .iter()
-            .map(|(n, s)| (n.clone(), s.current_rv()))
-            .collect()
-    }
-
     async fn kind(
         &self,
         cluster: &str,
