@@ -16,8 +16,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the engine: connect the clusters, load and watch the plugin
-    /// directory, reconcile until SIGINT/SIGTERM.
+    /// Run the engine: connect the clusters, load and follow the plugins
+    /// (a directory, Plugin objects, or both), reconcile until
+    /// SIGINT/SIGTERM.
     Run(Box<RunArgs>),
     /// Work with plugin files.
     #[command(subcommand)]
@@ -38,13 +39,22 @@ enum Command {
     },
 }
 
+/// Plugins come from a directory, from Plugin objects, or both: one of
+/// the two is required.
 #[derive(Debug, clap::Args)]
+#[command(group(
+    clap::ArgGroup::new("plugin_source")
+        .args(["plugins", "plugin_objects"])
+        .multiple(true)
+        .required(true)
+))]
 struct RunArgs {
     #[command(flatten)]
     clusters: ClusterArgs,
-    /// Directory of plugin components (`*.wasm`), watched for changes.
+    /// Directory of plugin components (`*.wasm`), watched for changes
+    /// (optional with --plugin-objects).
     #[arg(long, env = "REKON_PLUGINS")]
-    plugins: PathBuf,
+    plugins: Option<PathBuf>,
     /// Log format.
     #[arg(long, env = "REKON_LOG_FORMAT", value_enum, default_value_t = rekon::app::LogFormat::Text)]
     log_format: rekon::app::LogFormat,
@@ -60,8 +70,9 @@ struct RunArgs {
     /// live in whenever it loads (off by default; for demos and tests).
     #[arg(long, env = "REKON_INSTALL_CRDS")]
     install_crds: bool,
-    /// Also load the plugins that Plugin objects (plugins.rekon.dev) in the
-    /// primary cluster name, pulled from OCI registries.
+    /// Load the plugins that Plugin objects (plugins.rekon.dev) in the
+    /// primary cluster name, pulled from OCI registries (with or without
+    /// --plugins).
     #[arg(long, env = "REKON_PLUGIN_OBJECTS")]
     plugin_objects: bool,
     /// A registry (`host[:port]`) spoken to over plain HTTP although not on
@@ -344,14 +355,15 @@ struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// The cluster fields of an app config (the rest defaulted).
-    fn config(self, plugins_dir: PathBuf) -> rekon::app::Config {
+    /// The cluster fields of an app config (the rest defaulted, no plugin
+    /// source).
+    fn config(self) -> rekon::app::Config {
         rekon::app::Config {
             kubeconfig: self.kubeconfig,
             context: self.context,
             primary_name: self.primary_name,
             clusters: self.clusters,
-            ..rekon::app::Config::new(plugins_dir)
+            ..rekon::app::Config::default()
         }
     }
 }
@@ -882,7 +894,7 @@ fn main() -> anyhow::Result<()> {
             clusters,
         }) => {
             if object {
-                let config = clusters.config(PathBuf::new());
+                let config = clusters.config();
                 let (from, to) = tokio::runtime::Runtime::new()?.block_on(async {
                     let clusters = rekon::app::connect_clusters(&config).await?;
                     let primary = clusters
@@ -981,7 +993,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         resync_period: (args.resync_period > 0)
             .then(|| std::time::Duration::from_secs(args.resync_period)),
         probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),
-        ..args.clusters.config(args.plugins)
+        plugins_dir: args.plugins,
+        ..args.clusters.config()
     };
     tokio::runtime::Runtime::new()?.block_on(async {
         let app = rekon::app::App::build(config).await?;
@@ -1033,7 +1046,7 @@ fn release(args: ReleaseArgs) -> anyhow::Result<()> {
         from: args.from,
         finalizer: args.finalizer,
         remove,
-        clusters: args.clusters.config(PathBuf::new()),
+        clusters: args.clusters.config(),
     };
     let report =
         tokio::runtime::Runtime::new()?.block_on(rekon::commands::release::release(config))?;
@@ -1121,7 +1134,7 @@ fn plan(args: PlanArgs) -> anyhow::Result<()> {
         file: args.file,
         clusters: rekon::app::Config {
             policy_file: args.policy,
-            ..args.clusters.config(PathBuf::new())
+            ..args.clusters.config()
         },
         only: args.only,
         sync_timeout: std::time::Duration::from_secs(args.sync_timeout),

@@ -108,3 +108,21 @@ async fn rekon_run_reconciles_through_wasm_and_hot_swaps_the_plugin() {
     .expect("test timed out: likely deadlocked")
     .unwrap();
 }
+
+#[tokio::test]
+async fn a_config_without_a_plugin_source_is_refused_before_connecting() {
+    // No cluster either: the check comes first, naming both sources.
+    let built = tokio::time::timeout(TEST_TIMEOUT, App::build(Config::default()))
+        .await
+        .expect("test timed out: likely deadlocked");
+    let error = built.expect_err("nothing to serve");
+    assert!(
+        matches!(error, rekon::app::AppError::NoPluginSource),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("--plugins DIR") && message.contains("--plugin-objects"),
+        "{message}"
+    );
+}

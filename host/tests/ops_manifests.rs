@@ -291,7 +291,10 @@ fn kustomize_base_renders_a_hardened_deployment() {
         .filter_map(|a| a.as_str())
         .collect();
     assert!(args.contains(&"--leader-elect"), "{args:?}");
-    // The plugin directory and the writable compiled-component cache.
+    // Plugins from Plugin objects only: no plugin directory to invent.
+    assert!(args.contains(&"--plugin-objects"), "{args:?}");
+    assert!(!args.iter().any(|a| a.starts_with("--plugins")), "{args:?}");
+    // The writable compiled-component cache, and no plugin directory.
     let mounts: Vec<&str> = host["volumeMounts"]
         .as_sequence()
         .expect("mounts")
@@ -299,7 +302,7 @@ fn kustomize_base_renders_a_hardened_deployment() {
         .filter_map(|m| m["mountPath"].as_str())
         .collect();
     assert!(
-        mounts.contains(&"/var/lib/rekon/plugins") && mounts.contains(&"/var/cache/rekon"),
+        mounts.contains(&"/var/cache/rekon") && !mounts.contains(&"/var/lib/rekon/plugins"),
         "{mounts:?}"
     );
     let env: Vec<&str> = host["env"]

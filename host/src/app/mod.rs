@@ -63,6 +63,9 @@ pub enum AppError {
         /// Why.
         message: String,
     },
+    /// Neither a plugin directory nor Plugin objects: nothing to serve.
+    #[error("no plugin source: give a plugin directory (--plugins DIR), Plugin objects (--plugin-objects), or both")]
+    NoPluginSource,
     /// The process stopped itself (e.g. it lost the leader lease with `--on-lost=exit`).
     #[error("stopped: {0}")]
     Stopped(String),
@@ -128,8 +131,9 @@ pub struct Config {
     pub primary_name: Option<String>,
     /// Further clusters: (name, context).
     pub clusters: Vec<(String, String)>,
-    /// Directory of plugin components, watched for changes.
-    pub plugins_dir: PathBuf,
+    /// Directory of plugin components, watched for changes; `None`: the
+    /// plugins come from Plugin objects only ([`Config::plugin_objects`]).
+    pub plugins_dir: Option<PathBuf>,
     /// Concurrent reconciles per plugin unless its registration says otherwise.
     pub max_concurrent_reconciles: usize,
     /// Where compiled plugins are cached (by digest).
@@ -160,7 +164,8 @@ pub struct Config {
     /// Run `*.shadow.wasm` versions beside the serving ones (`crate::change::shadow`).
     pub shadow: Option<crate::change::shadow::ShadowConfig>,
     /// Load the plugins `Plugin` objects in the primary cluster name
-    /// (`rekon run --plugin-objects`), beside the plugin directory.
+    /// (`rekon run --plugin-objects`), beside or instead of the plugin
+    /// directory.
     pub plugin_objects: Option<PluginObjectsSource>,
 }
 
@@ -186,11 +191,24 @@ impl Config {
     #[must_use]
     pub fn new(plugins_dir: impl Into<PathBuf>) -> Self {
         Self {
+            plugins_dir: Some(plugins_dir.into()),
+            ..Self::default()
+        }
+    }
+}
+
+/// Defaults without a plugin source: set [`Config::plugins_dir`] or
+/// [`Config::plugin_objects`] (or both) before [`App::build`], which
+/// refuses a config with neither. The one-shot commands that only connect
+/// clusters start from here.
+impl Default for Config {
+    fn default() -> Self {
+        Self {
             kubeconfig: None,
             context: None,
             primary_name: None,
             clusters: Vec::new(),
-            plugins_dir: plugins_dir.into(),
+            plugins_dir: None,
             max_concurrent_reconciles: 4,
             cache_dir: None,
             writer: WriterConfig::default(),
@@ -227,13 +245,17 @@ impl std::fmt::Debug for App {
 
 impl App {
     /// Connect the clusters, start the plugin runtime and load the plugin
-    /// directory. Must run inside a tokio runtime.
+    /// directory, if there is one. Must run inside a tokio runtime.
     ///
     /// # Errors
-    /// When a cluster's configuration cannot be loaded, or the runtime or the
-    /// plugin directory cannot be set up. (A plugin file that fails to load
-    /// is reported and skipped, not an error.)
+    /// [`AppError::NoPluginSource`] without a plugin directory and without
+    /// Plugin objects; when a cluster's configuration cannot be loaded, or
+    /// the runtime or the plugin directory cannot be set up. (A plugin file
+    /// that fails to load is reported and skipped, not an error.)
     pub async fn build(config: Config) -> Result<Self, AppError> {
+        if config.plugins_dir.is_none() && config.plugin_objects.is_none() {
+            return Err(AppError::NoPluginSource);
+        }
         // The policy first: a broken policy must not start anything.
         let policy = crate::plugin::Policy::load(config.policy_file.as_deref())?;
         if let Some(policy) = &policy {
@@ -249,17 +271,17 @@ impl App {
         })
         .map_err(|e| AppError::Runtime(e.to_string()))?;
         let registry = PluginRegistry::new(runtime);
-        {
+        if let Some(dir) = &config.plugins_dir {
             let registry = registry.clone();
-            let dir = config.plugins_dir.clone();
-            tokio::task::spawn_blocking(move || registry.load_dir(&dir))
+            let load = dir.clone();
+            tokio::task::spawn_blocking(move || registry.load_dir(&load))
                 .await
                 .map_err(|e| AppError::Plugins {
-                    dir: config.plugins_dir.clone(),
+                    dir: dir.clone(),
                     message: e.to_string(),
                 })?
                 .map_err(|e| AppError::Plugins {
-                    dir: config.plugins_dir.clone(),
+                    dir: dir.clone(),
                     message: e.to_string(),
                 })?;
         }
@@ -334,8 +356,9 @@ impl App {
         &self.manager
     }
 
-    /// Run until `shutdown` resolves: follow the plugin directory, probe the
-    /// clusters, reconcile. On shutdown, in-flight reconciles finish.
+    /// Run until `shutdown` resolves: follow the plugin directory (if there
+    /// is one) and the Plugin objects (if asked), probe the clusters,
+    /// reconcile. On shutdown, in-flight reconciles finish.
     ///
     /// # Errors
     /// When the plugin directory cannot be watched.
@@ -350,12 +373,11 @@ impl App {
                 let _ = rx.wait_for(|s| *s).await;
             }
         };
-        let watch_dir = {
+        let mut watch_dir = self.config.plugins_dir.clone().map(|dir| {
             let registry = self.registry.clone();
-            let dir = self.config.plugins_dir.clone();
             let stop = stopped();
             tokio::spawn(async move { registry.watch_dir(dir, stop).await })
-        };
+        });
         let probes = tokio::spawn(self.clusters.clone().run_probes(
             self.config.probe_interval,
             // A probe may take two periods (the next waits for it): slow
@@ -414,13 +436,20 @@ impl App {
                 let _ = ops_stop_rx.wait_for(|s| *s).await;
             },
         ));
-        info!(plugins_dir = %self.config.plugins_dir.display(), "rekon running");
+        match &self.config.plugins_dir {
+            Some(dir) => info!(plugins_dir = %dir.display(), plugin_objects = self.config.plugin_objects.is_some(), "rekon running"),
+            None => info!(plugin_objects = true, "rekon running (no plugin directory)"),
+        }
         // Stop early if the directory watcher fails.
-        let mut watch_dir = watch_dir;
         let mut lost = None;
         let watch_result = tokio::select! {
             () = shutdown => None,
-            r = &mut watch_dir => Some(r),
+            r = async {
+                match &mut watch_dir {
+                    Some(watch) => watch.await,
+                    None => std::future::pending().await,
+                }
+            } => Some(r),
             reason = async { fatal.wait_for(Option::is_some).await.ok().and_then(|r| r.clone()) } => {
                 lost = Some(reason.unwrap_or_default());
                 None
@@ -440,21 +469,26 @@ impl App {
             Err(e) => warn!(error = %e, "operations task failed"),
         }
         if let Some(reason) = lost {
-            watch_dir.abort();
+            if let Some(watch) = watch_dir {
+                watch.abort();
+            }
             return Err(AppError::Stopped(reason));
         }
+        let (Some(dir), Some(watch)) = (self.config.plugins_dir, watch_dir) else {
+            return Ok(());
+        };
         let watch_result = match watch_result {
             Some(r) => r,
-            None => watch_dir.await,
+            None => watch.await,
         };
         match watch_result {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(AppError::Plugins {
-                dir: self.config.plugins_dir.clone(),
+                dir,
                 message: e.to_string(),
             }),
             Err(e) => Err(AppError::Plugins {
-                dir: self.config.plugins_dir.clone(),
+                dir,
                 message: e.to_string(),
             }),
         }

@@ -178,6 +178,10 @@ impl Drop for RekonProcess {
 pub struct EnvOptions {
     /// Plugin files (from [`Paths::plugins`]) copied into the plugin directory.
     pub plugins: Vec<String>,
+    /// Pass `--plugins` with the plugin directory; `false`: no plugin
+    /// directory at all (with `--plugin-objects` in [`EnvOptions::extra_args`],
+    /// a host served by Plugin objects only).
+    pub plugin_dir: bool,
     /// Pass `--install-crds`.
     pub install_crds: bool,
     /// `RUST_LOG` for the host.
@@ -204,6 +208,7 @@ impl Default for EnvOptions {
     fn default() -> Self {
         Self {
             plugins: SEED_PLUGINS.iter().map(|p| (*p).to_owned()).collect(),
+            plugin_dir: true,
             install_crds: true,
             log_filter: "info,rekon=debug".to_owned(),
             serve_ops: false,
@@ -473,11 +478,15 @@ fn spawn_rekon(
     };
     let log_file = fs::File::create(&log)?;
     let mut cmd = Command::new(&paths.rekon);
-    cmd.arg("run")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--context", "main", "--cluster", "sub=sub", "--plugins"])
-        .arg(plugin_dir);
+    cmd.arg("run").arg("--kubeconfig").arg(kubeconfig).args([
+        "--context",
+        "main",
+        "--cluster",
+        "sub=sub",
+    ]);
+    if opts.plugin_dir {
+        cmd.arg("--plugins").arg(plugin_dir);
+    }
     if opts.install_crds {
         cmd.arg("--install-crds");
     }

@@ -266,6 +266,38 @@ async fn a_plugin_object_serves_swaps_live_and_rolls_back() -> anyhow::Result<()
     .context("timed out (likely deadlocked)")?
 }
 
+/// `rekon run --plugin-objects` without `--plugins` (as deploy/base runs
+/// it): no plugin directory to invent; the host starts, installs the Plugin
+/// CRD and serves a Plugin object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_a_plugin_directory_serves_plugin_objects() -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(300), async {
+        let paths = Paths::discover()?;
+        let registry = Registry::start()?;
+        let v1 = format!("{}/rekon/chaos:1", registry.host());
+        let d1 = push(&paths, "chaos-v1.wasm", &v1)?;
+        let cache = tempfile::tempdir()?;
+        let mut env = Env::start(EnvOptions {
+            plugin_dir: false,
+            ..options(cache.path())
+        })
+        .await?;
+        wait_plugin_crd(&mut env).await?;
+        apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
+        wait_serving(&mut env, &d1).await?;
+        config_map(&env, "no-plugin-directory")?;
+        wait_annotated(&mut env, &["no-plugin-directory".to_owned()], "v1").await?;
+        let log = std::fs::read_to_string(env.rekon.log_path())?;
+        assert!(
+            log.contains("rekon running (no plugin directory)"),
+            "the host was given a plugin directory:\n{log}"
+        );
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_modules_and_grants_keep_the_serving_version() -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(300), async {

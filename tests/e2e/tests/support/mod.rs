@@ -296,14 +296,16 @@ impl Secured {
     /// The container arguments of the rendered Deployment, with the Pod's
     /// volumes replaced by local directories, the probes off and the
     /// secured metrics on [`Secured::metrics_addr`] with the test's
-    /// certificate.
+    /// certificate; and `--plugins=<plugins>`: the Deployment serves Plugin
+    /// objects only, and these tests give it the seeds from a directory
+    /// instead of a registry.
     pub fn deployment_args(&self, plugins: &Path, cache: &Path) -> Vec<String> {
         let deploy = self
             .rendered
             .iter()
             .find(|d| d["kind"] == "Deployment")
             .expect("the base renders a Deployment");
-        deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+        let mut args: Vec<String> = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
             .as_array()
             .expect("container args")
             .iter()
@@ -311,7 +313,6 @@ impl Secured {
                 let a = a.as_str().expect("string args");
                 let a = a.replace("$(POD_NAMESPACE)", "rekon-system");
                 match a.split_once('=') {
-                    Some(("--plugins", _)) => format!("--plugins={}", plugins.display()),
                     Some(("--cache-dir", _)) => format!("--cache-dir={}", cache.display()),
                     Some(("--metrics-addr", _)) => format!("--metrics-addr={}", self.metrics_addr),
                     Some(("--probe-addr", _)) => "--probe-addr=off".to_owned(),
@@ -326,7 +327,13 @@ impl Secured {
                 }
             })
             .flat_map(|a| a.split(' ').map(str::to_owned).collect::<Vec<_>>())
-            .collect()
+            .collect();
+        assert!(
+            !args.iter().any(|a| a.starts_with("--plugins")),
+            "the Deployment has no plugin directory: {args:?}"
+        );
+        args.push(format!("--plugins={}", plugins.display()));
+        args
     }
 
     /// One scrape of the secured `/metrics` with the reader's token:
