@@ -16,7 +16,9 @@
 //! | 7 | [`app`], [`explore`] | `rekon run`: the wiring, probes, reporting; `rekon plugin explore`: faults, oracles, reproducers |
 //! | 8 | [`commands`] | one-shot jobs: plan, release, inspect, crds, rbac, scaffold |
 //!
-//! `main.rs` (the binary) parses the command line and calls into these.
+//! The binary stands on top (floor 9): `main.rs` parses the command line
+//! with the clap types of its `cli/` folder and hands each command to its
+//! glue there, which calls into these.
 
 pub mod action;
 pub mod app;

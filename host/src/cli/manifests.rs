@@ -1,0 +1,87 @@
+//! `rekon rbac` and `rekon crds`: what the plugins in a directory need in
+//! a cluster.
+
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct RbacArgs {
+    /// Directory of plugin components (`*.wasm`).
+    dir: PathBuf,
+    /// Name of the ClusterRole, Role and bindings.
+    #[arg(long, default_value = "rekon")]
+    name: String,
+    /// Namespace of the host (Role, RoleBinding, ServiceAccount).
+    #[arg(long, default_value = "rekon-system")]
+    namespace: String,
+    /// The host's ServiceAccount.
+    #[arg(long, default_value = "rekon")]
+    service_account: String,
+    /// Name of the cluster the RBAC is for (matched against plugins' named cluster sets).
+    #[arg(long, default_value = "main")]
+    cluster: String,
+    /// The cluster is not the primary one: no host Role, no `primary` permissions.
+    #[arg(long)]
+    remote: bool,
+    /// Leave out read access to kubeconfig Secrets (no Secret cluster provider).
+    #[arg(long)]
+    no_secret_provider: bool,
+    /// Leave out access to Plugin objects and their pull Secrets (no
+    /// `rekon run --plugin-objects`).
+    #[arg(long)]
+    no_plugin_objects: bool,
+    /// Leave out the token and access reviews of secured metrics and the
+    /// metrics-reader ClusterRole (no `rekon run --metrics-secure`).
+    #[arg(long)]
+    no_metrics_auth: bool,
+    /// Operator permission policy: the RBAC covers only the effective
+    /// (declared and allowed) permissions.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+}
+
+// `rekon crds`'s arguments (its help is the `Crds` command's).
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// Directory of plugin components (`*.wasm`); without it, only the
+    /// host's own CRD.
+    dir: Option<PathBuf>,
+    /// Write `<crd>.yaml` files and `kustomization.yaml` here instead of printing.
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+}
+
+/// `rekon rbac`: print the least-privilege RBAC.
+pub fn rbac(args: RbacArgs) -> anyhow::Result<()> {
+    let policy = rekon::plugin::Policy::load(args.policy.as_deref())?;
+    let primary = (!args.remote).then_some(args.cluster.as_str());
+    let registrations =
+        rekon::commands::manifests::load_registrations_with_policy(&args.dir, policy, primary)?;
+    let opts = rekon::commands::manifests::RbacOptions {
+        name: args.name,
+        namespace: args.namespace,
+        service_account: args.service_account,
+        cluster: args.cluster,
+        primary: !args.remote,
+        secret_provider: !args.no_secret_provider,
+        plugin_objects: !args.no_plugin_objects,
+        metrics_auth: !args.no_metrics_auth,
+    };
+    print!(
+        "{}",
+        rekon::commands::manifests::rbac_yaml(&registrations, &opts)?
+    );
+    Ok(())
+}
+
+/// `rekon crds`: print the CRDs, or write them with a kustomization.
+pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
+    let registrations = match args.dir {
+        Some(dir) => rekon::commands::manifests::load_registrations(&dir)?,
+        None => Vec::new(),
+    };
+    match args.out_dir {
+        None => print!("{}", rekon::commands::manifests::crds_yaml(&registrations)?),
+        Some(out) => rekon::commands::manifests::write_crds(&registrations, &out)?,
+    }
+    Ok(())
+}
