@@ -436,6 +436,7 @@ fn bench_tap(
             let recorder =
                 rekon::change::record::Recorder::start(rekon::change::record::RecordConfig {
                     sample,
+                    metrics: support::metrics().clone(),
                     ..rekon::change::record::RecordConfig::new(work.join("cases"))
                 })?;
             rekon::change::shadow::Tap::new(Some(recorder), None)?
@@ -463,7 +464,10 @@ fn bench_tap(
                 None,
                 Some((
                     registry,
-                    rekon::change::shadow::ShadowConfig::new(work.join("shadow-cases")),
+                    rekon::change::shadow::ShadowConfig {
+                        metrics: support::metrics().clone(),
+                        ..rekon::change::shadow::ShadowConfig::new(work.join("shadow-cases"))
+                    },
                 )),
             )?
         }
@@ -473,7 +477,7 @@ fn bench_tap(
 
 /// What the table does not show: case sizes, shadow call time and drops.
 fn bench_note(engine: &str, work: &std::path::Path) -> Option<String> {
-    let metrics = rekon::telemetry::metrics::Metrics::global().encode();
+    let metrics = support::metrics().encode();
     let value = |prefix: &str| -> f64 {
         metrics
             .lines()
@@ -760,11 +764,8 @@ fn join_shards(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,
 )> {
-    let (shards, runner) = rekon::lease::shard::ShardRunner::new(
-        client,
-        config,
-        rekon::telemetry::metrics::Metrics::global().clone(),
-    )?;
+    let (shards, runner) =
+        rekon::lease::shard::ShardRunner::new(client, config, support::metrics().clone())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let runner = rt.spawn(runner.run(async {
         let _ = stop_rx.await;

@@ -502,7 +502,7 @@ fn node_patches_of_rekon(pools: usize) -> u64 {
 /// rekon's writes so far (Events excluded; only lines with `only` if
 /// given), from its own metrics.
 fn rekon_writes(only: Option<&str>) -> u64 {
-    rekon::telemetry::metrics::Metrics::global()
+    support::metrics()
         .encode()
         .lines()
         .filter(|l| l.starts_with("rekon_writer_actions_total{") && !l.contains("action=\"event\""))

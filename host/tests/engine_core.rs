@@ -259,7 +259,7 @@ async fn a_failing_watch_degrades_only_the_plugins_that_need_it() {
             || async { engine.manager.degraded().is_empty() },
         )
         .await?;
-        let metrics = rekon::telemetry::metrics::Metrics::global().encode();
+        let metrics = engine.clusters.metrics().encode();
         assert!(metrics.contains("rekon_watch_failed"), "metric missing");
         engine.stop().await;
         anyhow::Ok(())

@@ -54,7 +54,7 @@ impl Replica {
         let (shards, runner) = ShardRunner::new(
             &clients_primary(&clusters),
             config,
-            rekon::telemetry::metrics::Metrics::global().clone(),
+            clusters.metrics().clone(),
         )?;
         // A crash is simulated by aborting this task: the Leases are left
         // to expire, as a killed Pod leaves them.

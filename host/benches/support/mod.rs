@@ -144,6 +144,15 @@ impl SimProcess {
     }
 }
 
+/// What one bench process's engine reports to (its clusters, caches,
+/// writer, controllers, plugin calls, recorder and shadows): one engine
+/// runs per process, and the notes and write counts are read from here.
+pub fn metrics() -> &'static rekon::telemetry::metrics::Metrics {
+    static METRICS: std::sync::OnceLock<rekon::telemetry::metrics::Metrics> =
+        std::sync::OnceLock::new();
+    METRICS.get_or_init(rekon::telemetry::metrics::Metrics::new)
+}
+
 /// The plugin runtime settings of a benchmark: the defaults, with
 /// `REKON_BENCH_CALL_MODE=in-place|blocking-pool` to compare where calls run,
 /// and a compiled-plugin cache ([`cache_dir`]) as `rekon run` keeps one by
@@ -157,6 +166,7 @@ pub fn runtime_config() -> rekon::plugin::RuntimeConfig {
     rekon::plugin::RuntimeConfig {
         call_mode,
         cache_dir: Some(cache_dir()),
+        metrics: metrics().clone(),
         ..rekon::plugin::RuntimeConfig::default()
     }
 }
@@ -214,7 +224,11 @@ pub fn rekon_sharded_manager(
     concurrency: usize,
     shards: Option<rekon::lease::shard::Shards>,
 ) -> anyhow::Result<rekon::controller::Manager> {
-    let registry = rekon::cluster::ClusterRegistry::new(names[0].clone(), clients[0].clone());
+    let registry = rekon::cluster::ClusterRegistry::with_metrics(
+        names[0].clone(),
+        clients[0].clone(),
+        metrics().clone(),
+    );
     for (name, client) in names.iter().zip(clients).skip(1) {
         registry.add(name.clone(), client.clone())?;
     }

@@ -44,6 +44,7 @@ use crate::cache::{CacheManager, Resolver};
 use crate::cluster::{self, ClusterRegistry, Source};
 use crate::controller::{ControllerConfig, Manager};
 use crate::plugin::{PluginRegistry, PluginRuntime, RuntimeConfig};
+use crate::telemetry::metrics::Metrics;
 use crate::writer::{Writer, WriterConfig};
 
 /// Errors of building or running the host.
@@ -167,6 +168,12 @@ pub struct Config {
     /// (`rekon run --plugin-objects`), beside or instead of the plugin
     /// directory.
     pub plugin_objects: Option<PluginObjectsSource>,
+    /// What every part of the host reports to and `/metrics` serves
+    /// (default: a registry of its own). Handed to the cluster registry,
+    /// which the caches, writer, controllers and ops take it from, and to
+    /// the plugin runtime, the recorder and the shadows; pass the same
+    /// value to [`PluginObjectsSource::modules`]'s fetcher.
+    pub metrics: Metrics,
 }
 
 /// Where Plugin objects' modules come from, and how they are followed.
@@ -221,6 +228,7 @@ impl Default for Config {
             record: None,
             shadow: None,
             plugin_objects: None,
+            metrics: Metrics::new(),
         }
     }
 }
@@ -267,6 +275,7 @@ impl App {
         let runtime = PluginRuntime::new(RuntimeConfig {
             cache_dir: config.cache_dir.clone(),
             policy,
+            metrics: config.metrics.clone(),
             ..RuntimeConfig::default()
         })
         .map_err(|e| AppError::Runtime(e.to_string()))?;
@@ -310,7 +319,12 @@ impl App {
         let recorder = config
             .record
             .clone()
-            .map(crate::change::record::Recorder::start)
+            .map(|record| {
+                crate::change::record::Recorder::start(crate::change::record::RecordConfig {
+                    metrics: config.metrics.clone(),
+                    ..record
+                })
+            })
             .transpose()?;
         if let Some(r) = &config.record {
             info!(dir = %r.dir.display(), plugins = ?r.plugins, sample = r.sample, max_bytes = r.max_bytes, keep_secrets = r.keep_secrets, "recording reconciles");
@@ -318,7 +332,13 @@ impl App {
         if let Some(s) = &config.shadow {
             info!(cases = %s.cases_dir.display(), "shadow versions (*.shadow.wasm) run beside the serving ones; divergences are kept here");
         }
-        let shadow = config.shadow.clone().map(|c| (registry.clone(), c));
+        let shadow = config.shadow.clone().map(|c| {
+            let c = crate::change::shadow::ShadowConfig {
+                metrics: config.metrics.clone(),
+                ..c
+            };
+            (registry.clone(), c)
+        });
         let tap = crate::change::shadow::Tap::new(recorder, shadow)?;
         if tap.is_active() {
             manager.set_layer(Arc::new(tap));
@@ -560,9 +580,10 @@ pub async fn connect_clusters(config: &Config) -> Result<ClusterRegistry, AppErr
         .clone()
         .or_else(|| config.context.clone())
         .unwrap_or_else(|| "main".to_owned());
-    let clusters = ClusterRegistry::new(
+    let clusters = ClusterRegistry::with_metrics(
         primary.clone(),
         cluster::connect(&primary, &primary_source, &config.user_agent).await?,
+        config.metrics.clone(),
     );
     clusters.set_user_agent(config.user_agent.clone());
     for (name, context) in &config.clusters {

@@ -158,12 +158,13 @@ pub struct EngineParts {
 impl Ops {
     /// Bind the server, prepare leader election on the primary cluster of
     /// `clusters`, and find the host's own Pod (`POD_NAME`, `POD_NAMESPACE`).
+    /// Serves and reports to the metrics of `clusters`.
     ///
     /// # Errors
     /// When an address cannot be bound, the leader election timing is
     /// invalid, or the cluster directory cannot be read.
     pub async fn build(config: OpsConfig, clusters: &ClusterRegistry) -> Result<Self, OpsError> {
-        let metrics = Metrics::global().clone();
+        let metrics = clusters.metrics().clone();
         let primary = clusters
             .get(clusters.primary())
             .ok_or_else(|| OpsError::NoPrimary(clusters.primary().to_owned()))?;

@@ -135,12 +135,15 @@ struct State {
     /// apiVersion and kind once resolved (list items omit them).
     types: std::sync::OnceLock<TypeMeta>,
     failures: tokio::sync::broadcast::Sender<WatchFailureChange>,
+    /// The cluster registry's metrics.
+    metrics: Metrics,
 }
 
 impl State {
     fn report_size(&self, size: usize) {
         if let Some(label) = self.label.get() {
-            Metrics::global().set_cache_objects(self.cluster.name(), label, size);
+            self.metrics
+                .set_cache_objects(self.cluster.name(), label, size);
         }
     }
 
@@ -187,7 +190,8 @@ impl State {
                 reason = %failure.reason,
                 "watch failed for a reason other than connectivity; the plugins that need it are degraded in this cluster (retrying with backoff)"
             );
-            Metrics::global().set_watch_failed(self.cluster.name(), &self.metric_label(), true);
+            self.metrics
+                .set_watch_failed(self.cluster.name(), &self.metric_label(), true);
             let _ = self.failures.send(WatchFailureChange {
                 cluster: self.cluster.name().to_owned(),
                 resource: (*self.resource).clone(),
@@ -206,7 +210,7 @@ impl State {
             }
             WatchStatus::Failed(_) => {
                 info!(cluster = %self.cluster.name(), resource = %self.resource, "watch recovered");
-                Metrics::global().set_watch_failed(
+                self.metrics.set_watch_failed(
                     self.cluster.name(),
                     &self.metric_label(),
                     false,
@@ -283,7 +287,9 @@ impl Drop for SharedCache {
         self.task.abort();
         self.state.uncount();
         if let Some(label) = self.state.label.get() {
-            Metrics::global().forget_cache(self.state.cluster.name(), label);
+            self.state
+                .metrics
+                .forget_cache(self.state.cluster.name(), label);
         }
         debug!(cluster = %self.state.cluster.name(), resource = %self.state.resource, "cache stopped");
     }
@@ -614,6 +620,7 @@ impl CacheManager {
             label: std::sync::OnceLock::new(),
             types: std::sync::OnceLock::new(),
             failures: self.inner.failures.clone(),
+            metrics: self.inner.clusters.metrics().clone(),
         });
         let task = tokio::spawn(run_cache(Arc::clone(&state), self.inner.resolver.clone()));
         let cache = Arc::new(SharedCache {
@@ -726,7 +733,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                                 }
                             }
                             if let Some(label) = state.label.get() {
-                                Metrics::global().watch_restarted(cluster.name(), label);
+                                state.metrics.watch_restarted(cluster.name(), label);
                             }
                             debug!(cluster = %cluster.name(), resource = %state.resource, error = %e, "watch error; the watcher retries with backoff");
                         }
@@ -736,7 +743,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                     if changed.is_err() { return; }
                     if cluster.outages() > seen_outages {
                         if let Some(label) = state.label.get() {
-                            Metrics::global().watch_restarted(cluster.name(), label);
+                            state.metrics.watch_restarted(cluster.name(), label);
                         }
                         info!(cluster = %cluster.name(), resource = %state.resource, "restarting watch after the cluster recovered");
                         break;

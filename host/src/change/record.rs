@@ -492,6 +492,9 @@ pub struct RecordConfig {
     pub keep_secrets: bool,
     /// Captures waiting for the writer thread at most; more are dropped.
     pub queue: usize,
+    /// Where recorded and dropped cases are counted (the host's metrics in
+    /// `rekon run`; by default, metrics of its own).
+    pub metrics: Metrics,
 }
 
 impl RecordConfig {
@@ -505,6 +508,7 @@ impl RecordConfig {
             max_bytes: 1 << 30,
             keep_secrets: false,
             queue: 1024,
+            metrics: Metrics::new(),
         }
     }
 }
@@ -575,10 +579,10 @@ impl Recorder {
         let dir = config.dir.clone();
         let redact = !config.keep_secrets;
         let max_bytes = config.max_bytes;
+        let metrics = config.metrics.clone();
         std::thread::Builder::new()
             .name("rekon-record".into())
             .spawn(move || {
-                let metrics = Metrics::global();
                 let mut written = 0_u64;
                 let mut capped = false;
                 let mut failed_before = false;
@@ -655,7 +659,10 @@ impl Recorder {
         match self.inner.tx.try_send(capture) {
             Ok(()) => {}
             Err(TrySendError::Full(c) | TrySendError::Disconnected(c)) => {
-                Metrics::global().record_dropped(&c.plugin.name, "queue_full");
+                self.inner
+                    .config
+                    .metrics
+                    .record_dropped(&c.plugin.name, "queue_full");
             }
         }
     }

@@ -49,6 +49,10 @@ pub struct ShadowConfig {
     pub queue: usize,
     /// Stop writing divergence cases past this many bytes.
     pub max_bytes: u64,
+    /// Where shadow reconciles, drops and recent divergences are kept (the
+    /// host's metrics in `rekon run`, which Plugin objects' statuses read;
+    /// by default, metrics of its own).
+    pub metrics: Metrics,
 }
 
 impl ShadowConfig {
@@ -61,6 +65,7 @@ impl ShadowConfig {
             cases_dir: cases_dir.into(),
             queue: 256,
             max_bytes: 32 << 20,
+            metrics: Metrics::new(),
         }
     }
 }
@@ -80,6 +85,7 @@ struct TapInner {
 struct ShadowRunner {
     registry: PluginRegistry,
     tx: mpsc::Sender<ShadowJob>,
+    metrics: Metrics,
 }
 
 struct ShadowJob {
@@ -113,11 +119,16 @@ impl Tap {
             Some((registry, config)) => {
                 let cases = Recorder::start_lazily(RecordConfig {
                     max_bytes: config.max_bytes,
+                    metrics: config.metrics.clone(),
                     ..RecordConfig::new(&config.cases_dir)
                 })?;
                 let (tx, rx) = mpsc::channel(config.queue.max(1));
-                tokio::spawn(run_shadows(rx, cases));
-                Some(ShadowRunner { registry, tx })
+                tokio::spawn(run_shadows(rx, cases, config.metrics.clone()));
+                Some(ShadowRunner {
+                    registry,
+                    tx,
+                    metrics: config.metrics,
+                })
             }
         };
         Ok(Self {
@@ -186,7 +197,7 @@ impl Reconciler for Tapped {
             s.registry
                 .shadow(name)
                 .filter(|p| p.digest() != self.inner.digest())
-                .map(|p| (p, s.tx.clone()))
+                .map(|p| (p, s.tx.clone(), s.metrics.clone()))
         });
         if record.is_none() && shadow.is_none() {
             return self.inner.reconcile(req, phase, reads, time);
@@ -220,14 +231,14 @@ impl Reconciler for Tapped {
                 result: result.clone(),
                 shadow: None,
             };
-            if let Some((shadow, tx)) = shadow {
+            if let Some((shadow, tx, metrics)) = shadow {
                 let job = ShadowJob {
                     shadow,
                     capture: capture.clone(),
                     live: reads,
                 };
                 if let Err(mpsc::error::TrySendError::Full(job)) = tx.try_send(job) {
-                    Metrics::global().shadow_dropped(&job.capture.plugin.name);
+                    metrics.shadow_dropped(&job.capture.plugin.name);
                 }
             }
             if let Some(recorder) = record {
@@ -254,16 +265,17 @@ impl Reconciler for Tapped {
 }
 
 /// The shadow worker: one shadow call at a time, on the blocking pool.
-async fn run_shadows(mut rx: mpsc::Receiver<ShadowJob>, cases: Recorder) {
+async fn run_shadows(mut rx: mpsc::Receiver<ShadowJob>, cases: Recorder, metrics: Metrics) {
     while let Some(job) = rx.recv().await {
-        let cases = cases.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || run_shadow(job, &cases)).await {
+        let (cases, metrics) = (cases.clone(), metrics.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || run_shadow(job, &cases, &metrics)).await
+        {
             tracing::warn!(error = %e, "shadow reconcile task failed");
         }
     }
 }
 
-fn run_shadow(job: ShadowJob, cases: &Recorder) {
+fn run_shadow(job: ShadowJob, cases: &Recorder, metrics: &Metrics) {
     let ShadowJob {
         shadow,
         mut capture,
@@ -286,12 +298,12 @@ fn run_shadow(job: ShadowJob, cases: &Recorder) {
     let shadowed = CaseOutcome::of(&result, false);
     let name = capture.plugin.name.clone();
     let Some(kind) = divergence(&serving, &shadowed) else {
-        Metrics::global().shadow_reconciled(&name, "identical", took);
+        metrics.shadow_reconciled(&name, "identical", took);
         return;
     };
-    Metrics::global().shadow_reconciled(&name, kind, took);
+    metrics.shadow_reconciled(&name, kind, took);
     let r = &capture.request;
-    Metrics::global().note_shadow_divergence(
+    metrics.note_shadow_divergence(
         &name,
         crate::telemetry::metrics::Divergence {
             object: match &r.namespace {

@@ -301,6 +301,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let identity = rekon::lease::default_identity();
     let (record, shadow) = args.record.into_config();
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
+    // What the whole host reports to and serves on `/metrics`. The
+    // process-wide value for now: `source/plugin_objects.rs` still reads
+    // shadow counts from `Metrics::global()`.
+    let metrics = rekon::telemetry::metrics::Metrics::global().clone();
     let plugin_objects = args.plugin_objects.then(|| {
         let namespace = args.ops.namespace();
         let fetcher = rekon::source::oci::Fetcher::new(rekon::source::oci::OciConfig {
@@ -310,7 +314,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             insecure_registries: args.insecure_registries.clone(),
             ..rekon::source::oci::OciConfig::default()
         })
-        .with_metrics(rekon::telemetry::metrics::Metrics::global().clone());
+        .with_metrics(metrics.clone());
         rekon::app::PluginObjectsSource {
             modules: std::sync::Arc::new(fetcher),
             config: rekon::source::plugin_objects::PluginObjectsConfig::new(namespace),
@@ -318,6 +322,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let config = rekon::app::Config {
         plugin_objects,
+        metrics,
         record,
         shadow,
         max_concurrent_reconciles: args.max_concurrent_reconciles,

@@ -142,6 +142,8 @@ pub struct Cluster {
     reported: Mutex<Health>,
     /// Where health changes go (the registry's channel).
     health_events: Option<broadcast::Sender<HealthChange>>,
+    /// Where reachability is reported (the registry's metrics).
+    metrics: Option<Metrics>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -158,7 +160,7 @@ impl Cluster {
     /// A cluster named `name` reached through `client`.
     #[must_use]
     pub fn new(name: impl Into<String>, client: kube::Client, primary: bool) -> Self {
-        Self::with_health_events(name.into(), client, primary, None)
+        Self::with_health_events(name.into(), client, primary, None, None)
     }
 
     fn with_health_events(
@@ -166,6 +168,7 @@ impl Cluster {
         client: kube::Client,
         primary: bool,
         health_events: Option<broadcast::Sender<HealthChange>>,
+        metrics: Option<Metrics>,
     ) -> Self {
         Self {
             name,
@@ -178,6 +181,7 @@ impl Cluster {
             outage_events: tokio::sync::watch::channel(0).0,
             reported: Mutex::new(Health::Ready),
             health_events,
+            metrics,
         }
     }
 
@@ -237,7 +241,9 @@ impl Cluster {
     pub fn mark_unreachable(&self, why: &dyn std::fmt::Display) {
         if !self.unreachable.swap(true, Ordering::Relaxed) {
             self.outages.fetch_add(1, Ordering::Relaxed);
-            Metrics::global().set_cluster_reachable(&self.name, false);
+            if let Some(metrics) = &self.metrics {
+                metrics.set_cluster_reachable(&self.name, false);
+            }
             warn!(cluster = %self.name, error = %why, "cluster unreachable");
             self.outage_events.send_modify(|n| *n += 1);
             self.publish_health();
@@ -247,7 +253,9 @@ impl Cluster {
     /// Record a successful request.
     pub fn mark_reachable(&self) {
         if self.unreachable.swap(false, Ordering::Relaxed) {
-            Metrics::global().set_cluster_reachable(&self.name, true);
+            if let Some(metrics) = &self.metrics {
+                metrics.set_cluster_reachable(&self.name, true);
+            }
             info!(cluster = %self.name, "cluster reachable again");
             self.recoveries.send_modify(|n| *n += 1);
             self.publish_health();
@@ -418,6 +426,7 @@ struct Inner {
     clusters: RwLock<BTreeMap<String, Arc<Cluster>>>,
     events: broadcast::Sender<ClusterEvent>,
     health: broadcast::Sender<HealthChange>,
+    metrics: Metrics,
 }
 
 impl std::fmt::Debug for ClusterRegistry {
@@ -430,12 +439,27 @@ impl std::fmt::Debug for ClusterRegistry {
 }
 
 impl ClusterRegistry {
-    /// A registry whose primary cluster is `name`, reached through `client`.
+    /// A registry whose primary cluster is `name`, reached through
+    /// `client`, with metrics of its own (reported nowhere; see
+    /// [`ClusterRegistry::with_metrics`]).
     #[must_use]
     pub fn new(primary: impl Into<String>, client: kube::Client) -> Self {
+        Self::with_metrics(primary, client, Metrics::new())
+    }
+
+    /// A registry whose primary cluster is `name`, reached through
+    /// `client`, reporting to `metrics`: engaged and reachable clusters
+    /// here, and, through [`ClusterRegistry::metrics`], everything built on
+    /// the registry (caches, writer, controllers, ops).
+    #[must_use]
+    pub fn with_metrics(
+        primary: impl Into<String>,
+        client: kube::Client,
+        metrics: Metrics,
+    ) -> Self {
         let primary = primary.into();
-        Metrics::global().set_cluster_engaged(&primary, true);
-        Metrics::global().set_cluster_reachable(&primary, true);
+        metrics.set_cluster_engaged(&primary, true);
+        metrics.set_cluster_reachable(&primary, true);
         let health = broadcast::channel(256).0;
         let mut clusters = BTreeMap::new();
         clusters.insert(
@@ -445,6 +469,7 @@ impl ClusterRegistry {
                 client,
                 true,
                 Some(health.clone()),
+                Some(metrics.clone()),
             )),
         );
         Self {
@@ -454,8 +479,15 @@ impl ClusterRegistry {
                 clusters: RwLock::new(clusters),
                 events: broadcast::channel(256).0,
                 health,
+                metrics,
             }),
         }
+    }
+
+    /// The metrics this registry and everything built on it report to.
+    #[must_use]
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
     }
 
     /// Set the `User-Agent` of clients this registry builds from a
@@ -513,11 +545,12 @@ impl ClusterRegistry {
                     client,
                     false,
                     Some(self.inner.health.clone()),
+                    Some(self.inner.metrics.clone()),
                 )),
             );
         }
-        Metrics::global().set_cluster_engaged(&name, true);
-        Metrics::global().set_cluster_reachable(&name, true);
+        self.inner.metrics.set_cluster_engaged(&name, true);
+        self.inner.metrics.set_cluster_reachable(&name, true);
         info!(cluster = %name, "cluster engaged");
         let _ = self.inner.events.send(ClusterEvent::Added(name));
         Ok(())
@@ -534,7 +567,7 @@ impl ClusterRegistry {
         }
         let removed = self.inner.clusters.write().remove(name).is_some();
         if removed {
-            Metrics::global().set_cluster_engaged(name, false);
+            self.inner.metrics.set_cluster_engaged(name, false);
             info!(cluster = %name, "cluster disengaged");
             let _ = self
                 .inner

@@ -23,7 +23,6 @@ use crate::action::Registration;
 use crate::cache::{CacheManager, WatchFailure, WatchFailureChange};
 use crate::cluster::ClusterEvent;
 use crate::plugin::{LoadedPlugin, PluginRegistry, RegistryEvent};
-use crate::telemetry::metrics::Metrics;
 use crate::writer::Writer;
 
 /// A plugin degraded in one cluster because a watch it needs fails for a
@@ -69,7 +68,7 @@ impl Controller {
     fn start(plugin: Arc<dyn Reconciler>, ctx: Ctx, suspended: bool) -> Self {
         let max = max_concurrent(plugin.registration(), ctx.config.max_concurrent_reconciles);
         let name = plugin.name().to_owned();
-        Metrics::global()
+        ctx.metrics
             .set_max_concurrent_reconciles(&name, u32::try_from(max).unwrap_or(u32::MAX));
         let shared = Arc::new(Shared::new(plugin, ctx, max));
         shared.set_suspended(suspended);
@@ -103,7 +102,7 @@ impl Controller {
         );
         self.shared.set_plugin(plugin);
         self.shared.max_concurrent.store(max, Ordering::Relaxed);
-        Metrics::global().set_max_concurrent_reconciles(
+        self.shared.ctx.metrics.set_max_concurrent_reconciles(
             &self.shared.name,
             u32::try_from(max).unwrap_or(u32::MAX),
         );
@@ -122,7 +121,7 @@ impl Controller {
         let _ = self.runner.await;
         self.shared.release_watches();
         let _ = self.events.await;
-        Metrics::global().forget_controller(&self.shared.name);
+        self.shared.ctx.metrics.forget_controller(&self.shared.name);
         info!(plugin = %self.shared.name, "controller stopped");
     }
 }
@@ -166,6 +165,7 @@ impl Manager {
         let writer = writer.observing(caches.clone());
         let inner = Arc::new(ManagerInner {
             ctx: Ctx {
+                metrics: clusters.metrics().clone(),
                 clusters: clusters.clone(),
                 caches,
                 writer,

@@ -128,6 +128,8 @@ pub(crate) struct Ctx {
     pub(crate) caches: CacheManager,
     pub(crate) writer: Writer,
     pub(crate) config: ControllerConfig,
+    /// The cluster registry's metrics.
+    pub(crate) metrics: Metrics,
 }
 
 struct WatchEntry {
@@ -165,7 +167,7 @@ impl Shared {
     pub(crate) fn new(plugin: Arc<dyn Reconciler>, ctx: Ctx, max: usize) -> Self {
         let name = plugin.name().to_owned();
         Self {
-            metrics: Metrics::global().queue(&name),
+            metrics: ctx.metrics.queue(&name),
             scope: RwLock::new(Arc::new(PrimaryScope::of(
                 &name,
                 plugin.registration(),
@@ -618,7 +620,10 @@ async fn reconcile_key(
         name = %key.name,
         reason = %reason,
     );
-    let timer = Metrics::global().reconcile_started(&shared.name, &key.cluster);
+    let timer = shared
+        .ctx
+        .metrics
+        .reconcile_started(&shared.name, &key.cluster);
     let started = std::time::Instant::now();
     let metrics = shared.metrics.clone();
     let started_at = unix_micros();

@@ -682,7 +682,7 @@ impl LoadedPlugin {
         );
         // ops hook: per-call WASM time and sandbox failures (a plugin's own
         // error result is not a sandbox failure).
-        let metrics = crate::telemetry::metrics::Metrics::global();
+        let metrics = &self.inner.runtime.config.metrics;
         metrics.observe_wasm_call(&self.inner.name, metric, started.elapsed());
         if let Err(e) = &result
             && e.kind() != "plugin_error"

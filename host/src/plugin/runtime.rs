@@ -55,6 +55,9 @@ pub struct RuntimeConfig {
     pub policy: Option<Arc<super::policy::Policy>>,
     /// Where async calls (`reconcile`, `map`) run their wasm code.
     pub call_mode: CallMode,
+    /// Where per-call WASM time and sandbox failures are reported (the
+    /// host's metrics in `rekon run`; by default, metrics of its own).
+    pub metrics: crate::telemetry::metrics::Metrics,
 }
 
 /// Where an async plugin call runs its (synchronous) wasm code.
@@ -91,6 +94,7 @@ impl Default for RuntimeConfig {
             output_capture_bytes: 16 << 10,
             policy: None,
             call_mode: CallMode::default(),
+            metrics: crate::telemetry::metrics::Metrics::new(),
         }
     }
 }

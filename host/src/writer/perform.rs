@@ -56,7 +56,7 @@ impl Writer {
     /// # Errors
     /// When the action fails after the writer's own bounded retries.
     pub async fn perform(&self, plugin: &str, action: &Action) -> Result<(), Error> {
-        let metrics = crate::telemetry::metrics::Metrics::global();
+        let metrics = self.clusters.metrics();
         let cluster = action_cluster(action);
         let label = match action {
             Action::Apply(a) if a.status => "apply_status",

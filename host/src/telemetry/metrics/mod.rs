@@ -74,11 +74,10 @@ impl Metrics {
         }
     }
 
-    /// The process-wide metrics: what `rekon run` serves on `/metrics`, and
-    /// what the engine's hot paths (queue, writer, caches, plugin calls)
-    /// report to without a handle being passed through every constructor
-    /// (controller-runtime's global registry, same reason). Tests that need
-    /// isolated figures use [`Metrics::new`].
+    /// The process-wide metrics `rekon run` hands to the host (as
+    /// `app::Config::metrics`). Everything else is given its `Metrics`
+    /// value; this stays only while the Plugin objects' source reads
+    /// shadow counts from here.
     #[must_use]
     pub fn global() -> &'static Metrics {
         static GLOBAL: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
@@ -111,12 +110,16 @@ impl Metrics {
         result: ReconcileResult,
         duration: Duration,
     ) {
-        self.inner.runtime.observe_reconcile(controller, cluster, result, duration)
+        self.inner
+            .runtime
+            .observe_reconcile(controller, cluster, result, duration)
     }
 
     /// The concurrency limit of `controller`.
     pub fn set_max_concurrent_reconciles(&self, controller: &str, max: u32) {
-        self.inner.runtime.set_max_concurrent_reconciles(controller, max)
+        self.inner
+            .runtime
+            .set_max_concurrent_reconciles(controller, max)
     }
 
     /// The work-queue metrics of `controller` (a cheap handle; keep it).
@@ -200,7 +203,9 @@ impl Metrics {
 
     /// One call into `plugin`'s exported `function` took `duration`.
     pub fn observe_wasm_call(&self, plugin: &str, function: &str, duration: Duration) {
-        self.inner.rekon.observe_wasm_call(plugin, function, duration)
+        self.inner
+            .rekon
+            .observe_wasm_call(plugin, function, duration)
     }
 
     /// A call into `plugin` failed in the sandbox (`reason`: `trap`, `timeout`, `oom`, ...).
@@ -265,7 +270,9 @@ impl Metrics {
     /// `denied` (capability check), `not_leader` or `unreachable` (refused
     /// without a request: the cluster is known to be down).
     pub fn writer_action(&self, plugin: &str, cluster: &str, action: &str, result: &str) {
-        self.inner.rekon.writer_action(plugin, cluster, action, result)
+        self.inner
+            .rekon
+            .writer_action(plugin, cluster, action, result)
     }
 }
 
@@ -452,4 +459,3 @@ mod tests {
         assert!(line(&m.encode(), "rekon_cluster_engaged{cluster=\"edge\"}").is_none());
     }
 }
-
