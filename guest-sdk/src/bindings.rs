@@ -93,12 +93,14 @@ impl Backend for HostBackend {
         timestamp(t.seconds, t.nanoseconds)
     }
 
-    fn settings(&self) -> Option<String> {
-        rekon::plugin::host::settings()
-    }
-
     fn declare_settings_schema(&self, schema: &str) {
         rekon::plugin::host::settings_schema(schema);
+    }
+}
+
+impl crate::settings::SettingsSource for HostBackend {
+    fn settings(&self) -> Option<String> {
+        rekon::plugin::host::settings()
     }
 }
 

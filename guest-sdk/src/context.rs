@@ -31,6 +31,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::ReadError;
 use crate::resource::{Kind, ResourceType};
+use crate::settings::SettingsSource;
 pub use rekon_rules::Phase;
 
 /// The key of one object to reconcile. Requests are level-based: they carry
@@ -132,7 +133,8 @@ pub enum LogLevel {
 
 /// Where a [`Context`] gets its data: the host imports in wasm, the test
 /// kit's world natively. Objects are JSON text, exactly as over the WIT.
-pub(crate) trait Backend {
+/// The settings of the load come through [`SettingsSource`].
+pub(crate) trait Backend: SettingsSource {
     fn get(
         &self,
         cluster: &str,
@@ -150,8 +152,6 @@ pub(crate) trait Backend {
     fn clusters(&self) -> Vec<ClusterInfo>;
     fn log(&self, level: LogLevel, message: &str, fields: &[(String, String)]);
     fn request_time(&self) -> Timestamp;
-    /// The settings of this load (JSON), if any were given.
-    fn settings(&self) -> Option<String>;
     /// Hands the settings' JSON Schema to the host (during `register`).
     fn declare_settings_schema(&self, schema: &str);
 }

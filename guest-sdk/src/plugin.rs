@@ -140,7 +140,7 @@ pub fn dispatch<P: Plugin>(ctx: &Context, req: &Request) -> Result<Outcome, Erro
 /// the plugin's registration, validated, with the settings `backend` gives
 /// checked against the declared type (refused with `invalid settings: …`)
 /// and the type's schema declared. Run inside
-/// [`crate::settings::with_backend`] so that `register` can read them.
+/// [`crate::settings::with_source`] so that `register` can read them.
 pub(crate) fn register_checked<P: Plugin>(
     backend: &dyn crate::context::Backend,
 ) -> Result<Registration, String> {
@@ -251,10 +251,9 @@ pub mod __private {
         #[cfg(target_arch = "wasm32")]
         let backend = host_context().backend();
         #[cfg(not(target_arch = "wasm32"))]
-        let backend: Rc<dyn crate::context::Backend> = Rc::new(crate::settings::Detached);
-        let reg = crate::settings::with_backend(Rc::clone(&backend), || {
-            super::register_checked::<P>(&*backend)
-        })?;
+        let backend: Rc<dyn crate::context::Backend> = Rc::new(super::Detached);
+        let source: Rc<dyn crate::context::Backend> = Rc::clone(&backend);
+        let reg = crate::settings::with_source(source, || super::register_checked::<P>(&*backend))?;
         Ok(reg.into())
     }
 
@@ -265,7 +264,7 @@ pub mod __private {
     ) -> Result<WitOutcome, WitReconcileError> {
         let request = Request::from(request);
         let ctx = host_context().with_phase(phase.into());
-        crate::settings::with_backend(ctx.backend(), || {
+        crate::settings::with_source(ctx.backend(), || {
             P::reconcile_request(&ctx, &request)
                 .map(Into::into)
                 .map_err(Into::into)
@@ -282,7 +281,7 @@ pub mod __private {
         let ctx = host_context();
         let resource = ResourceType::from(resource);
         match serde_json::from_str::<DynamicObject>(&object) {
-            Ok(obj) => crate::settings::with_backend(ctx.backend(), || {
+            Ok(obj) => crate::settings::with_source(ctx.backend(), || {
                 P::map(&ctx, &cluster, &resource, &obj)
             })
             .into_iter()
@@ -293,5 +292,52 @@ pub mod __private {
                 Vec::new()
             }
         }
+    }
+}
+
+/// A backend with no host behind it (the export path driven natively):
+/// no settings, no objects, no clusters.
+#[cfg(not(target_arch = "wasm32"))]
+struct Detached;
+
+#[cfg(not(target_arch = "wasm32"))]
+impl crate::context::Backend for Detached {
+    fn get(
+        &self,
+        cluster: &str,
+        _resource: &crate::ResourceType,
+        _namespace: Option<&str>,
+        _name: &str,
+    ) -> Result<Option<String>, crate::ReadError> {
+        Err(crate::ReadError::UnknownCluster(cluster.to_owned()))
+    }
+
+    fn list(
+        &self,
+        cluster: &str,
+        _resource: &crate::ResourceType,
+        _namespace: Option<&str>,
+        _label_selector: Option<&str>,
+    ) -> Result<Vec<String>, crate::ReadError> {
+        Err(crate::ReadError::UnknownCluster(cluster.to_owned()))
+    }
+
+    fn clusters(&self) -> Vec<crate::ClusterInfo> {
+        Vec::new()
+    }
+
+    fn log(&self, _level: crate::LogLevel, _message: &str, _fields: &[(String, String)]) {}
+
+    fn request_time(&self) -> k8s_openapi::jiff::Timestamp {
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH
+    }
+
+    fn declare_settings_schema(&self, _schema: &str) {}
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl crate::settings::SettingsSource for Detached {
+    fn settings(&self) -> Option<String> {
+        None
     }
 }

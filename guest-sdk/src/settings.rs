@@ -50,7 +50,6 @@ use std::rc::Rc;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 
-use crate::context::Backend;
 use crate::error::Error;
 
 /// A plugin's settings type: deserialized from the JSON the operator gave
@@ -137,67 +136,30 @@ pub fn settings<S: Settings>() -> Result<S, Error> {
     parse::<S>(text.as_deref()).map_err(|e| Error::terminal(rekon_rules::settings::refusal(&e)))
 }
 
-thread_local! {
-    /// The backend of the call in progress (set by the export glue and by
-    /// the test kit), so that [`settings`] works where no `Context` is
-    /// passed (`register`).
-    static CURRENT: RefCell<Option<Rc<dyn Backend>>> = const { RefCell::new(None) };
+/// Where a call's settings come from: the host, or the test kit's world
+/// (every context backend is one).
+pub(crate) trait SettingsSource {
+    /// The settings of this load (JSON), if any were given.
+    fn settings(&self) -> Option<String>;
 }
 
-/// Runs `f` with `backend` as the current call's backend.
-pub(crate) fn with_backend<R>(backend: Rc<dyn Backend>, f: impl FnOnce() -> R) -> R {
-    struct Reset(Option<Rc<dyn Backend>>);
+thread_local! {
+    /// Where the settings of the call in progress come from (set by the
+    /// export glue and by the test kit), so that [`settings`] works where
+    /// no `Context` is passed (`register`).
+    static CURRENT: RefCell<Option<Rc<dyn SettingsSource>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `source` giving the current call's settings.
+pub(crate) fn with_source<R>(source: Rc<dyn SettingsSource>, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<Rc<dyn SettingsSource>>);
     impl Drop for Reset {
         fn drop(&mut self) {
             let previous = self.0.take();
             CURRENT.with(|c| *c.borrow_mut() = previous);
         }
     }
-    let previous = CURRENT.with(|c| c.borrow_mut().replace(backend));
+    let previous = CURRENT.with(|c| c.borrow_mut().replace(source));
     let _reset = Reset(previous);
     f()
-}
-
-/// A backend with no host behind it (the export path driven natively):
-/// no settings, no objects, no clusters.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) struct Detached;
-
-#[cfg(not(target_arch = "wasm32"))]
-impl Backend for Detached {
-    fn get(
-        &self,
-        cluster: &str,
-        _resource: &crate::ResourceType,
-        _namespace: Option<&str>,
-        _name: &str,
-    ) -> Result<Option<String>, crate::ReadError> {
-        Err(crate::ReadError::UnknownCluster(cluster.to_owned()))
-    }
-
-    fn list(
-        &self,
-        cluster: &str,
-        _resource: &crate::ResourceType,
-        _namespace: Option<&str>,
-        _label_selector: Option<&str>,
-    ) -> Result<Vec<String>, crate::ReadError> {
-        Err(crate::ReadError::UnknownCluster(cluster.to_owned()))
-    }
-
-    fn clusters(&self) -> Vec<crate::ClusterInfo> {
-        Vec::new()
-    }
-
-    fn log(&self, _level: crate::LogLevel, _message: &str, _fields: &[(String, String)]) {}
-
-    fn request_time(&self) -> k8s_openapi::jiff::Timestamp {
-        k8s_openapi::jiff::Timestamp::UNIX_EPOCH
-    }
-
-    fn settings(&self) -> Option<String> {
-        None
-    }
-
-    fn declare_settings_schema(&self, _schema: &str) {}
 }

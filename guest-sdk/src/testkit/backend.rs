@@ -80,11 +80,13 @@ impl Backend for WorldBackend {
         self.0.borrow().time
     }
 
-    fn settings(&self) -> Option<String> {
-        self.0.borrow().settings.clone()
-    }
-
     fn declare_settings_schema(&self, schema: &str) {
         self.0.borrow_mut().settings_schema = Some(schema.to_owned());
+    }
+}
+
+impl crate::settings::SettingsSource for WorldBackend {
+    fn settings(&self) -> Option<String> {
+        self.0.borrow().settings.clone()
     }
 }

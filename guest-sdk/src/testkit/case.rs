@@ -297,7 +297,7 @@ impl RecordedCase {
             missing: RefCell::new(Vec::new()),
         });
         let ctx = Context::new(Rc::clone(&backend) as Rc<dyn Backend>).with_phase(self.phase);
-        let result = crate::settings::with_backend(ctx.backend(), || {
+        let result = crate::settings::with_source(ctx.backend(), || {
             P::reconcile_request(&ctx, &self.request)
         });
         CaseReplay {
@@ -424,11 +424,13 @@ impl Backend for CaseBackend {
         self.case.time
     }
 
+    fn declare_settings_schema(&self, _schema: &str) {}
+}
+
+impl crate::settings::SettingsSource for CaseBackend {
     fn settings(&self) -> Option<String> {
         self.case.settings.clone()
     }
-
-    fn declare_settings_schema(&self, _schema: &str) {}
 }
 
 /// A decision in the host's case format.

@@ -32,10 +32,9 @@ impl World {
     /// declares none are refused.
     pub fn register_plugin<P: Plugin>(&self) -> Result<Registration, TestkitError> {
         let backend = self.context().backend();
-        crate::settings::with_backend(Rc::clone(&backend), || {
-            crate::plugin::register_checked::<P>(&*backend)
-        })
-        .map_err(|message| TestkitError::Register(crate::Error::terminal(message)))
+        let source: Rc<dyn crate::context::Backend> = Rc::clone(&backend);
+        crate::settings::with_source(source, || crate::plugin::register_checked::<P>(&*backend))
+            .map_err(|message| TestkitError::Register(crate::Error::terminal(message)))
     }
 
     /// Runs `P::reconcile` for `req` as the host would, deciding with the
@@ -58,7 +57,7 @@ impl World {
         };
         let ctx = self.restricted_context(reg).with_phase(phase);
         let result =
-            crate::settings::with_backend(ctx.backend(), || P::reconcile_request(&ctx, req));
+            crate::settings::with_source(ctx.backend(), || P::reconcile_request(&ctx, req));
         self.state.borrow_mut().reads = None;
         result.map_err(|error| TestkitError::Reconcile {
             request: req.clone(),
@@ -82,7 +81,7 @@ impl World {
             })?;
         let ctx = self.restricted_context(reg);
         let requests =
-            crate::settings::with_backend(ctx.backend(), || P::map(&ctx, cluster, resource, &obj));
+            crate::settings::with_source(ctx.backend(), || P::map(&ctx, cluster, resource, &obj));
         self.state.borrow_mut().reads = None;
         Ok(requests)
     }

@@ -8,10 +8,13 @@ import type { Kind, KubeObject } from "./resources.js";
 import type { ClusterInfo, LogLevel, Phase, Request, ResourceType, Timestamp } from "./types.js";
 import { formatTime } from "./types.js";
 import { ReconcileError } from "./errors.js";
-import { SETTINGS_REFUSAL_PREFIX, type SettingsType, parseSettings } from "./settings.js";
+import { SETTINGS_REFUSAL_PREFIX, type SettingsHost, type SettingsType, parseSettings } from "./settings.js";
 
-/** Where a context gets its data. Objects are JSON text, as over the WIT. */
-export interface Backend {
+/**
+ * Where a context gets its data. Objects are JSON text, as over the WIT;
+ * the settings of the load come through {@link SettingsHost}.
+ */
+export interface Backend extends SettingsHost {
   /** @throws ReadError */
   get(cluster: string, resource: ResourceType, namespace: string | undefined, name: string): string | undefined;
   /** @throws ReadError */
@@ -19,10 +22,6 @@ export interface Backend {
   clusters(): ClusterInfo[];
   log(level: LogLevel, message: string, fields: [string, string][]): void;
   requestTime(): Timestamp;
-  /** The settings of this load (JSON text), if any were given. */
-  settings(): string | undefined;
-  /** Hands the settings' JSON Schema to the host (during `register`). */
-  declareSettingsSchema(schema: string): void;
 }
 
 /** What a plugin can see during one call. */

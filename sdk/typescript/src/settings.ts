@@ -15,9 +15,7 @@
  * - `ctx.settings(type)` reads them in `reconcile`/`map`, and
  *   {@link settings} in `register`.
  */
-import type { Backend } from "./context.js";
 import { ReconcileError } from "./errors.js";
-import type { Registration } from "./registration.js";
 
 /**
  * The start of a `register` error refusing the settings. The same literal
@@ -39,10 +37,21 @@ export function parseSettings<S>(type: SettingsType<S>, text: string | undefined
   return type.parse(text === undefined ? undefined : JSON.parse(text));
 }
 
-let current: Backend | undefined;
+/**
+ * Where a call's settings come from, and where their schema goes: the
+ * host, or the test kit's world (every context `Backend` is one).
+ */
+export interface SettingsHost {
+  /** The settings of this load (JSON text), if any were given. */
+  settings(): string | undefined;
+  /** Hands the settings' JSON Schema to the host (during `register`). */
+  declareSettingsSchema(schema: string): void;
+}
+
+let current: SettingsHost | undefined;
 
 /** Runs `f` with `backend` as the current call's (for {@link settings}). */
-export function withBackend<R>(backend: Backend, f: () => R): R {
+export function withBackend<R>(backend: SettingsHost, f: () => R): R {
   const previous = current;
   current = backend;
   try {
@@ -66,7 +75,10 @@ export function settings<S>(type: SettingsType<S>): S {
  * plugin that declares none are refused; declared ones must parse; the
  * schema is handed to the host. Throws an `Error` with the refusal.
  */
-export function checkSettingsAtRegister(reg: Registration, backend: Backend): void {
+export function checkSettingsAtRegister(
+  reg: { readonly settingsType?: SettingsType<unknown> },
+  backend: SettingsHost,
+): void {
   const given = backend.settings();
   const type = reg.settingsType;
   if (type === undefined) {
