@@ -1,5 +1,7 @@
 //! `rekon run`: configuration → build → run, with shutdown passed in as a
-//! future (the mini-redis shape).
+//! future (the mini-redis shape). [`App::build`] wires the floors below;
+//! [`ops`] is what runs beside the engine (the HTTP server, leader election
+//! or shards, cluster providers, [`reporting`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), rekon::app::AppError> {
@@ -14,21 +16,6 @@
 //! app.run(async { let _ = tokio::signal::ctrl_c().await; }).await?;
 //! # Ok(()) }
 //! ```
-//!
-//! # Layout
-//! - this file: [`Config`] → [`App::build`] → [`App::run`], the wiring of
-//!   the floors below.
-//! - [`ops`]: what runs beside the engine: the HTTP server (probes from
-//!   the [`Manager`]), leader election or shards, dynamic-cluster
-//!   providers, reporting.
-//! - [`reporting`]: plugin loads and leadership as logs, metrics, Events.
-//! - [`install_crds`]: `--install-crds`, a plugin's CRDs applied when it
-//!   loads.
-//!
-//! # Floor
-//! Above the controller; may import every floor below. Only the safe-change
-//! machinery (`crate::change`), the one-shot commands (`crate::commands`)
-//! and `main.rs` stand on it.
 
 pub mod install_crds;
 pub mod ops;
@@ -65,7 +52,9 @@ pub enum AppError {
         message: String,
     },
     /// Neither a plugin directory nor Plugin objects: nothing to serve.
-    #[error("no plugin source: give a plugin directory (--plugins DIR), Plugin objects (--plugin-objects), or both")]
+    #[error(
+        "no plugin source: give a plugin directory (--plugins DIR), Plugin objects (--plugin-objects), or both"
+    )]
     NoPluginSource,
     /// The process stopped itself (e.g. it lost the leader lease with `--on-lost=exit`).
     #[error("stopped: {0}")]
@@ -457,7 +446,9 @@ impl App {
             },
         ));
         match &self.config.plugins_dir {
-            Some(dir) => info!(plugins_dir = %dir.display(), plugin_objects = self.config.plugin_objects.is_some(), "rekon running"),
+            Some(dir) => {
+                info!(plugins_dir = %dir.display(), plugin_objects = self.config.plugin_objects.is_some(), "rekon running")
+            }
             None => info!(plugin_objects = true, "rekon running (no plugin directory)"),
         }
         // Stop early if the directory watcher fails.

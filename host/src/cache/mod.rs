@@ -1,43 +1,8 @@
 //! Shared caches: one watch and one store per (cluster, resource), however
-//! many plugins need it.
-//!
-//! [`CacheManager::acquire`] returns an `Arc<SharedCache>`; the watch starts
-//! with the first handle and stops when the last one is dropped (the manager
-//! keeps only weak references). Resources are dynamic
-//! ([`RawObject`]: metadata parsed, the rest kept as the JSON text the server
-//! sent, + [`kube::discovery::ApiResource`]); an empty
-//! plural is resolved through discovery, retried with backoff until the kind
-//! appears, so a CRD installed after start is picked up.
-//!
-//! The watch is kube-runtime's [`watcher`] with its default backoff; it
-//! re-lists on a dropped watch or a 410 Gone. A re-list is diffed against the
-//! store so subscribers see every change they missed (new, changed, deleted
-//! objects) and nothing else. A watch is also restarted when its cluster
-//! recovers from an outage during which it saw nothing, so a stalled
-//! connection cannot linger.
-//!
-//! Subscribers ([`SharedCache::subscribe`]) get a replay of the current
-//! contents followed by every change, as [`CacheEvent`]s in their
-//! [`Inbox`], which coalesces per object (bounded memory under storms).
-//!
-//! **Read-your-writes**: the writer hands every successful response to
-//! [`CacheManager::observe_write`], which puts it into the cache at once.
-//! The store never goes back to an older resourceVersion, so the watch event
-//! that follows changes nothing and a late one cannot roll the write back.
-//!
-//! **Failure isolation**: a watch (or the discovery before it) that fails
-//! for a reason other than connectivity — 403 from RBAC, 404 for a CRD not
-//! installed, 401, 400 — puts its cache in [`WatchStatus::Failed`]: logged
-//! once per change, counted in `rekon_watch_failed`, announced on
-//! [`CacheManager::failures`], and *not* counted against the cluster's
-//! health. The watch keeps retrying with backoff and recovers by itself when
-//! the cause goes away.
-//!
-//! # Floor
-//! Stands on the cluster registry and telemetry; the writer (read-your-
-//! writes), the controller and the plugin sources stand on it. `mod.rs`
-//! holds the manager and the shared cache itself; its children (`store`,
-//! `inbox`, `raw`, `resource`, `event`, `error`) sit below it.
+//! many plugins need it. [`CacheManager`] starts and shares them,
+//! [`SharedCache`] is one of them, and subscribers get its contents and every
+//! change in their [`Inbox`]; objects are kept as the JSON text the server
+//! sent ([`RawObject`]).
 
 pub mod error;
 pub mod event;
@@ -101,8 +66,12 @@ pub enum WatchStatus {
     Starting,
     /// Listed; events flow.
     Synced,
-    /// Failing for a reason other than connectivity; retried with backoff.
-    /// What was cached before stays readable.
+    /// Failing for a reason other than connectivity (403 from RBAC, 404
+    /// for a CRD not installed, 401, 400; in the watch or the discovery
+    /// before it): logged once per change, counted in `rekon_watch_failed`,
+    /// announced on [`CacheManager::failures`], and *not* counted against
+    /// the cluster's health. Retried with backoff; it recovers by itself
+    /// when the cause goes away. What was cached before stays readable.
     Failed(WatchFailure),
 }
 
@@ -210,11 +179,8 @@ impl State {
             }
             WatchStatus::Failed(_) => {
                 info!(cluster = %self.cluster.name(), resource = %self.resource, "watch recovered");
-                self.metrics.set_watch_failed(
-                    self.cluster.name(),
-                    &self.metric_label(),
-                    false,
-                );
+                self.metrics
+                    .set_watch_failed(self.cluster.name(), &self.metric_label(), false);
                 let _ = self.failures.send(WatchFailureChange {
                     cluster: self.cluster.name().to_owned(),
                     resource: (*self.resource).clone(),
@@ -503,7 +469,10 @@ impl CacheManager {
 
     /// Read-your-writes: `object` (JSON) is what the API server answered to
     /// a successful write of `resource` in `cluster`; the cache (if one
-    /// runs) takes it at once unless it already holds a newer version.
+    /// runs) takes it at once unless it already holds a newer version. The
+    /// store never goes back to an older resourceVersion, so the watch
+    /// event that follows changes nothing and a late one cannot roll the
+    /// write back.
     pub fn observe_write(&self, cluster: &str, resource: &ResourceId, object: RawObject) {
         let caches = self.running_all(cluster, resource);
         let Some(types) = caches.iter().find_map(|c| c.state.types.get()) else {
@@ -566,6 +535,8 @@ impl CacheManager {
     }
 
     /// The cache of `resource` in `cluster`, started if nobody holds it yet.
+    /// The watch starts with the first handle and stops when the last one
+    /// is dropped (the manager keeps only weak references).
     ///
     /// # Errors
     /// When the cluster is not engaged.
@@ -669,6 +640,14 @@ fn watch_failure(e: &kube::Error) -> Option<WatchFailure> {
     }
 }
 
+/// One cache's task. An empty plural is resolved through discovery, retried
+/// with backoff until the kind appears, so a CRD installed after start is
+/// picked up. The watch is kube-runtime's `watcher` with its default
+/// backoff; it re-lists on a dropped watch or a 410 Gone, and a re-list is
+/// diffed against the store so subscribers see every change they missed
+/// and nothing else. The watch also restarts when its cluster recovers from
+/// an outage during which it saw nothing, so a stalled connection cannot
+/// linger.
 async fn run_cache(state: Arc<State>, resolver: Resolver) {
     let cluster = Arc::clone(&state.cluster);
     let resolved = loop {

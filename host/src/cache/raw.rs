@@ -1,27 +1,11 @@
-//! Watched objects decoded straight to the text the caches keep.
-//!
-//! kube's [`DynamicObject`](kube::api::DynamicObject) parses everything but
-//! the metadata into a `serde_json::Value` tree (a map, a string or number
-//! per field, an index per map with `preserve_order`), and the cache then
-//! serialised that tree back to the text plugins read: for every watch event
-//! and every listed object, a few hundred small allocations freed at once
-//! (the largest allocation site at 1,000 Nodes in the `nodepool` bench's
-//! heap profile, 64 MB over a run). A [`RawObject`] parses only its
-//! `metadata` (the engine's keys, labels, owners, finalizers) and keeps every
-//! other top-level field as the JSON text the server sent
-//! ([`serde_json::value::RawValue`]: validated, not parsed into a tree).
-//! [`RawObject::into_json`] writes the cached text from those pieces. The
-//! writer's requests use it too: a write's answer goes into the cache the
-//! same way (read-your-writes), and a create sends the plugin's object text.
-//!
-//! One caveat of `RawValue`: it can only be read straight from serde_json's
-//! own deserializer. kube decodes list responses and watch lines directly
-//! (`serde_json::from_str::<ObjectList<K>>`, `…::<WatchEvent<K>>`), and a
-//! watch line names its `type` before its `object` (Go's `watch.Event`
-//! field order, which every API server and kube-sim keep), so serde's
-//! adjacently tagged `WatchEvent` hands the object to this type directly.
-//! A line with `object` first would be buffered by serde and refused here
-//! (the watcher reports the decode error and re-watches).
+//! Watched objects decoded straight to the text the caches keep: a
+//! [`RawObject`] parses only its `metadata` (the engine's keys, labels,
+//! owners, finalizers) and keeps every other top-level field as the JSON text
+//! the server sent, instead of a `serde_json::Value` tree per object that the
+//! cache would serialise back (ARCHITECTURE.md, "Measurements behind the
+//! code"). The writer's requests use it too: a write's answer goes into the
+//! cache the same way (read-your-writes), and a create sends the plugin's
+//! object text.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -34,7 +18,18 @@ use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::value::RawValue;
 
 /// An object of a dynamic resource: `metadata` parsed, the other top-level
-/// fields kept as JSON text in the order the server sent them.
+/// fields kept as JSON text in the order the server sent them
+/// ([`serde_json::value::RawValue`]: validated, not parsed into a tree);
+/// [`RawObject::into_json`] writes the cached text from those pieces.
+///
+/// One caveat of `RawValue`: it can only be read straight from serde_json's
+/// own deserializer. kube decodes list responses and watch lines directly
+/// (`serde_json::from_str::<ObjectList<K>>`, `…::<WatchEvent<K>>`), and a
+/// watch line names its `type` before its `object` (Go's `watch.Event`
+/// field order, which every API server and kube-sim keep), so serde's
+/// adjacently tagged `WatchEvent` hands the object to this type directly.
+/// A line with `object` first would be buffered by serde and refused here
+/// (the watcher reports the decode error and re-watches).
 #[derive(Clone, Debug, Default)]
 pub struct RawObject {
     /// `metadata`.

@@ -22,8 +22,7 @@ use super::raw::RawObject;
 ///
 /// Shared strings: the store's indexes (one entry per label and per
 /// controller owner), inboxes, re-list diffs and queues each hold a copy of
-/// the key, and a clone is a reference count, not two allocations (at 10,000
-/// Nodes with a handful of labels, ~0.5 KiB per object less).
+/// the key, and a clone is a reference count, not two allocations.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
     /// Namespace; empty for cluster-scoped objects.

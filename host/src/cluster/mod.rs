@@ -1,25 +1,7 @@
-//! The cluster registry: the clusters the host is engaged with.
-//!
-//! A cluster is a name, a [`kube::Client`] and a health state. Clusters come
-//! from kubeconfig contexts (`--context main --cluster sub=CTX`) or from the
-//! in-cluster service account, and can be added and removed at runtime through
-//! [`ClusterRegistry::add`] / [`ClusterRegistry::remove`]; subscribers
-//! ([`ClusterRegistry::subscribe`]) start and stop watches and requeue work in
-//! response (controller-runtime's multi-cluster Engage/Disengage).
-//!
-//! Health is derived from what the host observes: request and watch failures
-//! mark a cluster unreachable, a success marks it reachable again, and a
-//! reachable cluster is `Syncing` until every cache the host keeps for it has
-//! listed. A probe task ([`ClusterRegistry::run_probes`]) asks each cluster for
-//! its version every few seconds so that a silent stall (a connection that
-//! hangs rather than fails) is noticed too. Every change of a cluster's
-//! health is published ([`ClusterRegistry::health_changes`]); the controller
-//! manager requeues the primaries of the plugins covering the cluster.
-//!
-//! # Floor
-//! Stands on telemetry only; everything that talks to a cluster stands on
-//! it. `mod.rs` holds the registry itself; `provider/` (the engagers that
-//! add and remove clusters) stands on the registry.
+//! The cluster registry ([`ClusterRegistry`]): the clusters the host is
+//! engaged with, each a name, a [`kube::Client`] and a [`Health`] derived
+//! from what the host observes; [`provider`]s engage and disengage clusters
+//! at runtime (controller-runtime's multi-cluster Engage/Disengage).
 
 pub mod provider;
 
@@ -100,7 +82,12 @@ pub enum Error {
 /// Result with this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// Health of a cluster as the host sees it (mirrors the WIT `cluster-health`).
+/// Health of a cluster as the host sees it (mirrors the WIT `cluster-health`):
+/// request and watch failures mark a cluster unreachable, a success marks
+/// it reachable again, and a reachable cluster is `Syncing` until every
+/// cache the host keeps for it has listed. The probes
+/// ([`ClusterRegistry::run_probes`]) notice a silent stall too (a
+/// connection that hangs rather than fails).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Health {
     /// Reachable and every cache synced.
@@ -414,7 +401,12 @@ pub fn parse_cluster_spec(spec: &str) -> Result<(String, String)> {
     }
 }
 
-/// The engaged clusters. Cheap to clone (shared state).
+/// The engaged clusters: the primary (from a kubeconfig context or the
+/// in-cluster service account) and others added and removed at runtime.
+/// Subscribers ([`ClusterRegistry::subscribe`]) start and stop watches and
+/// requeue work in response; every change of a cluster's health is
+/// published ([`ClusterRegistry::health_changes`]). Cheap to clone (shared
+/// state).
 #[derive(Clone)]
 pub struct ClusterRegistry {
     inner: Arc<Inner>,

@@ -126,7 +126,12 @@ impl Controller {
     }
 }
 
-/// Runs one controller per plugin. Cheap to clone.
+/// Runs one controller per plugin. It follows the plugin registry (load,
+/// replace, remove) and the cluster registry (engage, disengage, health
+/// changes): each of these requeues the primaries of the plugins whose
+/// `clusters` cover the cluster (health changes coalesced per cluster over
+/// [`HEALTH_DEBOUNCE`](super::HEALTH_DEBOUNCE)). It also names the plugins
+/// a failing watch degrades ([`Manager::degraded`]). Cheap to clone.
 #[derive(Clone)]
 pub struct Manager {
     inner: Arc<ManagerInner>,

@@ -60,14 +60,11 @@ pub struct RuntimeConfig {
     pub metrics: crate::telemetry::metrics::Metrics,
 }
 
-/// Where an async plugin call runs its (synchronous) wasm code.
-///
-/// Measured on the 2-core dev machine: one call's latency is 55 µs in place
-/// against 121 µs through the blocking pool (`cargo bench --bench runtime`,
-/// rows "async"), but under load the blocking pool wins (10,000 fan-out
-/// reconciles, 4 concurrent: 1.50 s against 1.90 s, `cargo bench --bench
-/// engine` with `REKON_BENCH_CALL_MODE`): in place, a call occupies one of
-/// the runtime's two workers, and the event pump and the writes wait.
+/// Where an async plugin call runs its (synchronous) wasm code. In place, a
+/// single call is faster, but under load it occupies one of the runtime's
+/// workers while the event pump and the writes wait, so the blocking pool
+/// is the default (the figures: ARCHITECTURE.md, "Measurements behind the
+/// code").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum CallMode {
     /// On the calling task's worker thread (`tokio::task::block_in_place`:
@@ -449,14 +446,12 @@ fn host_linker(engine: &Engine) -> Result<Linker<CallState>, RuntimeError> {
 }
 
 /// Hands the compiler's freed memory back to the OS. Cranelift allocates
-/// hundreds of MiB compiling a 12–18 MB interpreter component (the
-/// TypeScript and Python ports), spread over the malloc arenas of the
-/// compile threads, and glibc keeps freed arena memory mapped: after one
-/// such compile the host kept ~330 MiB it no longer used (`rekon run` with
-/// the TypeScript port: 376 MiB RSS with an empty cache against 67 MiB with
-/// the component cached). No allocator-independent way exists, so this is
-/// glibc's own `malloc_trim` (every arena, free pages inside chunks too);
-/// elsewhere nothing is done.
+/// hundreds of MiB compiling an interpreter component (the TypeScript and
+/// Python ports), spread over the malloc arenas of the compile threads, and
+/// glibc keeps freed arena memory mapped (the figures: ARCHITECTURE.md,
+/// "Measurements behind the code"). No allocator-independent way exists,
+/// so this is glibc's own `malloc_trim` (every arena, free pages inside
+/// chunks too); elsewhere nothing is done.
 fn release_compile_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: `malloc_trim` only releases free heap memory; it takes and
@@ -519,14 +514,12 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
 }
 
 /// Compiles `bytes` into a serialized artifact on an engine of its own,
-/// dropped when done. Compiling on the serving engine left memory the host
-/// never used again: one 128 MiB allocation stayed alive after compiling
-/// even the 1.5 MB Rust seed (compiler state kept by the engine), and the
-/// freed rest stayed in glibc's arenas (see [`release_compile_memory`]).
-/// An engine used only to compile takes its state along when dropped; the
-/// serving engine then maps the artifact as it maps a cached one. Measured
-/// (`rekon run`, test-fanout, empty cache, RSS 1 s after ready): 249 MiB
-/// before, 56 MiB after, as with the component cached.
+/// dropped when done: compiler state an engine keeps after compiling would
+/// otherwise stay alive in the serving engine for good (the freed rest
+/// stays in glibc's arenas, see [`release_compile_memory`]). The serving
+/// engine then maps the artifact as it maps a cached one, and a host that
+/// compiled at start uses as much memory as one that found the component
+/// cached (ARCHITECTURE.md, "Measurements behind the code").
 fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
     let compiler = Engine::new(config)?;
     compiler.precompile_component(bytes)

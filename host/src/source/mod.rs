@@ -12,11 +12,6 @@
 //! - [`plugin_objects`]: [`plugin_objects::PluginObjects`], which follows
 //!   Plugin objects in the primary cluster, fetches their modules (through
 //!   [`oci`]), loads them into the registry and writes their status.
-//!
-//! # Floor
-//! Floor 5, beside `controller/`: may import `plugin`, `cluster`,
-//! `telemetry`, `action`, `cache` and `lease`; never `controller`, `change`,
-//! `app` or `commands`.
 
 pub mod oci;
 pub mod plugin_crd;

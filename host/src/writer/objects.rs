@@ -1,4 +1,13 @@
 //! Apply, patch, delete and create: one object written.
+//!
+//! - `apply`: server-side apply with field manager `rekon.<plugin>` (force as
+//!   requested), on the object or its `/status`;
+//! - `patch`: JSON merge patch (a resourceVersion precondition is written
+//!   into `metadata.resourceVersion` of the patch) or JSON patch (the
+//!   precondition becomes a leading `test` operation), on the object or `/status`;
+//! - `delete`: an absent object is success; propagation policy and UID
+//!   precondition (a UID mismatch means the object we meant is gone: success);
+//! - `create`: create-if-absent (409 AlreadyExists is success).
 
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use serde_json::Value;

@@ -9,7 +9,13 @@ use super::requests::{Writer, Written};
 use crate::action::{Action, action_cluster, action_kind};
 
 impl Writer {
-    /// Perform `actions` for `plugin`: in order per cluster, clusters concurrently.
+    /// Perform `actions` for `plugin`: in order per cluster, clusters
+    /// concurrently. Each cluster's actions stop at the first failure, so a
+    /// stalled or failing cluster does not keep the others from converging;
+    /// the reconcile still fails (and is requeued with backoff) until every
+    /// cluster succeeded. Actions are idempotent, so a replay of the ones
+    /// that did succeed is harmless. Events are best-effort: a failed Event
+    /// is logged and counted, and the outcome goes on.
     ///
     /// # Errors
     /// One error per cluster whose actions did not all succeed.
@@ -51,7 +57,9 @@ impl Writer {
         }
     }
 
-    /// Perform one action for `plugin`.
+    /// Perform one action for `plugin`. A successful answer goes to the
+    /// caches ([`crate::cache::CacheManager::observe_write`]) so the next
+    /// reconcile reads what this one wrote.
     ///
     /// # Errors
     /// When the action fails after the writer's own bounded retries.

@@ -25,6 +25,15 @@ type RecorderKey = (String, String);
 type ClusterRecorder = (Arc<Cluster>, Recorder);
 
 /// Performs actions. Cheap to clone.
+///
+/// Every request is bounded by a timeout. 429 and 5xx answers are retried a
+/// few times inside the writer, honouring `retryAfterSeconds`; a 409
+/// Conflict is retried only for actions without a precondition (a
+/// precondition that failed means the plugin decided on stale state: the
+/// reconcile is re-run). A cluster known to be unreachable is not written to
+/// at all (the action fails at once, retryable), and a request in flight
+/// when its cluster goes unreachable gives up at once: a stalled cluster
+/// never holds the workers that other clusters' keys need.
 #[derive(Clone)]
 pub struct Writer {
     pub(super) clusters: ClusterRegistry,
