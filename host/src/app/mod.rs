@@ -160,8 +160,9 @@ pub struct Config {
     /// What every part of the host reports to and `/metrics` serves
     /// (default: a registry of its own). Handed to the cluster registry,
     /// which the caches, writer, controllers and ops take it from, and to
-    /// the plugin runtime, the recorder and the shadows; pass the same
-    /// value to [`PluginObjectsSource::modules`]'s fetcher.
+    /// the plugin runtime, the recorder, the shadows and the Plugin objects'
+    /// source; pass the same value to [`PluginObjectsSource::modules`]'s
+    /// fetcher.
     pub metrics: Metrics,
 }
 
@@ -426,7 +427,7 @@ impl App {
                         source.modules,
                         Some(gate),
                         source.config,
-                        crate::telemetry::metrics::Metrics::global().clone(),
+                        self.config.metrics.clone(),
                     )
                     .with_reports(reports.clone(), shards);
                     let board = tokio::spawn(reports.run(stopped()));

@@ -301,10 +301,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let identity = rekon::lease::default_identity();
     let (record, shadow) = args.record.into_config();
     let cache_dir = args.cache_dir.clone().or_else(default_cache_dir);
-    // What the whole host reports to and serves on `/metrics`. The
-    // process-wide value for now: `source/plugin_objects.rs` still reads
-    // shadow counts from `Metrics::global()`.
-    let metrics = rekon::telemetry::metrics::Metrics::global().clone();
+    // What the whole host reports to and serves on `/metrics`: the OCI
+    // fetcher here, everything else through the app's config.
+    let metrics = rekon::telemetry::metrics::Metrics::new();
     let plugin_objects = args.plugin_objects.then(|| {
         let namespace = args.ops.namespace();
         let fetcher = rekon::source::oci::Fetcher::new(rekon::source::oci::OciConfig {

@@ -2,9 +2,8 @@
 //! them. A controller turns its plugin's registration into watches and a
 //! primary scope ([`scope`]), maps cache events to request keys
 //! ([`mapping`]) in its work queue ([`crate::queue::WorkQueue`]), and its
-//! [`runner`] hands
-//! keys to reconcile tasks that take the finalizer step ([`finalizer`]),
-//! call the plugin and give the outcome's actions to the
+//! [`runner`] hands keys to reconcile tasks that take the finalizer step
+//! ([`finalizer`]), call the plugin and give the outcome's actions to the
 //! [`crate::writer::Writer`]; ARCHITECTURE.md walks through it step by step.
 //!
 //! ```no_run

@@ -74,16 +74,6 @@ impl Metrics {
         }
     }
 
-    /// The process-wide metrics `rekon run` hands to the host (as
-    /// `app::Config::metrics`). Everything else is given its `Metrics`
-    /// value; this stays only while the Plugin objects' source reads
-    /// shadow counts from here.
-    #[must_use]
-    pub fn global() -> &'static Metrics {
-        static GLOBAL: std::sync::OnceLock<Metrics> = std::sync::OnceLock::new();
-        GLOBAL.get_or_init(Metrics::new)
-    }
-
     /// Encode every series in the OpenMetrics text format ([`CONTENT_TYPE`]).
     #[must_use]
     pub fn encode(&self) -> String {
