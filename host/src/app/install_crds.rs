@@ -26,6 +26,7 @@ use crate::action::{ClusterSet, Registration};
 use crate::cluster::{ClusterEvent, ClusterRegistry};
 use crate::controller::covers;
 use crate::plugin::{LoadedPlugin, PluginRegistry, RegistryEvent};
+use crate::queue::Backoff;
 use kube::CustomResourceExt;
 
 /// Field manager of CRD applies.
@@ -127,19 +128,21 @@ async fn apply_crds(
     Ok(applied)
 }
 
+/// The retries of an install: 1 s doubling to 30 s.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+
 /// Installs the host's own CRD (`plugins.rekon.dev`, the Plugin resource)
 /// in the primary cluster, retried with backoff (1 s doubling to 30 s)
 /// until it succeeds.
 pub async fn install_host_crds(clusters: ClusterRegistry) {
     let crds = [crate::source::plugin_crd::Plugin::crd()];
-    let mut delay = Duration::from_secs(1);
-    loop {
+    for failures in 1.. {
         match apply_crds(&clusters, "rekon host", &crds, &ClusterSet::Primary).await {
             Ok(_) => return,
             Err(e) => {
+                let delay = RETRY.delay(failures);
                 warn!(error = %e, retry_in = ?delay, "failed to install the Plugin CRD; retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     }
@@ -217,8 +220,7 @@ pub async fn run(
 }
 
 async fn install_until_done(clusters: ClusterRegistry, reg: Registration) {
-    let mut delay = Duration::from_secs(1);
-    loop {
+    for failures in 1.. {
         match install(&clusters, &reg).await {
             Ok(n) => {
                 debug!(plugin = %reg.name, applies = n, "CRDs installed");
@@ -229,9 +231,9 @@ async fn install_until_done(clusters: ClusterRegistry, reg: Registration) {
                 return;
             }
             Err(e) => {
+                let delay = RETRY.delay(failures);
                 warn!(plugin = %reg.name, error = %e, retry_in = ?delay, "failed to install CRDs; retrying");
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
             }
         }
     }

@@ -152,7 +152,10 @@ mod tests {
             pin("localhost:5000/a/b:v1", "sha256:0"),
             "localhost:5000/a/b@sha256:0"
         );
-        assert_eq!(pin("localhost:5000/a/b", "sha256:0"), "localhost:5000/a/b@sha256:0");
+        assert_eq!(
+            pin("localhost:5000/a/b", "sha256:0"),
+            "localhost:5000/a/b@sha256:0"
+        );
         assert_eq!(pin("r.io/a@sha256:9", "sha256:0"), "r.io/a@sha256:0");
     }
 

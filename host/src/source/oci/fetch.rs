@@ -97,6 +97,31 @@ pub struct Fetched {
 /// Fetches plugin modules from OCI registries and publishes them. Cheap to
 /// share behind an `Arc`; every call builds its own registry client, so
 /// credentials (one Plugin's pull Secret) never leak into another call.
+///
+/// A registry on a loopback address (`127.0.0.0/8`, `::1`, `localhost`) is
+/// spoken to over plain HTTP, as Docker and containerd do; any other over
+/// TLS (rustls with ring, the system's roots) unless named in
+/// [`OciConfig::insecure_registries`]. Every attempt is bounded by
+/// [`OciConfig::timeout`]; an unreachable registry is retried with
+/// exponential backoff ([`OciConfig::retries`]); every other failure is
+/// final and named by a [`FetchError`] whose [`FetchError::reason`] a
+/// Plugin's status condition can carry. With [`Fetcher::with_metrics`] each
+/// fetch is counted by outcome (`rekon_plugin_fetch_total`) and timed.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), rekon::source::oci::FetchError> {
+/// use rekon::source::oci::{Fetcher, OciConfig, PullPolicy, RegistryAuth};
+///
+/// let fetcher = Fetcher::new(OciConfig {
+///     cache_dir: Some("/var/cache/rekon".into()),
+///     ..OciConfig::default()
+/// });
+/// let fetched = fetcher
+///     .fetch("ghcr.io/acme/nodepool:1.2.0", None, PullPolicy::IfNotPresent, &RegistryAuth::Anonymous)
+///     .await?;
+/// println!("{} is {}", fetched.reference, fetched.manifest_digest);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct Fetcher {
     pub(super) config: OciConfig,
@@ -132,9 +157,26 @@ impl Fetcher {
         &self.config
     }
 
-    /// Fetches the component `reference` names; see the [module docs](self)
-    /// for the steps. `expected_digest` (`sha256:…`) pins the manifest
-    /// digest (a Plugin's `spec.digest`): anything else is refused.
+    /// Fetches the component `reference` names. `expected_digest`
+    /// (`sha256:…`) pins the manifest digest (a Plugin's `spec.digest`):
+    /// anything else is refused. The steps:
+    ///
+    /// 1. The reference is parsed (`registry/repository:tag` or `@sha256:…`).
+    ///    With [`PullPolicy::IfNotPresent`] and a digest (in the reference or
+    ///    expected by the caller) whose manifest and module are in the disk
+    ///    cache, nothing is fetched: a restart neither pulls nor (the runtime
+    ///    caches compiled code by the component's sha256) recompiles.
+    /// 2. The manifest is fetched and hashed; a digest the caller expects that
+    ///    differs from the one the registry served is refused, naming both.
+    /// 3. The manifest must be a wasm artifact (config and layer media types),
+    ///    and its layer no larger than [`OciConfig::max_module_bytes`].
+    /// 4. The layer is downloaded (the limit enforced while reading, whatever
+    ///    the manifest claimed) and its sha256 compared with the layer digest
+    ///    before anything else sees the bytes. A layer already in the cache is
+    ///    not downloaded again.
+    /// 5. Manifest and module are written to the cache atomically (temporary
+    ///    file, then rename); entries are content-addressed and verified again
+    ///    when read, so a damaged cache file is refetched, never loaded.
     pub async fn fetch(
         &self,
         reference: &str,
