@@ -1,7 +1,8 @@
 //! `rekon run`: configuration → build → run, with shutdown passed in as a
 //! future (the mini-redis shape). [`App::build`] wires the floors below;
 //! [`ops`] is what runs beside the engine (the HTTP server, leader election
-//! or shards, cluster providers, [`reporting`]).
+//! or shards, cluster providers, [`reporting`]); [`file_signatures`] is the
+//! check plugin files pass before they are compiled.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), rekon::app::AppError> {
@@ -17,6 +18,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod file_signatures;
 pub mod install_crds;
 pub mod ops;
 pub mod reporting;
@@ -164,6 +166,9 @@ pub struct Config {
     /// source; pass the same value to [`PluginObjectsSource::modules`]'s
     /// fetcher.
     pub metrics: Metrics,
+    /// Signatures plugin files must carry (`--require-signatures`,
+    /// `--signature-key`); none by default.
+    pub file_signatures: file_signatures::FileSignatures,
 }
 
 /// Where Plugin objects' modules come from, and how they are followed.
@@ -219,6 +224,7 @@ impl Default for Config {
             shadow: None,
             plugin_objects: None,
             metrics: Metrics::new(),
+            file_signatures: file_signatures::FileSignatures::default(),
         }
     }
 }
@@ -270,6 +276,9 @@ impl App {
         })
         .map_err(|e| AppError::Runtime(e.to_string()))?;
         let registry = PluginRegistry::new(runtime);
+        if let Some(check) = config.file_signatures.check(config.metrics.clone()) {
+            registry.set_file_check(check);
+        }
         if let Some(dir) = &config.plugins_dir {
             let registry = registry.clone();
             let load = dir.clone();

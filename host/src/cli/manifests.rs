@@ -33,6 +33,16 @@ pub struct RbacArgs {
     /// metrics-reader ClusterRole (no `rekon run --metrics-secure`).
     #[arg(long)]
     no_metrics_auth: bool,
+    /// A Secret of the host's namespace holding signature keys
+    /// (`spec.verification.keys[].secretRef`): `get` on it by name
+    /// (repeatable).
+    #[arg(long = "key-secret", value_name = "NAME")]
+    key_secrets: Vec<String>,
+    /// A ConfigMap of the host's namespace holding signature keys: `get` on
+    /// it by name (repeatable); none named, `get` on the namespace's
+    /// ConfigMaps.
+    #[arg(long = "key-configmap", value_name = "NAME")]
+    key_config_maps: Vec<String>,
     /// Operator permission policy: the RBAC covers only the effective
     /// (declared and allowed) permissions.
     #[arg(long)]
@@ -65,6 +75,8 @@ pub fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         secret_provider: !args.no_secret_provider,
         plugin_objects: !args.no_plugin_objects,
         metrics_auth: !args.no_metrics_auth,
+        key_secrets: args.key_secrets,
+        key_config_maps: args.key_config_maps,
     };
     print!(
         "{}",

@@ -51,6 +51,21 @@ pub struct RunArgs {
         value_delimiter = ','
     )]
     insecure_registries: Vec<String>,
+    /// Every Plugin object must carry `spec.verification` and verify, and
+    /// every plugin file a cosign blob signature `NAME.wasm.sig` by a
+    /// `--signature-key`; anything else is refused before it is compiled.
+    #[arg(long, env = "REKON_REQUIRE_SIGNATURES")]
+    require_signatures: bool,
+    /// A public key (PEM, as `cosign.pub`) plugin files in `--plugins` must
+    /// be signed by (`NAME.wasm.sig` beside `NAME.wasm`, `cosign sign-blob`'s
+    /// format); repeatable. Given, every file must verify.
+    #[arg(
+        long = "signature-key",
+        value_name = "FILE",
+        env = "REKON_SIGNATURE_KEYS",
+        value_delimiter = ','
+    )]
+    signature_keys: Vec<PathBuf>,
     /// Operator permission policy (YAML/JSON): narrows what each plugin may
     /// do beyond what it declares. A file that does not load refuses to start.
     #[arg(long, env = "REKON_POLICY")]
@@ -316,11 +331,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         .with_metrics(metrics.clone());
         rekon::app::PluginObjectsSource {
             modules: std::sync::Arc::new(fetcher),
-            config: rekon::source::plugin_objects::PluginObjectsConfig::new(namespace),
+            config: rekon::source::plugin_objects::PluginObjectsConfig {
+                require_signatures: args.require_signatures,
+                ..rekon::source::plugin_objects::PluginObjectsConfig::new(namespace)
+            },
         }
     });
+    let file_signatures = rekon::app::file_signatures::FileSignatures::from_key_files(
+        &args.signature_keys,
+        args.require_signatures,
+    )?;
     let config = rekon::app::Config {
         plugin_objects,
+        file_signatures,
         metrics,
         record,
         shadow,

@@ -177,6 +177,14 @@ pub struct RbacOptions {
     /// Include what `rekon run --metrics-secure` needs in the primary
     /// cluster (token and access reviews) and the metrics-reader ClusterRole.
     pub metrics_auth: bool,
+    /// Secrets of the host's namespace holding signature keys
+    /// (`spec.verification.keys[].secretRef`): `get` on these names only.
+    pub key_secrets: Vec<String>,
+    /// ConfigMaps of the host's namespace holding signature keys
+    /// (`spec.verification.keys[].configMapRef`): `get` on these names
+    /// only; none named: `get` on the namespace's ConfigMaps (see
+    /// [`rbac_objects`]).
+    pub key_config_maps: Vec<String>,
 }
 
 impl Default for RbacOptions {
@@ -190,6 +198,8 @@ impl Default for RbacOptions {
             secret_provider: true,
             plugin_objects: true,
             metrics_auth: true,
+            key_secrets: Vec::new(),
+            key_config_maps: Vec::new(),
         }
     }
 }
@@ -424,9 +434,13 @@ pub fn rbac_objects(
             // Pull Secrets (kubernetes.io/dockerconfigjson) Plugin objects name.
             own.add("", "secrets", ["get"]);
         }
+        let mut rules = own.into_rules();
+        if opts.plugin_objects {
+            rules.extend(key_rules(opts));
+        }
         objects.push(to_value(&Role {
             metadata: meta(Some(&opts.namespace)),
-            rules: Some(own.into_rules()),
+            rules: Some(rules),
         }));
         objects.push(to_value(&RoleBinding {
             metadata: meta(Some(&opts.namespace)),
@@ -453,6 +467,31 @@ pub fn rbac_objects(
         }));
     }
     Ok(objects)
+}
+
+/// `get` on the Secrets and ConfigMaps holding signature keys
+/// (`spec.verification`), in the host's namespace only (keys are looked up
+/// there). Named (`rekon rbac --key-secret/--key-configmap`): those names
+/// only (`resourceNames`). Not named, because Plugin objects may name any
+/// key object and `rekon rbac` reads plugins, not Plugin objects:
+/// Secrets need no rule of their own, the pull-Secret rule above already
+/// grants `get` on the namespace's Secrets (which pull Secrets, named by
+/// any Plugin, need); ConfigMaps get `get` on the namespace's ConfigMaps,
+/// never `list` or `watch` (a key is read by name on each pass).
+fn key_rules(opts: &RbacOptions) -> Vec<PolicyRule> {
+    let rule = |resource: &str, names: &[String]| PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec![resource.to_owned()]),
+        resource_names: (!names.is_empty()).then(|| names.to_vec()),
+        verbs: vec!["get".to_owned()],
+        ..PolicyRule::default()
+    };
+    let mut rules = Vec::new();
+    if !opts.key_secrets.is_empty() {
+        rules.push(rule("secrets", &opts.key_secrets));
+    }
+    rules.push(rule("configmaps", &opts.key_config_maps));
+    rules
 }
 
 fn to_value<K: k8s_openapi::Resource + serde::Serialize>(obj: &K) -> serde_json::Value {
@@ -618,6 +657,7 @@ fn yaml(value: &serde_json::Value, what: &str) -> Result<String> {
 mod tests {
     use super::*;
     use crate::action::{Mapping, Permission, Scope, Watch};
+    use serde_json::json;
 
     fn res(group: &str, kind: &str, scope: Scope) -> Resource {
         Resource {
@@ -745,6 +785,51 @@ mod tests {
                 .iter()
                 .any(|r| r.1.contains(&"*".to_owned()) || r.2.contains(&"*".to_owned()))
         );
+    }
+
+    #[test]
+    fn signature_keys_are_readable_by_name_only() {
+        let key_rules = |opts: &RbacOptions| -> Vec<serde_json::Value> {
+            let objects = rbac_objects(&[nodepool()], opts).unwrap();
+            let role = objects.iter().find(|o| o["kind"] == "Role").unwrap();
+            role["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    r.get("resourceNames").is_some() || r["resources"] == json!(["configmaps"])
+                })
+                .cloned()
+                .collect()
+        };
+        let named = RbacOptions {
+            key_secrets: vec!["plugin-signing".into()],
+            key_config_maps: vec!["team-keys".into()],
+            ..RbacOptions::default()
+        };
+        let rules = key_rules(&named);
+        assert!(
+            rules.contains(&json!({"apiGroups": [""], "resources": ["secrets"],
+            "resourceNames": ["plugin-signing"], "verbs": ["get"]})),
+            "{rules:?}"
+        );
+        assert!(
+            rules.contains(&json!({"apiGroups": [""], "resources": ["configmaps"],
+            "resourceNames": ["team-keys"], "verbs": ["get"]})),
+            "{rules:?}"
+        );
+        // Not named: ConfigMaps of the host's namespace, get only.
+        let rules = key_rules(&RbacOptions::default());
+        assert_eq!(
+            rules,
+            [json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]})]
+        );
+        // Nothing of it without Plugin objects.
+        let none = RbacOptions {
+            plugin_objects: false,
+            ..named
+        };
+        assert!(key_rules(&none).is_empty());
     }
 
     #[test]

@@ -22,6 +22,12 @@
 //! 6. A removed file unregisters its plugin ([`RegistryEvent::Removed`]); a
 //!    file refused for a name conflict with it is then retried.
 //!
+//! With a [`FileCheck`] ([`PluginRegistry::set_file_check`]: `rekon run
+//! --require-signatures` / `--signature-key`), step 3 first hands the
+//! file's bytes and its signature file `x.wasm.sig` (see
+//! [`signature_file`]) to the check; a refusal is a failure of step 4,
+//! before anything is compiled. A changed signature file is a new attempt.
+//!
 //! A file named `*.shadow.wasm` goes through the same steps but never
 //! serves: it becomes the *shadow* of the plugin it registers
 //! ([`PluginRegistry::shadow`], see `crate::change::shadow`), replacing the
@@ -41,6 +47,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::broadcast;
 
 use super::error::{LoadError, RegistryError};
+use super::file_check::{FileCheck, plugin_file_of_signature, signature_file};
 use super::loaded::{LoadOptions, LoadedPlugin};
 use super::runtime::PluginRuntime;
 
@@ -118,6 +125,8 @@ struct Inner {
     /// Plugins whose controllers keep their watches and queue but do not
     /// reconcile (a Plugin object's `spec.suspend`).
     suspended: tokio::sync::watch::Sender<std::collections::BTreeSet<String>>,
+    /// What every plugin file must pass before it is compiled.
+    file_check: std::sync::OnceLock<FileCheck>,
 }
 
 #[derive(Default)]
@@ -195,8 +204,16 @@ impl PluginRegistry {
                 events,
                 debounce,
                 suspended: tokio::sync::watch::channel(std::collections::BTreeSet::new()).0,
+                file_check: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Every plugin file must pass `check` before it is compiled (see the
+    /// [module docs](self)). Set once, before the directory is loaded;
+    /// `false` when a check was already set.
+    pub fn set_file_check(&self, check: FileCheck) -> bool {
+        self.inner.file_check.set(check).is_ok()
     }
 
     /// Suspend (or resume) the plugin `name`: it stays loaded, its watches
@@ -449,10 +466,13 @@ impl PluginRegistry {
                             if is_plugin_file(&path) {
                                 tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin file event");
                                 pending.insert(path, due);
-                            } else if let Some(plugin) = plugin_file_of_settings(&path) {
-                                // New settings are a new load of the plugin
-                                // file beside them (if there is one).
-                                tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin settings file event");
+                            } else if let Some(plugin) = plugin_file_of_settings(&path)
+                                .or_else(|| plugin_file_of_signature(&path))
+                            {
+                                // New settings (or a new signature) are a
+                                // new load of the plugin file beside them
+                                // (if there is one).
+                                tracing::debug!(path = %path.display(), kind = ?event.kind, "plugin settings or signature file event");
                                 if plugin.is_file() || self.inner.state.lock().files.contains_key(&plugin) {
                                     pending.insert(plugin, due);
                                 }
@@ -546,7 +566,27 @@ impl PluginRegistry {
                 return Applied::Done;
             }
         };
-        let digest = attempt_digest(&module, settings.as_deref());
+        let mut digest = attempt_digest(&module, settings.as_deref());
+        let check = self.inner.file_check.get().cloned();
+        let signature = match &check {
+            None => None,
+            Some(_) => match std::fs::read(signature_file(path)) {
+                Ok(sig) => {
+                    // A new signature is a new attempt.
+                    digest = format!("{digest}+sig{}", hex::encode(Sha256::digest(&sig)));
+                    Some(sig)
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => {
+                    let error = format!(
+                        "failed to read signature file {}: {e}",
+                        signature_file(path).display()
+                    );
+                    self.record_failure(path, Some(digest), error, None);
+                    return Applied::Done;
+                }
+            },
+        };
         {
             let state = self.inner.state.lock();
             if !force
@@ -555,6 +595,12 @@ impl PluginRegistry {
             {
                 return Applied::Done;
             }
+        }
+        if let Some(check) = check
+            && let Err(error) = check(path, &bytes, signature.as_deref())
+        {
+            self.record_failure(path, Some(digest), error, None);
+            return Applied::Done;
         }
         let options = LoadOptions {
             settings,

@@ -19,6 +19,9 @@
 //!       clusters: Primary
 //!   shadow:
 //!     module: registry.example.com/rekon/nodepool:1.3.0-rc.1
+//!   verification:                    # signatures checked before anything is compiled
+//!     keys:
+//!       - secretRef: {name: plugin-signing}   # host namespace, data key cosign.pub
 //! ```
 //!
 //! Field names fixed by the issue that introduced the resource (users'
@@ -44,6 +47,9 @@ pub const DEGRADED: &str = "Degraded";
 /// Condition: every live replica (and so every shard) serves the desired
 /// digest (and shadow digest); `False` names the replicas that lag and why.
 pub const CONSISTENT: &str = "Consistent";
+/// Condition: the desired module's signatures satisfy `spec.verification`
+/// (`False`: why not; absent when nothing asks for signatures).
+pub const VERIFIED: &str = "Verified";
 
 /// Which plugin runs, from where, with what settings and permissions.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -93,6 +99,79 @@ pub struct PluginSpec {
     /// Stop reconciling without unloading (finalizers stay).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub suspend: bool,
+    /// Signatures the module (and the shadow) must carry before anything
+    /// of it is compiled. Required by `rekon run --require-signatures`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationSpec>,
+}
+
+/// Who must have signed a module (cosign's format, key-based), verified
+/// against the manifest digest that will be served.
+///
+/// ```yaml
+/// verification:
+///   keys:
+///     - secretRef: {name: plugin-signing}          # data key cosign.pub
+///     - configMapRef: {name: team-keys, key: web.pub}
+///     - pem: |
+///         -----BEGIN PUBLIC KEY-----
+///         ...
+///   minimumMatches: 1
+///   annotations: {team: platform}
+/// ```
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationSpec {
+    /// Trusted public keys (ECDSA P-256 or Ed25519, PEM `PUBLIC KEY`, as
+    /// `cosign.pub`). A key carried inside a signature is never trusted.
+    pub keys: Vec<VerificationKey>,
+    /// How many distinct keys of `keys` must have signed (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub minimum_matches: Option<u32>,
+    /// Annotations the signed payload must carry, with these values
+    /// (`cosign sign -a KEY=VALUE`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+/// One trusted key: exactly one of `secretRef`, `configMapRef`, `pem`.
+/// Keyless identities (a Fulcio root and an issuer/subject) would be a
+/// fourth field; not supported.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationKey {
+    /// A Secret in the host's namespace holding the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<KeyReference>,
+    /// A ConfigMap in the host's namespace holding the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<KeyReference>,
+    /// The key itself, inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pem: Option<String>,
+}
+
+/// A key in a Secret or ConfigMap of the host's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyReference {
+    /// The object's name.
+    pub name: String,
+    /// The data key holding the PEM (default `cosign.pub`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// The data key of a key Secret or ConfigMap when `key` is not given.
+pub const DEFAULT_KEY_FIELD: &str = "cosign.pub";
+
+impl KeyReference {
+    /// The data key holding the PEM.
+    #[must_use]
+    pub fn field(&self) -> &str {
+        self.key.as_deref().unwrap_or(DEFAULT_KEY_FIELD)
+    }
 }
 
 /// When a module is pulled.
@@ -375,8 +454,26 @@ mod tests {
         let version = &crd["spec"]["versions"][0];
         assert_eq!(version["name"], "v1alpha1");
         let spec = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-        for field in ["module", "settings", "shadow", "permissions", "suspend"] {
+        for field in [
+            "module",
+            "settings",
+            "shadow",
+            "permissions",
+            "suspend",
+            "verification",
+        ] {
             assert!(spec.get(field).is_some(), "spec.{field} missing: {spec}");
+        }
+        let verification = &spec["verification"]["properties"];
+        for field in ["keys", "minimumMatches", "annotations"] {
+            assert!(
+                verification.get(field).is_some(),
+                "spec.verification.{field} missing: {verification}"
+            );
+        }
+        let key = &verification["keys"]["items"]["properties"];
+        for field in ["secretRef", "configMapRef", "pem"] {
+            assert!(key.get(field).is_some(), "a key's {field} missing: {key}");
         }
         assert!(spec["shadow"]["properties"].get("module").is_some());
         let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];

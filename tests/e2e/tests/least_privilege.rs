@@ -146,6 +146,14 @@ const ROWS: &[Row] = &[
         resource: "subjectaccessreviews",
         refused: "cannot create resource \"subjectaccessreviews\"",
     },
+    // --plugin-objects: signature keys a Plugin's spec.verification names
+    // in ConfigMaps of the host's namespace, read by name.
+    Row {
+        role: "Role",
+        group: "",
+        resource: "configmaps",
+        refused: "cannot get resource \"configmaps\"",
+    },
 ];
 
 /// `(role kind, group, resource)` of every rule in the rendered base.
@@ -216,7 +224,8 @@ fn drive(env: &Secured) {
         main,
         json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
                "metadata": {"name": "unfetchable"},
-               "spec": {"module": "not a reference"}}),
+               "spec": {"module": "not a reference",
+                        "verification": {"keys": [{"configMapRef": {"name": "keys"}}]}}}),
     )
     .unwrap();
 }
@@ -349,6 +358,7 @@ rows! {
     without_plugins_status => 13;
     without_tokenreviews => 14;
     without_subjectaccessreviews => 15;
+    without_configmaps => 16;
 }
 
 /// nodepool patches Nodes; the operator's policy denies it. RBAC would

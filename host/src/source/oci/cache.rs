@@ -1,10 +1,28 @@
-//! The disk cache of manifests and modules, by digest.
+//! The disk cache of manifests and modules, by digest, and what verified
+//! each module's signatures (`verified/sha256/<hex>`: one record per
+//! policy that verified that manifest digest).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::reference::{hex_of, sha256_digest, wasm_layer};
 use crate::files::write_atomically;
+
+/// That a manifest digest's signatures satisfied a policy: kept beside the
+/// module so that a restart with the registry out of reach serves only what
+/// was verified, under the same policy. The cache directory is trusted as
+/// the compiled-code cache beside it is (whoever writes there could
+/// replace compiled code too).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct VerificationRecord {
+    /// The fingerprint of the policy that verified it (its keys, minimum
+    /// and annotations): another policy finds no record.
+    pub policy: String,
+    /// The fingerprints of the policy's keys (`sha256:` of each SPKI).
+    pub keys: Vec<String>,
+    /// The keys that signed, as the policy named them.
+    pub signers: Vec<String>,
+}
 
 /// Manifests and modules on disk, by digest. Every read is verified
 /// against its digest (a damaged file is removed and refetched); every
@@ -50,6 +68,45 @@ impl ModuleCache {
         let layer = wasm_layer(&manifest).ok()?;
         let module = self.module(&layer.digest).await?;
         Some((layer.digest, module))
+    }
+
+    /// The record of `digest` verified under the policy with fingerprint
+    /// `policy`, if one was written.
+    pub(super) async fn verification(
+        &self,
+        digest: &str,
+        policy: &str,
+    ) -> Option<VerificationRecord> {
+        let path = self.path("verified", digest)?;
+        let bytes = tokio::fs::read(&path).await.ok()?;
+        let records: Vec<VerificationRecord> = serde_json::from_slice(&bytes).ok()?;
+        records.into_iter().find(|r| r.policy == policy)
+    }
+
+    /// Remembers that `digest` verified under `record.policy` (replacing an
+    /// older record of the same policy). Failures are logged.
+    pub(super) async fn remember_verification(&self, digest: &str, record: VerificationRecord) {
+        let Some(path) = self.path("verified", digest) else {
+            return;
+        };
+        let mut records: Vec<VerificationRecord> = match tokio::fs::read(&path).await {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        if records.contains(&record) {
+            return;
+        }
+        records.retain(|r| r.policy != record.policy);
+        records.push(record);
+        let text = serde_json::to_vec_pretty(&records).unwrap_or_default();
+        let target = path.clone();
+        let write = tokio::task::spawn_blocking(move || write_atomically(&target, &text));
+        if let Err(e) = write
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        {
+            tracing::warn!(path = %path.display(), error = %e, "failed to record a module's verification");
+        }
     }
 
     pub(super) async fn store(

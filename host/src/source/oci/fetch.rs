@@ -14,7 +14,7 @@ use oci_client::manifest::{
 use oci_client::{Client, Reference};
 
 use super::auth::RegistryAuth;
-use super::cache::ModuleCache;
+use super::cache::{ModuleCache, VerificationRecord};
 use super::error::{FetchError, classify, error_chain};
 use super::reference::{
     is_loopback, parse_reference, pinned_digest, pinned_reference, sha256_digest, wasm_layer,
@@ -213,6 +213,18 @@ impl Fetcher {
     /// asked): the layer digest and the component's bytes.
     pub async fn cached(&self, digest: &str) -> Option<(String, Arc<[u8]>)> {
         self.cache.artifact(digest).await
+    }
+
+    /// The record of manifest `digest` verified under the policy with
+    /// fingerprint `policy`, from the disk cache (`None` without a cache
+    /// directory, or when that policy never verified it).
+    pub async fn verification(&self, digest: &str, policy: &str) -> Option<VerificationRecord> {
+        self.cache.verification(digest, policy).await
+    }
+
+    /// Remembers in the disk cache that manifest `digest` verified.
+    pub async fn remember_verification(&self, digest: &str, record: VerificationRecord) {
+        self.cache.remember_verification(digest, record).await;
     }
 
     async fn fetch_unmetered(

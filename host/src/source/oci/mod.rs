@@ -23,6 +23,7 @@ mod push;
 mod reference;
 
 pub use auth::{AuthError, RegistryAuth};
+pub use cache::VerificationRecord;
 pub(crate) use error::classify;
 pub use error::{FetchError, PushError};
 pub use fetch::{Fetched, Fetcher, OciConfig, PullPolicy};

@@ -1,5 +1,6 @@
-//! The conditions a pass sets: `Fetched` after the fetch, `Ready` and
-//! `Degraded` from how the pass ended.
+//! The conditions a pass sets: `Fetched` after the fetch, `Verified`
+//! after the signature check, `Ready` and `Degraded` from how the pass
+//! ended.
 
 use std::collections::BTreeMap;
 
@@ -10,8 +11,31 @@ use super::fetch::Fetched;
 use super::module_source::FetchFailure;
 use crate::plugin::LoadedPlugin;
 use crate::source::plugin_crd::{
-    CONSISTENT, DEGRADED, FETCHED, PluginObjectStatus, PluginSpec, READY,
+    CONSISTENT, DEGRADED, FETCHED, PluginObjectStatus, PluginSpec, READY, VERIFIED,
 };
+use crate::source::signature::Verified;
+
+/// `Verified`'s reason when the signatures satisfy the policy.
+pub(super) const SIGNATURES_VERIFIED: &str = "SignaturesVerified";
+
+/// `Verified`: what the signature check of the desired module ended with;
+/// no condition when nothing asks for signatures.
+pub(super) fn set_verified(
+    status: &mut PluginObjectStatus,
+    verified: &Result<Option<Verified>, PluginObjectError>,
+) {
+    match verified {
+        Ok(None) => status.conditions.retain(|c| c.type_ != VERIFIED),
+        Ok(Some(v)) => set(
+            status,
+            VERIFIED,
+            true,
+            SIGNATURES_VERIFIED,
+            &format!("{} is signed by {}", v.digest, v.signers.join(", ")),
+        ),
+        Err(e) => set(status, VERIFIED, false, e.reason(), &e.to_string()),
+    }
+}
 
 /// `plugin NAME version V (DIGEST) serves`.
 pub(super) fn serving_message(plugin: &LoadedPlugin, digest: Option<&str>) -> String {
@@ -164,8 +188,14 @@ pub(super) fn set(
         None => status.conditions.push(condition),
     }
     // A stable order, whatever order they were first set in.
-    let order: BTreeMap<&str, usize> =
-        [(FETCHED, 0), (READY, 1), (DEGRADED, 2), (CONSISTENT, 3)].into();
+    let order: BTreeMap<&str, usize> = [
+        (FETCHED, 0),
+        (VERIFIED, 1),
+        (READY, 2),
+        (DEGRADED, 3),
+        (CONSISTENT, 4),
+    ]
+    .into();
     status
         .conditions
         .sort_by_key(|c| order.get(c.type_.as_str()).copied().unwrap_or(usize::MAX));

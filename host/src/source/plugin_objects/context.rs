@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
+use kube::runtime::events::Recorder;
 use parking_lot::Mutex;
 
 use super::module_source::ModuleSource;
@@ -22,8 +23,12 @@ use crate::telemetry::metrics::Metrics;
 /// Settings of the Plugin-object source.
 #[derive(Clone, Debug)]
 pub struct PluginObjectsConfig {
-    /// Namespace of pull Secrets (the host's own).
+    /// Namespace of pull Secrets and of key Secrets and ConfigMaps (the
+    /// host's own).
     pub namespace: String,
+    /// Every Plugin must carry `spec.verification` and verify
+    /// (`rekon run --require-signatures`); one without is refused.
+    pub require_signatures: bool,
     /// Longest wait between retries of a failed fetch.
     pub max_backoff: Duration,
     /// How often shadow counts are written to the status.
@@ -38,6 +43,7 @@ impl PluginObjectsConfig {
     pub fn new(namespace: impl Into<String>) -> Self {
         Self {
             namespace: namespace.into(),
+            require_signatures: false,
             max_backoff: Duration::from_secs(300),
             status_period: Duration::from_secs(10),
             field_manager: "rekon.dev/host".to_owned(),
@@ -63,10 +69,23 @@ pub fn shadow_origin(name: &str) -> PathBuf {
     PathBuf::from(format!("plugins.rekon.dev/{name}.shadow.wasm"))
 }
 
+/// The Recorder of Events on Plugin objects.
+pub(super) fn recorder(client: kube::Client) -> Recorder {
+    let reporter = kube::runtime::events::Reporter {
+        controller: crate::telemetry::events::REPORTING_CONTROLLER.to_owned(),
+        instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+    };
+    Recorder::new(client, reporter)
+}
+
 /// What every pass shares.
 pub(super) struct Context {
     pub(super) api: Api<Plugin>,
     pub(super) secrets: Api<Secret>,
+    /// Key ConfigMaps (`spec.verification.keys[].configMapRef`).
+    pub(super) config_maps: Api<ConfigMap>,
+    /// Events on Plugin objects (verification failures).
+    pub(super) events: Recorder,
     pub(super) registry: PluginRegistry,
     pub(super) source: Arc<dyn ModuleSource>,
     pub(super) status_gate: Option<LeaderGate>,

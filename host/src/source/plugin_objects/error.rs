@@ -3,6 +3,7 @@
 use super::module_source::FetchFailure;
 use crate::plugin::Refusal;
 use crate::source::plugin_crd::GrantError;
+use crate::source::signature::VerifyError;
 
 /// Why the desired version of a Plugin object does not serve (or serves
 /// only in part). [`PluginObjectError::reason`] is the reason of the
@@ -19,6 +20,16 @@ pub enum PluginObjectError {
     /// The module (or its pull Secret) could not be fetched.
     #[error(transparent)]
     Fetch(#[from] FetchFailure),
+    /// The module's signatures do not satisfy `spec.verification` (or a
+    /// key cannot be read); nothing of it was compiled.
+    #[error("signature verification failed: {0}")]
+    Verification(#[source] VerifyError),
+    /// `rekon run --require-signatures` and the Plugin has no
+    /// `spec.verification`.
+    #[error(
+        "signatures are required (rekon run --require-signatures) and spec.verification is not set"
+    )]
+    VerificationRequired,
     /// The registry refused the module: it does not compile, fit the
     /// contract, register, accept its settings or its grant, or its name is
     /// taken.
@@ -51,6 +62,8 @@ impl PluginObjectError {
             Self::Fetch(f) | Self::LastResolvedServes { failure: f, .. } => f.reason,
             Self::Refused(r) => r.reason,
             Self::LoadTask(_) => "LoadFailed",
+            Self::Verification(e) => e.reason(),
+            Self::VerificationRequired => "VerificationRequired",
             Self::Shadow(e) => e.reason(),
         }
     }
@@ -63,7 +76,12 @@ impl PluginObjectError {
             Self::Fetch(f) => f.transient,
             Self::LastResolvedServes { .. } => true,
             Self::Shadow(e) => e.is_transient(),
-            Self::InvalidGrant(_)
+            // A key Secret may yet be created, the registry come back.
+            Self::Verification(e) => {
+                e.is_transient() || matches!(e, VerifyError::KeyUnavailable { .. })
+            }
+            Self::VerificationRequired
+            | Self::InvalidGrant(_)
             | Self::ExceedsGrant(_)
             | Self::Refused(_)
             | Self::LoadTask(_) => false,
@@ -128,6 +146,25 @@ mod tests {
                 PluginObjectError::Shadow(Box::new(unreachable().into())),
                 "RegistryUnreachable",
                 true,
+            ),
+            (
+                PluginObjectError::Verification(VerifyError::SignatureMissing {
+                    digest: "sha256:1".into(),
+                }),
+                "SignatureMissing",
+                false,
+            ),
+            (
+                PluginObjectError::Verification(VerifyError::KeyUnavailable {
+                    detail: "Secret rekon-system/keys does not exist".into(),
+                }),
+                "KeyUnavailable",
+                true,
+            ),
+            (
+                PluginObjectError::VerificationRequired,
+                "VerificationRequired",
+                false,
             ),
         ];
         for (error, reason, transient) in cases {

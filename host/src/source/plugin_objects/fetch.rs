@@ -71,7 +71,7 @@ pub(super) async fn fetch(
 
 /// The `.dockerconfigjson` of the pull Secret `name` in the host's
 /// namespace.
-async fn pull_secret(ctx: &Context, name: &str) -> Result<Vec<u8>, FetchFailure> {
+pub(super) async fn pull_secret(ctx: &Context, name: &str) -> Result<Vec<u8>, FetchFailure> {
     // The Secret may yet be created or fixed: tried again.
     let fail = |message: String| FetchFailure::pull_secret(message, true);
     let ns = &ctx.config.namespace;

@@ -19,13 +19,18 @@
 //!   apply);
 //! - `fetch`: step 2, the module (verified by digest), or after a restart
 //!   with the registry out of reach the last resolved digest from the
-//!   cache; signature verification (issue 32) comes right after it;
+//!   cache;
+//! - `verify`: step 2b, the signatures of the digest fetched against
+//!   `spec.verification` (keys from Secrets, ConfigMaps or inline;
+//!   `--require-signatures` refuses a Plugin without it), before anything
+//!   is compiled;
 //! - `grant`: step 3, `spec.permissions` and the check that a module
 //!   declares nothing beyond it;
 //! - `load`: step 4, compile, register (settings, instance name), accept,
 //!   swap in through [`crate::plugin::PluginRegistry::apply_module`];
 //! - `shadow`: step 5, `spec.shadow` the same way beside it;
-//! - `conditions`: `Fetched`, `Ready` and `Degraded` from the steps;
+//! - `conditions`: `Fetched`, `Verified`, `Ready` and `Degraded` from the
+//!   steps;
 //! - `status`: step 6, this replica's report and the status write;
 //! - `reconcile`: one pass through the steps;
 //! - `run`: [`PluginObjects`], the watch and the queue.
@@ -44,8 +49,9 @@ mod shadow;
 mod status;
 #[cfg(test)]
 mod tests;
+mod verify;
 
 pub use context::{PluginObjectsConfig, origin, shadow_origin};
 pub use error::PluginObjectError;
-pub use module_source::{FetchFailure, FetchRequest, Module, ModuleSource};
+pub use module_source::{FetchFailure, FetchRequest, Module, ModuleSource, VerifyRequest};
 pub use run::PluginObjects;

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::source::oci::{Fetcher, PullPolicy as Policy, RegistryAuth};
+use crate::source::oci::{Fetcher, PullPolicy as Policy, RegistryAuth, VerificationRecord};
+use crate::source::signature::{self, Verified, VerifyError};
 
 /// What a module fetch is asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -18,6 +19,23 @@ pub struct FetchRequest {
     pub always: bool,
     /// `.dockerconfigjson` of the pull Secret, if any.
     pub docker_config: Option<Vec<u8>>,
+}
+
+/// What a signature check is asked for: the signatures of manifest
+/// `digest` (the one fetched, that will be served) under `policy`.
+#[derive(Clone, Debug)]
+pub struct VerifyRequest {
+    /// OCI reference of the module (its repository holds the signatures).
+    pub reference: String,
+    /// The manifest digest fetched.
+    pub digest: String,
+    /// What the signatures must satisfy.
+    pub policy: Arc<signature::Policy>,
+    /// `.dockerconfigjson` of the pull Secret, if any.
+    pub docker_config: Option<Vec<u8>>,
+    /// Read the signatures from the registry even when the cache remembers
+    /// this digest verified under this policy (`pullPolicy: Always`).
+    pub always: bool,
 }
 
 /// A fetched, verified module.
@@ -79,6 +97,23 @@ pub trait ModuleSource: Send + Sync + 'static {
     /// The module with manifest digest `digest` if the local cache holds
     /// it; never asks a registry.
     fn cached(&self, digest: &str) -> BoxFuture<'static, Option<Module>>;
+    /// Whether the signatures of the fetched digest satisfy the policy:
+    /// remembered from an earlier check under the same policy, else read
+    /// from the registry (and remembered when they do).
+    fn verify(&self, request: VerifyRequest) -> BoxFuture<'static, Result<Verified, VerifyError>>;
+}
+
+/// The credentials a pull Secret gives for `reference`'s registry.
+fn auth_for(reference: &str, docker_config: Option<&[u8]>) -> Result<RegistryAuth, String> {
+    let Some(json) = docker_config else {
+        return Ok(RegistryAuth::Anonymous);
+    };
+    let registry = reference
+        .parse::<oci_client::Reference>()
+        .map(|r| r.registry().to_owned())
+        .unwrap_or_default();
+    RegistryAuth::from_docker_config_json(json, &registry)
+        .map_err(|e| format!("the pull Secret is unusable: {e}"))
 }
 
 /// The OCI fetcher as the module source of Plugin objects: the pull
@@ -88,22 +123,8 @@ impl ModuleSource for Fetcher {
     fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>> {
         let fetcher = self.clone();
         Box::pin(async move {
-            let auth = match &request.docker_config {
-                None => RegistryAuth::Anonymous,
-                Some(json) => {
-                    let registry = request
-                        .reference
-                        .parse::<oci_client::Reference>()
-                        .map(|r| r.registry().to_owned())
-                        .unwrap_or_default();
-                    RegistryAuth::from_docker_config_json(json, &registry).map_err(|e| {
-                        FetchFailure::pull_secret(
-                            format!("the pull Secret is unusable: {e}"),
-                            false,
-                        )
-                    })?
-                }
-            };
+            let auth = auth_for(&request.reference, request.docker_config.as_deref())
+                .map_err(|message| FetchFailure::pull_secret(message, false))?;
             let policy = if request.always {
                 Policy::Always
             } else {
@@ -129,6 +150,39 @@ impl ModuleSource for Fetcher {
                 bytes,
                 from_cache: true,
             })
+        })
+    }
+
+    fn verify(&self, request: VerifyRequest) -> BoxFuture<'static, Result<Verified, VerifyError>> {
+        let fetcher = self.clone();
+        Box::pin(async move {
+            let VerifyRequest {
+                reference,
+                digest,
+                policy,
+                docker_config,
+                always,
+            } = request;
+            let fingerprint = policy.fingerprint();
+            if !always && let Some(record) = fetcher.verification(&digest, &fingerprint).await {
+                return Ok(Verified {
+                    digest,
+                    signers: record.signers,
+                });
+            }
+            // The fetch read the same pull Secret: an unusable one failed
+            // it already.
+            let auth =
+                auth_for(&reference, docker_config.as_deref()).unwrap_or(RegistryAuth::Anonymous);
+            let verified =
+                signature::verify(&fetcher, &reference, Some(&digest), &policy, &auth).await?;
+            let record = VerificationRecord {
+                policy: fingerprint,
+                keys: policy.key_fingerprints(),
+                signers: verified.signers.clone(),
+            };
+            fetcher.remember_verification(&digest, record).await;
+            Ok(verified)
         })
     }
 }

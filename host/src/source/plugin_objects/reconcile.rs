@@ -2,7 +2,8 @@
 //! [`reconcile`]`(object, ctx) -> Result<Action, PluginObjectError>`, the
 //! error's [`PluginObjectError::reason`] feeding the object's conditions.
 //! The steps, each a function of its own: resolve ([`super::resolve`]),
-//! fetch ([`super::fetch`]), check the grant ([`super::grant`]), load
+//! fetch ([`super::fetch`]), verify ([`super::verify`]), check the grant
+//! ([`super::grant`]), load
 //! ([`super::load`]), shadow ([`super::shadow`]), write status
 //! ([`super::status`]).
 
@@ -10,7 +11,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::conditions::{conclude, serving_message, set_fetched, set_ready};
+use super::conditions::{conclude, serving_message, set_fetched, set_ready, set_verified};
 use super::context::{Context, origin};
 use super::error::PluginObjectError;
 use super::fetch::{Fetched, fetch_serving};
@@ -19,6 +20,7 @@ use super::load::load;
 use super::resolve::{Memory, Plan, base_status, resolve};
 use super::shadow::{shadow, shadow_counts};
 use super::status::{Served, record};
+use super::verify::{check, pinned, policy, refused, report, verify};
 use crate::plugin::{LoadOptions, LoadedPlugin};
 use crate::queue::Action;
 use crate::source::plugin_crd::{Plugin, PluginObjectStatus, ShadowStatus};
@@ -91,7 +93,8 @@ struct Pass {
     served: Served,
 }
 
-/// The steps after resolve: grant, fetch, (verify), load, shadow.
+/// The steps after resolve: grant, fetch (the keys read meanwhile),
+/// verify, load, shadow.
 async fn apply(
     ctx: &Context,
     obj: &Plugin,
@@ -101,14 +104,47 @@ async fn apply(
     let name = obj.name_any();
     let spec = &obj.spec;
     let grant = granted(spec)?;
-    let fetched = fetch_serving(ctx, obj, serving).await;
+    // The keys are read while the module is fetched; a digest pinned in
+    // the spec has its signatures read meanwhile too.
+    let pinned = pinned(spec);
+    let keys_then_signatures = async {
+        let policy = policy(ctx, spec).await;
+        let early = match (&policy, &pinned) {
+            (Ok(Some(p)), Some(digest)) => {
+                Some(check(ctx, obj, &spec.module, digest, p, true).await)
+            }
+            _ => None,
+        };
+        (policy, early)
+    };
+    let ((policy, early), fetched) =
+        tokio::join!(keys_then_signatures, fetch_serving(ctx, obj, serving));
     set_fetched(&mut pass.status, spec, &fetched);
+    // Signatures required but not configured, or a key that cannot be
+    // read, is said first, whatever the fetch did.
+    let policy = match policy {
+        Ok(policy) => policy,
+        Err(e) => {
+            refused(ctx, obj, &spec.module, &e).await;
+            let failed = Err(e);
+            set_verified(&mut pass.status, &failed);
+            return failed.map(|_| ());
+        }
+    };
     let Fetched { module, unresolved } = fetched?;
-    // verify (issue 32) goes here: `module.digest` (the manifest digest,
-    // already checked against the reference and `spec.digest`) and
-    // `module.bytes` are what was fetched; a module that fails verification
-    // returns its own `PluginObjectError` variant before anything is
-    // compiled, and whatever served keeps serving.
+    // The manifest digest fetched (checked against the reference and
+    // `spec.digest`) is the one verified, and the one loaded below; nothing
+    // is compiled before this. A failure keeps whatever served.
+    let fresh = unresolved.is_none();
+    let verified = match (&policy, early) {
+        // Read for the digest that was fetched: taken as is.
+        (Some(_), Some(result)) if fresh && pinned.as_deref() == Some(module.digest.as_str()) => {
+            report(ctx, obj, &spec.module, result).await
+        }
+        _ => verify(ctx, obj, &spec.module, &module, policy.as_ref(), fresh).await,
+    };
+    set_verified(&mut pass.status, &verified);
+    verified?;
     let options = LoadOptions::default()
         .with_settings(spec.settings.as_ref())
         .with_instance(Some(&name));
@@ -125,7 +161,7 @@ async fn apply(
             digest: module.digest,
         });
     }
-    let shadow_digest = shadow(ctx, obj, &grant).await?;
+    let shadow_digest = shadow(ctx, obj, &grant, policy.as_ref()).await?;
     pass.status.shadow = shadow_digest.as_ref().map(|digest| ShadowStatus {
         digest: Some(digest.clone()),
         ..shadow_counts(ctx, &name)

@@ -66,7 +66,9 @@ impl PluginObjects {
         Self {
             ctx: Arc::new(Context {
                 api: Api::all(client.clone()),
-                secrets: Api::namespaced(client, &config.namespace),
+                secrets: Api::namespaced(client.clone(), &config.namespace),
+                config_maps: Api::namespaced(client.clone(), &config.namespace),
+                events: super::context::recorder(client),
                 registry,
                 source,
                 status_gate,

@@ -1,4 +1,5 @@
-//! Step 5, shadow: `spec.shadow.module` goes through fetch, grant and load
+//! Step 5, shadow: `spec.shadow.module` goes through fetch, verify (under
+//! the same `spec.verification` as the serving module), grant and load
 //! under `plugins.rekon.dev/NAME.shadow.wasm`. It runs beside the serving
 //! version (when `rekon run` shadows) and writes nothing; the status counts
 //! its reconciles and divergences, per candidate.
@@ -7,9 +8,11 @@ use super::context::{Context, shadow_origin};
 use super::error::PluginObjectError;
 use super::fetch::fetch;
 use super::load::load;
+use super::verify::verify;
 use crate::action::Permission;
 use crate::plugin::LoadOptions;
 use crate::source::plugin_crd::{Plugin, ShadowStatus};
+use crate::source::signature::Policy;
 
 /// Makes `obj`'s shadow run (or, without `spec.shadow`, stop): the digest
 /// of the shadow that runs now, `None` for none.
@@ -21,6 +24,7 @@ pub(super) async fn shadow(
     ctx: &Context,
     obj: &Plugin,
     grant: &[Permission],
+    policy: Option<&std::sync::Arc<Policy>>,
 ) -> Result<Option<String>, PluginObjectError> {
     let name = obj.metadata.name.as_deref().unwrap_or_default();
     let spec = &obj.spec;
@@ -35,8 +39,9 @@ pub(super) async fn shadow(
     let module = fetch(ctx, &shadow.module, shadow.digest.as_deref(), spec)
         .await
         .map_err(|f| shadow_error(f.into()))?;
-    // verify (issue 32) goes here too: the shadow's `module`, as for the
-    // serving module in `reconcile::apply`.
+    verify(ctx, obj, &shadow.module, &module, policy, true)
+        .await
+        .map_err(shadow_error)?;
     let settings = shadow.settings.as_ref().or(spec.settings.as_ref());
     let options = LoadOptions::default()
         .with_settings(settings)

@@ -19,7 +19,7 @@ use super::error::PluginObjectError;
 use super::fetch::fetch_serving;
 use super::grant::granted;
 use super::load::load;
-use super::module_source::{FetchFailure, FetchRequest, Module, ModuleSource};
+use super::module_source::{FetchFailure, FetchRequest, Module, ModuleSource, VerifyRequest};
 use super::reconcile::reconcile;
 use super::resolve::{Memory, Plan, resolve};
 use super::shadow::shadow;
@@ -30,6 +30,7 @@ use crate::queue::WorkQueue;
 use crate::source::plugin_crd::{
     DEGRADED, FETCHED, Plugin, PluginObjectStatus, PluginSpec, READY, ShadowSpec, condition,
 };
+use crate::source::signature::{SignatureEntry, Verified, VerifyError};
 use crate::telemetry::metrics::Metrics;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -40,6 +41,8 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 struct FakeSource {
     modules: HashMap<String, Result<Module, FetchFailure>>,
     cache: HashMap<String, Module>,
+    /// Signatures by manifest digest (none: unsigned).
+    signatures: HashMap<String, Vec<SignatureEntry>>,
     asked: Mutex<Vec<FetchRequest>>,
 }
 
@@ -57,6 +60,15 @@ impl ModuleSource for Arc<FakeSource> {
     fn cached(&self, digest: &str) -> BoxFuture<'static, Option<Module>> {
         let module = self.cache.get(digest).cloned();
         Box::pin(async move { module })
+    }
+
+    fn verify(&self, request: VerifyRequest) -> BoxFuture<'static, Result<Verified, VerifyError>> {
+        let entries = self
+            .signatures
+            .get(&request.digest)
+            .cloned()
+            .unwrap_or_default();
+        Box::pin(async move { request.policy.check(&request.digest, &entries) })
     }
 }
 
@@ -111,7 +123,9 @@ fn context(client: kube::Client, source: &Arc<FakeSource>) -> Arc<Context> {
     let config = PluginObjectsConfig::new("rekon-system");
     Arc::new(Context {
         api: Api::all(client.clone()),
-        secrets: Api::namespaced(client, &config.namespace),
+        secrets: Api::namespaced(client.clone(), &config.namespace),
+        config_maps: Api::namespaced(client.clone(), &config.namespace),
+        events: super::context::recorder(client),
         registry: PluginRegistry::new(runtime),
         source: Arc::new(Arc::clone(source)),
         status_gate: None,
@@ -305,13 +319,16 @@ async fn shadow_runs_beside_the_serving_version_or_says_why_not() {
         let mut obj = object("chaos-c", "r.example/chaos:1", &["get", "patch"]);
         remember(&ctx, &obj);
         let grant = granted(&obj.spec).expect("grant");
-        assert_eq!(shadow(&ctx, &obj, &grant).await.expect("no shadow"), None);
+        assert_eq!(
+            shadow(&ctx, &obj, &grant, None).await.expect("no shadow"),
+            None
+        );
 
         obj.spec.shadow = Some(ShadowSpec {
             module: "r.example/chaos:2".into(),
             ..ShadowSpec::default()
         });
-        let digest = shadow(&ctx, &obj, &grant).await.expect("shadow runs");
+        let digest = shadow(&ctx, &obj, &grant, None).await.expect("shadow runs");
         assert_eq!(digest.as_deref(), Some("sha256:chaos-v2.wasm"));
         assert!(ctx.registry.serving(&shadow_origin("chaos-c")).is_some());
 
@@ -319,7 +336,9 @@ async fn shadow_runs_beside_the_serving_version_or_says_why_not() {
             module: "r.example/chaos:3".into(),
             ..ShadowSpec::default()
         });
-        let err = shadow(&ctx, &obj, &grant).await.expect_err("unreachable");
+        let err = shadow(&ctx, &obj, &grant, None)
+            .await
+            .expect_err("unreachable");
         assert!(matches!(err, PluginObjectError::Shadow(_)), "{err:?}");
         assert_eq!(err.reason(), "RegistryUnreachable");
         assert!(err.to_string().starts_with("shadow: "), "{err}");
@@ -457,6 +476,208 @@ async fn reconcile_makes_the_desired_version_serve_and_a_failure_keeps_it() {
         let ready = condition(&status, READY).expect("Ready");
         assert_eq!(ready.status, "True", "the earlier version still serves");
         assert!(ctx.registry.serving(&origin("chaos-d")).is_some());
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}
+
+/// cosign's payload for `digest`, signed by `key`.
+fn signed(key: &crate::source::signature::SigningKey, digest: &str) -> SignatureEntry {
+    let payload =
+        crate::source::signature::payload::payload("r.example/chaos", digest, &Default::default());
+    SignatureEntry {
+        signature: Some(key.sign(&payload).expect("signs")),
+        payload,
+        key_material: false,
+    }
+}
+
+/// The `Verified` condition of Plugin `name`: (status, reason).
+async fn verified_condition(api: &Api<Plugin>, name: &str) -> (String, String, String) {
+    let status = api
+        .get_status(name)
+        .await
+        .expect("read")
+        .status
+        .expect("status");
+    let c = condition(&status, crate::source::plugin_crd::VERIFIED).expect("Verified");
+    (c.status.clone(), c.reason.clone(), c.message.clone())
+}
+
+#[tokio::test]
+async fn verification_serves_only_signed_modules_and_a_failure_keeps_the_serving_one() {
+    use crate::source::signature::{KeyAlgorithm, SigningKey};
+    use k8s_openapi::api::core::v1::Secret;
+
+    timeout(TEST_TIMEOUT, async {
+        let sim = kube_sim::Sim::start(&["main"]).await.expect("sim");
+        let client = sim_client(&sim).await;
+        install_crd(&client).await;
+        let key = SigningKey::generate(KeyAlgorithm::EcdsaP256).expect("key");
+        let stranger = SigningKey::generate(KeyAlgorithm::Ed25519).expect("key");
+        let v1 = test_plugin("chaos-v1.wasm");
+        let v2 = Module {
+            digest: "sha256:chaos-v2".into(),
+            ..test_plugin("chaos-v2.wasm")
+        };
+        let source = FakeSource {
+            modules: [
+                ("r.example/chaos:1".to_owned(), Ok(v1.clone())),
+                ("r.example/chaos:2".to_owned(), Ok(v2.clone())),
+                (
+                    "r.example/chaos:stranger".to_owned(),
+                    Ok(Module {
+                        digest: "sha256:stranger".into(),
+                        ..v2.clone()
+                    }),
+                ),
+            ]
+            .into(),
+            signatures: [
+                (v1.digest.clone(), vec![signed(&key, &v1.digest)]),
+                (
+                    "sha256:stranger".to_owned(),
+                    vec![signed(&stranger, "sha256:stranger")],
+                ),
+            ]
+            .into(),
+            ..FakeSource::default()
+        };
+        let ctx = context(client.clone(), &Arc::new(source));
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        let namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "rekon-system"}}))
+                .expect("a Namespace");
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("namespace created");
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), "rekon-system");
+        let key_secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "plugin-keys"},
+            "stringData": {"cosign.pub": key.public_key_pem()},
+        }))
+        .expect("a Secret");
+        secrets
+            .create(&PostParams::default(), &key_secret)
+            .await
+            .expect("key Secret created");
+        let api: Api<Plugin> = Api::all(client);
+        let mut obj = object("chaos-v", "r.example/chaos:1", &["get", "patch"]);
+        obj.spec.verification = serde_json::from_value(serde_json::json!({
+            "keys": [{"secretRef": {"name": "plugin-keys"}}],
+        }))
+        .expect("verification");
+        let obj = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect("created");
+        remember(&ctx, &obj);
+        let _ = reconcile(Arc::new(obj.clone()), Arc::clone(&ctx))
+            .await
+            .expect("a signed module serves");
+        let (status, reason, message) = verified_condition(&api, "chaos-v").await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("True", "SignaturesVerified")
+        );
+        assert!(
+            message.contains("Secret rekon-system/plugin-keys[cosign.pub]"),
+            "{message}"
+        );
+
+        // Each next generation fails verification; v1 keeps serving and
+        // nothing of the refused module is loaded.
+        let mut generation = 1;
+        let mut attempt = |module: &str, digest: Option<&str>| {
+            generation += 1;
+            let mut next = obj.clone();
+            next.spec.module = module.to_owned();
+            next.metadata.generation = Some(generation);
+            next.spec.digest = digest.map(str::to_owned);
+            // What this replica remembers (what serves, the status it
+            // wrote) stays; only the object is new.
+            if let Some(e) = ctx.entries.lock().get_mut("chaos-v") {
+                e.latest = Some(Arc::new(next.clone()));
+            }
+            reconcile(Arc::new(next), Arc::clone(&ctx))
+        };
+        let err = attempt("r.example/chaos:2", None)
+            .await
+            .expect_err("unsigned");
+        assert_eq!(err.reason(), "SignatureMissing");
+        assert!(!err.is_transient());
+        let (status, reason, _) = verified_condition(&api, "chaos-v").await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "SignatureMissing")
+        );
+        // Pinned: its signatures are read while it is fetched.
+        let err = attempt("r.example/chaos:stranger", Some("sha256:stranger"))
+            .await
+            .expect_err("another key");
+        assert_eq!(err.reason(), "UntrustedKey");
+        secrets
+            .delete("plugin-keys", &Default::default())
+            .await
+            .expect("key Secret deleted");
+        let err = attempt("r.example/chaos:2", None)
+            .await
+            .expect_err("no key");
+        assert_eq!(err.reason(), "KeyUnavailable");
+        assert!(err.is_transient(), "a key Secret may come back");
+        assert!(err.to_string().contains("does not exist"), "{err}");
+        let serving = ctx.registry.serving(&origin("chaos-v")).expect("v1 serves");
+        assert_eq!(serving.version(), "1.0.0");
+        let status = api
+            .get_status("chaos-v")
+            .await
+            .expect("read")
+            .status
+            .expect("status");
+        assert_eq!(status.digest.as_deref(), Some(v1.digest.as_str()));
+        assert_eq!(
+            condition(&status, READY).map(|c| c.status.as_str()),
+            Some("True")
+        );
+
+        // Signatures required: a Plugin without `verification` is refused.
+        let strict = context(sim_client(&sim).await, &Arc::default());
+        let strict = Arc::new(Context {
+            config: PluginObjectsConfig {
+                require_signatures: true,
+                ..strict.config.clone()
+            },
+            ..Arc::into_inner(strict).expect("sole owner")
+        });
+        let bare = api
+            .create(
+                &PostParams::default(),
+                &object("chaos-bare", "r.example/chaos:1", &["get", "patch"]),
+            )
+            .await
+            .expect("created");
+        remember(&strict, &bare);
+        let err = reconcile(Arc::new(bare), Arc::clone(&strict))
+            .await
+            .expect_err("refused");
+        assert_eq!(err.reason(), "VerificationRequired");
+        assert!(strict.registry.serving(&origin("chaos-bare")).is_none());
+        let (status, reason, _) = verified_condition(&api, "chaos-bare").await;
+        assert_eq!(
+            (status.as_str(), reason.as_str()),
+            ("False", "VerificationRequired")
+        );
+        let text = ctx.metrics.encode();
+        for (outcome, n) in [
+            ("verified", 1),
+            ("signature_missing", 1),
+            ("untrusted_key", 1),
+            ("key_unavailable", 1),
+        ] {
+            let line = format!("rekon_plugin_verification_total{{outcome=\"{outcome}\"}} {n}\n");
+            assert!(text.contains(&line), "{line} in\n{text}");
+        }
     })
     .await
     .expect("the test timed out, likely deadlocked");

@@ -172,12 +172,9 @@ impl Policy {
         }
     }
 
-    /// A digest of what the policy demands (the keys' fingerprints, the
-    /// minimum, the annotations): a module verified under one policy is
-    /// not taken as verified under another.
+    /// The fingerprints of the trusted keys, sorted.
     #[must_use]
-    pub fn fingerprint(&self) -> String {
-        use sha2::{Digest as _, Sha256};
+    pub fn key_fingerprints(&self) -> Vec<String> {
         let mut keys: Vec<String> = self
             .trust
             .iter()
@@ -187,6 +184,16 @@ impl Policy {
             .collect();
         keys.sort();
         keys.dedup();
+        keys
+    }
+
+    /// A digest of what the policy demands (the keys' fingerprints, the
+    /// minimum, the annotations): a module verified under one policy is
+    /// not taken as verified under another.
+    #[must_use]
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest as _, Sha256};
+        let keys = self.key_fingerprints();
         let text = format!(
             "keys={};min={};annotations={:?}",
             keys.join(","),

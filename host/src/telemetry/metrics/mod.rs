@@ -255,6 +255,12 @@ impl Metrics {
         self.inner.rekon.plugin_fetched(outcome, took)
     }
 
+    /// A plugin module's signatures were checked: `verified`, or the
+    /// failure's outcome (`signature_missing`, `untrusted_key`, …).
+    pub fn plugin_verified(&self, outcome: &str) {
+        self.inner.rekon.plugin_verified(outcome)
+    }
+
     /// The writer executed an `action` (`apply`, `patch`, `delete`, `create`,
     /// `event`) of `plugin` in `cluster`; `result` is `success`, `error`,
     /// `denied` (capability check), `not_leader` or `unreachable` (refused
@@ -398,6 +404,17 @@ mod tests {
         assert!(text.contains("rekon_plugin_fetch_total{outcome=\"cached\"} 1\n"));
         assert!(text.contains("rekon_plugin_fetch_total{outcome=\"registry_unreachable\"} 2\n"));
         assert!(text.contains("rekon_plugin_fetch_duration_seconds_count 4\n"));
+    }
+
+    #[test]
+    fn plugin_verifications_are_counted_by_outcome() {
+        let m = Metrics::new();
+        m.plugin_verified("verified");
+        m.plugin_verified("untrusted_key");
+        m.plugin_verified("untrusted_key");
+        let text = m.encode();
+        assert!(text.contains("rekon_plugin_verification_total{outcome=\"verified\"} 1\n"));
+        assert!(text.contains("rekon_plugin_verification_total{outcome=\"untrusted_key\"} 2\n"));
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! and shards, watch restarts and cache object counts per cluster and
 //! resource, engaged and reachable clusters, plugin loads, load failures
 //! and the loaded version, per-call WASM time and failures, recording and
-//! shadow reconciles, plugin fetches from OCI registries by outcome, and
-//! the writer's actions.
+//! shadow reconciles, plugin fetches from OCI registries and signature
+//! checks by outcome, and the writer's actions.
 
 use std::time::Duration;
 
@@ -127,6 +127,7 @@ pub(super) struct RekonFamilies {
     shadow_call_time: HistogramFamily<PluginLabels>,
     plugin_fetches: Family<OutcomeLabels, Counter>,
     plugin_fetch_time: Histogram,
+    plugin_verifications: Family<OutcomeLabels, Counter>,
     /// Loaded version per plugin, to remove a replaced version's
     /// `rekon_plugin_info` series (a `Family` cannot be iterated).
     plugin_versions: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
@@ -252,6 +253,11 @@ impl RekonFamilies {
                 "rekon_plugin_fetch_duration_seconds",
                 "Wall time of one plugin fetch from an OCI registry (retries included)",
                 fetch_histogram()
+            ),
+            plugin_verifications: reg!(
+                "rekon_plugin_verification",
+                "Signature checks of plugin modules (Plugin objects and --plugins files) by outcome: verified, or why not (signature_missing, signature_invalid, untrusted_key, key_unavailable, registry_error, verification_required)",
+                Family::default()
             ),
             plugin_versions: parking_lot::Mutex::default(),
             recent_divergences: parking_lot::Mutex::default(),
@@ -499,6 +505,14 @@ impl RekonFamilies {
             })
             .inc();
         self.plugin_fetch_time.observe(took.as_secs_f64());
+    }
+
+    pub(super) fn plugin_verified(&self, outcome: &str) {
+        self.plugin_verifications
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     pub(super) fn writer_action(&self, plugin: &str, cluster: &str, action: &str, result: &str) {

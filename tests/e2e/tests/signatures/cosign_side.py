@@ -9,6 +9,10 @@ no code with rekon.
     cosign_side.py sign     REGISTRY REPO DIGEST PREFIX ALG [--carry-key]
     cosign_side.py edit-payload   REGISTRY REPO DIGEST
     cosign_side.py copy-signature REGISTRY REPO FROM_DIGEST TO_DIGEST
+    cosign_side.py sign-blob FILE PREFIX ALG OUT
+
+`sign-blob` is `cosign sign-blob --key PREFIX.key --output-signature OUT
+FILE` (the key made first when PREFIX.key does not exist).
 
 `sign` makes a new key (ALG: ecdsa-p256 or ed25519), writes PREFIX.key
 (PKCS#8) and PREFIX.pub, and appends its signature; `--carry-key` attaches
@@ -226,6 +230,46 @@ def copy_signature(registry, repo, from_digest, to_digest):
     return 0
 
 
+def sign_blob(path, prefix, alg, out):
+    """cosign sign-blob: the base64 signature over the file's bytes in OUT,
+    with the key at PREFIX.key (made first, with PREFIX.pub, if absent)."""
+    import os
+
+    if not os.path.exists(prefix + ".key"):
+        if alg == "ecdsa-p256":
+            key = ec.generate_private_key(ec.SECP256R1())
+        elif alg == "ed25519":
+            key = ed25519.Ed25519PrivateKey.generate()
+        else:
+            raise SystemExit(f"unknown algorithm {alg}")
+        with open(prefix + ".key", "wb") as f:
+            f.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+        with open(prefix + ".pub", "wb") as f:
+            f.write(
+                key.public_key().public_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PublicFormat.SubjectPublicKeyInfo,
+                )
+            )
+    with open(prefix + ".key", "rb") as f:
+        key = serialization.load_pem_private_key(f.read(), password=None)
+    with open(path, "rb") as f:
+        data = f.read()
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        signature = key.sign(data, ec.ECDSA(hashes.SHA256()))
+    else:
+        signature = key.sign(data)
+    with open(out, "wb") as f:
+        f.write(base64.b64encode(signature))
+    return 0
+
+
 def main(argv):
     command, args = argv[1], argv[2:]
     if command == "verify":
@@ -238,6 +282,8 @@ def main(argv):
         return edit_payload(*args)
     if command == "copy-signature":
         return copy_signature(*args)
+    if command == "sign-blob":
+        return sign_blob(*args)
     raise SystemExit(f"unknown command {command}")
 
 
