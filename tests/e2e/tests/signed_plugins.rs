@@ -448,6 +448,24 @@ async fn only_verified_modules_serve_from_plugin_objects() -> anyhow::Result<()>
         assert_eq!(obj["status"]["digest"], json!(old));
         assert_only_verified_served(&obj, &verified);
         assert_reconciled_by(&mut env, "after-tampering", "v1").await?;
+        // Each refusal was also recorded as a Warning Event on the Plugin.
+        let reasons: BTreeSet<String> = env
+            .main()
+            .list("events.k8s.io/v1", "events", None, "")
+            .map_err(|e| anyhow::anyhow!("list Events: {e:?}"))?
+            .iter()
+            .filter(|e| e["regarding"]["kind"] == "Plugin" && e["regarding"]["name"] == "chaos")
+            .filter(|e| e["type"] == "Warning")
+            .filter_map(|e| e["reason"].as_str().map(str::to_owned))
+            .collect();
+        for reason in [
+            "VerificationRequired",
+            "UntrustedKey",
+            "SignatureInvalid",
+            "SignatureMissing",
+        ] {
+            assert!(reasons.contains(reason), "no {reason} Event: {reasons:?}");
+        }
 
         // The key Secret deleted: a validly signed module cannot be
         // verified (KeyUnavailable) and v1 keeps serving; the Secret back,

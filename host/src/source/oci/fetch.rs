@@ -95,8 +95,10 @@ pub struct Fetched {
 }
 
 /// Fetches plugin modules from OCI registries and publishes them. Cheap to
-/// share behind an `Arc`; every call builds its own registry client, so
-/// credentials (one Plugin's pull Secret) never leak into another call.
+/// share behind an `Arc`. Fetches and signature reads share one registry
+/// client per registry and credentials ([`Fetcher::shared_client`]), so
+/// credentials (one Plugin's pull Secret) never serve a call made with
+/// others.
 ///
 /// A registry on a loopback address (`127.0.0.0/8`, `::1`, `localhost`) is
 /// spoken to over plain HTTP, as Docker and containerd do; any other over
@@ -127,6 +129,20 @@ pub struct Fetcher {
     pub(super) config: OciConfig,
     cache: ModuleCache,
     metrics: Option<Metrics>,
+    /// Registry clients by registry and credentials (see
+    /// [`Fetcher::shared_client`]).
+    clients: Clients,
+}
+
+/// Registry clients by `registry\ncredentials` (oci-client's `Client` is
+/// not `Debug`).
+#[derive(Clone, Default)]
+struct Clients(Arc<parking_lot::Mutex<std::collections::HashMap<String, Client>>>);
+
+impl std::fmt::Debug for Clients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Clients({})", self.0.lock().len())
+    }
 }
 
 impl Fetcher {
@@ -140,6 +156,7 @@ impl Fetcher {
             cache: ModuleCache::new(config.cache_dir.clone()),
             config,
             metrics: None,
+            clients: Clients::default(),
         }
     }
 
@@ -287,7 +304,7 @@ impl Fetcher {
         auth: &RegistryAuth,
     ) -> Result<Fetched, FetchError> {
         let classify = |e| classify(reference, e);
-        let client = self.client(parsed).map_err(classify)?;
+        let client = self.shared_client(parsed, auth).map_err(classify)?;
         let (manifest_bytes, _) = client
             .pull_manifest_raw(
                 parsed,
@@ -357,6 +374,33 @@ impl Fetcher {
             bytes,
             from_cache,
         })
+    }
+
+    /// The client of the reference's registry for `auth`, set up once and
+    /// shared by the fetches and signature reads of this fetcher with the
+    /// same credentials (connections and tokens kept): a module's fetch and
+    /// the verification of its signatures make one set-up, not two. Other
+    /// credentials (another Plugin's pull Secret) get a client of their
+    /// own, so a token never serves credentials it was not issued for.
+    pub(crate) fn shared_client(
+        &self,
+        reference: &Reference,
+        auth: &RegistryAuth,
+    ) -> Result<Client, OciDistributionError> {
+        use sha2::Digest as _;
+        let credentials = match auth {
+            RegistryAuth::Anonymous => "anonymous".to_owned(),
+            RegistryAuth::Basic { username, password } => hex::encode(sha2::Sha256::digest(
+                format!("{username}\0{password}").as_bytes(),
+            )),
+        };
+        let key = format!("{}\n{credentials}", reference.resolve_registry());
+        if let Some(client) = self.clients.0.lock().get(&key) {
+            return Ok(client.clone());
+        }
+        let client = self.client(reference)?;
+        self.clients.0.lock().insert(key, client.clone());
+        Ok(client)
     }
 
     /// A client for the reference's registry: plain HTTP for loopback and

@@ -218,7 +218,7 @@ pub async fn read(
     })?;
     let sig = signature_ref(&parsed, digest);
     let client = fetcher
-        .client(&parsed)
+        .shared_client(&parsed, auth)
         .map_err(|e| failed(classify(reference, e)))?;
     let Some(manifest) = signature_manifest(fetcher, &client, &sig, auth)
         .await
