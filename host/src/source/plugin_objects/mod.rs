@@ -7,34 +7,12 @@
 //! conditions. Every replica loads what the objects say and reports what
 //! it serves; the status writer (the leader, or the holder of shard 0)
 //! writes statuses, `Consistent` from every live replica's report.
-//!
-//! # Layout
-//! The steps of a pass, in order, one file each, each importing only files
-//! listed before it:
-//! - [`module_source`]: [`ModuleSource`] (the OCI fetcher in production);
-//! - `error`: [`PluginObjectError`];
-//! - `context`: what every pass shares, what this replica remembers of an
-//!   object, [`PluginObjectsConfig`], the origins modules load under;
-//! - `resolve`: step 1, what a pass has to do (nothing, toggle suspension,
-//!   apply);
-//! - `fetch`: step 2, the module (verified by digest), or after a restart
-//!   with the registry out of reach the last resolved digest from the
-//!   cache;
-//! - `verify`: step 2b, the signatures of the digest fetched against
-//!   `spec.verification` (keys from Secrets, ConfigMaps or inline;
-//!   `--require-signatures` refuses a Plugin without it), before anything
-//!   is compiled;
-//! - `grant`: step 3, `spec.permissions` and the check that a module
-//!   declares nothing beyond it;
-//! - `load`: step 4, compile, register (settings, instance name), accept,
-//!   swap in through [`crate::plugin::PluginRegistry::apply_module`];
-//! - `shadow`: step 5, `spec.shadow` the same way beside it;
-//! - `conditions`: `Fetched`, `Verified`, `Ready` and `Degraded` from the
-//!   steps;
-//! - `status`: step 6, this replica's report and the status write;
-//! - `reconcile`: one pass through the steps;
-//! - `run`: [`PluginObjects`], the watch and the queue.
 
+// The files in the order of a pass: what the steps share (module_source,
+// error, context); the steps resolve, fetch, verify (before anything is
+// compiled), grant, load, shadow, conditions, status; reconcile (one
+// pass) and run (the watch and the queue). Each imports only files
+// earlier in that order.
 mod conditions;
 mod context;
 mod error;

@@ -5,6 +5,7 @@
 //! shadow reconciles, plugin fetches from OCI registries and signature
 //! checks by outcome, and the writer's actions.
 
+use super::registered;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -140,124 +141,138 @@ pub(super) struct RekonFamilies {
 
 impl RekonFamilies {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        macro_rules! reg {
-            ($name:literal, $help:literal, $metric:expr) => {{
-                let metric = $metric;
-                registry.register($name, $help, metric.clone());
-                metric
-            }};
-        }
-        // Counters are registered without `_total`: the encoder appends it.
         Self {
-            leader_transitions: reg!(
+            leader_transitions: registered(
+                registry,
                 "rekon_leader_election_transitions",
                 "Number of times this process gained or lost leadership of the lease",
-                Family::default()
+                Family::default(),
             ),
-            leaderless: reg!(
+            leaderless: registered(
+                registry,
                 "rekon_leader_election_leaderless_seconds",
                 "When this process acquired the lease: how long it had been without a valid holder, as this process observed it (expired or released until acquired)",
-                HistogramFamily::new_with_constructor(reconcile_histogram as fn() -> Histogram)
+                HistogramFamily::new_with_constructor(reconcile_histogram as fn() -> Histogram),
             ),
-            shards_held: reg!(
+            shards_held: registered(
+                registry,
                 "rekon_shards_held",
                 "Number of shard Leases this replica holds (sharded mode)",
-                Gauge::default()
+                Gauge::default(),
             ),
-            watch_restarts: reg!(
+            watch_restarts: registered(
+                registry,
                 "rekon_watch_restarts",
                 "Number of times a watch was restarted (error, expiry, reconnect) per cluster and resource",
-                Family::default()
+                Family::default(),
             ),
-            cache_objects: reg!(
+            cache_objects: registered(
+                registry,
                 "rekon_cache_objects",
                 "Objects in the shared cache per cluster and resource",
-                Family::default()
+                Family::default(),
             ),
-            watch_failed: reg!(
+            watch_failed: registered(
+                registry,
                 "rekon_watch_failed",
                 "1 while the watch of a resource in a cluster fails for a reason other than connectivity (403 RBAC, 404 CRD not installed, ...); the plugins that need it are degraded",
-                Family::default()
+                Family::default(),
             ),
-            cluster_engaged: reg!(
+            cluster_engaged: registered(
+                registry,
                 "rekon_cluster_engaged",
                 "1 for each cluster the host is engaged with",
-                Family::default()
+                Family::default(),
             ),
-            cluster_reachable: reg!(
+            cluster_reachable: registered(
+                registry,
                 "rekon_cluster_reachable",
                 "1 when the cluster answers, 0 when its requests are failing",
-                Family::default()
+                Family::default(),
             ),
-            plugin_loads: reg!(
+            plugin_loads: registered(
+                registry,
                 "rekon_plugin_loads",
                 "Number of successful plugin loads (including replacements)",
-                Family::default()
+                Family::default(),
             ),
-            plugin_load_failures: reg!(
+            plugin_load_failures: registered(
+                registry,
                 "rekon_plugin_load_failures",
                 "Number of plugin files that failed to load (label: plugin name or file stem)",
-                Family::default()
+                Family::default(),
             ),
-            plugin_info: reg!(
+            plugin_info: registered(
+                registry,
                 "rekon_plugin_info",
                 "1 for the version of each loaded plugin",
-                Family::default()
+                Family::default(),
             ),
-            wasm_call_time: reg!(
+            wasm_call_time: registered(
+                registry,
                 "rekon_wasm_call_duration_seconds",
                 "Wall time of one call into a plugin (register, reconcile, map)",
-                HistogramFamily::new_with_constructor(wasm_histogram as fn() -> Histogram)
+                HistogramFamily::new_with_constructor(wasm_histogram as fn() -> Histogram),
             ),
-            wasm_call_failures: reg!(
+            wasm_call_failures: registered(
+                registry,
                 "rekon_wasm_call_failures",
                 "Calls into a plugin that trapped, timed out or ran out of memory",
-                Family::default()
+                Family::default(),
             ),
-            writer_actions: reg!(
+            writer_actions: registered(
+                registry,
                 "rekon_writer_actions",
                 "Actions executed by the writer per plugin, cluster, action kind and result",
-                Family::default()
+                Family::default(),
             ),
-            record_cases: reg!(
+            record_cases: registered(
+                registry,
                 "rekon_record_cases",
                 "Reconciles recorded as case files (rekon run --record)",
-                Family::default()
+                Family::default(),
             ),
-            record_dropped: reg!(
+            record_dropped: registered(
+                registry,
                 "rekon_record_dropped",
                 "Reconciles not recorded (kind: queue_full, size_cap, write_error)",
-                Family::default()
+                Family::default(),
             ),
-            shadow_reconciles: reg!(
+            shadow_reconciles: registered(
+                registry,
                 "rekon_shadow_reconciles",
                 "Shadow reconciles per plugin by result (kind: identical, or the divergence: actions, outcome, error, timeout, memory)",
-                Family::default()
+                Family::default(),
             ),
-            shadow_dropped: reg!(
+            shadow_dropped: registered(
+                registry,
                 "rekon_shadow_dropped",
                 "Shadow reconciles skipped because the shadow queue was full",
-                Family::default()
+                Family::default(),
             ),
-            shadow_call_time: reg!(
+            shadow_call_time: registered(
+                registry,
                 "rekon_shadow_call_duration_seconds",
                 "Time of one shadow reconcile (a synchronous wasm call: its CPU time)",
-                HistogramFamily::new_with_constructor(wasm_histogram as fn() -> Histogram)
+                HistogramFamily::new_with_constructor(wasm_histogram as fn() -> Histogram),
             ),
-            plugin_fetches: reg!(
+            plugin_fetches: registered(
+                registry,
                 "rekon_plugin_fetch",
                 "Plugin fetches from OCI registries by outcome: pulled, cached (served from the disk cache), or the failure's reason (registry_unreachable, not_found, unauthorized, digest_mismatch, too_large, not_a_wasm_artifact, invalid_reference, cache_io)",
-                Family::default()
+                Family::default(),
             ),
-            plugin_fetch_time: reg!(
+            plugin_fetch_time: registered(
+                registry,
                 "rekon_plugin_fetch_duration_seconds",
                 "Wall time of one plugin fetch from an OCI registry (retries included)",
-                fetch_histogram()
+                fetch_histogram(),
             ),
-            plugin_verifications: reg!(
+            plugin_verifications: registered(
+                registry,
                 "rekon_plugin_verification",
                 "Signature checks of plugin modules (Plugin objects and --plugins files) by outcome: verified, or why not (signature_missing, signature_invalid, untrusted_key, key_unavailable, registry_error, verification_required)",
-                Family::default()
+                Family::default(),
             ),
             plugin_versions: parking_lot::Mutex::default(),
             recent_divergences: parking_lot::Mutex::default(),

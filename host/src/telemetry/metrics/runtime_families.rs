@@ -5,6 +5,7 @@
 //! to the per-reconcile series (a request names its cluster;
 //! controller-runtime has one cluster per manager).
 
+use super::registered;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -118,84 +119,90 @@ impl std::fmt::Debug for RuntimeFamilies {
 
 impl RuntimeFamilies {
     pub(super) fn register(registry: &mut Registry) -> Self {
-        macro_rules! reg {
-            ($name:literal, $help:literal, $metric:expr) => {{
-                let metric = $metric;
-                registry.register($name, $help, metric.clone());
-                metric
-            }};
-        }
-        // Counters are registered without `_total`: the encoder appends it.
         Self {
-            reconcile_total: reg!(
+            reconcile_total: registered(
+                registry,
                 "controller_runtime_reconcile",
                 "Total number of reconciliations per controller",
-                Family::default()
+                Family::default(),
             ),
-            reconcile_errors: reg!(
+            reconcile_errors: registered(
+                registry,
                 "controller_runtime_reconcile_errors",
                 "Total number of reconciliation errors per controller",
-                Family::default()
+                Family::default(),
             ),
-            terminal_errors: reg!(
+            terminal_errors: registered(
+                registry,
                 "controller_runtime_terminal_reconcile_errors",
                 "Total number of terminal reconciliation errors per controller",
-                Family::default()
+                Family::default(),
             ),
-            reconcile_time: reg!(
+            reconcile_time: registered(
+                registry,
                 "controller_runtime_reconcile_time_seconds",
                 "Length of time per reconciliation per controller",
-                HistogramFamily::new_with_constructor(reconcile_histogram as fn() -> Histogram)
+                HistogramFamily::new_with_constructor(reconcile_histogram as fn() -> Histogram),
             ),
-            active_workers: reg!(
+            active_workers: registered(
+                registry,
                 "controller_runtime_active_workers",
                 "Number of currently used workers per controller",
-                Family::default()
+                Family::default(),
             ),
-            max_concurrent: reg!(
+            max_concurrent: registered(
+                registry,
                 "controller_runtime_max_concurrent_reconciles",
                 "Maximum number of concurrent reconciles per controller",
-                Family::default()
+                Family::default(),
             ),
-            queue_depth: reg!(
+            queue_depth: registered(
+                registry,
                 "workqueue_depth",
                 "Current depth of workqueue",
-                Family::default()
+                Family::default(),
             ),
-            queue_adds: reg!(
+            queue_adds: registered(
+                registry,
                 "workqueue_adds",
                 "Total number of adds handled by workqueue",
-                Family::default()
+                Family::default(),
             ),
-            queue_duration: reg!(
+            queue_duration: registered(
+                registry,
                 "workqueue_queue_duration_seconds",
                 "How long in seconds an item stays in workqueue before being requested",
-                HistogramFamily::new_with_constructor(workqueue_histogram as fn() -> Histogram)
+                HistogramFamily::new_with_constructor(workqueue_histogram as fn() -> Histogram),
             ),
-            work_duration: reg!(
+            work_duration: registered(
+                registry,
                 "workqueue_work_duration_seconds",
                 "How long in seconds processing an item from workqueue takes",
-                HistogramFamily::new_with_constructor(workqueue_histogram as fn() -> Histogram)
+                HistogramFamily::new_with_constructor(workqueue_histogram as fn() -> Histogram),
             ),
-            queue_retries: reg!(
+            queue_retries: registered(
+                registry,
                 "workqueue_retries",
                 "Total number of retries handled by workqueue",
-                Family::default()
+                Family::default(),
             ),
-            queue_unfinished: reg!(
+            queue_unfinished: registered(
+                registry,
                 "workqueue_unfinished_work_seconds",
                 "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases.",
-                Family::default()
+                Family::default(),
             ),
-            queue_longest: reg!(
+            queue_longest: registered(
+                registry,
                 "workqueue_longest_running_processor_seconds",
                 "How many seconds has the longest running processor for workqueue been running.",
-                Family::default()
+                Family::default(),
             ),
-            leader: reg!(
+            leader: registered(
+                registry,
                 "leader_election_master_status",
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease",
-                Family::default()
+                Family::default(),
             ),
         }
     }
