@@ -28,6 +28,7 @@ use anyhow::{Context as _, bail};
 use kube_sim::{Sim, SimCluster};
 use serde_json::{Value, json};
 
+pub mod cosign_side;
 pub mod prometheus;
 pub mod registry;
 pub mod view;

@@ -12,10 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use rekon::source::oci::{Fetcher, OciConfig, RegistryAuth};
 use rekon::source::signature::{self, KeyAlgorithm, Policy, PublicKey, SigningKey, VerifyError};
 use rekon_e2e::registry::Registry;
@@ -23,28 +22,9 @@ use rekon_e2e::{Paths, output_text, rekon_cli, with_custom_section};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn side() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/signatures/cosign_side.py")
-}
-
-/// Runs the Python side; its combined output, or an error with it.
+/// Runs the Python side ([`rekon_e2e::cosign_side::run`]).
 fn python(args: &[&str]) -> anyhow::Result<String> {
-    let probe = Command::new("python3")
-        .args(["-c", "import cryptography"])
-        .output()
-        .context("python3 is missing")?;
-    if !probe.status.success() {
-        bail!(
-            "Python's cryptography is missing (`pip install cryptography`; scripts/setup.sh installs it): {}",
-            String::from_utf8_lossy(&probe.stderr)
-        );
-    }
-    let out = Command::new("python3").arg(side()).args(args).output()?;
-    let text = output_text(&out);
-    if !out.status.success() {
-        bail!("cosign_side.py {args:?} failed: {text}");
-    }
-    Ok(text)
+    rekon_e2e::cosign_side::run(args)
 }
 
 fn module() -> anyhow::Result<Vec<u8>> {

@@ -19,7 +19,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -34,27 +33,9 @@ const WAIT: Duration = Duration::from_secs(60);
 /// Where the host looks for key Secrets (`--lease-namespace`).
 const NAMESPACE: &str = "default";
 
-fn side() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/signatures/cosign_side.py")
-}
-
-/// Runs the Python side; its output, or an error with it.
+/// Runs the Python side ([`rekon_e2e::cosign_side::run`]).
 fn python(args: &[&str]) -> anyhow::Result<String> {
-    let probe = Command::new("python3")
-        .args(["-c", "import cryptography"])
-        .output()
-        .context("python3 is missing")?;
-    if !probe.status.success() {
-        bail!(
-            "Python's cryptography is missing (scripts/setup.sh installs it): {}",
-            String::from_utf8_lossy(&probe.stderr)
-        );
-    }
-    let out = Command::new("python3").arg(side()).args(args).output()?;
-    if !out.status.success() {
-        bail!("cosign_side.py {args:?} failed: {}", output_text(&out));
-    }
-    Ok(output_text(&out))
+    rekon_e2e::cosign_side::run(args)
 }
 
 /// `rekon ARGS`, which must succeed; its stdout.
