@@ -16,6 +16,7 @@
 //! assert!(metrics.encode().contains("controller_runtime_reconcile_total{controller=\"test-fanout\",cluster=\"main\",result=\"success\"} 1"));
 //! ```
 
+mod registered;
 mod rekon;
 mod runtime_families;
 
@@ -29,17 +30,6 @@ pub use runtime_families::{QueueMetrics, ReconcileResult, ReconcileTimer};
 
 use rekon::RekonFamilies;
 use runtime_families::RuntimeFamilies;
-
-/// Registers `metric` under `name` with `help` and returns it: the handle
-/// a family set keeps. Counters are named without `_total`: the encoder
-/// appends it.
-fn registered<M>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M
-where
-    M: prometheus_client::registry::Metric + Clone,
-{
-    registry.register(name, help, metric.clone());
-    metric
-}
 
 /// Content type of [`Metrics::encode`] (OpenMetrics text, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -5,7 +5,7 @@
 //! shadow reconciles, plugin fetches from OCI registries and signature
 //! checks by outcome, and the writer's actions.
 
-use super::registered;
+use super::registered::registered;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;

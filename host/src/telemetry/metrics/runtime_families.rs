@@ -5,7 +5,7 @@
 //! to the per-reconcile series (a request names its cluster;
 //! controller-runtime has one cluster per manager).
 
-use super::registered;
+use super::registered::registered;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
