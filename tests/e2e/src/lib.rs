@@ -29,6 +29,7 @@ use kube_sim::{Sim, SimCluster};
 use serde_json::{Value, json};
 
 pub mod cosign_side;
+pub mod plugin_objects;
 pub mod prometheus;
 pub mod registry;
 pub mod view;

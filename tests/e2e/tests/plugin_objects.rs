@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use rekon_e2e::plugin_objects::{self, condition, config_map, wait_plugin_crd};
 use rekon_e2e::registry::Registry;
 use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get, with_custom_section};
 use serde_json::{Value, json};
@@ -20,30 +21,7 @@ const WAIT: Duration = Duration::from_secs(60);
 /// `rekon plugin push FILE REF` for a test plugin; the manifest digest it
 /// prints.
 fn push(paths: &Paths, file: &str, reference: &str) -> anyhow::Result<String> {
-    push_file(paths, &paths.test_plugins.join(file), reference)
-}
-
-/// `rekon plugin push FILE REF`; the manifest digest it prints.
-fn push_file(paths: &Paths, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
-    let out = Command::new(&paths.rekon)
-        .args(["plugin", "push"])
-        .arg(file)
-        .arg(reference)
-        .output()
-        .context("run rekon plugin push")?;
-    if !out.status.success() {
-        bail!(
-            "rekon plugin push {} {reference} failed: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let stdout = String::from_utf8(out.stdout)?;
-    stdout
-        .split_whitespace()
-        .find(|w| w.starts_with("sha256:"))
-        .map(str::to_owned)
-        .with_context(|| format!("no digest in the output of rekon plugin push: {stdout}"))
+    plugin_objects::push(paths, &paths.test_plugins.join(file), reference, None)
 }
 
 /// The Plugin object `rekon plugin manifest` prints for test plugin `file`
@@ -94,20 +72,6 @@ fn plugin(env: &Env) -> Option<Value> {
     plugin_named(env, "chaos")
 }
 
-fn condition(obj: &Value, kind: &str) -> Option<(String, String, String)> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["reason"].as_str().unwrap_or_default().to_owned(),
-                c["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-}
-
 async fn wait_serving(env: &mut Env, digest: &str) -> anyhow::Result<Value> {
     let what = format!("Plugin chaos to serve {digest}");
     let last = std::cell::RefCell::new(Value::Null);
@@ -133,16 +97,6 @@ async fn wait_degraded(env: &mut Env, reason: &str) -> anyhow::Result<(Value, St
     .await
 }
 
-fn config_map(env: &Env, name: &str) -> anyhow::Result<()> {
-    apply_object(
-        env.main(),
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "default"},
-               "data": {"mode": "ok"}}),
-    )?;
-    Ok(())
-}
-
 fn annotation(env: &Env, name: &str) -> Option<String> {
     get(env.main(), "v1", "configmaps", Some("default"), name)?["metadata"]["annotations"]
         [ANNOTATION]
@@ -156,16 +110,6 @@ async fn wait_annotated(env: &mut Env, names: &[String], mark: &str) -> anyhow::
         names
             .iter()
             .all(|n| annotation(env, n).as_deref() == Some(mark))
-            .then_some(())
-    })
-    .await
-}
-
-async fn wait_plugin_crd(env: &mut Env) -> anyhow::Result<()> {
-    env.wait_for("the Plugin CRD to be installed", WAIT, |env| {
-        env.main()
-            .list("rekon.dev/v1alpha1", "plugins", None, "")
-            .is_ok()
             .then_some(())
     })
     .await
@@ -194,7 +138,7 @@ async fn setup() -> anyhow::Result<Setup> {
     assert_ne!(d1, d2);
     let cache = tempfile::tempdir()?;
     let mut env = Env::start(options(cache.path())).await?;
-    wait_plugin_crd(&mut env).await?;
+    wait_plugin_crd(&mut env, WAIT).await?;
     Ok(Setup {
         paths,
         registry,
@@ -282,7 +226,7 @@ async fn a_host_without_a_plugin_directory_serves_plugin_objects() -> anyhow::Re
             ..options(cache.path())
         })
         .await?;
-        wait_plugin_crd(&mut env).await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
         apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
         wait_serving(&mut env, &d1).await?;
         config_map(&env, "no-plugin-directory")?;
@@ -529,7 +473,7 @@ async fn a_shadow_from_a_plugin_object_diverges_and_writes_nothing() -> anyhow::
             ),
         )?;
         let v2b = format!("{}/rekon/chaos:2b", registry.host());
-        let d2b = push_file(&paths, &rebuilt_path, &v2b)?;
+        let d2b = plugin_objects::push(&paths, &rebuilt_path, &v2b, None)?;
         assert_ne!(d2b, d2);
         apply_object(
             env.main(),
@@ -572,10 +516,10 @@ async fn test_fanout_from_a_plugin_object_fans_out_and_finishes() -> anyhow::Res
         let registry = Registry::start()?;
         let module = format!("{}/rekon/test-fanout:1", registry.host());
         let file = paths.plugins.join("test_fanout.wasm");
-        let digest = push_file(&paths, &file, &module)?;
+        let digest = plugin_objects::push(&paths, &file, &module, None)?;
         let cache = tempfile::tempdir()?;
         let mut env = Env::start(options(cache.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
         let mut obj = manifest_file(&paths, &file, &module, &[])?;
         let name = obj["metadata"]["name"]
             .as_str()
@@ -674,10 +618,10 @@ async fn settings_instances_and_live_settings_changes() -> anyhow::Result<()> {
         let paths = Paths::discover()?;
         let registry = Registry::start()?;
         let module = format!("{}/rekon/nodepool:1", registry.host());
-        push_file(&paths, &paths.plugins.join("nodepool.wasm"), &module)?;
+        plugin_objects::push(&paths, &paths.plugins.join("nodepool.wasm"), &module, None)?;
         let cache = tempfile::tempdir()?;
         let mut env = Env::start(options(cache.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
 
         // One module, two Plugin objects with different settings, each for
         // its own pools.
@@ -868,7 +812,7 @@ async fn two_replicas_converge_and_a_lagging_one_is_named() -> anyhow::Result<()
         let d2 = push(&paths, "chaos-v2.wasm", &v2)?;
         let (cache_a, cache_b) = (tempfile::tempdir()?, tempfile::tempdir()?);
         let mut env = Env::start(replica("replica-a", cache_a.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
         env.wait_for("replica-a leads", WAIT, |env| {
             get(
                 env.main(),
@@ -1081,7 +1025,7 @@ async fn sharded_replicas_report_their_shards_and_converge() -> anyhow::Result<(
             opts
         };
         let mut env = Env::start(sharded("replica-a", cache_a.path())).await?;
-        wait_plugin_crd(&mut env).await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
         let b = env.spawn_replica(&sharded("replica-b", cache_b.path()))?;
         apply_object(env.main(), manifest(&paths, "chaos-v1.wasm", &v1)?)?;
         let obj = env

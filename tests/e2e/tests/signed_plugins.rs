@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use rekon_e2e::plugin_objects::{condition, config_map, push, wait_plugin_crd};
 use rekon_e2e::registry::Registry;
 use rekon_e2e::{
     Env, EnvOptions, Paths, apply_object, get, output_text, rekon_cli, with_custom_section,
@@ -47,25 +48,6 @@ fn rekon(paths: &Paths, args: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-/// `rekon plugin push FILE REF [--sign KEY]`: the manifest digest.
-fn push(paths: &Paths, file: &Path, reference: &str, key: Option<&Path>) -> anyhow::Result<String> {
-    let mut args = vec![
-        "plugin".to_owned(),
-        "push".to_owned(),
-        file.display().to_string(),
-        reference.to_owned(),
-    ];
-    if let Some(key) = key {
-        args.extend(["--sign".to_owned(), key.display().to_string()]);
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = rekon(paths, &args)?;
-    out.split_whitespace()
-        .find(|w| w.starts_with("sha256:"))
-        .map(str::to_owned)
-        .with_context(|| format!("no digest in the output of rekon plugin push: {out}"))
-}
-
 /// `registry/repo` of `host/repo:tag`, as the Python side wants it.
 fn repo_of(reference: &str) -> &str {
     let path = reference.split_once('/').map_or(reference, |(_, p)| p);
@@ -87,20 +69,6 @@ fn current(obj: &Value) -> bool {
     !generation.is_null()
         && obj["status"]["observedGeneration"] == *generation
         && verified.is_some_and(|c| c["observedGeneration"] == *generation)
-}
-
-fn condition(obj: &Value, kind: &str) -> Option<(String, String, String)> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_owned(),
-                c["reason"].as_str().unwrap_or_default().to_owned(),
-                c["message"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
 }
 
 /// The Plugin named `module`, its grant from `rekon plugin manifest`, and
@@ -230,16 +198,6 @@ fn assert_only_verified_served(obj: &Value, verified: &BTreeSet<String>) {
     }
 }
 
-fn config_map(env: &Env, name: &str) -> anyhow::Result<()> {
-    apply_object(
-        env.main(),
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "namespace": "default"},
-               "data": {"mode": "ok"}}),
-    )?;
-    Ok(())
-}
-
 /// A new ConfigMap is reconciled by the build `mark` (v1 or v2).
 async fn assert_reconciled_by(env: &mut Env, name: &str, mark: &str) -> anyhow::Result<()> {
     config_map(env, name)?;
@@ -271,16 +229,6 @@ fn options(cache: &Path, extra: &[&str]) -> EnvOptions {
     }
 }
 
-async fn wait_plugin_crd(env: &mut Env) -> anyhow::Result<()> {
-    env.wait_for("the Plugin CRD to be installed", WAIT, |env| {
-        env.main()
-            .list("rekon.dev/v1alpha1", "plugins", None, "")
-            .is_ok()
-            .then_some(())
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_verified_modules_serve_from_plugin_objects() -> anyhow::Result<()> {
     tokio::time::timeout(Duration::from_secs(600), async {
@@ -309,7 +257,7 @@ async fn only_verified_modules_serve_from_plugin_objects() -> anyhow::Result<()>
 
         let cache = tempfile::tempdir()?;
         let mut env = Env::start(options(cache.path(), &[])).await?;
-        wait_plugin_crd(&mut env).await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
         key_secret(&env, "plugin-signing", &public_pem)?;
         let verification = json!({"keys": [{"secretRef": {"name": "plugin-signing"}}]});
 
