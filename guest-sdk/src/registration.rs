@@ -488,6 +488,18 @@ impl Registration {
                     _ => rules::Crd::Unreadable("not a JSON object".to_owned()),
                 })
                 .collect(),
+            crd_names: self
+                .crds
+                .iter()
+                .filter_map(|crd| {
+                    rules::CrdNames::read(|path| {
+                        path.iter()
+                            .try_fold(crd, |v, k| v.get(k))
+                            .and_then(|v| v.as_str())
+                            .map(str::to_owned)
+                    })
+                })
+                .collect(),
             max_concurrent_reconciles: self.max_concurrent_reconciles,
         }
     }
@@ -551,6 +563,7 @@ impl ClusterSet {
 impl ResourceType {
     fn rule(&self) -> rules::Resource {
         rules::Resource::new(&self.group, &self.version, &self.kind)
+            .declared(&self.plural, matches!(self.scope, crate::Scope::Namespaced))
     }
 }
 

@@ -103,17 +103,33 @@ pub struct Resource {
     pub version: String,
     /// Kind (CamelCase).
     pub kind: String,
+    /// The plural the plugin declared, empty when it left it to discovery.
+    /// Never used to build a request (the server names the resource); it
+    /// must be a plain resource name, and agree with a CRD the plugin ships.
+    pub plural: String,
+    /// The scope the plugin declared (`Some(true)`: namespaced), if any.
+    pub namespaced: Option<bool>,
 }
 
 impl Resource {
-    /// A resource type.
+    /// A resource type with no plural or scope declared.
     #[must_use]
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
         Self {
             group: group.to_owned(),
             version: version.to_owned(),
             kind: kind.to_owned(),
+            plural: String::new(),
+            namespaced: None,
         }
+    }
+
+    /// The same type with the plural and scope the plugin declared.
+    #[must_use]
+    pub fn declared(mut self, plural: &str, namespaced: bool) -> Self {
+        plural.clone_into(&mut self.plural);
+        self.namespaced = Some(namespaced);
+        self
     }
 
     fn describe(&self) -> String {
@@ -191,6 +207,35 @@ pub enum Crd {
     Unreadable(String),
 }
 
+/// What a CRD the plugin ships says of the type it defines: what its
+/// declarations of that kind must agree with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CrdNames {
+    /// `spec.group`.
+    pub group: String,
+    /// `spec.names.kind`.
+    pub kind: String,
+    /// `spec.names.plural`.
+    pub plural: String,
+    /// `spec.scope == "Namespaced"`.
+    pub namespaced: bool,
+}
+
+impl CrdNames {
+    /// The names of a CRD manifest, read through `field` (the string at a
+    /// path of the manifest, e.g. `["spec", "names", "plural"]`), so each
+    /// side reads its own JSON type with the same rule; `None` when a name
+    /// is missing.
+    pub fn read(field: impl Fn(&[&str]) -> Option<String>) -> Option<Self> {
+        Some(Self {
+            group: field(&["spec", "group"])?,
+            kind: field(&["spec", "names", "kind"])?,
+            plural: field(&["spec", "names", "plural"])?,
+            namespaced: field(&["spec", "scope"]).as_deref() != Some("Cluster"),
+        })
+    }
+}
+
 /// A registration, in the plain form both sides convert theirs into.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Spec {
@@ -214,6 +259,8 @@ pub struct Spec {
     pub permissions: Vec<Permission>,
     /// CRD manifests.
     pub crds: Vec<Crd>,
+    /// The types those CRDs define (the ones whose names could be read).
+    pub crd_names: Vec<CrdNames>,
     /// Concurrency bound.
     pub max_concurrent_reconciles: Option<u32>,
 }
@@ -234,6 +281,7 @@ impl Spec {
             finalizer: None,
             permissions: Vec::new(),
             crds: Vec::new(),
+            crd_names: Vec::new(),
             max_concurrent_reconciles: None,
         }
     }
@@ -243,7 +291,11 @@ impl Spec {
 ///
 /// The rules: the name is a DNS label; the version is semver
 /// (`MAJOR.MINOR.PATCH[-pre][+build]`); every resource has a kind, a version
-/// and a group that is empty or a DNS subdomain; every permission names at
+/// and a group that is empty or a DNS subdomain, a kind and a version that
+/// are names the API server accepts, a declared plural that is a plain
+/// resource name (no `/`, `.` or `..`: no subresource or path smuggled in)
+/// and, for a kind one of its own CRDs defines, the CRD's plural and scope;
+/// every permission names at
 /// least one verb and only [`Verb`]s; selectors parse; a named cluster set
 /// names at least one cluster, none empty or twice; label-key-prefix
 /// mappings have non-empty prefixes and owner-label mappings three distinct
@@ -262,7 +314,7 @@ pub fn problems(spec: &Spec) -> Vec<String> {
     if let Err(why) = check_semver(&spec.version) {
         found.push(format!("version {:?} is not semver: {why}", spec.version));
     }
-    resource_problems("primary", &spec.primary, &mut found);
+    resource_problems("primary", &spec.primary, &spec.crd_names, &mut found);
     clusters_problems("primary clusters", &spec.primary_clusters, &mut found);
     clusters_problems("clusters", &spec.clusters, &mut found);
     if let Some(s) = &spec.primary_selector
@@ -272,7 +324,7 @@ pub fn problems(spec: &Spec) -> Vec<String> {
     }
     for w in &spec.watches {
         let what = format!("watch of {}", w.resource.describe());
-        resource_problems(&what, &w.resource, &mut found);
+        resource_problems(&what, &w.resource, &spec.crd_names, &mut found);
         clusters_problems(&what, &w.clusters, &mut found);
         if let Some(s) = &w.label_selector
             && let Err(e) = LabelSelector::parse(s)
@@ -309,7 +361,7 @@ pub fn problems(spec: &Spec) -> Vec<String> {
     }
     for p in &spec.permissions {
         let what = format!("permission on {}", p.resource.describe());
-        resource_problems(&what, &p.resource, &mut found);
+        resource_problems(&what, &p.resource, &spec.crd_names, &mut found);
         clusters_problems(&what, &p.clusters, &mut found);
         if p.verbs.is_empty() {
             found.push(format!("{what} names no verb"));
@@ -337,12 +389,22 @@ pub fn problems(spec: &Spec) -> Vec<String> {
     found
 }
 
-fn resource_problems(what: &str, r: &Resource, found: &mut Vec<String>) {
+fn resource_problems(what: &str, r: &Resource, crds: &[CrdNames], found: &mut Vec<String>) {
     if r.kind.is_empty() {
         found.push(format!("{what}: resource has no kind"));
+    } else if !is_kind(&r.kind) {
+        found.push(format!(
+            "{what}: kind {:?} is not a kind name (a letter, then letters and digits)",
+            r.kind
+        ));
     }
     if r.version.is_empty() {
         found.push(format!("{what}: resource has no version"));
+    } else if !is_dns1035_label(&r.version) {
+        found.push(format!(
+            "{what}: version {:?} is not a version name (a DNS-1035 label: `v1`, `v1beta1`)",
+            r.version
+        ));
     }
     if !r.group.is_empty() && !is_dns_subdomain(&r.group) {
         found.push(format!(
@@ -350,6 +412,89 @@ fn resource_problems(what: &str, r: &Resource, found: &mut Vec<String>) {
             r.group
         ));
     }
+    if !r.plural.is_empty() && !is_dns1035_label(&r.plural) {
+        found.push(format!(
+            "{what}: plural {:?} is not a resource name (a DNS-1035 label; a subresource or a path is never part of it)",
+            r.plural
+        ));
+    }
+    if let Some(crd) = crds.iter().find(|c| c.group == r.group && c.kind == r.kind) {
+        if !r.plural.is_empty() && r.plural != crd.plural {
+            found.push(format!(
+                "{what}: plural {:?} disagrees with the plugin's own CRD, which serves {} as {:?}",
+                r.plural, r.kind, crd.plural
+            ));
+        }
+        if let Some(namespaced) = r.namespaced
+            && namespaced != crd.namespaced
+        {
+            found.push(format!(
+                "{what}: scope {} disagrees with the plugin's own CRD, which makes {} {}",
+                scope_word(namespaced),
+                r.kind,
+                scope_word(crd.namespaced)
+            ));
+        }
+    }
+}
+
+fn scope_word(namespaced: bool) -> &'static str {
+    if namespaced { "Namespaced" } else { "Cluster" }
+}
+
+/// Whether `s` can be a kind: what the API server accepts as a CRD's
+/// `spec.names.kind` (its lowercase form a DNS-1035 label), without the
+/// `-` no kind uses: a letter, then letters and digits, at most 63.
+#[must_use]
+pub fn is_kind(s: &str) -> bool {
+    s.len() <= 63
+        && s.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Whether `s` is an RFC 1035 DNS label: 1 to 63 lowercase letters, digits
+/// and `-`, starting with a letter and ending with a letter or digit. API
+/// versions and plurals are (the API server refuses a CRD whose plural is not).
+///
+/// ```
+/// use rekon_rules::registration::is_dns1035_label;
+/// assert!(is_dns1035_label("runtimeclasses"));
+/// assert!(!is_dns1035_label("nodes/status"));
+/// assert!(!is_dns1035_label(".."));
+/// assert!(!is_dns1035_label("1abc"));
+/// ```
+#[must_use]
+pub fn is_dns1035_label(s: &str) -> bool {
+    is_dns_label(s) && s.bytes().next().is_some_and(|b| b.is_ascii_lowercase())
+}
+
+/// Why `name` cannot be an object's name in a request path, if it cannot:
+/// the API server's `ValidatePathSegmentName` (no `.` or `..`, no `/` or
+/// `%`), which every name must pass before anything else is checked. The
+/// writer refuses such a name instead of sending it, so a name can never
+/// reach a subresource or another resource.
+///
+/// ```
+/// use rekon_rules::registration::path_segment_problem;
+/// assert_eq!(path_segment_problem("node-a"), None);
+/// assert!(path_segment_problem("node-a/status").is_some());
+/// assert!(path_segment_problem("..").is_some());
+/// assert!(path_segment_problem("%2e%2e").is_some());
+/// ```
+#[must_use]
+pub fn path_segment_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("a name may not be empty".to_owned());
+    }
+    if name == "." || name == ".." {
+        return Some(format!("may not be '{name}'"));
+    }
+    for bad in ['/', '%'] {
+        if name.contains(bad) {
+            return Some(format!("may not contain '{bad}'"));
+        }
+    }
+    None
 }
 
 fn clusters_problems(what: &str, c: &Clusters, found: &mut Vec<String>) {

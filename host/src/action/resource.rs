@@ -90,18 +90,15 @@ pub fn describe_resource(r: &Resource) -> String {
     }
 }
 
-/// Same resource type: same group, and same kind (or, when a side gives no
-/// kind, the same plural). Versions are not compared: permissions hold for
-/// every version of a type, like RBAC.
+/// Same resource type: same group and same non-empty kind. Versions are
+/// not compared (permissions hold for every version of a type, like RBAC),
+/// and neither are plurals or scopes: a plugin names a type by its kind
+/// alone, and the server says which resource that is
+/// (`crate::cache::Resolver`), so a declared plural can never make two
+/// types the same.
 #[must_use]
 pub fn same_resource(declared: &Resource, wanted: &Resource) -> bool {
-    if declared.group != wanted.group {
-        return false;
-    }
-    if !declared.kind.is_empty() && !wanted.kind.is_empty() {
-        return declared.kind == wanted.kind;
-    }
-    !declared.plural.is_empty() && declared.plural == wanted.plural
+    declared.group == wanted.group && !declared.kind.is_empty() && declared.kind == wanted.kind
 }
 
 /// The resource type of a JSON object, from `apiVersion` and `kind` (no

@@ -103,6 +103,8 @@ struct State {
     label: std::sync::OnceLock<String>,
     /// apiVersion and kind once resolved (list items omit them).
     types: std::sync::OnceLock<TypeMeta>,
+    /// What discovery resolved the kind to, once it has.
+    resolved: std::sync::OnceLock<Resolved>,
     failures: tokio::sync::broadcast::Sender<WatchFailureChange>,
     /// The cluster registry's metrics.
     metrics: Metrics,
@@ -268,10 +270,27 @@ impl SharedCache {
         &self.state.cluster
     }
 
-    /// The resource.
+    /// The resource (as first acquired; its plural is never kept).
     #[must_use]
     pub fn resource(&self) -> &ResourceId {
         &self.state.resource
+    }
+
+    /// Whether the kind is namespaced: the server's answer once discovery
+    /// resolved it, the first acquirer's declaration until then.
+    #[must_use]
+    pub fn namespaced(&self) -> bool {
+        self.state
+            .resolved
+            .get()
+            .map_or(self.state.resource.namespaced, |r| r.namespaced)
+    }
+
+    /// What discovery resolved the kind to in this cache's cluster, once
+    /// it has ([`Resolved::disagreement`] compares a declaration with it).
+    #[must_use]
+    pub fn resolved(&self) -> Option<&Resolved> {
+        self.state.resolved.get()
     }
 
     /// Which objects the cache keeps (`None`: all of them).
@@ -581,7 +600,12 @@ impl CacheManager {
         cluster.cache_unsynced();
         let state = Arc::new(State {
             cluster: Arc::clone(&cluster),
-            resource: Arc::new(resource.clone()),
+            // The cache is shared by every plugin watching the type: it
+            // keeps no plugin's declared plural (the server names it).
+            resource: Arc::new(ResourceId {
+                plural: String::new(),
+                ..resource.clone()
+            }),
             store: RwLock::new(Store::default()),
             filter: filter.clone(),
             subscribers: Mutex::new(Vec::new()),
@@ -590,6 +614,7 @@ impl CacheManager {
             next_sub: AtomicU64::new(0),
             label: std::sync::OnceLock::new(),
             types: std::sync::OnceLock::new(),
+            resolved: std::sync::OnceLock::new(),
             failures: self.inner.failures.clone(),
             metrics: self.inner.clusters.metrics().clone(),
         });
@@ -675,6 +700,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
         kind: resolved.api.kind.clone(),
     };
     let _ = state.types.set(types.clone());
+    let _ = state.resolved.set(resolved.clone());
     let mut recoveries = cluster.recoveries();
     loop {
         recoveries.mark_unchanged();

@@ -1,5 +1,6 @@
 //! Resource types as the caches know them ([`ResourceId`]) and their
-//! resolution to API endpoints through discovery ([`Resolver`]).
+//! resolution to API endpoints through the server's discovery alone
+//! ([`Resolver`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,9 +21,12 @@ pub struct ResourceId {
     pub version: String,
     /// Kind.
     pub kind: String,
-    /// Plural; empty = resolve through discovery.
+    /// The plural a plugin declared (empty: none). Never used to build a
+    /// request: [`Resolver::resolve`] asks the server; see
+    /// [`Resolved::disagreement`].
     pub plural: String,
-    /// Namespaced or cluster-scoped.
+    /// Namespaced or cluster-scoped, as declared (the server's answer is
+    /// [`Resolved::namespaced`]).
     pub namespaced: bool,
 }
 
@@ -65,6 +69,32 @@ pub struct Resolved {
     pub namespaced: bool,
 }
 
+impl Resolved {
+    /// Where what a plugin declared of `id` (a plural, a scope) disagrees
+    /// with what the server serves, naming the field; `None` when it agrees
+    /// or declared nothing. A declared plural or scope never builds a
+    /// request, but a disagreement is a plugin that means another resource
+    /// than the one its kind names, so it is refused, not corrected.
+    #[must_use]
+    pub fn disagreement(&self, id: &ResourceId) -> Option<String> {
+        if !id.plural.is_empty() && id.plural != self.api.plural {
+            return Some(format!(
+                "declared plural {:?} of {id} disagrees with the server, which serves it as {:?}",
+                id.plural, self.api.plural
+            ));
+        }
+        if id.namespaced != self.namespaced {
+            let word = |n: bool| if n { "Namespaced" } else { "Cluster" };
+            return Some(format!(
+                "declared scope {} of {id} disagrees with the server, which serves it {}",
+                word(id.namespaced),
+                word(self.namespaced)
+            ));
+        }
+        None
+    }
+}
+
 /// Resolves kinds to API resources per cluster (discovery), with a cache.
 #[derive(Clone, Default)]
 pub struct Resolver {
@@ -78,8 +108,13 @@ impl std::fmt::Debug for Resolver {
 }
 
 impl Resolver {
-    /// Resolve `group/version/kind` in `cluster`. A known plural (from a
-    /// registration) is trusted as is; otherwise discovery answers.
+    /// Resolve `group/version/kind` in `cluster` through the cluster's
+    /// discovery: the server names the resource (plural, scope). What the
+    /// caller's `id` says of its plural and scope is never used to build a
+    /// request: a plugin declaring a made-up kind with a real plural must
+    /// not reach that plural (the security issue #40). Answers are cached
+    /// per cluster and type, and the cache holds only what a server said,
+    /// so nothing one plugin declares changes what another resolves.
     ///
     /// # Errors
     /// When discovery fails or does not know the kind (yet).
@@ -89,24 +124,17 @@ impl Resolver {
             return Ok(r.clone());
         }
         let gvk = GroupVersionKind::gvk(&id.group, &id.version, &id.kind);
-        let resolved = if id.plural.is_empty() {
-            let (api, caps) = kube::discovery::oneshot::pinned_kind(&cluster.client(), &gvk)
-                .await
-                .map_err(|source| Error::Discovery {
-                    cluster: cluster.name().to_owned(),
-                    api_version: id.api_version(),
-                    kind: id.kind.clone(),
-                    source: Box::new(source),
-                })?;
-            Resolved {
-                api,
-                namespaced: caps.scope == Scope::Namespaced,
-            }
-        } else {
-            Resolved {
-                api: ApiResource::from_gvk_with_plural(&gvk, &id.plural),
-                namespaced: id.namespaced,
-            }
+        let (api, caps) = kube::discovery::oneshot::pinned_kind(&cluster.client(), &gvk)
+            .await
+            .map_err(|source| Error::Discovery {
+                cluster: cluster.name().to_owned(),
+                api_version: id.api_version(),
+                kind: id.kind.clone(),
+                source: Box::new(source),
+            })?;
+        let resolved = Resolved {
+            api,
+            namespaced: caps.scope == Scope::Namespaced,
         };
         self.known.write().insert(key, resolved.clone());
         Ok(resolved)

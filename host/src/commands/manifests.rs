@@ -266,12 +266,12 @@ impl RuleSet {
     }
 }
 
-/// Plural of `resource`: as declared, else from a CRD the plugins ship, else
-/// kube's pluralization of the kind (correct for every built-in kind).
+/// Plural of `resource`: from a CRD the plugins ship, else kube's
+/// pluralization of the kind (correct for every built-in kind). Never the
+/// plural a plugin declared: RBAC is generated for the type a kind names,
+/// as the writer resolves it, so a plugin declaring a made-up kind with a
+/// real plural gets no rule on that plural (security issue #40).
 fn plural(resource: &Resource, crds: &[CrdInfo]) -> String {
-    if !resource.plural.is_empty() {
-        return resource.plural.clone();
-    }
     if let Some(crd) = crds
         .iter()
         .find(|c| c.group == resource.group && c.kind == resource.kind)

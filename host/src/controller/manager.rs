@@ -320,6 +320,20 @@ impl Manager {
                 });
             }
         }
+        for ctl in self.inner.controllers.lock().values() {
+            for (key, reason) in ctl.shared.declaration_disagreements() {
+                out.push(Degraded {
+                    plugin: ctl.shared.name.clone(),
+                    cluster: key.cluster.clone(),
+                    resource: if key.group.is_empty() {
+                        format!("{}/{}", key.version, key.kind)
+                    } else {
+                        format!("{}/{}/{}", key.group, key.version, key.kind)
+                    },
+                    failure: WatchFailure { code: None, reason },
+                });
+            }
+        }
         out.sort_by(|a, b| {
             (&a.plugin, &a.cluster, &a.resource).cmp(&(&b.plugin, &b.cluster, &b.resource))
         });

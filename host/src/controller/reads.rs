@@ -33,7 +33,7 @@ impl PluginReads {
         if self.clusters.get(cluster).is_none() {
             return Err(ReadError::UnknownCluster(cluster.to_owned()));
         }
-        self.caches.get(&WatchKey::of(cluster, r)).ok_or_else(|| {
+        let cache = self.caches.get(&WatchKey::of(cluster, r)).ok_or_else(|| {
             let api = if r.group.is_empty() {
                 r.version.clone()
             } else {
@@ -43,7 +43,16 @@ impl PluginReads {
                 "{api} {} is not watched by this plugin in cluster {cluster}",
                 r.kind
             ))
-        })
+        })?;
+        // The cache serves what the server calls the kind; a read naming
+        // another plural or scope for it means another resource.
+        if let Some(why) = cache
+            .resolved()
+            .and_then(|res| res.disagreement(&crate::writer::resource_id(r)))
+        {
+            return Err(ReadError::NotWatched(format!("refused: {why}")));
+        }
+        Ok(cache)
     }
 }
 
@@ -56,11 +65,7 @@ impl HostReads for PluginReads {
         name: &str,
     ) -> Result<Option<String>, ReadError> {
         let cache = self.cache(cluster, resource)?;
-        let namespace = if cache.resource().namespaced {
-            namespace
-        } else {
-            None
-        };
+        let namespace = if cache.namespaced() { namespace } else { None };
         Ok(cache.get(namespace, name).map(|o| o.json.to_string()))
     }
 
@@ -77,11 +82,7 @@ impl HostReads for PluginReads {
             .map(LabelSelector::parse)
             .transpose()
             .map_err(|e| ReadError::InvalidSelector(e.to_string()))?;
-        let namespace = if cache.resource().namespaced {
-            namespace
-        } else {
-            None
-        };
+        let namespace = if cache.namespaced() { namespace } else { None };
         Ok(cache.read(|store| {
             store
                 .list(namespace, selector.as_ref())

@@ -314,11 +314,32 @@ impl Shared {
             if let Some(me) = me.upgrade()
                 && me.generation.load(Ordering::SeqCst) == generation
             {
+                for (key, why) in me.declaration_disagreements() {
+                    warn!(plugin = %me.name, cluster = %key.cluster, kind = %key.kind, reason = %why, "declaration refused: the plugin declared this resource otherwise than the server serves it; its reads and writes of it are refused");
+                }
                 me.settling.store(false, Ordering::SeqCst);
                 debug!(plugin = %me.name, "watches settled; reconciling");
                 me.wake.notify_one();
             }
         });
+    }
+
+    /// The watches whose declared plural or scope disagrees with what the
+    /// server serves for the kind (once the cache resolved it), with why.
+    /// The cache itself serves the server's resource; the plugin's reads
+    /// and writes naming the declaration are refused (`reads.rs`, the
+    /// writer), and [`super::Manager::degraded`] lists these.
+    pub(crate) fn declaration_disagreements(&self) -> Vec<(WatchKey, String)> {
+        let plugin = self.plugin();
+        let desired = desired_watches(&self.name, plugin.registration(), &self.ctx.clusters);
+        let snapshot = self.snapshot();
+        desired
+            .into_iter()
+            .filter_map(|(key, want)| {
+                let why = snapshot.get(&key)?.resolved()?.disagreement(&want.id)?;
+                Some((key, why))
+            })
+            .collect()
     }
 
     fn settling(&self) -> bool {

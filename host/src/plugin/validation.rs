@@ -81,12 +81,28 @@ fn spec(reg: &Registration) -> rules::Spec {
                 },
             )
             .collect(),
+        crd_names: reg
+            .crds
+            .iter()
+            .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+            .filter_map(|crd| {
+                rules::CrdNames::read(|path| {
+                    path.iter()
+                        .try_fold(&crd, |v, k| v.get(k))
+                        .and_then(|v| v.as_str())
+                        .map(str::to_owned)
+                })
+            })
+            .collect(),
         max_concurrent_reconciles: reg.max_concurrent_reconciles,
     }
 }
 
 fn resource(r: &Resource) -> rules::Resource {
-    rules::Resource::new(&r.group, &r.version, &r.kind)
+    rules::Resource::new(&r.group, &r.version, &r.kind).declared(
+        &r.plural,
+        matches!(r.scope, crate::action::Scope::Namespaced),
+    )
 }
 
 fn clusters(c: &ClusterSet) -> rules::Clusters {

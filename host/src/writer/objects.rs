@@ -99,6 +99,7 @@ impl Writer {
                 &t.name,
             )
             .await?;
+        Self::check_declared(plugin, action, &cluster, &id, &target)?;
         let params = PatchParams::default();
         let precondition = p.resource_version.is_some();
         // One call for both patch types: `Patch::Json` carries its operations
@@ -138,6 +139,7 @@ impl Writer {
                 &t.name,
             )
             .await?;
+        Self::check_declared(plugin, action, &cluster, &id, &target)?;
         let params = delete_params(d.uid.as_deref(), d.propagation);
         let result = self
             .call(

@@ -14,7 +14,7 @@ use tracing::debug;
 use super::config::{Error, WriterConfig, describe_kube_error};
 use super::fence::{FENCE, Gate};
 use crate::action::{Resource, Scope};
-use crate::cache::{CacheManager, RawObject, Resolver, ResourceId};
+use crate::cache::{CacheManager, RawObject, Resolved, Resolver, ResourceId};
 use crate::cluster::{Cluster, ClusterRegistry, Health, is_connectivity_error};
 use crate::lease::LeaderGate;
 use crate::queue::Backoff;
@@ -99,6 +99,9 @@ pub(super) struct Target {
     pub(super) api: Api<RawObject>,
     pub(super) name: String,
     pub(super) describe: String,
+    /// What the server said the kind is: the request is built from this
+    /// alone.
+    pub(super) resolved: Resolved,
 }
 
 impl Writer {
@@ -183,6 +186,23 @@ impl Writer {
         name: &str,
     ) -> Result<Target, Error> {
         let describe = describe(id, namespace, name);
+        // A name or namespace is one segment of the request's path: never
+        // a way to a subresource or to another resource (the API server's
+        // own first check on every name, `ValidatePathSegmentName`).
+        let bad_segment = name_problem("name", name).or_else(|| {
+            namespace.and_then(|ns| {
+                (!rekon_rules::registration::is_dns_label(ns))
+                    .then(|| format!("namespace {ns:?} is not a DNS label"))
+            })
+        });
+        if let Some(reason) = bad_segment {
+            return Err(Error::Forbidden {
+                plugin: plugin.to_owned(),
+                action,
+                cluster: cluster.name().to_owned(),
+                reason: format!("{describe}: {reason}"),
+            });
+        }
         let resolved =
             self.resolver
                 .resolve(cluster, id)
@@ -208,7 +228,30 @@ impl Writer {
             api,
             name: name.to_owned(),
             describe,
+            resolved,
         })
+    }
+
+    /// Refuses a target whose declared plural or scope (an action's
+    /// `resource`) disagrees with what the server serves for its kind:
+    /// the request would go where the server says, but the plugin meant
+    /// something else, so nothing is sent.
+    pub(super) fn check_declared(
+        plugin: &str,
+        action: &'static str,
+        cluster: &Cluster,
+        id: &ResourceId,
+        target: &Target,
+    ) -> Result<(), Error> {
+        match target.resolved.disagreement(id) {
+            None => Ok(()),
+            Some(reason) => Err(Error::Forbidden {
+                plugin: plugin.to_owned(),
+                action,
+                cluster: cluster.name().to_owned(),
+                reason: format!("{}: {reason}", target.describe),
+            }),
+        }
     }
 
     /// Run `op` with the writer's timeout and bounded retries, keeping the
@@ -318,6 +361,12 @@ pub(super) fn api_status(e: &kube::Error) -> Option<u16> {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
     }
+}
+
+/// Why `name` cannot be sent as a path segment, if it cannot.
+fn name_problem(what: &str, name: &str) -> Option<String> {
+    rekon_rules::registration::path_segment_problem(name)
+        .map(|why| format!("{what} {name:?} {why}"))
 }
 
 pub(super) fn describe(id: &ResourceId, namespace: Option<&str>, name: &str) -> String {
