@@ -69,6 +69,8 @@ if [ "$mode" = test ]; then
     want nodejs "node, for the TypeScript SDK, its port and scaffold"
     want npm "npm, for the TypeScript SDK's packages"
   fi
+  command -v chromium >/dev/null 2>&1 ||
+    want chromium "a real headless browser (the explorer's HTML report is checked as rendered)"
   python3 -c 'import venv, ensurepip' >/dev/null 2>&1 ||
     want python3-venv "Python's venv, for the Python scaffold's test"
 fi

@@ -88,6 +88,10 @@ pub fn run(args: ExploreArgs) -> i32 {
                 );
             } else {
                 print!("{}", report.render());
+                println!(
+                    "\nreport: {}",
+                    crate::explore::report::shown(&report.out.join("report.html"))
+                );
             }
             i32::from(!report.findings.is_empty())
         }

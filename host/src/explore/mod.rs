@@ -15,6 +15,7 @@
 //! replays on it), on the floor of `app/`, and it is the only module that
 //! links kube-sim (`host/tests/layout.rs` says so).
 
+pub mod html;
 pub mod options;
 pub mod oracle;
 pub mod plan;
@@ -184,6 +185,9 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     report.elapsed = started.elapsed();
     report.findings = findings;
     report::write(&mut report, &opts.out)?;
+    let page = opts.out.join("report.html");
+    std::fs::write(&page, html::render(&report, &opts.out))
+        .map_err(|source| ExploreError::Write { path: page, source })?;
     Ok(report)
 }
 

@@ -152,6 +152,7 @@ impl Report {
             "timeToFirstFindingMs": self.time_to_first_finding.map(|d| d.as_millis() as u64),
             "errors": self.errors,
             "out": self.out.display().to_string(),
+            "html": self.out.join("report.html").display().to_string(),
             "findings": self.findings.iter().map(|f| json!({
                 "plan": f.plan.as_ref().map(|p| p.id.clone()),
                 "planFile": f.dir.as_ref().filter(|_| f.plan.is_some()).map(|d| d.join("plan.json").display().to_string()),
