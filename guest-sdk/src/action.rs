@@ -238,9 +238,42 @@ pub struct CreateAction {
 }
 
 impl CreateAction {
-    /// The target of the create, from the object's identity.
+    /// The target of the create, from the object's identity. For an object
+    /// named by the server (`metadata.generateName` and no name) the name
+    /// is the prefix and `*` (`web-*`): which name it gets is known only
+    /// once the API server answered.
     pub fn target(&self) -> Result<ObjectRef, Error> {
-        ObjectRef::of_json(&self.cluster, &self.object)
+        match self.generate_name() {
+            Some(prefix) => {
+                let mut named = self.object.clone();
+                if let Some(meta) = named
+                    .get_mut("metadata")
+                    .and_then(serde_json::Value::as_object_mut)
+                {
+                    meta.insert("name".into(), format!("{prefix}*").into());
+                }
+                ObjectRef::of_json(&self.cluster, &named)
+            }
+            None => ObjectRef::of_json(&self.cluster, &self.object),
+        }
+    }
+
+    /// The `metadata.generateName` prefix when the object has no name of
+    /// its own: the API server names it (`<prefix>` and five random
+    /// characters), and read-your-writes shows it under that name.
+    #[must_use]
+    pub fn generate_name(&self) -> Option<&str> {
+        let meta = self.object.get("metadata")?;
+        let named = meta
+            .get("name")
+            .and_then(serde_json::Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        if named {
+            return None;
+        }
+        meta.get("generateName")
+            .and_then(serde_json::Value::as_str)
+            .filter(|p| !p.is_empty())
     }
 
     /// Whether the created object is of kind `K`.
@@ -709,6 +742,25 @@ mod tests {
         assert_eq!(target.namespace.as_deref(), Some("default"));
         assert_eq!(target.name, "x");
         assert_eq!(target.to_string(), "ConfigMap main/default/x");
+    }
+
+    #[test]
+    fn a_create_may_leave_its_name_to_the_server() {
+        let mut named_by_server = cm("default", "");
+        named_by_server.metadata.name = None;
+        named_by_server.metadata.generate_name = Some("web-".into());
+        let c = Action::create("main", &named_by_server);
+        assert_eq!(c.generate_name(), Some("web-"));
+        assert_eq!(c.target().unwrap().name, "web-*");
+        // A name of its own wins, as on the API server.
+        let mut both = cm("default", "x");
+        both.metadata.generate_name = Some("web-".into());
+        assert_eq!(Action::create("main", &both).generate_name(), None);
+        assert!(
+            Action::create("main", &ConfigMap::default())
+                .target()
+                .is_err()
+        );
     }
 
     #[test]

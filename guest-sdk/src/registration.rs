@@ -624,7 +624,7 @@ mod tests {
     fn validate_reports_every_problem() {
         let err = Registration::new::<ConfigMap>("Bad_Name", " ")
             .permission::<Node>(&[], ClusterSet::Primary)
-            .finalizer("nodomain")
+            .finalizer("no domain")
             .crd_yaml("{ not yaml")
             .validate()
             .unwrap_err();
@@ -634,7 +634,7 @@ mod tests {
             "not a DNS label",
             "not semver",
             "names no verb",
-            "nodomain",
+            "no domain",
             "YAML",
         ] {
             assert!(msg.contains(needle), "{needle:?} missing from {msg}");

@@ -111,6 +111,34 @@ fn main() {
         );
     }
 
+    println!("\n## Correct plugins (tests/zoo/correct): must stay clean\n");
+    println!("| folder | findings | plans | pruned | unreachable | plans/s |");
+    println!("|---|---|---|---|---|---|");
+    let mut correct: Vec<_> = std::fs::read_dir(root().join("tests/zoo/correct"))
+        .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    correct.sort();
+    for dir in &correct {
+        let name = dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        match run(
+            &zoo,
+            &dir.join("scenario.yaml"),
+            Some(dir.join("settings.json")),
+        ) {
+            Ok((r, _)) => println!(
+                "| {name} | {} | {} | {} | {} | {:.0} |",
+                r.findings.len(),
+                r.plans_run,
+                r.strategies.values().map(|s| s.pruned).sum::<usize>(),
+                r.strategies.values().map(|s| s.unreachable).sum::<usize>(),
+                r.plans_per_second()
+            ),
+            Err(e) => println!("| {name} | {e} | | | | |"),
+        }
+    }
+
     println!("\n## The seeds and their ports (each on its seed's scenario)\n");
     println!(
         "| plugin | language | scenario clusters | plans | plans/s | findings | reference + plans |"

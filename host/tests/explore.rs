@@ -142,8 +142,8 @@ fn a_create_that_fails_forever_once_its_object_exists_is_found() {
 }
 
 #[test]
-fn a_delete_by_name_after_a_recreate_is_found_by_stale_reads() {
-    zoo_pair("delete-after-recreate", Some("stale"), "end-state");
+fn a_delete_by_name_after_a_recreate_is_found_by_time_travel() {
+    zoo_pair("delete-after-recreate", Some("time-travel"), "end-state");
 }
 
 #[test]
@@ -157,13 +157,26 @@ fn a_status_write_on_every_reconcile_never_settles() {
 }
 
 #[test]
-fn a_finalizer_removed_by_list_index_is_found_by_stale_reads() {
-    zoo_pair("finalizer-by-index", Some("stale"), "end-state");
+fn a_finalizer_removed_by_list_index_is_found_by_time_travel() {
+    zoo_pair("finalizer-by-index", Some("time-travel"), "end-state");
 }
 
 #[test]
 fn a_full_object_write_over_another_writers_field_is_found() {
-    zoo_pair("full-object-write", Some("unobserved"), "end-state");
+    zoo_pair("full-object-write", Some("time-travel"), "end-state");
+}
+
+#[test]
+fn a_write_refused_on_every_reconcile_is_a_fixed_point_finding() {
+    zoo_pair("refused-write", None, "fixed-point");
+    // The finding names the writer's reason, the action and the object.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let report = zoo("refused-write", "buggy", tmp.path());
+    let diff = &report.findings[0].diff;
+    assert!(
+        diff.contains("not performed") && diff.contains("namespaced kind without a namespace"),
+        "{diff}"
+    );
 }
 
 #[test]
@@ -174,6 +187,64 @@ fn a_decision_that_depends_on_list_order_is_found_by_shuffling() {
 #[test]
 fn a_child_orphaned_by_a_crash_is_found() {
     zoo_pair("orphaned-child", Some("crash"), "end-state");
+}
+
+/// A correct plugin of `tests/zoo/correct/<name>`: no finding at all.
+fn correct(name: &str) -> Report {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = root().join("tests/zoo/correct").join(name);
+    let opts = options(
+        &built("dist/test-plugins/zoo.wasm"),
+        &dir.join("scenario.yaml"),
+        Some(dir.join("settings.json")),
+        tmp.path(),
+    );
+    let report = explore(&opts).unwrap_or_else(|e| panic!("explore correct/{name}: {e}"));
+    assert!(
+        report.findings.is_empty(),
+        "correct/{name} is a correct plugin, yet:\n{}",
+        report.render()
+    );
+    assert!(report.plans_run > 0, "correct/{name}: no plan ran");
+    assert!(!report.budget_exhausted, "correct/{name}: budget exhausted");
+    report
+}
+
+#[test]
+fn deletion_decided_from_the_deletion_timestamp_is_not_reported() {
+    // Stale plans ran: none served the primary without the
+    // deletionTimestamp its deleting phase was decided from.
+    let report = correct("deletion-timestamp");
+    assert!(report.strategies["stale"].run > 0, "{}", report.render());
+    assert!(
+        report.strategies["time-travel"].run > 0,
+        "{}",
+        report.render()
+    );
+}
+
+#[test]
+fn a_delete_and_re_apply_with_a_finalizer_held_is_not_reported() {
+    // Transient faults on the plugin's writes never hit the host's
+    // finalizer patch of the recreated Widget; the unobserved plan that
+    // would merge the delete and the re-apply is stopped as unreachable.
+    let report = correct("recreate");
+    assert!(
+        report.strategies["transient"].run > 0,
+        "{}",
+        report.render()
+    );
+    assert!(
+        report.strategies["unobserved"].unreachable > 0,
+        "{}",
+        report.render()
+    );
+}
+
+#[test]
+fn pods_with_the_default_token_mount_are_not_reported() {
+    let report = correct("pod-token");
+    assert!(report.plans_run > 5, "{}", report.render());
 }
 
 #[test]

@@ -167,9 +167,15 @@ fn verbs() -> impl Strategy<Value = Vec<Verb>> {
 fn finalizer() -> impl Strategy<Value = Option<String>> {
     proptest::option::of(
         either(
-            &["example.com/cleanup", "nodes.example.com/pool_cleanup.v1"],
             &[
+                "example.com/cleanup",
+                "nodes.example.com/pool_cleanup.v1",
+                // Accepted by Kubernetes (with a warning), so by rekon.
                 "nodomain",
+                "deletion.finalizers.rabbitmqclusters.rabbitmq.com",
+            ],
+            &[
+                "no domain",
                 "",
                 "/x",
                 "example.com/",

@@ -299,8 +299,9 @@ impl Spec {
 /// least one verb and only [`Verb`]s; selectors parse; a named cluster set
 /// names at least one cluster, none empty or twice; label-key-prefix
 /// mappings have non-empty prefixes and owner-label mappings three distinct
-/// non-empty keys; the finalizer is a qualified name with a domain
-/// (`example.com/cleanup`); CRDs are CustomResourceDefinitions;
+/// non-empty keys; the finalizer is a name Kubernetes accepts in
+/// `metadata.finalizers` ([`finalizer_problem`]; [`warnings`] says when it
+/// would warn); CRDs are CustomResourceDefinitions;
 /// `max_concurrent_reconciles` is at least 1.
 #[must_use]
 pub fn problems(spec: &Spec) -> Vec<String> {
@@ -353,11 +354,9 @@ pub fn problems(spec: &Spec) -> Vec<String> {
         }
     }
     if let Some(f) = &spec.finalizer
-        && !is_qualified_finalizer(f)
+        && let Some(why) = finalizer_problem(f)
     {
-        found.push(format!(
-            "finalizer {f:?} must be a qualified name with a domain (`example.com/cleanup`)"
-        ));
+        found.push(format!("finalizer {f:?} {why}"));
     }
     for p in &spec.permissions {
         let what = format!("permission on {}", p.resource.describe());
@@ -539,22 +538,78 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-/// A finalizer: `domain/name`, the domain a DNS subdomain, the name 1 to 63
-/// of `[A-Za-z0-9-_.]` starting and ending alphanumeric (Kubernetes'
-/// qualified names, with the prefix required).
-fn is_qualified_finalizer(s: &str) -> bool {
-    let Some((domain, name)) = s.split_once('/') else {
-        return false;
+/// Kubernetes' own finalizers, which the API server accepts without a
+/// domain (`k8s.io/apiserver` `IsStandardFinalizerName`, and the garbage
+/// collector's).
+pub const STANDARD_FINALIZERS: &[&str] = &["kubernetes", "orphan", "foregroundDeletion"];
+
+/// Why `s` is not a finalizer the API server accepts on an object, or
+/// `None`. Kubernetes validates `metadata.finalizers` as qualified names
+/// (`apimachinery` `ValidateFinalizerName` → `IsQualifiedName`): an
+/// optional prefix that is a DNS subdomain and a `/`, then a name of 1 to
+/// 63 characters of `[A-Za-z0-9-_.]` starting and ending alphanumeric. So
+/// `deletion.finalizers.rabbitmqclusters.rabbitmq.com` (a real operator's)
+/// is accepted; the API server only warns about it ([`finalizer_warning`]).
+#[must_use]
+pub fn finalizer_problem(s: &str) -> Option<String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, s),
     };
+    if let Some(prefix) = prefix {
+        if prefix.is_empty() {
+            return Some("has an empty prefix before '/'".to_owned());
+        }
+        if !is_dns_subdomain(prefix) {
+            return Some(format!(
+                "has a prefix {prefix:?} that is not a DNS subdomain (lowercase, dot-separated labels, at most 253)"
+            ));
+        }
+    }
     let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    is_dns_subdomain(domain)
-        && !name.is_empty()
+    let valid = !name.is_empty()
         && name.len() <= 63
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && alnum(name.bytes().next())
-        && alnum(name.bytes().last())
+        && alnum(name.bytes().last());
+    (!valid).then(|| {
+        format!(
+            "is not a qualified name: the name {name:?} must be 1 to 63 of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (an optional DNS-subdomain prefix and '/' before it)"
+        )
+    })
+}
+
+/// The warning the API server gives for an accepted finalizer without a
+/// domain prefix (`metadata.finalizers: "x": prefer a domain-qualified
+/// finalizer name including a path (/) to avoid accidental conflicts with
+/// other finalizer writers`), or `None`.
+#[must_use]
+pub fn finalizer_warning(s: &str) -> Option<String> {
+    if s.contains('/') || finalizer_problem(s).is_some() {
+        return None;
+    }
+    Some(if STANDARD_FINALIZERS.contains(&s) {
+        format!(
+            "finalizer {s:?} is one of Kubernetes' own: the host would add and release it as the plugin's"
+        )
+    } else {
+        format!(
+            "finalizer {s:?}: prefer a domain-qualified finalizer name including a path (/) to avoid accidental conflicts with other finalizer writers (the API server warns the same)"
+        )
+    })
+}
+
+/// What `spec` may do but the API server warns about (one sentence each):
+/// a finalizer without a domain prefix.
+#[must_use]
+pub fn warnings(spec: &Spec) -> Vec<String> {
+    spec.finalizer
+        .as_deref()
+        .and_then(finalizer_warning)
+        .into_iter()
+        .collect()
 }
 
 /// Checks Semantic Versioning 2.0: `MAJOR.MINOR.PATCH`, numbers without
@@ -657,7 +712,7 @@ mod tests {
         s.primary_selector = Some("a in (".into());
         s.permissions[0].verbs = vec!["*".into(), "deletecollection".into()];
         s.watches[0].clusters = Clusters::Named(vec![]);
-        s.finalizer = Some("nodomain".into());
+        s.finalizer = Some("no domain".into());
         s.crds.push(Crd::Parsed(Some("ConfigMap".into())));
         s.max_concurrent_reconciles = Some(0);
         let found = problems(&s).join("\n");
@@ -669,7 +724,7 @@ mod tests {
             "\"*\"",
             "\"deletecollection\"",
             "names no cluster",
-            "nodomain",
+            "no domain",
             "crd #1",
             "at least 1",
         ] {
@@ -706,19 +761,38 @@ mod tests {
     }
 
     #[test]
-    fn finalizers_need_a_domain_and_a_name() {
-        assert!(is_qualified_finalizer("nodes.example.com/pool-cleanup"));
+    fn finalizers_are_what_kubernetes_accepts_and_warn_where_it_warns() {
+        for good in [
+            "nodes.example.com/pool-cleanup",
+            // A real operator's (RabbitMQ's cluster operator): accepted,
+            // with the API server's warning.
+            "deletion.finalizers.rabbitmqclusters.rabbitmq.com",
+            "cleanup",
+            "Example_1.x",
+            "foregroundDeletion",
+        ] {
+            assert_eq!(finalizer_problem(good), None, "{good}");
+        }
         for bad in [
             "",
-            "x",
             "/x",
             "example.com/",
             "example.com/-x",
             "Example.com/x",
             "a/b/c",
+            "has space",
         ] {
-            assert!(!is_qualified_finalizer(bad), "{bad}");
+            assert!(finalizer_problem(bad).is_some(), "{bad}");
         }
+        assert_eq!(finalizer_problem(&"x".repeat(63)), None);
+        assert!(finalizer_problem(&"x".repeat(64)).is_some());
+        assert_eq!(finalizer_warning("nodes.example.com/pool-cleanup"), None);
+        assert!(
+            finalizer_warning("deletion.finalizers.rabbitmqclusters.rabbitmq.com")
+                .is_some_and(|w| w.contains("prefer a domain-qualified finalizer name"))
+        );
+        assert!(finalizer_warning("orphan").is_some_and(|w| w.contains("Kubernetes' own")));
+        assert_eq!(finalizer_warning("a/b/c"), None, "refused, not warned");
     }
 
     #[test]

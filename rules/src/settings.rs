@@ -23,15 +23,22 @@ pub fn refused_settings(message: &str) -> Option<&str> {
 }
 
 /// The finalizer of instance `instance` of a module whose registration
-/// declares `finalizer` (`prefix/name`): `prefix/name.instance`, so that two
+/// declares `finalizer` (`prefix/name`, or a `name` without a prefix,
+/// which Kubernetes accepts too): `prefix/name.instance`, so that two
 /// instances of one module never release each other's finalizer. `None`
 /// when the result is not a valid qualified name (the name part would
 /// exceed 63 characters).
 #[must_use]
 pub fn instance_finalizer(finalizer: &str, instance: &str) -> Option<String> {
-    let (prefix, name) = finalizer.split_once('/')?;
+    let (prefix, name) = match finalizer.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, finalizer),
+    };
     let name = format!("{name}.{instance}");
-    (name.len() <= 63).then(|| format!("{prefix}/{name}"))
+    (name.len() <= 63).then(|| match prefix {
+        Some(prefix) => format!("{prefix}/{name}"),
+        None => name,
+    })
 }
 
 #[cfg(test)]
@@ -57,6 +64,9 @@ mod tests {
             instance_finalizer("a.dev/x", "two")
         );
         assert_eq!(instance_finalizer("a.dev/x", &"y".repeat(62)), None);
-        assert_eq!(instance_finalizer("unqualified", "y"), None);
+        assert_eq!(
+            instance_finalizer("unqualified", "y").as_deref(),
+            Some("unqualified.y")
+        );
     }
 }

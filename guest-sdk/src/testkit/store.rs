@@ -126,6 +126,21 @@ pub(super) fn check_permission(
 }
 
 impl State {
+    /// Five characters of the API server's `generateName` alphabet, from a
+    /// counter (a test's world names objects the same way every run).
+    fn suffix(&mut self) -> String {
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        let mut n = self.next_uid;
+        self.next_uid += 1;
+        (0..5)
+            .map(|_| {
+                let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+                n /= ALPHABET.len() as u64;
+                c
+            })
+            .collect()
+    }
+
     pub(super) fn bump(&mut self) -> u64 {
         let rv = self.next_rv;
         self.next_rv += 1;
@@ -243,11 +258,19 @@ impl State {
                 self.server_side_apply(&key, &manager, &a.object, a.status)
             }
             Action::Create(c) => {
-                let key = Key::of_json(&c.cluster, &c.object)?;
+                let mut obj = c.object.clone();
+                // Named by the server: the prefix and five characters, as
+                // the API server does (deterministic here: from a counter).
+                let generated = c.generate_name().map(|p| format!("{p}{}", self.suffix()));
+                if let Some(name) = &generated
+                    && let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut)
+                {
+                    meta.insert("name".into(), Value::String(name.clone()));
+                }
+                let key = Key::of_json(&c.cluster, &obj)?;
                 if self.objects.contains_key(&key) {
                     return Ok(false);
                 }
-                let mut obj = c.object.clone();
                 self.stamp_new(&mut obj);
                 let rv = self.bump();
                 set_rv(&mut obj, rv);

@@ -179,6 +179,10 @@ impl Reconciler for Tapped {
         self.inner.digest()
     }
 
+    fn performed(&self, request: &Request, result: Result<(), String>) {
+        self.inner.performed(request, result);
+    }
+
     fn settings(&self) -> Option<&str> {
         self.inner.settings()
     }

@@ -49,6 +49,15 @@ pub trait Reconciler: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Told what became of a reconcile's outcome: `Err` with the writer's
+    /// reason when the host could not perform it (a refused or invalid
+    /// action, an API error after the writer's retries). By default
+    /// nothing; `rekon plugin explore` judges by it (a write that fails on
+    /// every reconcile is a finding, not a quiet baseline).
+    fn performed(&self, request: &Request, result: Result<(), String>) {
+        let _ = (request, result);
+    }
+
     /// The `custom` mapping. By default nothing: only plugins that declare a
     /// watch with the `custom` mapping are ever asked.
     fn map(

@@ -752,7 +752,12 @@ async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {
     };
     let started = std::time::Instant::now();
     let outcome = match plugin
-        .reconcile(request, phase.into(), shared.reads(), SystemTime::now())
+        .reconcile(
+            request.clone(),
+            phase.into(),
+            shared.reads(),
+            SystemTime::now(),
+        )
         .await
     {
         Ok(o) => o,
@@ -763,12 +768,16 @@ async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {
         }
     };
     let call = started.elapsed();
-    if let Err(e) = shared
+    let performed = shared
         .ctx
         .writer
         .execute(&shared.name, &outcome.actions)
-        .await
-    {
+        .await;
+    plugin.performed(
+        &request,
+        performed.as_ref().map(drop).map_err(ToString::to_string),
+    );
+    if let Err(e) = performed {
         let statuses: Vec<u16> = e.failed.iter().filter_map(|f| f.status()).collect();
         warn!(?statuses, error = %e, "failed to perform the outcome; will retry");
         return if e.is_retryable() {

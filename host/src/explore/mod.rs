@@ -23,6 +23,7 @@ pub mod probe;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod stale;
 pub mod trace;
 pub mod wire;
 pub mod world;
@@ -142,13 +143,34 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     let reference = paused_runtime()?
         .block_on(runner.run(None))
         .map_err(ExploreError::Reference)?;
+    if std::env::var_os("REKON_EXPLORE_DEBUG").is_some() {
+        for r in &reference.trace {
+            eprintln!(
+                "reference #{} {} ({:?}): {} read(s), {}",
+                r.ordinal,
+                r.at,
+                r.phase,
+                r.case.reads.len(),
+                probe::outcome_line(&r.case)
+            );
+        }
+    }
     let mut report = Report::new(&plugin, &runner.scenario, opts, &reference);
     report.kinds = runner.resources.iter().map(describe_resource).collect();
     let mut findings = report::reference_findings(&runner.scenario, &reference);
-    let by_strategy = plan::generate(&runner.scenario, &reference.trace, opts.seed);
-    for (s, faults) in &by_strategy {
+    let generated = plan::generate(
+        &runner.scenario,
+        &reference.trace,
+        &plugin.registration().primary,
+        opts.seed,
+    );
+    for (s, faults) in &generated.plans {
         report.strategy(s).generated = faults.len();
     }
+    for (s, n) in &generated.pruned {
+        report.strategy(s).pruned = *n;
+    }
+    let by_strategy = generated.plans;
     // A reference that never settles: every plan would say the same.
     let plans = match replay {
         Some(p) => vec![p],
@@ -163,11 +185,13 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
         let Some(result) = result else { continue };
         match result {
             Err(e) => report.errors.push(format!("{}: {e}", plan.id)),
-            Ok((fired, finding, at)) => {
+            Ok((fired, unreachable, finding, at)) => {
                 report.plans_run += 1;
                 let counts = report.strategy(plan.fault.strategy());
                 counts.run += 1;
-                if !fired {
+                if *unreachable {
+                    counts.unreachable += 1;
+                } else if !fired {
                     counts.not_reached += 1;
                 }
                 if let Some(f) = finding {
@@ -203,9 +227,9 @@ fn paused_runtime() -> Result<tokio::runtime::Runtime, ExploreError> {
         .map_err(ExploreError::Runtime)
 }
 
-/// What one plan's run gave: whether its fault happened, its finding, and
-/// when (since the start).
-type PlanResult = Result<(bool, Option<Finding>, Duration), world::WorldError>;
+/// What one plan's run gave: whether its fault happened, whether it was
+/// stopped as unreachable, its finding, and when (since the start).
+type PlanResult = Result<(bool, bool, Option<Finding>, Duration), world::WorldError>;
 
 /// Runs `plans` on one worker per core (each its own paused runtime and
 /// worlds), in order, until the budget is spent. Entry `i` is plan `i`'s
@@ -245,7 +269,12 @@ fn run_plans(
                             let result = runner.run(Some(&plan.fault)).await.map(|outcome| {
                                 let finding =
                                     report::judge(&runner.scenario, plan, reference, &outcome);
-                                (outcome.fired, finding, started.elapsed())
+                                (
+                                    outcome.fired,
+                                    outcome.unreachable.is_some(),
+                                    finding,
+                                    started.elapsed(),
+                                )
                             });
                             if debug {
                                 eprintln!(
@@ -255,7 +284,7 @@ fn run_plans(
                                     plan.fault.describe(&runner.scenario)
                                 );
                             }
-                            if matches!(result, Ok((_, Some(_), _))) {
+                            if matches!(result, Ok((_, _, Some(_), _))) {
                                 found.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             }
                             if let Ok(mut r) = results.lock() {

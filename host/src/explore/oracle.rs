@@ -68,6 +68,49 @@ pub fn masked(object: &Value) -> Value {
     v
 }
 
+/// The apiserver's alphabet of random suffixes (`k8s.io/apiserver`
+/// `names.SimpleNameGenerator`, `utilrand.String`): no vowels, no 0/1/3.
+const SUFFIX_ALPHABET: &str = "bcdfghjklmnpqrstvwxz2456789";
+
+/// A name the ServiceAccount admission gives a Pod's projected token
+/// volume: `kube-api-access-` and five random characters.
+fn is_token_volume(s: &str) -> bool {
+    s.strip_prefix("kube-api-access-")
+        .is_some_and(|r| r.len() == 5 && r.chars().all(|c| SUFFIX_ALPHABET.contains(c)))
+}
+
+/// Every name the server made up in `objects`: each object named by
+/// `generateName` (its name → `<prefix>*`).
+fn generated_names(objects: &[Value]) -> BTreeMap<String, String> {
+    objects
+        .iter()
+        .filter_map(|o| {
+            let name = o["metadata"]["name"].as_str()?;
+            let prefix = o["metadata"]["generateName"].as_str()?;
+            (!prefix.is_empty() && name.starts_with(prefix))
+                .then(|| (name.to_owned(), format!("{prefix}*")))
+        })
+        .collect()
+}
+
+/// Masks the server's random values wherever they appear (a status that
+/// names a generated child, a Pod's token volume and its mounts): two runs
+/// draw other suffixes for the same thing.
+fn mask_random(v: &mut Value, names: &BTreeMap<String, String>) {
+    match v {
+        Value::String(s) => {
+            if let Some(masked) = names.get(s.as_str()) {
+                *s = masked.clone();
+            } else if is_token_volume(s) {
+                *s = "kube-api-access-*".to_owned();
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| mask_random(i, names)),
+        Value::Object(map) => map.values_mut().for_each(|i| mask_random(i, names)),
+        _ => {}
+    }
+}
+
 /// Objects keyed for comparison: `kind ns/name`, and for an object named
 /// by `generateName`, `kind ns/<prefix>*#i` in the order of their content
 /// (their random suffixes differ between runs).
@@ -75,6 +118,7 @@ pub fn masked(object: &Value) -> Value {
 pub fn keyed(objects: &[Value]) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let mut generated: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    let names = generated_names(objects);
     for o in objects {
         let kind = o["kind"].as_str().unwrap_or("?");
         let ns = o["metadata"]["namespace"]
@@ -83,6 +127,7 @@ pub fn keyed(objects: &[Value]) -> BTreeMap<String, Value> {
             .unwrap_or_default();
         let name = o["metadata"]["name"].as_str().unwrap_or("?");
         let mut m = masked(o);
+        mask_random(&mut m, &names);
         match o["metadata"]["generateName"].as_str() {
             Some(prefix) if !prefix.is_empty() && name.starts_with(prefix) => {
                 if let Some(meta) = m.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -219,6 +264,35 @@ mod tests {
         assert_eq!(end_state_diff(&a, &b), "");
         b.insert("main".to_owned(), vec![o("w-zzzzz"), o("w-yyyyy")]);
         assert!(end_state_diff(&a, &b).contains("Pod d/w-*#2 extra"));
+    }
+
+    #[test]
+    fn server_made_random_names_are_masked_wherever_they_appear() {
+        let pod = |suffix: &str| {
+            let volume = format!("kube-api-access-{suffix}");
+            json!({"kind": "Pod", "metadata": {"name": "p", "namespace": "d"},
+                "spec": {"volumes": [{"name": volume}],
+                    "containers": [{"name": "c", "volumeMounts": [{"name": volume, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]}]}})
+        };
+        let owner = |child: &str| json!({"kind": "Widget", "metadata": {"name": "w", "namespace": "d"}, "status": {"child": child}});
+        let child = |name: &str| json!({"kind": "ConfigMap", "metadata": {"name": name, "generateName": "w-", "namespace": "d"}});
+        let mut a = BTreeMap::new();
+        a.insert(
+            "main".to_owned(),
+            vec![pod("x7b2q"), owner("w-abcde"), child("w-abcde")],
+        );
+        let mut b = BTreeMap::new();
+        b.insert(
+            "main".to_owned(),
+            vec![pod("zz9kd"), owner("w-fghjk"), child("w-fghjk")],
+        );
+        assert_eq!(end_state_diff(&a, &b), "");
+        // A name the plugin chose is not masked.
+        b.insert(
+            "main".to_owned(),
+            vec![pod("zz9kd"), owner("w-other"), child("w-fghjk")],
+        );
+        assert!(end_state_diff(&a, &b).contains("Widget d/w differs"));
     }
 
     #[test]

@@ -7,7 +7,10 @@ use rand::SeedableRng as _;
 use rand::seq::SliceRandom as _;
 use serde::{Deserialize, Serialize};
 
+use crate::action::Resource;
+
 use super::scenario::{Scenario, Step};
+use super::stale::{Logged, View};
 use super::trace::{At, Reconcile};
 use super::wire::Injected;
 
@@ -35,6 +38,17 @@ pub enum Fault {
         at: At,
         /// How many of the key's reconciles the cache is behind (1: it
         /// answers what the previous one read).
+        #[serde(default = "one")]
+        behind: usize,
+    },
+    /// Sieve's time travel: the controller restarted onto an older,
+    /// consistent snapshot. That reconcile reads everything — its primary
+    /// included — as the key's reconcile `behind` back read it, and gets
+    /// the phase decided from that primary.
+    TimeTravel {
+        /// The reconcile.
+        at: At,
+        /// How many of the key's reconciles back the snapshot is.
         #[serde(default = "one")]
         behind: usize,
     },
@@ -90,6 +104,7 @@ pub enum Fault {
 pub const STRATEGIES: &[&str] = &[
     "crash",
     "stale",
+    "time-travel",
     "unobserved",
     "transient",
     "cluster-down",
@@ -106,6 +121,7 @@ impl Fault {
         match self {
             Self::Crash { .. } => "crash",
             Self::Stale { .. } => "stale",
+            Self::TimeTravel { .. } => "time-travel",
             Self::Unobserved { .. } => "unobserved",
             Self::Transient { .. } => "transient",
             Self::ClusterDown { .. } => "cluster-down",
@@ -122,6 +138,7 @@ impl Fault {
         match self {
             Self::Crash { at, .. }
             | Self::Stale { at, .. }
+            | Self::TimeTravel { at, .. }
             | Self::Transient { at, .. }
             | Self::Duplicate { at }
             | Self::Delay { at } => Some(at),
@@ -147,6 +164,11 @@ impl Fault {
             }
             Self::Stale { at, behind } => format!(
                 "{at} reads a cache {behind} reconcile(s) behind (what reconcile #{} of {} read)",
+                at.n.saturating_sub(*behind),
+                at.key
+            ),
+            Self::TimeTravel { at, behind } => format!(
+                "{at} runs on a controller restarted onto an older snapshot: everything, its primary and phase included, as reconcile #{} of {} saw it",
                 at.n.saturating_sub(*behind),
                 at.key
             ),
@@ -177,7 +199,8 @@ fn one() -> usize {
     1
 }
 
-/// How many distinct earlier views of a key a stale read may serve.
+/// How many distinct earlier views of a key a stale read (or a time
+/// travel) may serve, however many reconciles back they are.
 const STALE_DEPTH: usize = 3;
 
 /// A plan file.
@@ -242,19 +265,33 @@ fn consequential(r: &Reconcile) -> bool {
             .any(|a| matches!(a.verb.as_str(), "delete" | "create" | "apply" | "patch"))
 }
 
+/// The plans of an exploration, and how many were left out per strategy
+/// because they would give the same reads as another.
+#[derive(Clone, Debug, Default)]
+pub struct Generated {
+    /// Plans per strategy.
+    pub plans: BTreeMap<&'static str, Vec<Fault>>,
+    /// Plans pruned per strategy.
+    pub pruned: BTreeMap<&'static str, usize>,
+}
+
 /// The plans the reference run makes possible, per strategy, pruned by
 /// causality: only reconciles that wrote something that changed the
-/// cluster (for stale reads: whose reads differ from what the key's
-/// previous reconcile read), only settles that follow a change.
+/// cluster (for stale reads: only views that answer the reconcile's reads
+/// otherwise than the cache did and than every other view planned, built
+/// as [`View::build`] does at run time: informers that never go back, the
+/// primary's current), only settles that follow a change.
 #[must_use]
 pub fn generate(
     scenario: &Scenario,
     reference: &[Reconcile],
+    primary: &Resource,
     seed: u64,
-) -> BTreeMap<&'static str, Vec<Fault>> {
-    // What each key's earlier reconciles read: a stale read serves one.
-    let mut previous: BTreeMap<&str, Vec<&Reconcile>> = BTreeMap::new();
+) -> Generated {
+    // What every earlier reconcile read: a stale view is built from it.
+    let mut log: Vec<Logged> = Vec::new();
     let mut out: BTreeMap<&'static str, Vec<Fault>> = BTreeMap::new();
+    let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut add = |f: Fault| out.entry(f.strategy()).or_default().push(f);
     let mut seen_dup: BTreeSet<String> = BTreeSet::new();
     for r in reference {
@@ -270,24 +307,58 @@ pub fn generate(
                 });
             }
         }
-        let earlier = previous.entry(&r.at.key).or_default();
         if consequential(r) {
-            let mut views: Vec<&Vec<crate::change::record::Read>> = vec![&r.case.reads];
-            for (behind, prev) in earlier.iter().rev().enumerate() {
-                if views.len() > STALE_DEPTH {
+            let current = &r.case.reads;
+            let mut seen = vec![current.clone()];
+            let primary = (r.case.request.cluster.as_str(), primary);
+            // Up to STALE_DEPTH distinct views, however far back (a resync
+            // repeats the same reads).
+            for behind in 1.. {
+                if seen.len() > STALE_DEPTH {
                     break;
                 }
-                if views.contains(&&prev.case.reads) {
+                let Some(view) = View::build(&log, &r.at.key, behind, primary) else {
+                    break;
+                };
+                let answers = view.answers(current);
+                if seen.contains(&answers) {
+                    *pruned.entry("stale").or_default() += 1;
                     continue;
                 }
-                views.push(&prev.case.reads);
+                seen.push(answers);
                 add(Fault::Stale {
                     at: r.at.clone(),
-                    behind: behind + 1,
+                    behind,
+                });
+            }
+            // Time travel: whole earlier snapshots of the key, the phase
+            // with them.
+            let mut seen = vec![(r.phase, current.clone())];
+            for behind in 1.. {
+                if seen.len() > STALE_DEPTH {
+                    break;
+                }
+                let Some((view, phase)) = View::snapshot(&log, &r.at.key, behind) else {
+                    break;
+                };
+                let answers = (phase, view.answers(current));
+                if seen.contains(&answers) {
+                    *pruned.entry("time-travel").or_default() += 1;
+                    continue;
+                }
+                seen.push(answers);
+                add(Fault::TimeTravel {
+                    at: r.at.clone(),
+                    behind,
                 });
             }
         }
-        earlier.push(r);
+        log.push(Logged {
+            ordinal: r.ordinal,
+            key: r.at.key.clone(),
+            phase: r.phase,
+            reads: r.case.reads.clone(),
+        });
         for (i, w) in r.writes.iter().enumerate() {
             if !w.changed {
                 continue;
@@ -360,7 +431,7 @@ pub fn generate(
             });
         }
     }
-    out
+    Generated { plans: out, pruned }
 }
 
 /// The order plans run in: round-robin across strategies (so a short

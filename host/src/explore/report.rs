@@ -26,8 +26,17 @@ pub struct StrategyCount {
     pub generated: usize,
     /// Run within the budget.
     pub run: usize,
-    /// Runs where the fault never happened (the run went elsewhere).
+    /// Runs where the fault never happened (the run went elsewhere, or a
+    /// stale view answered nothing the cache would not have).
     pub not_reached: usize,
+    /// Plans left out before running because they would give the same
+    /// reads as another (a stale view equal to one already planned, or to
+    /// the current cache once informers may not go back).
+    pub pruned: usize,
+    /// Runs stopped because the plan turned out to be a state no real
+    /// system reaches (a held delete and re-apply merged into a write on
+    /// the terminating object); never judged.
+    pub unreachable: usize,
     /// Findings.
     pub findings: usize,
 }
@@ -143,7 +152,8 @@ impl Report {
             "reference": {"reconciles": self.reference_reconciles},
             "kinds": self.kinds,
             "strategies": self.strategies.iter().map(|(k, v)| (k.clone(), json!({
-                "generated": v.generated, "run": v.run, "notReached": v.not_reached, "findings": v.findings,
+                "generated": v.generated, "pruned": v.pruned, "run": v.run, "notReached": v.not_reached,
+                "unreachable": v.unreachable, "findings": v.findings,
             }))).collect::<serde_json::Map<_, _>>(),
             "plansRun": self.plans_run,
             "budgetExhausted": self.budget_exhausted,
@@ -190,14 +200,14 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "\n  {:<13} {:>9} {:>5} {:>11} {:>8}",
-            "STRATEGY", "GENERATED", "RUN", "NOT-REACHED", "FINDINGS"
+            "\n  {:<13} {:>9} {:>6} {:>5} {:>11} {:>11} {:>8}",
+            "STRATEGY", "GENERATED", "PRUNED", "RUN", "NOT-REACHED", "UNREACHABLE", "FINDINGS"
         );
         for (k, v) in &self.strategies {
             let _ = writeln!(
                 out,
-                "  {k:<13} {:>9} {:>5} {:>11} {:>8}",
-                v.generated, v.run, v.not_reached, v.findings
+                "  {k:<13} {:>9} {:>6} {:>5} {:>11} {:>11} {:>8}",
+                v.generated, v.pruned, v.run, v.not_reached, v.unreachable, v.findings
             );
         }
         for e in &self.errors {
@@ -282,7 +292,11 @@ pub(super) fn reference_findings(scenario: &Scenario, reference: &RunOutcome) ->
                 .trace
                 .iter()
                 .rev()
-                .filter(|r| r.error.is_some())
+                .filter(|r| {
+                    r.error.is_some()
+                        || !r.refused.is_empty()
+                        || r.writes.iter().any(|w| w.refused())
+                })
                 .take(3)
                 .map(|r| r.case.clone())
                 .collect(),
@@ -324,12 +338,22 @@ pub(super) fn judge(
     reference: &RunOutcome,
     outcome: &RunOutcome,
 ) -> Option<Finding> {
+    if outcome.unreachable.is_some() {
+        return None;
+    }
     let mut failed: Vec<(&'static str, String)> = Vec::new();
     let state = end_state_diff(&reference.end_state, &outcome.end_state);
     if !state.is_empty() {
         failed.push(("end-state", state));
     }
-    if !matches!(plan.fault, Fault::Unobserved { .. }) {
+    // Not for plans that change the steps themselves (unobserved), nor
+    // for a restart onto an old snapshot (time travel), which redoes the
+    // work of that time — a child made again and cleaned up again is the
+    // healing of a level-based controller; its harm shows in the end state.
+    if !matches!(
+        plan.fault,
+        Fault::Unobserved { .. } | Fault::TimeTravel { .. }
+    ) {
         let counts = counts_diff(&reference.counts, &outcome.counts);
         if !counts.is_empty() {
             failed.push(("counts", counts));

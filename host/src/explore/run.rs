@@ -56,6 +56,9 @@ pub struct RunOutcome {
     pub fired: bool,
     /// Decisions that changed on the same reads (reference only).
     pub nondeterministic: Vec<Nondeterminism>,
+    /// Why the plan is one no real system can produce (the run was
+    /// stopped there and is not judged).
+    pub unreachable: Option<String>,
 }
 
 /// Runs a plugin through a scenario.
@@ -127,9 +130,28 @@ impl Runner {
                     world.set_unsynced(c, false);
                 }
             } else {
+                if let Some(why) = held_reapply(&world, held, i, step).await {
+                    let trace = probe.trace();
+                    world.stop().await;
+                    return Ok(RunOutcome {
+                        trace,
+                        end_state: BTreeMap::new(),
+                        counts: BTreeMap::new(),
+                        unsettled: None,
+                        failing: BTreeMap::new(),
+                        fired: false,
+                        nondeterministic: Vec::new(),
+                        unreachable: Some(why),
+                    });
+                }
                 world.perform(i, step, fault.is_none()).await?;
             }
             if held.is_some_and(|(_, to)| to == i) {
+                // Let the engine's watches deliver the held steps first (on
+                // the paused clock this sleep ends once nothing else can
+                // run): the plan is about unseen intermediate states, not
+                // a cache behind the last step, which `stale` covers.
+                tokio::time::sleep(Duration::from_millis(100)).await;
                 world.manager.set_suspended(&name, false);
             }
         }
@@ -149,17 +171,8 @@ impl Runner {
         let end_state = world.snapshot(&self.resources).await;
         let counts = world.board.counts();
         let mut trace = probe.trace();
-        attach_writes(&mut trace, &world.board);
-        let mut failing = BTreeMap::new();
-        let mut last: BTreeMap<&str, &Reconcile> = BTreeMap::new();
-        for r in &trace {
-            last.insert(&r.at.key, r);
-        }
-        for (key, r) in last {
-            if let Some(e) = &r.error {
-                failing.insert(key.to_owned(), e.clone());
-            }
-        }
+        attach_writes(&mut trace, &world.board, &probe.refused());
+        let failing = failing(&trace);
         let fired = fired || probe.fired();
         let nondeterministic = probe.nondeterministic();
         world.stop().await;
@@ -171,8 +184,76 @@ impl Runner {
             failing,
             fired,
             nondeterministic,
+            unreachable: None,
         })
     }
+}
+
+/// Whether step `i`, inside the plugin's hold, applies an object that is
+/// still terminating: a delete and a re-apply of the same name that the
+/// hold merged into a write on the old object. Without the hold the
+/// plugin would have released its finalizer and the apply made a new
+/// object; no watch, however late, turns that into an update of the old
+/// one, so the plan is not a state the system can reach.
+async fn held_reapply(
+    world: &World,
+    held: Option<(usize, usize)>,
+    i: usize,
+    step: &Step,
+) -> Option<String> {
+    let (from, to) = held?;
+    if i <= from || i > to {
+        return None;
+    }
+    let Step::Apply { cluster, objects } = step else {
+        return None;
+    };
+    for o in objects {
+        if world.terminating(cluster, o).await {
+            return Some(format!(
+                "step {} re-applies {} {} while the hold keeps it terminating: a delete and a re-apply merged into a write no real watch produces",
+                i + 1,
+                o["kind"].as_str().unwrap_or("?"),
+                o["metadata"]["name"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    None
+}
+
+/// Keys whose last reconcile failed: the plugin's call, an outcome the
+/// host's writer could not perform (refused, invalid, or an API error
+/// after its retries), or a write the API server refused for good (with
+/// the writer's or the server's reason, the action and the object).
+fn failing(trace: &[Reconcile]) -> BTreeMap<String, String> {
+    let mut last: BTreeMap<&str, &Reconcile> = BTreeMap::new();
+    for r in trace {
+        last.insert(&r.at.key, r);
+    }
+    let mut out = BTreeMap::new();
+    for (key, r) in last {
+        let mut why: Vec<String> = Vec::new();
+        if let Some(e) = &r.error {
+            why.push(e.clone());
+        }
+        why.extend(r.refused.iter().map(|x| format!("not performed: {x}")));
+        why.extend(r.writes.iter().filter(|w| w.refused()).map(|w| {
+            format!(
+                "the API server answered {} to {} {}{}",
+                w.status,
+                w.method,
+                w.path,
+                w.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )
+        }));
+        if !why.is_empty() {
+            out.insert(key.to_owned(), why.join("; "));
+        }
+    }
+    out
 }
 
 /// Runs until the plugin's queue is idle and nothing changed for

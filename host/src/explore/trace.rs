@@ -36,6 +36,22 @@ pub struct WriteSummary {
     pub method: String,
     /// Whether it changed the cluster.
     pub changed: bool,
+    /// The API server's answer.
+    pub status: u16,
+    /// Request path.
+    pub path: String,
+    /// The server's message when it refused.
+    pub message: Option<String>,
+}
+
+impl WriteSummary {
+    /// Whether the API server refused it for good: a 400, 403 or 422 (a
+    /// write the server will never take, whatever the retries). 404 and
+    /// 409 are not: the writer takes them as done where they mean it.
+    #[must_use]
+    pub fn refused(&self) -> bool {
+        matches!(self.status, 400 | 403 | 422)
+    }
 }
 
 /// One reconcile of a run.
@@ -59,6 +75,9 @@ pub struct Reconcile {
     pub changed_writes: usize,
     /// How many lists it made.
     pub lists: usize,
+    /// Why the host could not perform its outcome (the writer's reason,
+    /// naming the action and the object), when it could not.
+    pub refused: Vec<String>,
     /// The fault performed on it, if any.
     pub fault: Option<String>,
     /// The case: what it read and decided (as the plugin saw it).

@@ -103,6 +103,12 @@ pub struct Write {
     pub injected: bool,
     /// Whether it reached the server (a fault may answer after it did).
     pub reached: bool,
+    /// The server's message when it refused (status 400 and up).
+    pub message: Option<String>,
+    /// Whether the host wrote it for its own protocol (a finalizer patch),
+    /// not for the plugin's outcome: never faulted, never counted as one
+    /// of a reconcile's writes.
+    pub host: bool,
 }
 
 /// Which write to fail, armed for one reconcile.
@@ -127,6 +133,9 @@ struct State {
     /// Whether the last armed fault answered a write.
     fired: bool,
     writes: Vec<Write>,
+    /// Per cluster: whether the write in flight there is the host's own
+    /// (the probe tells, from the writer's gate, before each one).
+    host_writing: BTreeMap<String, bool>,
 }
 
 /// Faults and the write log shared by every cluster's wire of one run.
@@ -195,6 +204,17 @@ impl Switchboard {
         });
     }
 
+    /// The writes to `cluster` from now on are the host's own (`true`: a
+    /// finalizer patch) or the plugin's (`false`). Within one cluster the
+    /// writer performs one action at a time, so the flag set at the gate
+    /// holds for every request (retries included) of that action.
+    pub fn set_host_writing(&self, cluster: &str, host: bool) {
+        self.state
+            .lock()
+            .host_writing
+            .insert(cluster.to_owned(), host);
+    }
+
     /// Whether the armed fault answered a write.
     #[must_use]
     pub fn fired(&self) -> bool {
@@ -247,7 +267,34 @@ enum Verdict {
 }
 
 impl Switchboard {
-    fn judge(&self, cluster: &str, method: &Method, path: &str, query: &str) -> (Verdict, bool) {
+    /// What to do with a request, whether it is a write, and whether that
+    /// write is the host's own.
+    fn judge(
+        &self,
+        cluster: &str,
+        method: &Method,
+        path: &str,
+        query: &str,
+    ) -> (Verdict, bool, bool) {
+        let (verdict, write) = self.judge_inner(cluster, method, path, query);
+        let host = write
+            && self
+                .state
+                .lock()
+                .host_writing
+                .get(cluster)
+                .copied()
+                .unwrap_or(false);
+        (verdict, write, host)
+    }
+
+    fn judge_inner(
+        &self,
+        cluster: &str,
+        method: &Method,
+        path: &str,
+        query: &str,
+    ) -> (Verdict, bool) {
         let mut s = self.state.lock();
         if s.down.contains(cluster) {
             return (Verdict::Refuse, false);
@@ -262,6 +309,11 @@ impl Switchboard {
         }
         if !write {
             return (Verdict::Pass, false);
+        }
+        // The host's own writes (finalizer patches) are never a plan's
+        // fault: a transient fault names a write of the plugin's outcome.
+        if s.host_writing.get(cluster).copied().unwrap_or(false) {
+            return (Verdict::Pass, true);
         }
         s.seen_in_reconcile += 1;
         let seen = s.seen_in_reconcile;
@@ -428,7 +480,7 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
             let method = req.method().clone();
             let path = req.uri().path().to_owned();
             let query = req.uri().query().unwrap_or_default().to_owned();
-            let (verdict, write) = this.board.judge(&this.cluster, &method, &path, &query);
+            let (verdict, write, host) = this.board.judge(&this.cluster, &method, &path, &query);
             let reconcile = this.board.reconcile();
             let req = req.map(axum::body::Body::new);
             match verdict {
@@ -448,6 +500,8 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
                             reconcile,
                             injected: true,
                             reached: false,
+                            message: None,
+                            host,
                         });
                     }
                     Ok(status_response(fault))
@@ -472,6 +526,11 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
                         reconcile,
                         injected,
                         reached: true,
+                        message: (parts.status.as_u16() >= 400)
+                            .then(|| serde_json::from_slice::<Value>(&bytes).ok())
+                            .flatten()
+                            .and_then(|v| v["message"].as_str().map(str::to_owned)),
+                        host,
                     });
                     if let Verdict::FailAfter(fault) = verdict {
                         return Ok(status_response(fault));
@@ -515,6 +574,12 @@ mod tests {
         board.begin_reconcile(3);
         board.arm(3, 2, Injected::Conflict);
         let p = |path: &str| board.judge("main", &Method::PATCH, path, "").0;
+        board.set_host_writing("main", true);
+        assert!(
+            matches!(p("/api/v1/namespaces/d/configmaps/a"), Verdict::Pass),
+            "the host's own write is never the plan's fault"
+        );
+        board.set_host_writing("main", false);
         assert!(matches!(
             p("/api/v1/namespaces/d/configmaps/a"),
             Verdict::Pass

@@ -245,6 +245,19 @@ impl World {
         result.map(drop).map_err(|e| e.to_string())
     }
 
+    /// Whether `object` exists in `cluster` and is being deleted (held by
+    /// a finalizer).
+    pub async fn terminating(&self, cluster: &str, object: &Value) -> bool {
+        let Ok((api, name)) = self.api(cluster, object).await else {
+            return false;
+        };
+        api.get_opt(&name)
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_some())
+    }
+
     async fn delete(&self, t: &Target) -> Result<(), String> {
         let (ar, namespaced) = self.kind(&t.cluster, &t.api_version, &t.kind).await?;
         let client = self.scenario_clients[&t.cluster].clone();

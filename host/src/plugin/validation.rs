@@ -16,12 +16,18 @@ pub struct InvalidRegistration {
     pub problems: Vec<String>,
 }
 
-/// Checks a registration as the host does when it loads a plugin.
+/// Checks a registration as the host does when it loads a plugin; logs
+/// what it accepts with a warning (a finalizer without a domain prefix).
 ///
 /// # Errors
 /// [`InvalidRegistration`], with every problem found.
 pub fn validate_registration(reg: &Registration) -> Result<(), InvalidRegistration> {
-    let problems = rules::problems(&spec(reg));
+    let spec = spec(reg);
+    // Accepted, as Kubernetes accepts it, with the API server's warning.
+    for warning in rules::warnings(&spec) {
+        tracing::warn!(plugin = %reg.name, "{warning}");
+    }
+    let problems = rules::problems(&spec);
     if problems.is_empty() {
         Ok(())
     } else {

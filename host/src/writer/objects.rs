@@ -185,12 +185,20 @@ impl Writer {
             cluster: c.cluster.clone(),
             reason,
         };
-        let (_, id, ns, name) = parse_object(&c.object).map_err(invalid)?;
+        let (_, id, ns, naming) =
+            parse_object_named(&c.object, Naming::NameOrGenerate).map_err(invalid)?;
         // Sent as the plugin wrote it: metadata parsed, the rest as its text.
         let obj: RawObject =
             serde_json::from_str(&c.object).map_err(|e| invalid(format!("not an object: {e}")))?;
+        // Named by the server (`generateName`): the target is described by
+        // its prefix (`web-*`); the answer carries the name it was given,
+        // which is what read-your-writes stores.
+        let shown = match &naming {
+            ObjectName::Given(name) => name.clone(),
+            ObjectName::Generated(prefix) => format!("{prefix}*"),
+        };
         let target = self
-            .target(plugin, action, &cluster, &id, ns.as_deref(), &name)
+            .target(plugin, action, &cluster, &id, ns.as_deref(), &shown)
             .await?;
         let result = self
             .call(
@@ -204,7 +212,13 @@ impl Writer {
             .await;
         match result {
             Ok(obj) => Ok(Written::Object(id, Box::new(obj))),
-            Err(Error::Api { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists") => {
+            // Create-if-absent: the name is taken, so the object is there.
+            // Not for a generated name: a clash there is not "the same
+            // object", and the create is tried again.
+            Err(Error::Api { source, .. })
+                if matches!(naming, ObjectName::Given(_))
+                    && matches!(source.as_ref(), kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists") =>
+            {
                 Ok(Written::Nothing)
             }
             Err(e) => Err(e),
@@ -212,7 +226,6 @@ impl Writer {
     }
 }
 
-/// Parse an object of an apply/create action: its JSON, type, namespace, name.
 /// Whether the object a DELETE answered with still exists: only one
 /// carrying a deletionTimestamp (held by finalizers, or deleted in the
 /// foreground). Pods, Services, PVCs and a few other kinds answer a
@@ -221,19 +234,65 @@ fn still_there(answer: &RawObject) -> bool {
     answer.metadata.deletion_timestamp.is_some()
 }
 
+/// How an object of a create or apply is named.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum ObjectName {
+    /// `metadata.name`.
+    Given(String),
+    /// No name: the API server makes one from this `metadata.generateName`
+    /// prefix (creates only).
+    Generated(String),
+}
+
+/// Which names an action accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Naming {
+    /// `metadata.name` is required (apply: server-side apply names its
+    /// object).
+    NameOnly,
+    /// `metadata.name`, or else `metadata.generateName` (create).
+    NameOrGenerate,
+}
+
+/// Parse an object of an apply: its JSON, type, namespace and name.
 pub(super) fn parse_object(
     json: &str,
 ) -> Result<(Value, ResourceId, Option<String>, String), String> {
+    let (obj, id, ns, name) = parse_object_named(json, Naming::NameOnly)?;
+    match name {
+        ObjectName::Given(name) => Ok((obj, id, ns, name)),
+        ObjectName::Generated(_) => Err("object has no metadata.name".to_owned()),
+    }
+}
+
+/// Parse an object: its JSON, type, namespace and how it is named.
+pub(super) fn parse_object_named(
+    json: &str,
+    naming: Naming,
+) -> Result<(Value, ResourceId, Option<String>, ObjectName), String> {
     let obj: Value = serde_json::from_str(json).map_err(|e| format!("object is not JSON: {e}"))?;
     let api_version = obj["apiVersion"]
         .as_str()
         .ok_or("object has no apiVersion")?;
     let kind = obj["kind"].as_str().ok_or("object has no kind")?;
-    let name = obj["metadata"]["name"]
+    let given = obj["metadata"]["name"].as_str().filter(|n| !n.is_empty());
+    let prefix = obj["metadata"]["generateName"]
         .as_str()
-        .filter(|n| !n.is_empty())
-        .ok_or("object has no metadata.name")?
-        .to_owned();
+        .filter(|n| !n.is_empty());
+    let name = match (given, prefix, naming) {
+        (Some(name), _, _) => ObjectName::Given(name.to_owned()),
+        (None, Some(prefix), Naming::NameOrGenerate) => ObjectName::Generated(prefix.to_owned()),
+        (None, Some(_), Naming::NameOnly) => {
+            return Err(
+                "object has no metadata.name (metadata.generateName names only a create; an apply needs the name)"
+                    .to_owned(),
+            );
+        }
+        (None, None, Naming::NameOnly) => return Err("object has no metadata.name".to_owned()),
+        (None, None, Naming::NameOrGenerate) => {
+            return Err("object has neither metadata.name nor metadata.generateName".to_owned());
+        }
+    };
     let namespace = obj["metadata"]["namespace"].as_str().map(str::to_owned);
     let (group, version) = match api_version.split_once('/') {
         Some((g, v)) => (g.to_owned(), v.to_owned()),
@@ -386,5 +445,25 @@ mod tests {
         assert_eq!((id.group.as_str(), ns), ("", None));
         assert!(parse_object(r#"{"apiVersion":"v1","kind":"Node","metadata":{}}"#).is_err());
         assert!(parse_object("nope").is_err());
+    }
+
+    #[test]
+    fn a_create_may_leave_the_name_to_the_server() {
+        let generated = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"generateName":"w-","namespace":"d"}}"#;
+        let (_, _, ns, name) = parse_object_named(generated, Naming::NameOrGenerate).unwrap();
+        assert_eq!(ns.as_deref(), Some("d"));
+        assert_eq!(name, ObjectName::Generated("w-".to_owned()));
+        // A given name wins (as on the API server).
+        let both =
+            r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","generateName":"w-"}}"#;
+        assert_eq!(
+            parse_object_named(both, Naming::NameOrGenerate).unwrap().3,
+            ObjectName::Given("x".to_owned())
+        );
+        // An apply needs its name, and says why.
+        let err = parse_object(generated).unwrap_err();
+        assert!(err.contains("generateName names only a create"), "{err}");
+        let none = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#;
+        assert!(parse_object_named(none, Naming::NameOrGenerate).is_err());
     }
 }

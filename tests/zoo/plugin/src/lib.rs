@@ -25,7 +25,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResource;
 use rekon_sdk::prelude::*;
@@ -36,12 +36,15 @@ use serde_json::Value;
 pub mod already_exists_forever;
 pub mod delete_after_recreate;
 pub mod finalizer_by_index;
+pub mod finalizer_child;
 pub mod finalizer_unreachable;
 pub mod full_object_write;
 pub mod generate_name_lag;
 pub mod intermediate_status;
 pub mod list_order;
 pub mod orphaned_child;
+pub mod pod_token;
+pub mod refused_write;
 pub mod status_every_reconcile;
 pub mod transient_cleanup;
 
@@ -137,11 +140,18 @@ pub enum Bug {
     ListOrder,
     /// [`orphaned_child`]
     OrphanedChild,
+    /// [`refused_write`]
+    RefusedWrite,
+    /// [`finalizer_child`]: a correct plugin (no bug; `fixed` changes
+    /// nothing).
+    FinalizerChild,
+    /// [`pod_token`]: a correct plugin (no bug; `fixed` changes nothing).
+    PodToken,
 }
 
 impl Bug {
     /// Every bug, in the order of `docs/plugins/exploring.md`.
-    pub const ALL: [Bug; 11] = [
+    pub const ALL: [Bug; 12] = [
         Bug::IntermediateStatus,
         Bug::FinalizerUnreachable,
         Bug::GenerateNameLag,
@@ -153,7 +163,11 @@ impl Bug {
         Bug::FullObjectWrite,
         Bug::ListOrder,
         Bug::OrphanedChild,
+        Bug::RefusedWrite,
     ];
+
+    /// The correct plugins that must stay clean (`tests/zoo/correct/`).
+    pub const CORRECT: [Bug; 2] = [Bug::FinalizerChild, Bug::PodToken];
 
     /// The bug's name (its folder under `tests/zoo/`).
     #[must_use]
@@ -221,6 +235,16 @@ impl Plugin for Zoo {
             .crd(Widget::crd());
         let bug = settings.bug()?;
         Ok(match bug {
+            // A host-managed finalizer, a child in the primary cluster.
+            Bug::FinalizerChild => reg
+                .clusters(ClusterSet::Primary)
+                .watch::<ConfigMap>(ClusterSet::Primary, Mapping::OwnerLabels(owner_labels()))
+                .finalizer(FINALIZER)
+                .permission::<ConfigMap>(CHILD_VERBS, ClusterSet::Primary),
+            Bug::PodToken => reg
+                .clusters(ClusterSet::Primary)
+                .watch::<Pod>(ClusterSet::Primary, Mapping::OwnerLabels(owner_labels()))
+                .permission::<Pod>(CHILD_VERBS, ClusterSet::Primary),
             // Children in every cluster, a finalizer to clean them up.
             Bug::FinalizerUnreachable => reg
                 .clusters(ClusterSet::All)
@@ -246,6 +270,7 @@ impl Plugin for Zoo {
         let fixed = settings.fixed;
         match settings.bug()? {
             Bug::FinalizerUnreachable => finalizer_unreachable::reconcile(ctx, req, &event, fixed),
+            Bug::FinalizerChild => finalizer_child::reconcile(ctx, req, event.primary()),
             // The other bugs register no finalizer: a Widget is never
             // reconciled in cleanup.
             _ if event.is_cleanup() => Ok(Outcome::done()),
@@ -269,6 +294,8 @@ impl Plugin for Zoo {
             Bug::FullObjectWrite => full_object_write::reconcile(ctx, req, event.primary(), fixed),
             Bug::ListOrder => list_order::reconcile(ctx, req, event.primary(), fixed),
             Bug::OrphanedChild => orphaned_child::reconcile(ctx, req, event.primary(), fixed),
+            Bug::PodToken => pod_token::reconcile(ctx, req, event.primary()),
+            Bug::RefusedWrite => refused_write::reconcile(ctx, req, event.primary(), fixed),
         }
     }
 }

@@ -160,13 +160,14 @@ fn fault_free(bug: Bug) -> Value {
 fn play(bug: Bug, w: &mut World) {
     match bug {
         Bug::IntermediateStatus
+        | Bug::RefusedWrite
         | Bug::GenerateNameLag
         | Bug::AlreadyExistsForever
         | Bug::StatusEveryReconcile => {
             insert_widget(w, json!({}), &[]);
             converge(w);
         }
-        Bug::FinalizerUnreachable | Bug::OrphanedChild => {
+        Bug::FinalizerUnreachable | Bug::OrphanedChild | Bug::FinalizerChild | Bug::PodToken => {
             insert_widget(w, json!({}), &[]);
             converge(w);
             w.delete(&widget_ref());
@@ -232,6 +233,32 @@ fn unknown_or_missing_bug_refuses_the_load() {
         .primary("main")
         .with_settings(json!({"bug": "no-such-bug"}));
     assert!(w.register_plugin::<Zoo>().is_err());
+}
+
+#[test]
+fn every_correct_plugin_has_its_folders_and_cleans_up() {
+    let zoo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../correct");
+    let mut seen = Vec::new();
+    for entry in std::fs::read_dir(&zoo).unwrap() {
+        let dir = entry.unwrap().path();
+        assert!(dir.join("scenario.yaml").is_file(), "{}", dir.display());
+        let text = std::fs::read_to_string(dir.join("settings.json")).unwrap();
+        let settings: ZooSettings = serde_json::from_str(&text).unwrap();
+        let bug = settings.bug.expect("a correct folder names its plugin");
+        assert!(Bug::CORRECT.contains(&bug), "{}", dir.display());
+        seen.push(bug);
+    }
+    for bug in Bug::CORRECT {
+        assert!(
+            seen.contains(&bug),
+            "{} has no folder under correct/",
+            bug.name()
+        );
+        let mut w = world(bug, true);
+        insert_widget(&mut w, json!({}), &[]);
+        converge(&mut w);
+        assert_eq!(status(&w)["children"], json!(1), "{}", bug.name());
+    }
 }
 
 #[test]
@@ -545,4 +572,21 @@ fn the_scenarios_crd_is_the_registered_one() {
         "{} differs from the registered CRD; regenerate with ZOO_WRITE_CRD=1 cargo test -p rekon-test-zoo\n{generated}",
         path.display()
     );
+}
+
+#[test]
+fn refused_write() {
+    for fixed in [false, true] {
+        let w = world(Bug::RefusedWrite, fixed);
+        let mut w = w;
+        insert_widget(&mut w, json!({}), &[]);
+        let outcome = w.reconcile::<Zoo>(&req()).unwrap();
+        let create = outcome.creates().next().expect("a create");
+        // Buggy: the child of a namespaced kind has no namespace.
+        assert_eq!(
+            create.object["metadata"]["namespace"].as_str().is_some(),
+            fixed,
+            "fixed={fixed}"
+        );
+    }
 }
