@@ -206,7 +206,7 @@ impl Scenario {
                 .iter()
                 .map(|c| {
                     c.as_str()
-                        .filter(|s| is_dns_label(s))
+                        .filter(|s| rekon_rules::registration::is_dns_label(s))
                         .map(str::to_owned)
                         .ok_or_else(|| {
                             format!("`clusters`: {c} is not a cluster name (a DNS label)")
@@ -406,15 +406,6 @@ fn check_object(v: &Value) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
 }
 
 #[cfg(test)]

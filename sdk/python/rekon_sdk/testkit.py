@@ -390,6 +390,26 @@ class World:
         self._rv += 1
         return str(self._rv)
 
+    def _named(self, x: "a.Create") -> "a.Create":
+        """A create named by the server (``generateName``, no name): named
+        here as the API server does, the prefix and five characters of its
+        alphabet (from a counter, so a test names objects the same way
+        every run)."""
+        meta = x.object.get("metadata") or {}
+        prefix = meta.get("generateName")
+        if meta.get("name") or not prefix:
+            return x
+        alphabet = "bcdfghjklmnpqrstvwxz2456789"
+        n = self._uid
+        self._uid += 1
+        suffix = ""
+        for _ in range(5):
+            suffix += alphabet[n % len(alphabet)]
+            n //= len(alphabet)
+        obj = copy.deepcopy(x.object)
+        obj["metadata"]["name"] = prefix + suffix
+        return a.Create(cluster=x.cluster, object=obj)
+
     def _stamp(self, o: dict) -> None:
         meta = o.setdefault("metadata", {})
         if "uid" not in meta:
@@ -532,6 +552,8 @@ class World:
         if isinstance(x, a.Event):
             self.events.append(x)
             return False
+        if isinstance(x, a.Create):
+            x = self._named(x)
         t = a.target_of(x)
         k = self._key(t.cluster, t.resource.group, t.resource.kind, t.namespace, t.name)
         existing = self._objects.get(k)

@@ -69,6 +69,35 @@ def test_a_write_without_permission_is_refused_before_anything_is_written():
     assert w.get(kinds.JOB, "main", "default", "j") is None
 
 
+class Generator:
+    """Creates a child named by the server (``generateName``) on every apply."""
+
+    primary = kinds.CONFIG_MAP
+
+    def register(self):
+        return Registration("generator", "0.1.0", kinds.CONFIG_MAP).permission(
+            kinds.CONFIG_MAP, ["get", "list", "watch", "create"], PRIMARY
+        )
+
+    def reconcile(self, ctx, req, event):
+        return Outcome.done()
+
+
+def test_a_create_named_by_the_server_gets_a_name_from_its_prefix():
+    w = World().primary("main")
+    w.insert("main", cm("app"))
+    child = {"metadata": {"generateName": "app-", "namespace": "default"}}
+    for _ in range(2):
+        w.apply(Generator(), REQ, Outcome.done().push(action.create("main", kinds.CONFIG_MAP, child)))
+    names = sorted(
+        o["metadata"]["name"]
+        for o in w.list(kinds.CONFIG_MAP, "main", "default")
+        if o["metadata"]["name"].startswith("app-")
+    )
+    assert len(names) == 2 and names[0] != names[1], names
+    assert all(len(n) == len("app-") + 5 for n in names), names
+
+
 def test_reads_outside_the_registration_fail_as_not_watched():
     class Nosy(Stamper):
         def reconcile(self, ctx, req, event):

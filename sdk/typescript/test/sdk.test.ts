@@ -79,6 +79,35 @@ test("a write without permission is refused before anything is written", () => {
   assert.equal(world.get(kinds.Job, "main", "default", "j"), undefined);
 });
 
+test("a create named by the server gets a name from its prefix", () => {
+  const generator: Plugin<ConfigMap> = {
+    primary: kinds.ConfigMap,
+    register: () =>
+      new Registration("generator", "0.1.0", kinds.ConfigMap).permission(
+        kinds.ConfigMap,
+        ["get", "list", "watch", "create"],
+        ClusterSet.primary,
+      ),
+    reconcile: () => Outcome.done(),
+  };
+  const world = new World().primary("main");
+  world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app", namespace: "default" } });
+  const req = namespaced("main", "default", "app");
+  for (let i = 0; i < 2; i++) {
+    const outcome = Outcome.done().with(
+      Action.create("main", kinds.ConfigMap, { metadata: { generateName: "app-", namespace: "default" } }),
+    );
+    world.apply(generator, req, outcome);
+  }
+  const names = world
+    .list<ConfigMap>(kinds.ConfigMap, "main", "default")
+    .map((o) => o.metadata?.name ?? "")
+    .filter((n) => n.startsWith("app-"));
+  assert.equal(names.length, 2, names.join(", "));
+  assert.notEqual(names[0], names[1]);
+  assert.ok(names.every((n) => n.length === "app-".length + 5), names.join(", "));
+});
+
 test("reads outside the registration fail as not watched", () => {
   const world = new World().primary("main");
   world.insert("main", { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "app", namespace: "default", finalizers: [FINALIZER] } });

@@ -356,7 +356,28 @@ export class World {
     }
   }
 
-  private perform(a: Action): boolean {
+  /**
+   * A create named by the server (`generateName`, no name): named here as
+   * the API server does, the prefix and five characters of its alphabet
+   * (from a counter, so a test names objects the same way every run).
+   */
+  private named(a: Action): Action {
+    if (a.type !== "create") return a;
+    const meta = a.object.metadata ?? {};
+    const prefix = meta.generateName;
+    if (meta.name || !prefix) return a;
+    const alphabet = "bcdfghjklmnpqrstvwxz2456789";
+    let n = this.nextUid++;
+    let suffix = "";
+    for (let i = 0; i < 5; i++) {
+      suffix += alphabet[n % alphabet.length];
+      n = Math.floor(n / alphabet.length);
+    }
+    return { ...a, object: { ...a.object, metadata: { ...meta, name: prefix + suffix } } };
+  }
+
+  private perform(given: Action): boolean {
+    const a = this.named(given);
     if (a.type === "event") {
       this.events.push(a);
       return false;
