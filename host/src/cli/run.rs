@@ -326,6 +326,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             // pulls nor compiles.
             cache_dir: cache_dir.as_ref().map(|d| d.join("oci")),
             insecure_registries: args.insecure_registries.clone(),
+            // A module's precompiled layer for this host's engine is
+            // downloaded (and used once its signatures verified).
+            precompiled_engine: rekon::plugin::host_engine_key().ok(),
             ..rekon::source::oci::OciConfig::default()
         })
         .with_metrics(metrics.clone());

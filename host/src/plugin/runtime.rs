@@ -16,6 +16,7 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 use super::bindings::{Plugin, PluginPre};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
+use super::precompiled::{CodePath, Precompiled};
 use super::sandbox::{CallState, Limits};
 use crate::files::write_atomically;
 
@@ -101,10 +102,12 @@ impl Default for RuntimeConfig {
 pub struct LoadTimings {
     /// sha256 of the file.
     pub digest: Duration,
-    /// Compiling, or mapping the cached artifact.
+    /// Compiling, or mapping the cached or precompiled artifact.
     pub code: Duration,
     /// Whether the code came from the on-disk cache.
     pub from_cache: bool,
+    /// Where the code came from (compiled, cached, precompiled).
+    pub path: CodePath,
     /// Contract check, linking, `InstancePre`.
     pub link: Duration,
     /// The `register` call.
@@ -145,10 +148,10 @@ pub(crate) struct RuntimeInner {
     linker: Linker<CallState>,
     pub(crate) config: RuntimeConfig,
     /// Hex digest of engine compatibility hash + wasmtime version.
-    engine_key: String,
+    pub(super) engine_key: String,
     /// The engine configuration without the pool: what compiles run on
     /// ([`compile_apart`]).
-    compile_config: Config,
+    pub(super) compile_config: Config,
     pooling: bool,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
@@ -198,12 +201,7 @@ impl PluginRuntime {
 
         let linker = host_linker(&engine)?;
 
-        let engine_key = {
-            let mut hasher = Sha256Hasher(Sha256::new());
-            engine.precompile_compatibility_hash().hash(&mut hasher);
-            WASMTIME_VERSION.hash(&mut hasher);
-            hex::encode(&hasher.0.finalize()[..12])
-        };
+        let engine_key = key_of(&engine);
         if let (Some(dir), Some(max_age)) = (&config.cache_dir, config.cache_max_age) {
             prune_cache(dir, &engine_key, max_age, SystemTime::now());
         }
@@ -241,12 +239,14 @@ impl PluginRuntime {
 
     /// Everything of a load up to `register`: digest (unless the caller
     /// took it: `digest`, hex sha256 of `bytes`), contract precheck, compile
-    /// (or the cached artifact), contract check, link.
+    /// (or the cached artifact, or `precompiled`: see
+    /// [`super::LoadOptions::precompiled`]), contract check, link.
     pub(crate) fn prepare(
         &self,
         bytes: &[u8],
         digest: Option<String>,
         origin: &str,
+        precompiled: Option<&Precompiled>,
     ) -> Result<Prepared, LoadError> {
         let origin = origin.to_string();
         let started = Instant::now();
@@ -260,10 +260,14 @@ impl PluginRuntime {
             reason: e.to_string(),
         })?;
         let started = Instant::now();
-        let hits = self.inner.cache_hits.load(Ordering::Relaxed);
-        let component = self.compile_cached(bytes, &digest, &origin)?;
+        let (component, path) = self.compile_cached(bytes, &digest, &origin, precompiled)?;
         timings.code = started.elapsed();
-        timings.from_cache = self.inner.cache_hits.load(Ordering::Relaxed) != hits;
+        timings.from_cache = path == CodePath::Cached;
+        timings.path = path;
+        self.inner
+            .config
+            .metrics
+            .plugin_code_loaded(path.as_str(), timings.code);
         let started = Instant::now();
         let fit = contract::check(&self.inner.engine, &component).map_err(|m| match m {
             Mismatch::Version { found, host } => LoadError::IncompatibleContract {
@@ -298,20 +302,27 @@ impl PluginRuntime {
         })
     }
 
-    /// Compiled component for `bytes`, from the cache when present.
+    /// Where the compiled artifact of the component with hex sha256
+    /// `digest` is cached (`None`: no cache directory).
+    pub(super) fn cache_file(&self, digest: &str) -> Option<PathBuf> {
+        self.inner
+            .config
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{digest}{}", cache_suffix(&self.inner.engine_key))))
+    }
+
+    /// Compiled component for `bytes`, from the cache when present, else
+    /// from `precompiled` when it fits, else compiled; and which it was.
     fn compile_cached(
         &self,
         bytes: &[u8],
         digest: &str,
         origin: &str,
-    ) -> Result<Component, LoadError> {
+        precompiled: Option<&Precompiled>,
+    ) -> Result<(Component, CodePath), LoadError> {
         let engine = &self.inner.engine;
-        let cached = self
-            .inner
-            .config
-            .cache_dir
-            .as_ref()
-            .map(|dir| dir.join(format!("{digest}{}", cache_suffix(&self.inner.engine_key))));
+        let cached = self.cache_file(digest);
         if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
             let started = Instant::now();
             // SAFETY: `deserialize_file` maps the file and trusts it to be a
@@ -338,7 +349,7 @@ impl PluginRuntime {
                         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
                         "loaded compiled plugin from cache"
                     );
-                    return Ok(component);
+                    return Ok((component, CodePath::Cached));
                 }
                 Err(e) => tracing::warn!(
                     plugin.origin = origin,
@@ -349,6 +360,32 @@ impl PluginRuntime {
             }
         }
 
+        if let Some(artifact) = precompiled {
+            let started = Instant::now();
+            match self.map_precompiled(artifact, digest, cached.as_deref()) {
+                Ok(component) => {
+                    tracing::info!(
+                        plugin.origin = origin,
+                        plugin.digest = digest,
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "loaded the plugin's precompiled code"
+                    );
+                    return Ok((component, CodePath::Precompiled));
+                }
+                Err(refused) => {
+                    self.inner
+                        .config
+                        .metrics
+                        .plugin_precompiled_refused(refused.outcome());
+                    tracing::warn!(
+                        plugin.origin = origin,
+                        plugin.digest = digest,
+                        reason = %refused,
+                        "not using the plugin's precompiled code; compiling it"
+                    );
+                }
+            }
+        }
         let started = Instant::now();
         let artifact = compile_apart(&self.inner.compile_config, bytes).map_err(|e| {
             let message = format!("{e:#}");
@@ -387,7 +424,7 @@ impl PluginRuntime {
                     #[allow(unsafe_code)]
                     let loaded = unsafe { Component::deserialize_file(engine, &file) };
                     match loaded {
-                        Ok(component) => return Ok(component),
+                        Ok(component) => return Ok((component, CodePath::Compiled)),
                         Err(e) => tracing::warn!(
                             plugin.origin = origin,
                             cache.file = %file.display(),
@@ -415,7 +452,7 @@ impl PluginRuntime {
                 message: format!("{e:#}"),
             }
         })?;
-        Ok(component)
+        Ok((component, CodePath::Compiled))
     }
 
     /// A fresh store limit set for one call.
@@ -520,7 +557,7 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
 /// engine then maps the artifact as it maps a cached one, and a host that
 /// compiled at start uses as much memory as one that found the component
 /// cached (ARCHITECTURE.md, "Measurements behind the code").
-fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+pub(super) fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
     let compiler = Engine::new(config)?;
     compiler.precompile_component(bytes)
 }
@@ -533,7 +570,7 @@ const TABLE_KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// The engine configuration apart from the instance allocator: what
 /// compiled artifacts depend on.
-fn base_config() -> Config {
+pub(super) fn base_config() -> Config {
     let mut base = Config::new();
     base.epoch_interruption(true)
         .wasm_component_model(true)
@@ -596,6 +633,14 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
     Engine::new(&base)
         .map(|e| (e, false))
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))
+}
+
+/// The engine key of `engine` (see [`PluginRuntime::engine_key`]).
+pub(super) fn key_of(engine: &Engine) -> String {
+    let mut hasher = Sha256Hasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    WASMTIME_VERSION.hash(&mut hasher);
+    hex::encode(&hasher.0.finalize()[..12])
 }
 
 /// Feeds `Hash` output into sha256 (stable across processes, unlike
