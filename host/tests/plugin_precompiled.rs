@@ -14,7 +14,7 @@ use plugin_support::*;
 use rekon::action::Phase;
 use rekon::app::file_signatures::FileSignatures;
 use rekon::plugin::{
-    CodePath, LoadOptions, PluginRegistry, PluginRuntime, Precompiled, RuntimeConfig,
+    CodePath, CompileBound, LoadOptions, PluginRegistry, PluginRuntime, Precompiled, RuntimeConfig,
     precompiled_file, signature_file,
 };
 use rekon::source::signature::{KeyAlgorithm, SigningKey};
@@ -162,4 +162,57 @@ fn a_precompiled_load_serves_and_fills_the_compiled_cache() {
         .load_bytes_with(&bytes, "chaos-v1", &LoadOptions::default())
         .expect("loads");
     assert_eq!(again.load_timings().path, CodePath::Cached);
+}
+
+/// A runtime whose compiles run in `rekon plugin compile-apart` under
+/// `limit_mib` MiB, caching in `cache`.
+fn bounded(cache: &Path, limit_mib: u64) -> PluginRuntime {
+    PluginRuntime::new(RuntimeConfig {
+        cache_dir: Some(cache.to_path_buf()),
+        pooling: false,
+        compile_bound: Some(CompileBound {
+            program: env!("CARGO_BIN_EXE_rekon").into(),
+            memory_limit_bytes: limit_mib << 20,
+        }),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime")
+}
+
+/// Compiling under `rekon run --compile-memory-limit`: within the bound
+/// the module compiles in the child and serves; a compile that needs
+/// more fails naming the bound, and the serving version keeps serving.
+#[test]
+fn a_compile_over_the_memory_bound_fails_and_the_serving_version_is_kept() {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let v1 = std::fs::read(chaos_v1()).expect("chaos v1");
+    let v2 = std::fs::read(chaos_v2()).expect("chaos v2");
+    // Within a generous bound: compiled in the child, serves.
+    let roomy = bounded(cache.path(), 1024);
+    let plugin = roomy
+        .load_bytes(&v1, "chaos-v1")
+        .expect("compiles in the child");
+    assert_eq!(plugin.load_timings().path, CodePath::Compiled);
+    assert_eq!(plugin.version(), "1.0.0");
+
+    // v1 is cached now; under a bound too small to compile, v1 still
+    // loads (nothing to compile) and v2 is refused, v1 serving on.
+    let registry = PluginRegistry::new(bounded(cache.path(), 8));
+    let origin = Path::new("plugins.rekon.dev/chaos.wasm");
+    let served = registry
+        .apply_module(origin, &v1, &LoadOptions::default(), |_| Ok(()))
+        .expect("v1 from the cache");
+    assert_eq!(served.load_timings().path, CodePath::Cached);
+    let refusal = registry
+        .apply_module(origin, &v2, &LoadOptions::default(), |_| Ok(()))
+        .expect_err("v2 cannot compile under 8 MiB");
+    assert!(
+        refusal
+            .message
+            .contains("compile memory limit (8 MiB, rekon run --compile-memory-limit)"),
+        "{}",
+        refusal.message
+    );
+    let serving = registry.serving(origin).expect("something serves");
+    assert_eq!(serving.version(), "1.0.0", "the serving version is kept");
 }

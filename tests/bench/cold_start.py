@@ -48,8 +48,14 @@ PLUGINS = [
 def sign_blob(key_pem, path):
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     key = load_pem_private_key(key_pem, password=None)
-    sig = key.sign(path.read_bytes())
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        sig = key.sign(path.read_bytes(), ec.ECDSA(hashes.SHA256()))
+    else:
+        sig = key.sign(path.read_bytes())
     pathlib.Path(str(path) + ".sig").write_text(base64.b64encode(sig).decode() + "\n")
 
 
@@ -102,8 +108,11 @@ def one(rekon, sim_bin, work, wasm, mode, key):
         sign_blob(key_pem, target)
         sign_blob(key_pem, target.with_suffix(".cwasm"))
         extra = ["--signature-key", str(key.with_suffix(".pub"))]
-    sim = ports.KubeSim(sim_bin, work)
-    host = Host(rekon, sim, plugins, cache, work / "rekon.log", extra)
+    run = work / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir()
+    sim = ports.KubeSim(sim_bin, run)
+    host = Host(rekon, sim, plugins, cache, run / "rekon.log", extra)
     try:
         ready = host.wait_ready()
         peak = peak_kib(host.proc.pid)

@@ -240,7 +240,7 @@ fn read_precompiled(path: &Path, component: &[u8]) -> Result<Precompiled, Regist
         reason,
     };
     let bytes = std::fs::read(path).map_err(|e| failed(format!("failed to read it: {e}")))?;
-    let artifact = Precompiled::from_file_bytes(&bytes).map_err(failed)?;
+    let artifact = Precompiled::from_file_bytes(bytes.into()).map_err(failed)?;
     let source = format!("sha256:{}", hex::encode(sha2::Sha256::digest(component)));
     if artifact.source != source {
         return Err(failed(format!(

@@ -49,7 +49,7 @@ pub(super) fn beside(
         ignored("unverified", &reason);
         return None;
     }
-    match Precompiled::from_file_bytes(&bytes) {
+    match Precompiled::from_file_bytes(bytes.into()) {
         Ok(precompiled) => Some(precompiled),
         Err(reason) => {
             ignored("invalid", &reason);

@@ -32,6 +32,7 @@
 
 mod bindings;
 mod capability;
+mod compile_bound;
 mod contract;
 mod convert;
 mod error;
@@ -47,6 +48,7 @@ mod sandbox;
 mod validation;
 
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
+pub use compile_bound::{CompileBound, compile_stdio};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
 pub use file_check::{FileCheck, signature_file};

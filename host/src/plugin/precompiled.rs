@@ -13,13 +13,12 @@
 //! as before when it was not. [`CodePath`] says which way a load went.
 
 use std::path::Path;
-use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 use wasmtime::component::Component;
 
 use super::error::LoadError;
-use super::runtime::{PluginRuntime, RuntimeError, base_config, compile_apart, key_of};
+use super::runtime::{PluginRuntime, RuntimeError, base_config, key_of};
 use crate::files::write_atomically;
 
 /// Where a loaded module's native code came from.
@@ -60,8 +59,9 @@ pub struct Precompiled {
     pub engine: String,
     /// `sha256:<hex>` of the component it was compiled from.
     pub source: String,
-    /// The artifact, as `Engine::precompile_component` wrote it.
-    pub bytes: Arc<[u8]>,
+    /// The artifact, as `Engine::precompile_component` wrote it (tens of
+    /// MiB for an interpreter: shared, and cut from a file without a copy).
+    pub bytes: bytes::Bytes,
 }
 
 /// How a precompiled artifact file starts (`NAME.cwasm` beside `NAME.wasm`,
@@ -98,7 +98,7 @@ impl Precompiled {
     ///
     /// # Errors
     /// What is wrong with it, for the log line that says it is ignored.
-    pub fn from_file_bytes(bytes: &[u8]) -> Result<Self, String> {
+    pub fn from_file_bytes(bytes: bytes::Bytes) -> Result<Self, String> {
         let rest = bytes.strip_prefix(FILE_MAGIC).ok_or(
             "not a rekon precompiled artifact (it does not start with `rekon-precompiled v1`)",
         )?;
@@ -111,7 +111,7 @@ impl Precompiled {
         Ok(Self {
             engine: header.engine,
             source: header.source,
-            bytes: Arc::from(&rest[end + 1..]),
+            bytes: bytes.slice(FILE_MAGIC.len() + end + 1..),
         })
     }
 }
@@ -132,7 +132,8 @@ impl PartialEq for Precompiled {
     fn eq(&self, other: &Self) -> bool {
         self.engine == other.engine
             && self.source == other.source
-            && (Arc::ptr_eq(&self.bytes, &other.bytes)
+            && (self.bytes.as_ptr() == other.bytes.as_ptr()
+                && self.bytes.len() == other.bytes.len()
                 || Sha256::digest(&self.bytes) == Sha256::digest(&other.bytes))
     }
 }
@@ -217,17 +218,17 @@ impl PluginRuntime {
             .and_then(|file| std::fs::read(file).ok());
         let artifact = match cached {
             Some(artifact) => artifact,
-            None => compile_apart(&self.inner.compile_config, bytes).map_err(|e| {
-                LoadError::Compile {
+            None => self
+                .compile_artifact(bytes)
+                .map_err(|message| LoadError::Compile {
                     origin: origin.to_owned(),
-                    message: format!("{e:#}"),
-                }
-            })?,
+                    message,
+                })?,
         };
         Ok(Precompiled {
             engine: self.inner.engine_key.clone(),
             source: format!("sha256:{digest}"),
-            bytes: artifact.into(),
+            bytes: bytes::Bytes::from(artifact),
         })
     }
 
@@ -329,7 +330,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.outcome(), "source_mismatch", "{err}");
         let garbage = Precompiled {
-            bytes: Arc::from(&b"\x7fELF not really"[..]),
+            bytes: bytes::Bytes::from_static(b"\x7fELF not really"),
             ..good
         };
         let err = runtime
@@ -359,21 +360,22 @@ mod tests {
         let a = Precompiled {
             engine: "e".into(),
             source: "sha256:s".into(),
-            bytes: Arc::from(&b"code"[..]),
+            bytes: bytes::Bytes::from_static(b"code"),
         };
         let mut b = a.clone();
-        b.bytes = Arc::from(&b"code"[..]);
+        b.bytes = bytes::Bytes::copy_from_slice(b"code");
         assert_eq!(a, b);
-        b.bytes = Arc::from(&b"other"[..]);
+        b.bytes = bytes::Bytes::from_static(b"other");
         assert_ne!(a, b);
         assert_eq!(
             format!("{a:?}"),
             r#"Precompiled { engine: "e", source: "sha256:s", bytes: 4 }"#
         );
         assert_eq!(CodePath::Precompiled.to_string(), "precompiled");
-        let read = Precompiled::from_file_bytes(&a.to_file_bytes()).expect("read back");
+        let read = Precompiled::from_file_bytes(a.to_file_bytes().into()).expect("read back");
         assert_eq!(read, a);
-        let err = Precompiled::from_file_bytes(b"\0asm\x01\0\0\0").unwrap_err();
+        let err = Precompiled::from_file_bytes(bytes::Bytes::from_static(b"\0asm\x01\0\0\0"))
+            .unwrap_err();
         assert!(err.contains("not a rekon precompiled artifact"), "{err}");
     }
 }

@@ -59,6 +59,10 @@ pub struct RuntimeConfig {
     /// Where per-call WASM time and sandbox failures are reported (the
     /// host's metrics in `rekon run`; by default, metrics of its own).
     pub metrics: crate::telemetry::metrics::Metrics,
+    /// Compile in a child process under a memory cap (`rekon run
+    /// --compile-memory-limit`); `None`: in this process. Either way one
+    /// compile at a time.
+    pub compile_bound: Option<super::compile_bound::CompileBound>,
 }
 
 /// Where an async plugin call runs its (synchronous) wasm code. In place, a
@@ -93,6 +97,7 @@ impl Default for RuntimeConfig {
             policy: None,
             call_mode: CallMode::default(),
             metrics: crate::telemetry::metrics::Metrics::new(),
+            compile_bound: None,
         }
     }
 }
@@ -387,8 +392,7 @@ impl PluginRuntime {
             }
         }
         let started = Instant::now();
-        let artifact = compile_apart(&self.inner.compile_config, bytes).map_err(|e| {
-            let message = format!("{e:#}");
+        let artifact = self.compile_artifact(bytes).map_err(|message| {
             // Classified by what the bytes are, not by the message: only a
             // component is a plugin ([`contract::precheck`] said so before
             // a load; a caller of this alone may not have asked).

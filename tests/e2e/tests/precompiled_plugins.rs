@@ -199,7 +199,7 @@ async fn precompiled_code_serves_only_when_verified_and_for_this_engine() -> any
             plugin_object(&paths, &v1, &signed, verification.clone())?,
         )?;
         wait_serving(&mut env, &d_signed, "precompiled").await?;
-        config_map(&mut env, "by-precompiled-code")?;
+        config_map(&env, "by-precompiled-code")?;
         env.wait_for("the precompiled plugin to reconcile", WAIT, |env| {
             let cm = get(
                 env.main(),

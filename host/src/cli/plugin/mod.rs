@@ -67,6 +67,15 @@ pub enum PluginCommand {
     /// Print this machine's engine key: what a precompiled artifact must
     /// have been compiled for to serve here.
     EngineKey,
+    /// What `rekon run --compile-memory-limit` runs for each compile: the
+    /// component on stdin, its compiled artifact on stdout, this process's
+    /// writable memory capped first.
+    #[command(hide = true)]
+    CompileApart {
+        /// The cap (RLIMIT_DATA), in bytes.
+        #[arg(long)]
+        memory_limit_bytes: Option<u64>,
+    },
     /// Publish a plugin component to an OCI registry in the CNCF wasm
     /// artifact layout (config `application/vnd.wasm.config.v0+json`, one
     /// `application/wasm` layer) and print the manifest digest. The plugin
@@ -204,6 +213,9 @@ pub fn run(command: PluginCommand) -> anyhow::Result<()> {
             cache_dir,
             precompiled,
         } => compile(&files, cache_dir, precompiled),
+        PluginCommand::CompileApart { memory_limit_bytes } => {
+            rekon::plugin::compile_stdio(memory_limit_bytes).map_err(|e| anyhow::anyhow!(e))
+        }
         PluginCommand::EngineKey => {
             println!("{}", rekon::plugin::host_engine_key()?);
             Ok(())

@@ -477,7 +477,7 @@ impl Fetcher {
         Some(Precompiled {
             engine,
             source: from,
-            bytes: bytes.into(),
+            bytes: bytes::Bytes::from(bytes),
         })
     }
 
