@@ -290,7 +290,7 @@ impl RekonFamilies {
             precompiled_refused: registered(
                 registry,
                 "rekon_plugin_precompiled_refused",
-                "Precompiled plugin code not used (the module was compiled instead) by outcome: unverified (not covered by a verified signature), engine_mismatch, source_mismatch, invalid",
+                "Precompiled plugin code not used (the module was compiled instead) by outcome: unverified (not covered by a verified signature), engine_mismatch, source_mismatch, too_large, digest_mismatch, download_failed, invalid",
                 Family::default(),
             ),
             plugin_versions: parking_lot::Mutex::default(),
