@@ -19,8 +19,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use parking_lot::Mutex;
-
-use super::runtime::{PluginRuntime, base_config, compile_apart};
+use wasmtime::{Config, Engine};
 
 /// Compiles one at a time, whatever the runtime (a compile's memory is
 /// the host's largest spike; two at once would double it).
@@ -36,20 +35,44 @@ pub struct CompileBound {
     pub memory_limit_bytes: u64,
 }
 
-impl PluginRuntime {
-    /// The serialized artifact of `bytes` for this engine: compiled one at
-    /// a time, in a bounded child process when the runtime has a
-    /// [`CompileBound`], else on an engine of its own in this process.
-    ///
-    /// # Errors
-    /// Why it did not compile (the bound's reason when it was exceeded).
-    pub(super) fn compile_artifact(&self, bytes: &[u8]) -> Result<Vec<u8>, String> {
-        let _one_at_a_time = COMPILING.lock();
-        match &self.inner.config.compile_bound {
-            None => compile_apart(&self.inner.compile_config, bytes).map_err(|e| format!("{e:#}")),
-            Some(bound) => compile_in_child(bound, bytes),
-        }
+/// The engine configuration apart from the instance allocator: what
+/// compiled artifacts depend on.
+pub(super) fn base_config() -> Config {
+    let mut base = Config::new();
+    base.epoch_interruption(true)
+        .wasm_component_model(true)
+        .parallel_compilation(true);
+    base
+}
+
+/// The serialized artifact of `bytes` for an engine of `config`: compiled
+/// one at a time, in a child process under `bound` when there is one, else
+/// in this process.
+///
+/// # Errors
+/// Why it did not compile (the bound's reason when it was exceeded).
+pub(super) fn compile(
+    config: &Config,
+    bound: Option<&CompileBound>,
+    bytes: &[u8],
+) -> Result<Vec<u8>, String> {
+    let _one_at_a_time = COMPILING.lock();
+    match bound {
+        None => compile_apart(config, bytes).map_err(|e| format!("{e:#}")),
+        Some(bound) => compile_in_child(bound, bytes),
     }
+}
+
+/// Compiles `bytes` into a serialized artifact on an engine of its own,
+/// dropped when done: compiler state an engine keeps after compiling would
+/// otherwise stay alive in the serving engine for good (the freed rest
+/// stays in glibc's arenas: the runtime's `release_compile_memory`). The
+/// serving engine then maps the artifact as it maps a cached one, and a
+/// host that compiled at start uses as much memory as one that found the
+/// component cached (ARCHITECTURE.md, "Measurements behind the code").
+fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
+    let compiler = Engine::new(config)?;
+    compiler.precompile_component(bytes)
 }
 
 /// `rekon plugin compile-apart`'s work: caps this process's writable

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod artifacts;
 mod bindings;
 mod capability;
 mod compile_bound;
@@ -47,6 +48,7 @@ mod runtime;
 mod sandbox;
 mod validation;
 
+pub use artifacts::host_engine_key;
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
 pub use compile_bound::{CompileBound, compile_stdio};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
@@ -56,7 +58,7 @@ pub use file_precompiled::precompiled_file;
 pub use host_reads::{HostReads, NoReads};
 pub use loaded::{LoadOneError, LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
-pub use precompiled::{CodePath, Precompiled, PrecompiledRefused, host_engine_key};
+pub use precompiled::{CodePath, Precompiled, PrecompiledRefused};
 pub use registry::{
     PluginRegistry, PluginStatus, Refusal, RegistryEvent, is_shadow_file, settings_file,
 };

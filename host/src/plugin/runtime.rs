@@ -14,6 +14,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{Plugin, PluginPre};
+use super::compile_bound::{self, CompileBound, base_config};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
 use super::precompiled::{CodePath, Precompiled};
@@ -62,7 +63,7 @@ pub struct RuntimeConfig {
     /// Compile in a child process under a memory cap (`rekon run
     /// --compile-memory-limit`); `None`: in this process. Either way one
     /// compile at a time.
-    pub compile_bound: Option<super::compile_bound::CompileBound>,
+    pub compile_bound: Option<CompileBound>,
 }
 
 /// Where an async plugin call runs its (synchronous) wasm code. In place, a
@@ -155,7 +156,7 @@ pub(crate) struct RuntimeInner {
     /// Hex digest of engine compatibility hash + wasmtime version.
     pub(super) engine_key: String,
     /// The engine configuration without the pool: what compiles run on
-    /// ([`compile_apart`]).
+    /// ([`compile_bound::compile`]).
     pub(super) compile_config: Config,
     pooling: bool,
     compiles: AtomicU64,
@@ -392,7 +393,12 @@ impl PluginRuntime {
             }
         }
         let started = Instant::now();
-        let artifact = self.compile_artifact(bytes).map_err(|message| {
+        let artifact = compile_bound::compile(
+            &self.inner.compile_config,
+            self.inner.config.compile_bound.as_ref(),
+            bytes,
+        )
+        .map_err(|message| {
             // Classified by what the bytes are, not by the message: only a
             // component is a plugin ([`contract::precheck`] said so before
             // a load; a caller of this alone may not have asked).
@@ -554,33 +560,11 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
     removed
 }
 
-/// Compiles `bytes` into a serialized artifact on an engine of its own,
-/// dropped when done: compiler state an engine keeps after compiling would
-/// otherwise stay alive in the serving engine for good (the freed rest
-/// stays in glibc's arenas, see [`release_compile_memory`]). The serving
-/// engine then maps the artifact as it maps a cached one, and a host that
-/// compiled at start uses as much memory as one that found the component
-/// cached (ARCHITECTURE.md, "Measurements behind the code").
-pub(super) fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
-    let compiler = Engine::new(config)?;
-    compiler.precompile_component(bytes)
-}
-
 /// Upper bound of a freed table kept resident (only its dirtied pages, and
 /// never more than the table's size: see [`build_engine`]) for the next
 /// instance in its pool slot. A Rust component's tables are a few KiB; the
 /// interpreters' (componentize-py's libpython, StarlingMonkey) hundreds.
 const TABLE_KEEP_RESIDENT_BYTES: usize = 1 << 20;
-
-/// The engine configuration apart from the instance allocator: what
-/// compiled artifacts depend on.
-pub(super) fn base_config() -> Config {
-    let mut base = Config::new();
-    base.epoch_interruption(true)
-        .wasm_component_model(true)
-        .parallel_compilation(true);
-    base
-}
 
 /// Builds the engine; with `pooling`, tries the pooling allocator first and
 /// degrades to on-demand allocation if the pool cannot be reserved.
