@@ -391,7 +391,7 @@ fn rekon_plugin_compile_fills_the_cache_rekon_run_reads() {
     use rekon::plugin::{PluginRuntime, RuntimeConfig};
     let cache = tempfile::tempdir().unwrap();
     let files = [chaos_v1(), chaos_v2()];
-    let first = compile_files(&files, cache.path()).expect("compiles");
+    let first = compile_files(&files, cache.path(), false).expect("compiles");
     assert_eq!(
         first
             .iter()
@@ -399,7 +399,7 @@ fn rekon_plugin_compile_fills_the_cache_rekon_run_reads() {
             .collect::<Vec<_>>(),
         [("chaos", "1.0.0", false), ("chaos", "2.0.0", false)]
     );
-    let again = compile_files(&files, cache.path()).expect("loads");
+    let again = compile_files(&files, cache.path(), false).expect("loads");
     assert!(again.iter().all(|c| c.from_cache), "{again:?}");
 
     let host = PluginRuntime::new(RuntimeConfig {
@@ -412,7 +412,7 @@ fn rekon_plugin_compile_fills_the_cache_rekon_run_reads() {
     assert_eq!(host.stats().compiles, 0, "the host compiled again");
     assert_eq!(host.stats().cache_hits, 2);
 
-    let err = compile_files(&[chaos_broken_register()], cache.path()).unwrap_err();
+    let err = compile_files(&[chaos_broken_register()], cache.path(), false).unwrap_err();
     let message = format!("{err:#}");
     assert!(message.contains("chaos-broken-register.wasm"), "{message}");
     assert!(message.contains(REGISTER_FAILURE), "{message}");

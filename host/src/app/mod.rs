@@ -147,6 +147,9 @@ pub struct Config {
     /// may do; see [`crate::plugin::Policy`]. A file that does not load
     /// fails [`App::build`].
     pub policy_file: Option<PathBuf>,
+    /// Compiles in a bounded child process (`rekon run
+    /// --compile-memory-limit`); `None`: in the host.
+    pub compile_bound: Option<crate::plugin::CompileBound>,
     /// `User-Agent` of every request (default `rekon/<version>`;
     /// `rekon run` adds the replica's identity, see
     /// [`crate::cluster::user_agent_for`]).
@@ -219,6 +222,7 @@ impl Default for Config {
             resync_period: ControllerConfig::default().resync_period,
             ops: ops::OpsConfig::default(),
             policy_file: None,
+            compile_bound: None,
             user_agent: cluster::default_user_agent(),
             record: None,
             shadow: None,
@@ -272,6 +276,7 @@ impl App {
             cache_dir: config.cache_dir.clone(),
             policy,
             metrics: config.metrics.clone(),
+            compile_bound: config.compile_bound.clone(),
             ..RuntimeConfig::default()
         })
         .map_err(|e| AppError::Runtime(e.to_string()))?;

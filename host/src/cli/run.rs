@@ -70,6 +70,12 @@ pub struct RunArgs {
     /// do beyond what it declares. A file that does not load refuses to start.
     #[arg(long, env = "REKON_POLICY")]
     policy: Option<PathBuf>,
+    /// Compile plugins in a child process whose writable memory is capped
+    /// at this many MiB, one at a time: a compile that needs more fails
+    /// (the serving version is kept) instead of growing the host past its
+    /// memory limit. Unset: compiles run in the host, one at a time.
+    #[arg(long, env = "REKON_COMPILE_MEMORY_LIMIT", value_name = "MIB")]
+    compile_memory_limit: Option<u64>,
     /// Seconds between requeues of every primary even if nothing changed
     /// (repairs drift no watch reported); 0 = never.
     #[arg(long, env = "REKON_RESYNC_PERIOD", default_value_t = 600)]
@@ -326,6 +332,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             // pulls nor compiles.
             cache_dir: cache_dir.as_ref().map(|d| d.join("oci")),
             insecure_registries: args.insecure_registries.clone(),
+            // A module's precompiled layer for this host's engine is
+            // downloaded (and used once its signatures verified).
+            precompiled_engine: rekon::plugin::host_engine_key().ok(),
             ..rekon::source::oci::OciConfig::default()
         })
         .with_metrics(metrics.clone());
@@ -352,6 +361,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ops: args.ops.into_config(&identity),
         user_agent: rekon::cluster::user_agent_for(&identity),
         policy_file: args.policy,
+        compile_bound: match args.compile_memory_limit {
+            None => None,
+            Some(mib) => Some(rekon::plugin::CompileBound {
+                program: std::env::current_exe()?,
+                memory_limit_bytes: mib << 20,
+            }),
+        },
         resync_period: (args.resync_period > 0)
             .then(|| std::time::Duration::from_secs(args.resync_period)),
         probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),

@@ -6,11 +6,17 @@
 //! it (same engine configuration, hence the same cache key; contract check,
 //! `register`, registration check): a file the host would refuse is refused
 //! here, and nothing of it is cached beyond its compiled code.
+//!
+//! With `--precompiled` each `NAME.wasm` also gets `NAME.cwasm` beside it:
+//! the compiled code with the engine key and the component's digest
+//! ([`crate::plugin::Precompiled::to_file_bytes`]), for `rekon plugin push
+//! --precompiled` or, signed (`NAME.cwasm.sig`), for `rekon run --plugins`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::plugin::{PluginRuntime, RuntimeConfig};
+use crate::files::write_atomically;
+use crate::plugin::{PluginRuntime, RuntimeConfig, precompiled_file};
 
 /// One file's outcome.
 #[derive(Debug, Clone)]
@@ -27,6 +33,8 @@ pub struct Compiled {
     pub from_cache: bool,
     /// Time of the whole load.
     pub elapsed: Duration,
+    /// The artifact file written beside it (`--precompiled`).
+    pub precompiled: Option<PathBuf>,
 }
 
 /// Loads every file into a runtime caching in `cache_dir`, as `rekon run
@@ -35,7 +43,11 @@ pub struct Compiled {
 ///
 /// # Errors
 /// The runtime cannot start, or a file cannot be read, compiled or loaded.
-pub fn compile_files(files: &[PathBuf], cache_dir: &Path) -> anyhow::Result<Vec<Compiled>> {
+pub fn compile_files(
+    files: &[PathBuf],
+    cache_dir: &Path,
+    write_precompiled: bool,
+) -> anyhow::Result<Vec<Compiled>> {
     let runtime = PluginRuntime::new(RuntimeConfig {
         cache_dir: Some(cache_dir.to_path_buf()),
         ..RuntimeConfig::default()
@@ -47,6 +59,19 @@ pub fn compile_files(files: &[PathBuf], cache_dir: &Path) -> anyhow::Result<Vec<
             let plugin = runtime
                 .load_file(file)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+            let precompiled = if write_precompiled {
+                let bytes = std::fs::read(file)?;
+                let origin = file.display().to_string();
+                let artifact = runtime
+                    .precompile(&bytes, &origin)
+                    .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
+                let out = precompiled_file(file);
+                write_atomically(&out, &artifact.to_file_bytes())
+                    .map_err(|e| anyhow::anyhow!("failed to write {}: {e}", out.display()))?;
+                Some(out)
+            } else {
+                None
+            };
             Ok(Compiled {
                 file: file.clone(),
                 name: plugin.name().to_owned(),
@@ -54,6 +79,7 @@ pub fn compile_files(files: &[PathBuf], cache_dir: &Path) -> anyhow::Result<Vec<
                 digest: plugin.digest().to_owned(),
                 from_cache: plugin.load_timings().from_cache,
                 elapsed: started.elapsed(),
+                precompiled,
             })
         })
         .collect()

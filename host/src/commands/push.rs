@@ -6,13 +6,16 @@
 //! validation, as `rekon run` would), so a file the host would refuse is
 //! never published; the manifest carries the plugin's name and version as
 //! `org.opencontainers.image.title` and `org.opencontainers.image.version`.
+//! With [`Precompile::Compile`] (`--precompile`) or [`Precompile::File`]
+//! (`--precompiled FILE`) the artifact carries the component's precompiled
+//! code as a second layer (see [`crate::plugin::Precompiled`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::plugin::{LoadError, PluginRuntime, RuntimeConfig, RuntimeError};
+use crate::plugin::{LoadError, PluginRuntime, Precompiled, RuntimeConfig, RuntimeError};
 use crate::source::oci::{
     AuthError, FetchError, Fetched, Fetcher, OciConfig, PullPolicy, PushError, RegistryAuth,
 };
@@ -62,6 +65,28 @@ pub enum RegistryCommandError {
     /// The fetch failed.
     #[error(transparent)]
     Fetch(#[from] FetchError),
+    /// The precompiled artifact given cannot be attached.
+    #[error("not pushing: precompiled artifact {path}: {reason}")]
+    Precompiled {
+        /// The artifact file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Whether a push attaches precompiled code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Precompile {
+    /// The component alone.
+    #[default]
+    No,
+    /// Compiled here, for this machine's engine (the load before the push
+    /// compiles it anyway).
+    Compile,
+    /// An artifact file (`rekon plugin compile --precompiled`), made from
+    /// this component, possibly on another machine for its engine.
+    File(PathBuf),
 }
 
 /// How the command line reaches registries.
@@ -139,14 +164,18 @@ pub struct Pushed {
     pub version: String,
     /// The manifest digest (`sha256:…`).
     pub digest: String,
+    /// The engine key of the precompiled layer pushed with it, if any.
+    pub precompiled_for: Option<String>,
 }
 
 /// Loads `file` (refusing a plugin the host would refuse) and pushes it to
-/// `reference` in the CNCF wasm artifact layout.
+/// `reference` in the CNCF wasm artifact layout, with precompiled code as
+/// `precompile` says.
 pub async fn push(
     file: &Path,
     reference: &str,
     options: &RegistryOptions,
+    precompile: &Precompile,
 ) -> Result<Pushed, RegistryCommandError> {
     let bytes = std::fs::read(file).map_err(|source| RegistryCommandError::Read {
         path: file.to_path_buf(),
@@ -156,18 +185,33 @@ pub async fn push(
     let origin = file.display().to_string();
     let loaded = {
         let bytes = bytes.clone();
+        let compile = *precompile == Precompile::Compile;
         tokio::task::spawn_blocking(move || {
+            // Compiling for the artifact: the load's compile goes to a
+            // cache of its own, read back rather than compiled twice.
+            let cache = compile.then(tempfile::tempdir).transpose().map_err(|e| {
+                RegistryCommandError::Task(format!("failed to create a temporary directory: {e}"))
+            })?;
             let runtime = PluginRuntime::new(RuntimeConfig {
                 pooling: false,
+                cache_dir: cache.as_ref().map(|d| d.path().to_path_buf()),
                 ..RuntimeConfig::default()
             })?;
             let plugin = runtime.load_bytes(&bytes, &origin)?;
             let reg = plugin.registration();
-            Ok::<_, RegistryCommandError>((reg.name.clone(), reg.version.clone()))
+            let precompiled = compile
+                .then(|| runtime.precompile(&bytes, &origin))
+                .transpose()?;
+            Ok::<_, RegistryCommandError>((reg.name.clone(), reg.version.clone(), precompiled))
         })
         .await
     };
-    let (name, version) = loaded.map_err(|e| RegistryCommandError::Task(e.to_string()))??;
+    let (name, version, compiled) =
+        loaded.map_err(|e| RegistryCommandError::Task(e.to_string()))??;
+    let precompiled = match precompile {
+        Precompile::File(path) => Some(read_precompiled(path, &bytes)?),
+        Precompile::No | Precompile::Compile => compiled,
+    };
     let annotations = BTreeMap::from([
         ("org.opencontainers.image.title".to_string(), name.clone()),
         (
@@ -178,13 +222,33 @@ pub async fn push(
     let auth = options.auth(reference)?;
     let digest = options
         .fetcher()
-        .push(&bytes, reference, &auth, annotations)
+        .push_with(&bytes, precompiled.as_ref(), reference, &auth, annotations)
         .await?;
     Ok(Pushed {
         name,
         version,
         digest,
+        precompiled_for: precompiled.map(|p| p.engine),
     })
+}
+
+/// The artifact file `path`, which must have been made from `component`.
+fn read_precompiled(path: &Path, component: &[u8]) -> Result<Precompiled, RegistryCommandError> {
+    use sha2::Digest as _;
+    let failed = |reason: String| RegistryCommandError::Precompiled {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| failed(format!("failed to read it: {e}")))?;
+    let artifact = Precompiled::from_file_bytes(bytes.into()).map_err(failed)?;
+    let source = format!("sha256:{}", hex::encode(sha2::Sha256::digest(component)));
+    if artifact.source != source {
+        return Err(failed(format!(
+            "it was compiled from {}, not from this component ({source})",
+            artifact.source
+        )));
+    }
+    Ok(artifact)
 }
 
 /// Fetches the component `reference` names (no cache), verified.

@@ -105,7 +105,7 @@ impl PluginRuntime {
             digest,
             timings,
             reads_settings,
-        } = self.prepare(bytes, digest, &origin)?;
+        } = self.prepare(bytes, digest, &origin, options.precompiled.as_ref())?;
         if options.settings.is_some() && !reads_settings {
             // Never run a plugin without the settings it was given.
             return Err(LoadError::InvalidSettings {
@@ -143,6 +143,13 @@ pub struct LoadOptions {
     /// release each other's finalizer). `None`, or the registered name
     /// itself: the plugin as it registers.
     pub instance: Option<String>,
+    /// Precompiled code shipped with the module, mapped instead of
+    /// compiling when it was made for this engine and from these bytes
+    /// (else the module is compiled, and a log line and
+    /// `rekon_plugin_precompiled_refused` say why). Deserializing it runs
+    /// its native code: set it only once it is covered by what was
+    /// verified (a signature over the manifest listing it).
+    pub precompiled: Option<super::precompiled::Precompiled>,
 }
 
 impl LoadOptions {

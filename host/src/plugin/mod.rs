@@ -30,27 +30,35 @@
 //! # Ok(()) }
 //! ```
 
+mod artifacts;
 mod bindings;
 mod capability;
+mod compile_bound;
 mod contract;
 mod convert;
 mod error;
 mod file_check;
+mod file_precompiled;
 mod host_reads;
 mod loaded;
 mod policy;
+mod precompiled;
 mod registry;
 mod runtime;
 mod sandbox;
 mod validation;
 
+pub use artifacts::host_engine_key;
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
+pub use compile_bound::{CompileBound, compile_stdio};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
 pub use file_check::{FileCheck, signature_file};
+pub use file_precompiled::precompiled_file;
 pub use host_reads::{HostReads, NoReads};
 pub use loaded::{LoadOneError, LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
+pub use precompiled::{CodePath, Precompiled, PrecompiledRefused};
 pub use registry::{
     PluginRegistry, PluginStatus, Refusal, RegistryEvent, is_shadow_file, settings_file,
 };

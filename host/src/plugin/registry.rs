@@ -596,7 +596,7 @@ impl PluginRegistry {
                 return Applied::Done;
             }
         }
-        if let Some(check) = check
+        if let Some(check) = &check
             && let Err(error) = check(path, &bytes, signature.as_deref())
         {
             self.record_failure(path, Some(digest), error, None);
@@ -605,6 +605,11 @@ impl PluginRegistry {
         let options = LoadOptions {
             settings,
             instance: None,
+            precompiled: super::file_precompiled::beside(
+                path,
+                check.as_ref(),
+                &self.inner.runtime.config().metrics,
+            ),
         };
         match self.inner.runtime.load_at(&bytes, module, path, &options) {
             Err(e) => {

@@ -14,8 +14,10 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use super::bindings::{Plugin, PluginPre};
+use super::compile_bound::{self, CompileBound, base_config};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
+use super::precompiled::{CodePath, Precompiled};
 use super::sandbox::{CallState, Limits};
 use crate::files::write_atomically;
 
@@ -58,6 +60,10 @@ pub struct RuntimeConfig {
     /// Where per-call WASM time and sandbox failures are reported (the
     /// host's metrics in `rekon run`; by default, metrics of its own).
     pub metrics: crate::telemetry::metrics::Metrics,
+    /// Compile in a child process under a memory cap (`rekon run
+    /// --compile-memory-limit`); `None`: in this process. Either way one
+    /// compile at a time.
+    pub compile_bound: Option<CompileBound>,
 }
 
 /// Where an async plugin call runs its (synchronous) wasm code. In place, a
@@ -92,6 +98,7 @@ impl Default for RuntimeConfig {
             policy: None,
             call_mode: CallMode::default(),
             metrics: crate::telemetry::metrics::Metrics::new(),
+            compile_bound: None,
         }
     }
 }
@@ -101,10 +108,12 @@ impl Default for RuntimeConfig {
 pub struct LoadTimings {
     /// sha256 of the file.
     pub digest: Duration,
-    /// Compiling, or mapping the cached artifact.
+    /// Compiling, or mapping the cached or precompiled artifact.
     pub code: Duration,
     /// Whether the code came from the on-disk cache.
     pub from_cache: bool,
+    /// Where the code came from (compiled, cached, precompiled).
+    pub path: CodePath,
     /// Contract check, linking, `InstancePre`.
     pub link: Duration,
     /// The `register` call.
@@ -145,10 +154,10 @@ pub(crate) struct RuntimeInner {
     linker: Linker<CallState>,
     pub(crate) config: RuntimeConfig,
     /// Hex digest of engine compatibility hash + wasmtime version.
-    engine_key: String,
+    pub(super) engine_key: String,
     /// The engine configuration without the pool: what compiles run on
-    /// ([`compile_apart`]).
-    compile_config: Config,
+    /// ([`compile_bound::compile`]).
+    pub(super) compile_config: Config,
     pooling: bool,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
@@ -198,12 +207,7 @@ impl PluginRuntime {
 
         let linker = host_linker(&engine)?;
 
-        let engine_key = {
-            let mut hasher = Sha256Hasher(Sha256::new());
-            engine.precompile_compatibility_hash().hash(&mut hasher);
-            WASMTIME_VERSION.hash(&mut hasher);
-            hex::encode(&hasher.0.finalize()[..12])
-        };
+        let engine_key = key_of(&engine);
         if let (Some(dir), Some(max_age)) = (&config.cache_dir, config.cache_max_age) {
             prune_cache(dir, &engine_key, max_age, SystemTime::now());
         }
@@ -241,12 +245,14 @@ impl PluginRuntime {
 
     /// Everything of a load up to `register`: digest (unless the caller
     /// took it: `digest`, hex sha256 of `bytes`), contract precheck, compile
-    /// (or the cached artifact), contract check, link.
+    /// (or the cached artifact, or `precompiled`: see
+    /// [`super::LoadOptions::precompiled`]), contract check, link.
     pub(crate) fn prepare(
         &self,
         bytes: &[u8],
         digest: Option<String>,
         origin: &str,
+        precompiled: Option<&Precompiled>,
     ) -> Result<Prepared, LoadError> {
         let origin = origin.to_string();
         let started = Instant::now();
@@ -260,10 +266,14 @@ impl PluginRuntime {
             reason: e.to_string(),
         })?;
         let started = Instant::now();
-        let hits = self.inner.cache_hits.load(Ordering::Relaxed);
-        let component = self.compile_cached(bytes, &digest, &origin)?;
+        let (component, path) = self.compile_cached(bytes, &digest, &origin, precompiled)?;
         timings.code = started.elapsed();
-        timings.from_cache = self.inner.cache_hits.load(Ordering::Relaxed) != hits;
+        timings.from_cache = path == CodePath::Cached;
+        timings.path = path;
+        self.inner
+            .config
+            .metrics
+            .plugin_code_loaded(path.as_str(), timings.code);
         let started = Instant::now();
         let fit = contract::check(&self.inner.engine, &component).map_err(|m| match m {
             Mismatch::Version { found, host } => LoadError::IncompatibleContract {
@@ -298,20 +308,27 @@ impl PluginRuntime {
         })
     }
 
-    /// Compiled component for `bytes`, from the cache when present.
+    /// Where the compiled artifact of the component with hex sha256
+    /// `digest` is cached (`None`: no cache directory).
+    pub(super) fn cache_file(&self, digest: &str) -> Option<PathBuf> {
+        self.inner
+            .config
+            .cache_dir
+            .as_ref()
+            .map(|dir| dir.join(format!("{digest}{}", cache_suffix(&self.inner.engine_key))))
+    }
+
+    /// Compiled component for `bytes`, from the cache when present, else
+    /// from `precompiled` when it fits, else compiled; and which it was.
     fn compile_cached(
         &self,
         bytes: &[u8],
         digest: &str,
         origin: &str,
-    ) -> Result<Component, LoadError> {
+        precompiled: Option<&Precompiled>,
+    ) -> Result<(Component, CodePath), LoadError> {
         let engine = &self.inner.engine;
-        let cached = self
-            .inner
-            .config
-            .cache_dir
-            .as_ref()
-            .map(|dir| dir.join(format!("{digest}{}", cache_suffix(&self.inner.engine_key))));
+        let cached = self.cache_file(digest);
         if let Some(file) = cached.as_ref().filter(|f| f.is_file()) {
             let started = Instant::now();
             // SAFETY: `deserialize_file` maps the file and trusts it to be a
@@ -338,7 +355,7 @@ impl PluginRuntime {
                         elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
                         "loaded compiled plugin from cache"
                     );
-                    return Ok(component);
+                    return Ok((component, CodePath::Cached));
                 }
                 Err(e) => tracing::warn!(
                     plugin.origin = origin,
@@ -349,9 +366,39 @@ impl PluginRuntime {
             }
         }
 
+        if let Some(artifact) = precompiled {
+            let started = Instant::now();
+            match self.map_precompiled(artifact, digest, cached.as_deref()) {
+                Ok(component) => {
+                    tracing::info!(
+                        plugin.origin = origin,
+                        plugin.digest = digest,
+                        elapsed_ms = started.elapsed().as_secs_f64() * 1e3,
+                        "loaded the plugin's precompiled code"
+                    );
+                    return Ok((component, CodePath::Precompiled));
+                }
+                Err(refused) => {
+                    self.inner
+                        .config
+                        .metrics
+                        .plugin_precompiled_refused(refused.outcome());
+                    tracing::warn!(
+                        plugin.origin = origin,
+                        plugin.digest = digest,
+                        reason = %refused,
+                        "not using the plugin's precompiled code; compiling it"
+                    );
+                }
+            }
+        }
         let started = Instant::now();
-        let artifact = compile_apart(&self.inner.compile_config, bytes).map_err(|e| {
-            let message = format!("{e:#}");
+        let artifact = compile_bound::compile(
+            &self.inner.compile_config,
+            self.inner.config.compile_bound.as_ref(),
+            bytes,
+        )
+        .map_err(|message| {
             // Classified by what the bytes are, not by the message: only a
             // component is a plugin ([`contract::precheck`] said so before
             // a load; a caller of this alone may not have asked).
@@ -387,7 +434,7 @@ impl PluginRuntime {
                     #[allow(unsafe_code)]
                     let loaded = unsafe { Component::deserialize_file(engine, &file) };
                     match loaded {
-                        Ok(component) => return Ok(component),
+                        Ok(component) => return Ok((component, CodePath::Compiled)),
                         Err(e) => tracing::warn!(
                             plugin.origin = origin,
                             cache.file = %file.display(),
@@ -415,7 +462,7 @@ impl PluginRuntime {
                 message: format!("{e:#}"),
             }
         })?;
-        Ok(component)
+        Ok((component, CodePath::Compiled))
     }
 
     /// A fresh store limit set for one call.
@@ -513,33 +560,11 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
     removed
 }
 
-/// Compiles `bytes` into a serialized artifact on an engine of its own,
-/// dropped when done: compiler state an engine keeps after compiling would
-/// otherwise stay alive in the serving engine for good (the freed rest
-/// stays in glibc's arenas, see [`release_compile_memory`]). The serving
-/// engine then maps the artifact as it maps a cached one, and a host that
-/// compiled at start uses as much memory as one that found the component
-/// cached (ARCHITECTURE.md, "Measurements behind the code").
-fn compile_apart(config: &Config, bytes: &[u8]) -> wasmtime::Result<Vec<u8>> {
-    let compiler = Engine::new(config)?;
-    compiler.precompile_component(bytes)
-}
-
 /// Upper bound of a freed table kept resident (only its dirtied pages, and
 /// never more than the table's size: see [`build_engine`]) for the next
 /// instance in its pool slot. A Rust component's tables are a few KiB; the
 /// interpreters' (componentize-py's libpython, StarlingMonkey) hundreds.
 const TABLE_KEEP_RESIDENT_BYTES: usize = 1 << 20;
-
-/// The engine configuration apart from the instance allocator: what
-/// compiled artifacts depend on.
-fn base_config() -> Config {
-    let mut base = Config::new();
-    base.epoch_interruption(true)
-        .wasm_component_model(true)
-        .parallel_compilation(true);
-    base
-}
 
 /// Builds the engine; with `pooling`, tries the pooling allocator first and
 /// degrades to on-demand allocation if the pool cannot be reserved.
@@ -596,6 +621,14 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
     Engine::new(&base)
         .map(|e| (e, false))
         .map_err(|e| RuntimeError::Engine(format!("{e:#}")))
+}
+
+/// The engine key of `engine` (see [`PluginRuntime::engine_key`]).
+pub(super) fn key_of(engine: &Engine) -> String {
+    let mut hasher = Sha256Hasher(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    WASMTIME_VERSION.hash(&mut hasher);
+    hex::encode(&hasher.0.finalize()[..12])
 }
 
 /// Feeds `Hash` output into sha256 (stable across processes, unlike

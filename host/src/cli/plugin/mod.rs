@@ -57,6 +57,24 @@ pub enum PluginCommand {
         /// `$XDG_CACHE_HOME/rekon`, else `~/.cache/rekon`).
         #[arg(long, env = "REKON_CACHE_DIR")]
         cache_dir: Option<PathBuf>,
+        /// Also write `NAME.cwasm` beside each `NAME.wasm`: its compiled
+        /// code for this machine's engine, for `rekon plugin push
+        /// --precompiled` or, with a signature `NAME.cwasm.sig`, for
+        /// `rekon run --plugins` with signature keys.
+        #[arg(long)]
+        precompiled: bool,
+    },
+    /// Print this machine's engine key: what a precompiled artifact must
+    /// have been compiled for to serve here.
+    EngineKey,
+    /// What `rekon run --compile-memory-limit` runs for each compile: the
+    /// component on stdin, its compiled artifact on stdout, this process's
+    /// writable memory capped first.
+    #[command(hide = true)]
+    CompileApart {
+        /// The cap (RLIMIT_DATA), in bytes.
+        #[arg(long)]
+        memory_limit_bytes: Option<u64>,
     },
     /// Publish a plugin component to an OCI registry in the CNCF wasm
     /// artifact layout (config `application/vnd.wasm.config.v0+json`, one
@@ -70,6 +88,16 @@ pub enum PluginCommand {
         /// Sign the pushed manifest with this key (as `rekon plugin sign`).
         #[arg(long, value_name = "KEY")]
         sign: Option<PathBuf>,
+        /// Attach the component's precompiled code for this machine's
+        /// engine (`rekon plugin engine-key` prints its key): a
+        /// host of that engine whose Plugin verifies the signature maps it
+        /// instead of compiling.
+        #[arg(long, conflicts_with = "precompiled")]
+        precompile: bool,
+        /// Attach this precompiled artifact (`rekon plugin compile
+        /// --precompiled` made it from FILE, possibly on another machine).
+        #[arg(long, value_name = "CWASM")]
+        precompiled: Option<PathBuf>,
         #[command(flatten)]
         registry: RegistryArgs,
     },
@@ -180,13 +208,34 @@ pub fn run(command: PluginCommand) -> anyhow::Result<()> {
             settings.as_ref(),
             registry,
         ),
-        PluginCommand::Compile { files, cache_dir } => compile(&files, cache_dir),
+        PluginCommand::Compile {
+            files,
+            cache_dir,
+            precompiled,
+        } => compile(&files, cache_dir, precompiled),
+        PluginCommand::CompileApart { memory_limit_bytes } => {
+            rekon::plugin::compile_stdio(memory_limit_bytes).map_err(|e| anyhow::anyhow!(e))
+        }
+        PluginCommand::EngineKey => {
+            println!("{}", rekon::plugin::host_engine_key()?);
+            Ok(())
+        }
         PluginCommand::Push {
             file,
             reference,
             sign,
+            precompile,
+            precompiled,
             registry,
-        } => sign::push(&file, &reference, sign, registry),
+        } => {
+            use rekon::commands::push::Precompile;
+            let precompile = match (precompile, precompiled) {
+                (_, Some(path)) => Precompile::File(path),
+                (true, None) => Precompile::Compile,
+                (false, None) => Precompile::No,
+            };
+            sign::push(&file, &reference, sign, &precompile, registry)
+        }
         PluginCommand::Keygen(args) => sign::keygen(args),
         PluginCommand::Sign(args) => sign::sign(*args),
         PluginCommand::Verify(args) => sign::verify(*args),
@@ -254,11 +303,11 @@ fn inspect(
 }
 
 /// `rekon plugin compile`: fill the compiled-plugin cache.
-fn compile(files: &[PathBuf], cache_dir: Option<PathBuf>) -> anyhow::Result<()> {
+fn compile(files: &[PathBuf], cache_dir: Option<PathBuf>, precompiled: bool) -> anyhow::Result<()> {
     let cache_dir = cache_dir.or_else(default_cache_dir).ok_or_else(|| {
         anyhow::anyhow!("no --cache-dir, and no XDG_CACHE_HOME or HOME to cache in")
     })?;
-    for c in rekon::commands::compile::compile_files(files, &cache_dir)? {
+    for c in rekon::commands::compile::compile_files(files, &cache_dir, precompiled)? {
         println!(
             "{} {} {} (sha256:{}) {} in {:.2} s",
             c.file.display(),
@@ -272,6 +321,9 @@ fn compile(files: &[PathBuf], cache_dir: Option<PathBuf>) -> anyhow::Result<()> 
             },
             c.elapsed.as_secs_f64()
         );
+        if let Some(out) = &c.precompiled {
+            println!("{}: precompiled code written", out.display());
+        }
     }
     eprintln!("cache: {}", cache_dir.display());
     Ok(())

@@ -123,12 +123,18 @@ pub fn push(
     file: &std::path::Path,
     reference: &str,
     sign: Option<PathBuf>,
+    precompile: &rekon::commands::push::Precompile,
     registry: RegistryArgs,
 ) -> anyhow::Result<()> {
     let options = registry.options();
     let runtime = tokio::runtime::Runtime::new()?;
-    let pushed = runtime.block_on(rekon::commands::push::push(file, reference, &options))?;
+    let pushed = runtime.block_on(rekon::commands::push::push(
+        file, reference, &options, precompile,
+    ))?;
     eprintln!("pushed {} {} to {reference}", pushed.name, pushed.version);
+    if let Some(engine) = &pushed.precompiled_for {
+        eprintln!("with precompiled code for engine {engine}");
+    }
     if let Some(key) = sign {
         let signed = runtime.block_on(rekon::commands::sign::sign(
             &pin(reference, &pushed.digest),

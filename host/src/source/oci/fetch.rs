@@ -17,8 +17,10 @@ use super::auth::RegistryAuth;
 use super::cache::{ModuleCache, VerificationRecord};
 use super::error::{FetchError, classify, error_chain};
 use super::reference::{
-    is_loopback, parse_reference, pinned_digest, pinned_reference, sha256_digest, wasm_layer,
+    is_loopback, parse_reference, pinned_digest, pinned_reference, precompiled_layer,
+    sha256_digest, wasm_layer,
 };
+use crate::plugin::Precompiled;
 use crate::queue::Backoff;
 use crate::telemetry::metrics::Metrics;
 
@@ -47,6 +49,15 @@ pub struct OciConfig {
     /// The largest module accepted, checked against the manifest before the
     /// download and enforced while downloading.
     pub max_module_bytes: u64,
+    /// Download a manifest's precompiled layer when it was compiled for
+    /// this engine key (the runtime's
+    /// [`crate::plugin::PluginRuntime::engine_key`]) from the manifest's
+    /// wasm layer; `None`: never. What was downloaded is only used once
+    /// covered by a verified signature (the caller's decision).
+    pub precompiled_engine: Option<String>,
+    /// The largest precompiled layer accepted (a larger one is not
+    /// downloaded; the host compiles).
+    pub max_precompiled_bytes: u64,
 }
 
 impl Default for OciConfig {
@@ -58,6 +69,8 @@ impl Default for OciConfig {
             retries: 3,
             backoff: Duration::from_millis(500),
             max_module_bytes: 64 * 1024 * 1024,
+            precompiled_engine: None,
+            max_precompiled_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -92,6 +105,11 @@ pub struct Fetched {
     /// The module came from the disk cache (nothing was downloaded; with
     /// [`PullPolicy::Always`] the manifest was still fetched).
     pub from_cache: bool,
+    /// The manifest's precompiled layer, downloaded and checked against
+    /// its digest, when it was made for [`OciConfig::precompiled_engine`]
+    /// from this module. Trusted code only once the manifest's signatures
+    /// verified: nothing here says they did.
+    pub precompiled: Option<Precompiled>,
 }
 
 /// Fetches plugin modules from OCI registries and publishes them. Cheap to
@@ -267,6 +285,7 @@ impl Fetcher {
                 layer_digest,
                 bytes,
                 from_cache: true,
+                precompiled: None,
             });
         }
         let mut attempt = 0;
@@ -366,6 +385,9 @@ impl Fetcher {
         self.cache
             .store(&manifest_digest, &manifest_bytes, &layer.digest, &bytes)
             .await;
+        let precompiled = self
+            .pull_precompiled(reference, parsed, &client, &manifest_bytes, &layer.digest)
+            .await;
         Ok(Fetched {
             reference: reference.to_string(),
             pinned: pinned_reference(parsed, &manifest_digest),
@@ -373,6 +395,89 @@ impl Fetcher {
             layer_digest: layer.digest,
             bytes,
             from_cache,
+            precompiled,
+        })
+    }
+
+    /// The manifest's precompiled layer when there is one for this engine
+    /// ([`OciConfig::precompiled_engine`]) compiled from `source` (the wasm
+    /// layer's digest). Never fails the fetch: anything wrong is logged
+    /// (and counted), and the host compiles.
+    async fn pull_precompiled(
+        &self,
+        reference: &str,
+        parsed: &Reference,
+        client: &Client,
+        manifest: &[u8],
+        source: &str,
+    ) -> Option<Precompiled> {
+        let host = self.config.precompiled_engine.as_deref()?;
+        let (layer, engine, from) = precompiled_layer(manifest)?;
+        let refused = |outcome: &str, why: String| {
+            if let Some(metrics) = &self.metrics {
+                metrics.plugin_precompiled_refused(outcome);
+            }
+            tracing::warn!(reference, reason = %why, "not using the module's precompiled layer; the host compiles it");
+        };
+        if engine != host {
+            refused(
+                "engine_mismatch",
+                format!(
+                    "it was compiled for engine {engine}, this host's engine is {host} (another rekon/wasmtime version, engine configuration or CPU); not downloaded"
+                ),
+            );
+            return None;
+        }
+        if from != source {
+            refused(
+                "source_mismatch",
+                format!(
+                    "it was compiled from {from}, not from the module's layer {source}; not downloaded"
+                ),
+            );
+            return None;
+        }
+        let limit = self.config.max_precompiled_bytes;
+        let declared = u64::try_from(layer.size).unwrap_or(u64::MAX);
+        if declared > limit {
+            refused(
+                "too_large",
+                format!("it is {declared} bytes, more than the {limit} accepted"),
+            );
+            return None;
+        }
+        let bytes = match client.pull_blob_stream(parsed, &layer).await {
+            Ok(stream) => read_limited(stream, limit).await,
+            Err(e) => Err(ReadError::Io(std::io::Error::other(e))),
+        };
+        let bytes = match bytes {
+            Ok(bytes) if sha256_digest(&bytes) == layer.digest => bytes,
+            Ok(_) => {
+                refused(
+                    "digest_mismatch",
+                    format!("its bytes do not match {}", layer.digest),
+                );
+                return None;
+            }
+            Err(ReadError::TooLarge(size)) => {
+                refused(
+                    "too_large",
+                    format!("more than {limit} bytes arrived ({size})"),
+                );
+                return None;
+            }
+            Err(ReadError::Io(e)) => {
+                refused(
+                    "download_failed",
+                    format!("failed to download it: {}", error_chain(&e)),
+                );
+                return None;
+            }
+        };
+        Some(Precompiled {
+            engine,
+            source: from,
+            bytes: bytes::Bytes::from(bytes),
         })
     }
 

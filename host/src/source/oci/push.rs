@@ -10,8 +10,10 @@ use super::auth::RegistryAuth;
 use super::error::{FetchError, PushError, classify};
 use super::fetch::Fetcher;
 use super::reference::{
+    PRECOMPILED_ENGINE_ANNOTATION, PRECOMPILED_LAYER_MEDIA_TYPE, PRECOMPILED_SOURCE_ANNOTATION,
     WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE, parse_reference, sha256_digest,
 };
+use crate::plugin::Precompiled;
 
 impl Fetcher {
     /// Publishes `component` at `reference` in the CNCF wasm artifact
@@ -28,6 +30,22 @@ impl Fetcher {
         auth: &RegistryAuth,
         annotations: BTreeMap<String, String>,
     ) -> Result<String, PushError> {
+        self.push_with(component, None, reference, auth, annotations)
+            .await
+    }
+
+    /// [`Self::push`], with `precompiled` as a second layer
+    /// ([`PRECOMPILED_LAYER_MEDIA_TYPE`], its engine key and source digest
+    /// in the layer's annotations): a signature over the manifest covers
+    /// it, and a host of that engine maps it instead of compiling.
+    pub async fn push_with(
+        &self,
+        component: &[u8],
+        precompiled: Option<&Precompiled>,
+        reference: &str,
+        auth: &RegistryAuth,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<String, PushError> {
         let parsed = parse_reference(reference).map_err(|detail| PushError::InvalidReference {
             reference: reference.to_string(),
             detail,
@@ -37,11 +55,25 @@ impl Fetcher {
             detail,
         })?;
         let layer_digest = sha256_digest(component);
+        let mut layers = vec![descriptor(WASM_LAYER_MEDIA_TYPE, component)];
+        if let Some(precompiled) = precompiled {
+            let mut layer = descriptor(PRECOMPILED_LAYER_MEDIA_TYPE, &precompiled.bytes);
+            layer.annotations = Some(
+                [
+                    (PRECOMPILED_ENGINE_ANNOTATION, precompiled.engine.clone()),
+                    (PRECOMPILED_SOURCE_ANNOTATION, precompiled.source.clone()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+            );
+            layers.push(layer);
+        }
         let config = WasmConfig {
             created: created_time(),
             architecture: "wasm",
             os: "wasip2",
-            layer_digests: vec![layer_digest.clone()],
+            layer_digests: layers.iter().map(|l| l.digest.clone()).collect(),
             component: world,
         };
         // Serializing a struct of strings cannot fail.
@@ -50,7 +82,7 @@ impl Fetcher {
             schema_version: 2,
             media_type: Some(OCI_IMAGE_MEDIA_TYPE.to_string()),
             config: descriptor(WASM_CONFIG_MEDIA_TYPE, &config_bytes),
-            layers: vec![descriptor(WASM_LAYER_MEDIA_TYPE, component)],
+            layers: layers.clone(),
             subject: None,
             artifact_type: None,
             annotations: (!annotations.is_empty()).then_some(annotations),
@@ -82,6 +114,12 @@ impl Fetcher {
             .await
             .map_err(|_| timeout("layer"))?
             .map_err(failed("layer"))?;
+        if let (Some(precompiled), Some(layer)) = (precompiled, layers.get(1)) {
+            bounded(client.push_blob(&parsed, precompiled.bytes.to_vec(), &layer.digest))
+                .await
+                .map_err(|_| timeout("precompiled layer"))?
+                .map_err(failed("precompiled layer"))?;
+        }
         bounded(client.push_blob(&parsed, config_bytes, &manifest.config.digest))
             .await
             .map_err(|_| timeout("config"))?

@@ -16,6 +16,17 @@ use super::error::FetchError;
 pub const WASM_CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";
 /// Media type of the wasm artifact's one layer: the component itself.
 pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
+/// Media type of the optional second layer: the component precompiled for
+/// one engine (`rekon plugin push --precompile`; see
+/// [`crate::plugin::Precompiled`]). Hosts of another engine, and clients
+/// that know only the wasm layer, ignore it.
+pub const PRECOMPILED_LAYER_MEDIA_TYPE: &str = "application/vnd.rekon.plugin.precompiled.v1";
+/// Annotation of the precompiled layer: the engine key it was compiled for
+/// ([`crate::plugin::PluginRuntime::engine_key`]).
+pub const PRECOMPILED_ENGINE_ANNOTATION: &str = "dev.rekon.precompiled.engine";
+/// Annotation of the precompiled layer: the digest of the wasm layer it
+/// was compiled from.
+pub const PRECOMPILED_SOURCE_ANNOTATION: &str = "dev.rekon.precompiled.source";
 
 pub(super) fn parse_reference(reference: &str) -> Result<Reference, String> {
     reference.parse::<Reference>().map_err(|e| e.to_string())
@@ -114,18 +125,44 @@ pub(super) fn wasm_layer(manifest: &[u8]) -> Result<OciDescriptor, String> {
         .iter()
         .map(|l| l.media_type.as_str())
         .collect();
-    match manifest.layers.as_slice() {
-        [layer] if layer.media_type == WASM_LAYER_MEDIA_TYPE => {
+    // One wasm layer, and at most one precompiled layer beside it.
+    let wasm: Vec<&OciDescriptor> = manifest
+        .layers
+        .iter()
+        .filter(|l| l.media_type == WASM_LAYER_MEDIA_TYPE)
+        .collect();
+    let precompiled = types
+        .iter()
+        .filter(|t| **t == PRECOMPILED_LAYER_MEDIA_TYPE)
+        .count();
+    let others = types.len() - wasm.len() - precompiled;
+    match wasm.as_slice() {
+        [layer] if others == 0 && precompiled <= 1 => {
             if hex_of(&layer.digest).is_none() {
                 return Err(format!("layer digest `{}` is not sha256", layer.digest));
             }
-            Ok(layer.clone())
+            Ok((*layer).clone())
         }
         _ => Err(format!(
-            "expected one `{WASM_LAYER_MEDIA_TYPE}` layer, found [{}]",
+            "expected one `{WASM_LAYER_MEDIA_TYPE}` layer (and at most one `{PRECOMPILED_LAYER_MEDIA_TYPE}`), found [{}]",
             types.join(", ")
         )),
     }
+}
+
+/// The manifest's precompiled layer, with the engine key and the source
+/// digest it names, when there is one (the manifest passed [`wasm_layer`]).
+pub(super) fn precompiled_layer(manifest: &[u8]) -> Option<(OciDescriptor, String, String)> {
+    let manifest: OciImageManifest = serde_json::from_slice(manifest).ok()?;
+    let layer = manifest
+        .layers
+        .into_iter()
+        .find(|l| l.media_type == PRECOMPILED_LAYER_MEDIA_TYPE)?;
+    hex_of(&layer.digest)?;
+    let annotations = layer.annotations.as_ref()?;
+    let engine = annotations.get(PRECOMPILED_ENGINE_ANNOTATION)?.clone();
+    let source = annotations.get(PRECOMPILED_SOURCE_ANNOTATION)?.clone();
+    Some((layer, engine, source))
 }
 
 #[cfg(test)]
@@ -201,6 +238,32 @@ mod tests {
         ))
         .unwrap_err();
         assert!(err.contains("expected one"), "{err}");
+        // A precompiled layer beside the wasm one is fine; two are not, nor
+        // is anything else.
+        let ok = wasm_layer(&manifest(
+            WASM_CONFIG_MEDIA_TYPE,
+            &[PRECOMPILED_LAYER_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE],
+        ))
+        .unwrap();
+        assert_eq!(ok.media_type, WASM_LAYER_MEDIA_TYPE);
+        for layers in [
+            &[
+                WASM_LAYER_MEDIA_TYPE,
+                PRECOMPILED_LAYER_MEDIA_TYPE,
+                PRECOMPILED_LAYER_MEDIA_TYPE,
+            ][..],
+            &[WASM_LAYER_MEDIA_TYPE, "application/octet-stream"][..],
+            &[PRECOMPILED_LAYER_MEDIA_TYPE][..],
+        ] {
+            let err = wasm_layer(&manifest(WASM_CONFIG_MEDIA_TYPE, layers)).unwrap_err();
+            assert!(err.contains("expected one"), "{layers:?}: {err}");
+        }
+        // Without its annotations a precompiled layer is not one.
+        let bare = manifest(
+            WASM_CONFIG_MEDIA_TYPE,
+            &[WASM_LAYER_MEDIA_TYPE, PRECOMPILED_LAYER_MEDIA_TYPE],
+        );
+        assert!(precompiled_layer(&bare).is_none());
         let index = serde_json::to_vec(&serde_json::json!({
             "schemaVersion": 2, "mediaType": OCI_IMAGE_INDEX_MEDIA_TYPE, "manifests": []
         }))

@@ -39,11 +39,14 @@ pub(super) fn set_verified(
 
 /// `plugin NAME version V (DIGEST) serves`.
 pub(super) fn serving_message(plugin: &LoadedPlugin, digest: Option<&str>) -> String {
+    let timings = plugin.load_timings();
     format!(
-        "plugin {} version {} ({}) serves",
+        "plugin {} version {} ({}) serves; its code was {} in {} ms",
         plugin.name(),
         plugin.version(),
-        digest.unwrap_or("digest unknown")
+        digest.unwrap_or("digest unknown"),
+        timings.path,
+        timings.code.as_millis()
     )
 }
 
@@ -237,6 +240,7 @@ mod tests {
             digest: "sha256:abc".into(),
             bytes: Arc::from(Vec::new()),
             from_cache,
+            precompiled: None,
         }
     }
 

@@ -47,6 +47,9 @@ pub struct Module {
     pub bytes: Arc<[u8]>,
     /// Served from the host's disk cache (nothing pulled).
     pub from_cache: bool,
+    /// Its precompiled code for this host's engine, when the artifact
+    /// ships one; used only once the manifest's signatures verified.
+    pub precompiled: Option<crate::plugin::Precompiled>,
 }
 
 /// Why a fetch failed: a condition reason and a message naming the
@@ -137,6 +140,7 @@ impl ModuleSource for Fetcher {
                 digest: fetched.manifest_digest,
                 bytes: fetched.bytes,
                 from_cache: fetched.from_cache,
+                precompiled: fetched.precompiled,
             })
         })
     }
@@ -149,6 +153,7 @@ impl ModuleSource for Fetcher {
                 digest,
                 bytes,
                 from_cache: true,
+                precompiled: None,
             })
         })
     }

@@ -20,7 +20,7 @@ use super::load::load;
 use super::resolve::{Memory, Plan, base_status, resolve};
 use super::shadow::{shadow, shadow_counts};
 use super::status::{Served, record};
-use super::verify::{check, pinned, policy, refused, report, verify};
+use super::verify::{check, pinned, policy, refused, report, trusted_precompiled, verify};
 use crate::plugin::{LoadOptions, LoadedPlugin};
 use crate::queue::Action;
 use crate::source::plugin_crd::{Plugin, PluginObjectStatus, ShadowStatus};
@@ -144,10 +144,11 @@ async fn apply(
         _ => verify(ctx, obj, &spec.module, &module, policy.as_ref(), fresh).await,
     };
     set_verified(&mut pass.status, &verified);
-    verified?;
-    let options = LoadOptions::default()
+    let verified = verified?;
+    let mut options = LoadOptions::default()
         .with_settings(spec.settings.as_ref())
         .with_instance(Some(&name));
+    options.precompiled = trusted_precompiled(ctx, obj, &module, verified.as_ref());
     let loaded = load(ctx, &origin(&name), &module, &grant, &options).await?;
     pass.status.digest = Some(module.digest.clone());
     pass.status.version = Some(loaded.version().to_owned());

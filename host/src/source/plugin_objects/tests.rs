@@ -95,6 +95,7 @@ fn test_plugin(name: &str) -> Module {
         digest: format!("sha256:{name}"),
         bytes: Arc::from(bytes),
         from_cache: false,
+        precompiled: None,
     }
 }
 
@@ -103,6 +104,7 @@ fn bytes_module(digest: &str, bytes: Vec<u8>) -> Module {
         digest: digest.to_owned(),
         bytes: Arc::from(bytes),
         from_cache: false,
+        precompiled: None,
     }
 }
 

@@ -213,6 +213,30 @@ pub(super) async fn verify(
     report(ctx, obj, reference, result).await
 }
 
+/// The module's precompiled code, when there is one and the manifest's
+/// signatures verified (`verified`: they cover every layer the manifest
+/// lists, the precompiled one too). Without a verification the code is
+/// not run: the host compiles the module, and a log line and
+/// `rekon_plugin_precompiled_refused{outcome="unverified"}` say so.
+pub(super) fn trusted_precompiled(
+    ctx: &Context,
+    obj: &Plugin,
+    module: &Module,
+    verified: Option<&Verified>,
+) -> Option<crate::plugin::Precompiled> {
+    let precompiled = module.precompiled.clone()?;
+    if verified.is_some_and(|v| v.digest == module.digest) {
+        return Some(precompiled);
+    }
+    ctx.metrics.plugin_precompiled_refused("unverified");
+    warn!(
+        plugin = %obj.name_any(),
+        digest = %module.digest,
+        "not using the module's precompiled code: no verified signature covers it (set spec.verification); compiling it"
+    );
+    None
+}
+
 /// Counts, logs and records as an Event on the Plugin why its module (or
 /// the Plugin itself) was refused; nothing of it is compiled.
 pub(super) async fn refused(ctx: &Context, obj: &Plugin, reference: &str, e: &PluginObjectError) {

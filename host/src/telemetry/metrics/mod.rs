@@ -256,6 +256,18 @@ impl Metrics {
         self.inner.rekon.plugin_fetched(outcome, took)
     }
 
+    /// A plugin module's native code was had by `path` (`compiled`,
+    /// `cached`, `precompiled`) in `took`.
+    pub fn plugin_code_loaded(&self, path: &str, took: Duration) {
+        self.inner.rekon.plugin_code_loaded(path, took)
+    }
+
+    /// Precompiled code shipped with a module was not used: `unverified`,
+    /// `engine_mismatch`, `source_mismatch` or `invalid`.
+    pub fn plugin_precompiled_refused(&self, outcome: &str) {
+        self.inner.rekon.plugin_precompiled_refused(outcome)
+    }
+
     /// A plugin module's signatures were checked: `verified`, or the
     /// failure's outcome (`signature_missing`, `untrusted_key`, …).
     pub fn plugin_verified(&self, outcome: &str) {

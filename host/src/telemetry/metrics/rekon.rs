@@ -66,6 +66,11 @@ struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodePathLabels {
+    path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginKindLabels {
     plugin: String,
     kind: String,
@@ -129,6 +134,8 @@ pub(super) struct RekonFamilies {
     plugin_fetches: Family<OutcomeLabels, Counter>,
     plugin_fetch_time: Histogram,
     plugin_verifications: Family<OutcomeLabels, Counter>,
+    plugin_code_time: HistogramFamily<CodePathLabels>,
+    precompiled_refused: Family<OutcomeLabels, Counter>,
     /// Loaded version per plugin, to remove a replaced version's
     /// `rekon_plugin_info` series (a `Family` cannot be iterated).
     plugin_versions: parking_lot::Mutex<std::collections::BTreeMap<String, String>>,
@@ -272,6 +279,18 @@ impl RekonFamilies {
                 registry,
                 "rekon_plugin_verification",
                 "Signature checks of plugin modules (Plugin objects and --plugins files) by outcome: verified, or why not (signature_missing, signature_invalid, untrusted_key, key_unavailable, registry_error, verification_required)",
+                Family::default(),
+            ),
+            plugin_code_time: registered(
+                registry,
+                "rekon_plugin_code_load_duration_seconds",
+                "Time to get a plugin module's native code, by path: compiled (Cranelift on this host), cached (mapped from the compiled-plugin cache), precompiled (an artifact shipped with the module and verified with it)",
+                HistogramFamily::new_with_constructor(fetch_histogram as fn() -> Histogram),
+            ),
+            precompiled_refused: registered(
+                registry,
+                "rekon_plugin_precompiled_refused",
+                "Precompiled plugin code not used (the module was compiled instead) by outcome: unverified (not covered by a verified signature), engine_mismatch, source_mismatch, too_large, digest_mismatch, download_failed, invalid",
                 Family::default(),
             ),
             plugin_versions: parking_lot::Mutex::default(),
@@ -520,6 +539,22 @@ impl RekonFamilies {
             })
             .inc();
         self.plugin_fetch_time.observe(took.as_secs_f64());
+    }
+
+    pub(super) fn plugin_code_loaded(&self, path: &str, took: Duration) {
+        self.plugin_code_time
+            .get_or_create(&CodePathLabels {
+                path: path.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    pub(super) fn plugin_precompiled_refused(&self, outcome: &str) {
+        self.precompiled_refused
+            .get_or_create(&OutcomeLabels {
+                outcome: outcome.to_owned(),
+            })
+            .inc();
     }
 
     pub(super) fn plugin_verified(&self, outcome: &str) {
