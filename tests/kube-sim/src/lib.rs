@@ -125,6 +125,7 @@
 //! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to
 //!   JSON, driven by `data/protobuf-messages.txt` (generated from upstream).
 
+pub mod admission;
 pub mod auth;
 pub mod cluster;
 mod defaults;
