@@ -256,6 +256,14 @@ async fn a_policy_denies_with_the_servers_error() {
         let c = SimCluster::start("vap").await.expect("sim starts");
         let u = c.url();
         demo_policy(&u, &["Deny"]).await;
+        // The server's defaults (SetDefaults_MatchResources, _Rule).
+        let (_, p) = req(&u, "GET", &format!("{POLICIES}/demo-policy.example.com"), JSON, None).await;
+        let mc = &p["spec"]["matchConstraints"];
+        assert_eq!((&mc["matchPolicy"], &mc["namespaceSelector"], &mc["objectSelector"], &mc["resourceRules"][0]["scope"]),
+            (&json!("Equivalent"), &json!({}), &json!({}), &json!("*")), "{p}");
+        assert_eq!(p["metadata"]["generation"], 1);
+        let (_, b) = req(&u, "GET", &format!("{BINDINGS}/demo-binding-test.example.com"), JSON, None).await;
+        assert_eq!(b["spec"]["matchResources"]["matchPolicy"], "Equivalent", "{b}");
         // The binding selects namespaces labelled environment=test only.
         post(&u, DEPLOYS, deployment("free", 7)).await;
         let (code, _) = req(&u, "PATCH", "/api/v1/namespaces/default", MERGE,

@@ -81,6 +81,21 @@ impl Rule {
         }
     }
 
+    /// A rule kube-sim cannot evaluate: every write it applies to fails
+    /// with `rule compile error: <why>`.
+    fn unsupported(why: &str) -> Self {
+        Self {
+            source: String::new(),
+            message: None,
+            message_expression: None,
+            reason: None,
+            field_path: None,
+            optional_old_self: false,
+            program: Err(why.to_string()),
+            uses_old_self: false,
+        }
+    }
+
     /// `ruleErrorString`: the message, else the rule.
     fn error_string(&self) -> &str {
         self.message.as_deref().unwrap_or(&self.source).trim()
@@ -172,11 +187,21 @@ fn invalid(path: &str, ty: &str, detail: &str) -> Cause {
 
 impl Node {
     fn compile(schema: &Value, resource_root: bool) -> Option<Self> {
-        let rules: Vec<Rule> = schema
+        let mut rules: Vec<Rule> = schema
             .get("x-kubernetes-validations")
             .and_then(Value::as_array)
             .map(|a| a.iter().map(|r| Rule::compile(r, schema)).collect())
             .unwrap_or_default();
+        // Rules inside `allOf` are not evaluated here: fail closed rather
+        // than admit what the server may refuse.
+        if schema
+            .get("allOf")
+            .is_some_and(|a| a.to_string().contains("x-kubernetes-validations"))
+        {
+            rules.push(Rule::unsupported(
+                "kube-sim does not evaluate x-kubernetes-validations under allOf",
+            ));
+        }
         let embedded = |s: &Value| {
             s.get("x-kubernetes-embedded-resource")
                 .and_then(Value::as_bool)
@@ -587,6 +612,16 @@ mod tests {
                 "Required value".into()
             )])
             .is_some()
+        );
+        // What kube-sim cannot evaluate fails closed.
+        let s = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "allOf": [{"x-kubernetes-validations": [{"rule": "self.a > 1"}]}]}}});
+        let (errs, _) = Rules::compile(&s)
+            .unwrap()
+            .validate(&json!({"spec": {}}), None);
+        assert_eq!(
+            errs[0].2,
+            "Invalid value: \"object\": rule compile error: kube-sim does not evaluate x-kubernetes-validations under allOf"
         );
     }
 }

@@ -43,7 +43,7 @@ pub(crate) fn error_text(e: &ExecutionError) -> String {
         ExecutionError::DivisionByZero(_) => "division by zero".into(),
         ExecutionError::RemainderByZero(_) => "modulus by zero".into(),
         ExecutionError::NoSuchOverload => "no such overload".into(),
-        ExecutionError::UndeclaredReference(r) => format!("no such attribute: {r}"),
+        ExecutionError::UndeclaredReference(r) => format!("undeclared reference to '{r}'"),
         other => other.to_string(),
     }
 }

@@ -14,7 +14,7 @@
 //! annotation ([`AuditRecord`]).
 //!
 //! Not modelled: the `authorizer` variable (an expression using it fails
-//! with no such attribute, and `failurePolicy` decides), the type checking
+//! with an undeclared reference, and `failurePolicy` decides), the type checking
 //! that fills a policy's `status.typeChecking`, the cost budget.
 
 use std::collections::HashMap;
