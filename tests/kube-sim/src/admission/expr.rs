@@ -149,36 +149,6 @@ fn escape(name: &str) -> String {
     out
 }
 
-/// A CEL value back to JSON (for `variables` and messages); `None` for
-/// values JSON cannot hold (functions, opaque types).
-#[allow(dead_code)] // used by the policy evaluator (variables)
-pub(crate) fn to_json(v: &Cel) -> Option<Value> {
-    Some(match v {
-        Cel::Null => Value::Null,
-        Cel::Bool(b) => Value::Bool(*b),
-        Cel::Int(i) => Value::from(*i),
-        Cel::UInt(u) => Value::from(*u),
-        Cel::Float(f) => serde_json::Number::from_f64(*f).map(Value::Number)?,
-        Cel::String(s) => Value::String((**s).clone()),
-        Cel::List(l) => Value::Array(l.iter().map(to_json).collect::<Option<Vec<_>>>()?),
-        Cel::Map(m) => {
-            let mut out = serde_json::Map::new();
-            for (k, x) in m.map.iter() {
-                let key = match k {
-                    Key::String(s) => (**s).clone(),
-                    Key::Int(i) => i.to_string(),
-                    Key::Uint(u) => u.to_string(),
-                    Key::Bool(b) => b.to_string(),
-                };
-                out.insert(key, to_json(x)?);
-            }
-            Value::Object(out)
-        }
-        Cel::Timestamp(t) => Value::String(t.to_rfc3339()),
-        _ => return None,
-    })
-}
-
 /// Go's `time.ParseDuration` for the units Kubernetes schemas use.
 fn go_duration(s: &str) -> Option<chrono::Duration> {
     let (neg, mut rest) = match s.strip_prefix('-') {
