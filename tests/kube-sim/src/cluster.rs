@@ -419,6 +419,15 @@ impl SimCluster {
         self.state.security.audit_log()
     }
 
+    /// The audit annotations ValidatingAdmissionPolicy bindings with the
+    /// `Audit` action (and policies' `auditAnnotations`) added to requests,
+    /// oldest first (the latest 10,000); also `GET /_sim/admission-audit`.
+    pub fn admission_audit(&self) -> Vec<crate::admission::AuditRecord> {
+        self.state
+            .store
+            .read(|i| i.admission_audit.borrow().iter().cloned().collect())
+    }
+
     /// Issues a token for ServiceAccount `ns/name` as TokenRequest does.
     ///
     /// # Errors
@@ -563,6 +572,7 @@ impl SimCluster {
             manager: Some("kube-sim".into()),
             subresource: sub.map(str::to_string),
             field_validation: Default::default(),
+            user: None,
         }
     }
 

@@ -98,6 +98,22 @@ fn obj_mut<'a>(v: &'a mut Value, key: &str) -> Option<&'a mut Map<String, Value>
         .as_object_mut()
 }
 
+/// admissionregistration/v1 `SetDefaults_MatchResources` and
+/// `SetDefaults_Rule`: `matchPolicy: Equivalent`, empty selectors,
+/// `scope: "*"`.
+fn match_resources(m: &mut Map<String, Value>) {
+    set_default(m, "matchPolicy", json!("Equivalent"));
+    set_default(m, "namespaceSelector", json!({}));
+    set_default(m, "objectSelector", json!({}));
+    for rules in ["resourceRules", "excludeResourceRules"] {
+        if let Some(a) = m.get_mut(rules).and_then(Value::as_array_mut) {
+            for r in a.iter_mut().filter_map(Value::as_object_mut) {
+                set_default(r, "scope", json!("*"));
+            }
+        }
+    }
+}
+
 fn set_default(m: &mut Map<String, Value>, k: &str, v: Value) {
     let absent = match m.get(k) {
         None | Some(Value::Null) => true,
@@ -303,6 +319,25 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
             daemonset_template_generation(obj, old);
         }
         ("batch", "Job") => job(obj, old),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            if let Some(spec) = obj_mut(obj, "spec") {
+                set_default(spec, "failurePolicy", json!("Fail"));
+                if let Some(m) = spec
+                    .get_mut("matchConstraints")
+                    .and_then(Value::as_object_mut)
+                {
+                    match_resources(m);
+                }
+            }
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            if let Some(m) = obj
+                .pointer_mut("/spec/matchResources")
+                .and_then(Value::as_object_mut)
+            {
+                match_resources(m);
+            }
+        }
         ("batch", "CronJob") => {
             if let Some(spec) = obj_mut(obj, "spec") {
                 // SetDefaults_CronJob (batch/v1).

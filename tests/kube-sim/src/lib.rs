@@ -38,10 +38,12 @@
 //!   Secret `stringData`), and pass through their OpenAPI schema
 //!   (`openapi`, from k8s-openapi): unknown fields follow
 //!   `fieldValidation` (Strict → 400, Warn → `Warning` header, Ignore),
-//!   empty `omitempty` maps and lists are dropped. Custom resources are
-//!   validated against their structural schema (type, required, enum,
-//!   bounds, length, pattern → 422); `x-kubernetes-validations` (CEL) is
-//!   not evaluated.
+//!   empty `omitempty` maps and lists are dropped. Custom resources get
+//!   their schema's `default`s and are validated against their structural
+//!   schema (type, required, enum, bounds, length, pattern → 422) and its
+//!   `x-kubernetes-validations` CEL rules; ValidatingAdmissionPolicies and
+//!   their bindings are enforced on every write ([`admission`]; the README
+//!   lists what is covered and where CEL differs from the server's).
 //! - Built-ins follow their REST strategies (`pkg/registry/*/strategy.go`,
 //!   one table in `resources`): which kinds reset a client's `status` on
 //!   create, which maintain `metadata.generation` (and what bumps it), which
@@ -101,6 +103,7 @@
 //! | `POST /_sim/bookmark-interval?ms=500` | bookmark period of new watches |
 //! | `POST /_sim/namespace-delay?ms=500` | delay between a namespace's DELETE and the deletion of its contents |
 //! | `GET /_sim/requests` / `DELETE /_sim/requests` | requests counted per verb / reset the counters |
+//! | `GET /_sim/admission-audit` | what policy bindings' Audit action recorded |
 //! | `POST /_sim/reset` | drop all objects and CRDs, close watches, clear faults |
 //!
 //! # Layout
@@ -114,7 +117,10 @@
 //! - `defaults`: built-in defaulting (defaults.go, admission), Secret
 //!   `stringData`, Go's encoding of built-in statuses.
 //! - [`openapi`]: OpenAPI v2/v3 documents, schema lookups.
-//! - [`validate`]: unknown fields (`fieldValidation`), CR schema constraints.
+//! - [`validate`]: unknown fields (`fieldValidation`), CR schema constraints
+//!   and structural defaults.
+//! - [`admission`]: CRD `x-kubernetes-validations`, ValidatingAdmissionPolicy
+//!   (CEL through kube-cel).
 //! - `scale`: the `/scale` subresource (autoscaling/v1 Scale).
 //! - `faults`: fault injection and request counters.
 //! - [`tls`]: the cluster CA, serving and client certificates, the TLS listener.
@@ -125,6 +131,7 @@
 //! - [`protobuf`]: protobuf request bodies (kubectl `create` subcommands) to
 //!   JSON, driven by `data/protobuf-messages.txt` (generated from upstream).
 
+pub mod admission;
 pub mod auth;
 pub mod cluster;
 mod defaults;

@@ -81,6 +81,8 @@ pub fn builtins() -> &'static Builtins {
             ("batch", "v1", "CronJob", api::batch::v1::CronJob),
             ("node.k8s.io", "v1", "RuntimeClass", api::node::v1::RuntimeClass),
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", apiext::CustomResourceDefinition),
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", api::admissionregistration::v1::ValidatingAdmissionPolicy),
+            ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", api::admissionregistration::v1::ValidatingAdmissionPolicyBinding),
             ("rbac.authorization.k8s.io", "v1", "Role", api::rbac::v1::Role),
             ("rbac.authorization.k8s.io", "v1", "RoleBinding", api::rbac::v1::RoleBinding),
             ("rbac.authorization.k8s.io", "v1", "ClusterRole", api::rbac::v1::ClusterRole),

@@ -56,6 +56,9 @@ pub struct ResourceInfo {
     type_info: Arc<OnceLock<TypeInfo>>,
     /// A built-in's OpenAPI schema (a `$ref`), looked up on first use.
     pub(crate) builtin_schema: Arc<OnceLock<Option<&'static Value>>>,
+    /// A custom resource version's `x-kubernetes-validations`, compiled on
+    /// first use.
+    crd_rules: Arc<OnceLock<Option<crate::admission::crd_rules::Rules>>>,
 }
 
 /// Where a resource keeps what its `/scale` subresource shows: JSON paths
@@ -149,6 +152,21 @@ impl ResourceInfo {
                 }
             }
         })
+    }
+
+    /// The compiled `x-kubernetes-validations` of a custom resource
+    /// version, if its schema has any.
+    pub(crate) fn crd_rules(&self) -> Option<&crate::admission::crd_rules::Rules> {
+        if self.builtin {
+            return None;
+        }
+        self.crd_rules
+            .get_or_init(|| {
+                self.schema
+                    .as_deref()
+                    .and_then(crate::admission::crd_rules::Rules::compile)
+            })
+            .as_ref()
     }
 
     /// Whether objects served at this endpoint need rewriting from storage.
@@ -453,6 +471,22 @@ const BUILTINS: &[Builtin] = &[
         false,
         &["sc"],
     )),
+    // PrepareForCreate resets the status (`Status = ...Status{}`) and sets
+    // `Generation = 1`; spec changes bump it.
+    with_generation(with_reset_status(b(
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        false,
+        &[],
+    ))),
+    with_generation(b(
+        "admissionregistration.k8s.io",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        false,
+        &[],
+    )),
     b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
     b(
         "rbac.authorization.k8s.io",
@@ -518,6 +552,7 @@ impl Registry {
                 },
                 type_info: Arc::default(),
                 builtin_schema: Arc::default(),
+                crd_rules: Arc::default(),
                 printer_columns: None,
                 scale: x.scale.then(|| Arc::new(ScalePaths::builtin())),
             };
@@ -893,6 +928,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             conversion: Conversion::None,
             type_info: Arc::default(),
             builtin_schema: Arc::default(),
+            crd_rules: Arc::default(),
             printer_columns: v.get("additionalPrinterColumns").cloned().map(Arc::new),
             scale: v
                 .pointer("/subresources/scale")

@@ -19,7 +19,7 @@ fn pointer(path: &str) -> String {
 }
 
 /// `metav1.FormatLabelSelector`: `a=b,c in (d,e)`; a map (ReplicationController) as `a=b`.
-fn format_selector(sel: &Value) -> Option<String> {
+pub(crate) fn format_selector(sel: &Value) -> Option<String> {
     match sel {
         Value::String(s) => Some(s.clone()),
         Value::Object(m) if m.contains_key("matchLabels") || m.contains_key("matchExpressions") => {

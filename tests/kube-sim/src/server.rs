@@ -481,6 +481,9 @@ async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, 
     } else {
         req
     };
+    // Admission's `request.userInfo`.
+    let mut req = req;
+    req.extensions_mut().insert(user.clone());
     if !crate::auth::is_virtual(&attrs) {
         return Ok(req);
     }
@@ -625,6 +628,7 @@ fn write_opts(params: &Params, headers: &HeaderMap, sub: &Option<String>) -> Api
         manager,
         subresource: sub.clone(),
         field_validation,
+        user: None,
     })
     .map(|mut o| {
         if o.manager.is_none() {
@@ -756,6 +760,7 @@ async fn resource(
     sub: Option<String>,
 ) -> ApiResult<Response> {
     let method = req.method().clone();
+    let user = req.extensions().get::<crate::auth::UserInfo>().cloned();
     let shape = negotiate(req.headers(), &params)?;
     // Tables are for reads; writes answer the object.
     let shape = if matches!(shape, Shape::Table { .. }) && req.method() != Method::GET {
@@ -941,7 +946,8 @@ async fn resource(
             let ct = content_type(&headers);
             let obj = parse_body(&ct, &body)?;
             check_type(&res, &obj)?;
-            let opts = write_opts(&params, &headers, &sub)?;
+            let mut opts = write_opts(&params, &headers, &sub)?;
+            opts.user = user.clone();
             let (created, cached, warnings) = cs.store.write(|i| {
                 let o = i.create(&res, nsr, obj, &opts);
                 let w = i.warnings.take();
@@ -959,7 +965,8 @@ async fn resource(
             let ct = content_type(&headers);
             let obj = parse_body(&ct, &body)?;
             check_type(&res, &obj)?;
-            let opts = write_opts(&params, &headers, &sub)?;
+            let mut opts = write_opts(&params, &headers, &sub)?;
+            opts.user = user.clone();
             let (updated, cached, warnings) = cs.store.write(|i| {
                 let o = i.update(&res, nsr, &name, obj, &opts);
                 let w = i.warnings.take();
@@ -1009,7 +1016,8 @@ async fn resource(
                     "force: Forbidden: may not be specified for non-apply patch",
                 ));
             }
-            let opts = write_opts(&params, &headers, &sub)?;
+            let mut opts = write_opts(&params, &headers, &sub)?;
+            opts.user = user.clone();
             let (obj, created, cached, warnings) = cs.store.write(|i| {
                 let r = i.patch(&res, nsr, &name, kind, &patch_body, &opts);
                 let w = i.warnings.take();
@@ -1027,7 +1035,8 @@ async fn resource(
                 return Err(ApiError::method_not_allowed());
             }
             let (headers, _, body) = read_body(req).await?;
-            let dopts = delete_opts(&params, &headers, &body)?;
+            let mut dopts = delete_opts(&params, &headers, &body)?;
+            dopts.user = user.clone();
             match name {
                 Some(name) => {
                     let d = cs.store.write(|i| i.delete(&res, nsr, &name, &dopts))?;
@@ -1105,6 +1114,7 @@ async fn scale(
     sub: &Option<String>,
 ) -> ApiResult<Response> {
     let method = req.method().clone();
+    let user = req.extensions().get::<crate::auth::UserInfo>().cloned();
     if method == Method::GET {
         let scale = cs
             .store
@@ -1113,7 +1123,8 @@ async fn scale(
     }
     let (headers, _, body) = read_body(req).await?;
     let ct = content_type(&headers);
-    let opts = write_opts(params, &headers, sub)?;
+    let mut opts = write_opts(params, &headers, sub)?;
+    opts.user = user;
     let edit: Box<ScaleEdit> = match method {
         Method::PUT => {
             let body = parse_body(&ct, &body)?;
@@ -1349,6 +1360,12 @@ async fn sim_api(cs: &Arc<ClusterState>, req: Request) -> ApiResult<Response> {
             ok(json!({"ok": true}))
         }
         (Method::GET, "requests") => ok(json!(cs.faults.request_counts())),
+        (Method::GET, "admission-audit") => {
+            let records: Vec<crate::admission::AuditRecord> = cs
+                .store
+                .read(|i| i.admission_audit.borrow().iter().cloned().collect());
+            ok(json!({"items": records}))
+        }
         (Method::GET, "request-log") => ok(json!({"items": cs.faults.request_log()})),
         (Method::DELETE, "requests") => {
             cs.faults.reset_counts();

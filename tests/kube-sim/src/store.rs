@@ -110,6 +110,9 @@ pub struct WriteOpts {
     pub subresource: Option<String>,
     /// `fieldValidation`: what unknown fields do.
     pub field_validation: crate::validate::FieldValidation,
+    /// The requesting user (admission's `request.userInfo`); `None` is the
+    /// kubeconfig's `kubernetes-admin`.
+    pub user: Option<crate::auth::UserInfo>,
 }
 
 /// `propagationPolicy`.
@@ -135,6 +138,8 @@ pub struct DeleteOpts {
     pub resource_version: Option<String>,
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// The requesting user, as in [`WriteOpts::user`].
+    pub user: Option<crate::auth::UserInfo>,
 }
 
 /// The patch formats.
@@ -223,6 +228,10 @@ pub(crate) struct Inner {
     ns_delay: std::time::Duration,
     /// `Warning` headers of the current request (unknown fields).
     pub(crate) warnings: std::cell::RefCell<Vec<String>>,
+    /// ValidatingAdmissionPolicies compiled, by name and resourceVersion.
+    policy_cache: std::cell::RefCell<crate::admission::policy::Cache>,
+    /// What the Audit actions of policy bindings recorded (the latest 10,000).
+    pub(crate) admission_audit: std::cell::RefCell<VecDeque<crate::admission::AuditRecord>>,
 }
 
 /// The store of one cluster.
@@ -638,6 +647,8 @@ impl Inner {
             last_written: None,
             alloc: std::cell::RefCell::default(),
             warnings: std::cell::RefCell::default(),
+            policy_cache: std::cell::RefCell::default(),
+            admission_audit: std::cell::RefCell::default(),
             ns_due: HashMap::new(),
             ns_delay: DEFAULT_NAMESPACE_DELAY,
         };
@@ -709,6 +720,74 @@ impl Inner {
 
     fn info_for(&self, sk: &StorageKey) -> Option<Arc<ResourceInfo>> {
         self.registry.storage_info(sk)
+    }
+
+    /// The objects of one table (`group/plural`), if it has any.
+    pub(crate) fn objects(&self, sk: &str) -> Option<&BTreeMap<ObjKey, Arc<Value>>> {
+        self.tables.get(sk).map(|t| &t.objects)
+    }
+
+    /// A namespace object.
+    pub(crate) fn namespace(&self, ns: &str) -> Option<Arc<Value>> {
+        self.namespace_obj(ns)
+    }
+
+    /// Validating admission (ValidatingAdmissionPolicies) of one write:
+    /// `Err` is the denial; warnings and audit records are kept.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        res: &ResourceInfo,
+        operation: &'static str,
+        key: &ObjKey,
+        subresource: Option<&str>,
+        object: Option<&Value>,
+        old: Option<&Value>,
+        dry_run: bool,
+        user: Option<&crate::auth::UserInfo>,
+    ) -> ApiResult<()> {
+        if self
+            .objects(crate::admission::policy::POLICIES)
+            .is_none_or(BTreeMap::is_empty)
+        {
+            return Ok(());
+        }
+        fn served<'v>(res: &ResourceInfo, o: &'v Value) -> std::borrow::Cow<'v, Value> {
+            if res.needs_conversion() {
+                std::borrow::Cow::Owned(crate::resources::to_served(res, o))
+            } else {
+                std::borrow::Cow::Borrowed(o)
+            }
+        }
+        let object = object.map(|o| served(res, o));
+        let old = old.map(|o| served(res, o));
+        let admin = crate::auth::UserInfo {
+            name: crate::auth::ADMIN_USER.into(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+            ..Default::default()
+        };
+        let a = crate::admission::policy::Attributes {
+            res,
+            operation,
+            name: &key.1,
+            namespace: &key.0,
+            subresource: subresource.unwrap_or_default(),
+            object: object.as_deref(),
+            old: old.as_deref(),
+            dry_run,
+            user: user.unwrap_or(&admin),
+        };
+        let mut cache = self.policy_cache.borrow_mut();
+        let admitted = crate::admission::policy::admit(self, &mut cache, &a)?;
+        self.warnings.borrow_mut().extend(admitted.warnings);
+        if let Some(r) = admitted.audit {
+            let mut log = self.admission_audit.borrow_mut();
+            if log.len() >= 10_000 {
+                log.pop_front();
+            }
+            log.push_back(r);
+        }
+        Ok(())
     }
 
     fn namespace_obj(&self, ns: &str) -> Option<Arc<Value>> {
@@ -1056,7 +1135,12 @@ impl Inner {
         fv: FieldValidation,
     ) -> ApiResult<()> {
         crate::defaults::drop_empty_metadata(obj);
-        self.validate_fields(res, name, obj, fv)?;
+        if !res.builtin
+            && let Some(schema) = &res.schema
+        {
+            crate::validate::apply_defaults(obj, schema);
+        }
+        self.validate_fields(res, name, obj, old, fv)?;
         if !res.builtin
             && let Some(schema) = &res.schema
         {
@@ -1191,12 +1275,14 @@ impl Inner {
     }
 
     /// Unknown fields per `fieldValidation`; a custom resource's value
-    /// constraints (422).
+    /// constraints and `x-kubernetes-validations` rules (422, one error
+    /// list as the server's strategy builds it).
     fn validate_fields(
         &self,
         res: &ResourceInfo,
         name: &str,
         obj: &mut Value,
+        old: Option<&Value>,
         fv: FieldValidation,
     ) -> ApiResult<()> {
         let Some((schema, defs)) = crate::openapi::schema_of(res) else {
@@ -1241,16 +1327,19 @@ impl Inner {
                 FieldValidation::Ignore => {}
             }
         }
-        if !f.invalid.is_empty() {
-            return Err(ApiError::invalid(
-                &res.kind,
-                &res.group,
-                name,
-                &f.invalid
-                    .iter()
-                    .map(|(r, p, m)| (*r, p.clone(), m.clone()))
-                    .collect::<Vec<_>>(),
-            ));
+        let mut invalid = f.invalid;
+        if let Some(rules) = res.crd_rules() {
+            match crate::admission::crd_rules::blocking(&invalid) {
+                Some(e) => invalid.push(e),
+                None => {
+                    let (errors, warnings) = rules.validate(obj, old);
+                    invalid.extend(errors);
+                    self.warnings.borrow_mut().extend(warnings);
+                }
+            }
+        }
+        if !invalid.is_empty() {
+            return Err(ApiError::invalid(&res.kind, &res.group, name, &invalid));
         }
         Ok(())
     }
@@ -1266,6 +1355,16 @@ impl Inner {
         set_type(&mut obj, res);
         let key = self.prepare_create(res, ns, &mut obj, opts.field_validation)?;
         self.record_update(res, None, &mut obj, opts);
+        self.admit(
+            res,
+            "CREATE",
+            &key,
+            opts.subresource.as_deref(),
+            Some(&obj),
+            None,
+            opts.dry_run,
+            opts.user.as_ref(),
+        )?;
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
@@ -1422,8 +1521,20 @@ impl Inner {
         key: ObjKey,
         old: Arc<Value>,
         mut new: Value,
-        dry_run: bool,
-    ) -> Arc<Value> {
+        opts: &WriteOpts,
+    ) -> ApiResult<Arc<Value>> {
+        // Admission runs for no-op writes too, as on a real server.
+        self.admit(
+            res,
+            "UPDATE",
+            &key,
+            opts.subresource.as_deref(),
+            Some(&new),
+            Some(&old),
+            opts.dry_run,
+            opts.user.as_ref(),
+        )?;
+        let dry_run = opts.dry_run;
         // No-op detection: RV and managedFields timestamps do not count.
         if let Some(rv) = meta_str(&old, "resourceVersion") {
             meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -1437,13 +1548,13 @@ impl Inner {
             meta_mut(&mut new).insert("managedFields".into(), mf);
         }
         if new == *old {
-            return old;
+            return Ok(old);
         }
         if dry_run {
-            return Arc::new(new);
+            return Ok(Arc::new(new));
         }
         let sk = res.storage_key();
-        self.persist(&sk, key, Some(old), new)
+        Ok(self.persist(&sk, key, Some(old), new))
     }
 
     pub(crate) fn get(
@@ -1494,7 +1605,7 @@ impl Inner {
         }
         let new = self.prepare_update(res, &old, new, opts, true)?;
         let key = Self::obj_key(res, ns, name);
-        Ok(self.commit_update(res, key, old, new, opts.dry_run))
+        self.commit_update(res, key, old, new, opts)
     }
 
     /// Reads and writes the `/scale` subresource: `f` turns the current
@@ -1531,7 +1642,7 @@ impl Inner {
         crate::scale::set_replicas(&paths, &mut new, replicas);
         let new = self.prepare_update(res, &old, new, opts, true)?;
         let key = Self::obj_key(res, ns, name);
-        let stored = self.commit_update(res, key, old, new, opts.dry_run);
+        let stored = self.commit_update(res, key, old, new, opts)?;
         let served = if res.needs_conversion() {
             crate::resources::to_served(res, &stored)
         } else {
@@ -1613,7 +1724,7 @@ impl Inner {
                 )));
             }
             let new = self.prepare_update(res, &old, patched, opts, true)?;
-            return Ok((self.commit_update(res, key, old, new, opts.dry_run), false));
+            return Ok((self.commit_update(res, key, old, new, opts)?, false));
         };
         // Server-side apply.
         if !body.is_object() {
@@ -1655,6 +1766,16 @@ impl Inner {
                     m.insert("name".into(), json!(name));
                 }
                 let key = self.prepare_create(res, ns, &mut applied, opts.field_validation)?;
+                self.admit(
+                    res,
+                    "CREATE",
+                    &key,
+                    None,
+                    Some(&applied),
+                    None,
+                    opts.dry_run,
+                    opts.user.as_ref(),
+                )?;
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
@@ -1688,7 +1809,7 @@ impl Inner {
                         .map_err(map_err)?
                 };
                 let new = self.prepare_update(res, &old, applied, opts, false)?;
-                Ok((self.commit_update(res, key, old, new, opts.dry_run), false))
+                Ok((self.commit_update(res, key, old, new, opts)?, false))
             }
         }
     }
@@ -1741,6 +1862,16 @@ impl Inner {
                 "this namespace may not be deleted",
             ));
         }
+        self.admit(
+            res,
+            "DELETE",
+            &key,
+            None,
+            None,
+            Some(&obj),
+            opts.dry_run,
+            opts.user.as_ref(),
+        )?;
         if opts.dry_run {
             let gone = !is_deleting(&obj) && finalizers(&obj).is_empty();
             return Ok(Deleted { obj, gone });

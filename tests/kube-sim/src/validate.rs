@@ -346,6 +346,53 @@ fn check_value(v: &Value, schema: &Value, path: &Path<'_>, out: &mut Findings) -
     true
 }
 
+/// Structural schema defaulting (apiextensions-apiserver's
+/// `structuraldefaulting.Default`): a property with a `default` that is
+/// absent, or null where the schema is not nullable, gets a copy of the
+/// default; then each value is defaulted by its own schema, so defaults
+/// inside a default apply too. Items and `additionalProperties` likewise.
+pub fn apply_defaults(v: &mut Value, schema: &Value) {
+    let non_nullable_null = |x: &Value, s: &Value| {
+        x.is_null() && s.get("nullable").and_then(Value::as_bool) != Some(true)
+    };
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            if let Some(props) = props {
+                for (k, p) in props {
+                    if let Some(d) = p.get("default")
+                        && map.get(k).is_none_or(|x| non_nullable_null(x, p))
+                    {
+                        map.insert(k.clone(), d.clone());
+                    }
+                }
+            }
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, x) in map.iter_mut() {
+                if let Some(p) = props.and_then(|p| p.get(k)) {
+                    apply_defaults(x, p);
+                } else if let Some(a) = additional {
+                    match a.get("default") {
+                        Some(d) if non_nullable_null(x, a) => *x = d.clone(),
+                        _ => apply_defaults(x, a),
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(s) = schema.get("items") {
+                for x in items {
+                    match s.get("default") {
+                        Some(d) if non_nullable_null(x, s) => *x = d.clone(),
+                        _ => apply_defaults(x, s),
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Splits a path of [`Findings::unknown`] (`spec.containers[0].x`) into segments.
 pub fn segments(path: &str) -> Vec<crate::patch::PathSegment> {
     use crate::patch::PathSegment;
@@ -429,6 +476,26 @@ mod tests {
         assert_eq!(
             (f.invalid[0].1.as_str(), f.invalid[0].2.as_str()),
             ("spec.size", "Required value")
+        );
+    }
+
+    #[test]
+    fn structural_defaults_fill_absent_and_non_nullable_null_fields() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "default": {}, "properties": {
+                "size": {"type": "integer", "default": 3},
+                "mode": {"type": "string", "default": "fast"},
+                "note": {"type": "string", "nullable": true, "default": "n"},
+                "ports": {"type": "array", "items": {"type": "object", "properties": {
+                    "protocol": {"type": "string", "default": "TCP"}}}}}}}});
+        let mut o = json!({"metadata": {"name": "w"}});
+        apply_defaults(&mut o, &schema);
+        assert_eq!(o["spec"], json!({"size": 3, "mode": "fast", "note": "n"}));
+        let mut o = json!({"spec": {"size": 5, "mode": null, "note": null, "ports": [{}, {"protocol": "UDP"}]}});
+        apply_defaults(&mut o, &schema);
+        assert_eq!(
+            o["spec"],
+            json!({"size": 5, "mode": "fast", "note": null, "ports": [{"protocol": "TCP"}, {"protocol": "UDP"}]})
         );
     }
 

@@ -412,3 +412,100 @@ async fn kubectl_get_watch_custom_resource_printer_columns() {
     })
     .await;
 }
+
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size:
+                type: integer
+                default: 1
+                x-kubernetes-validations:
+                - rule: self % 2 == 1
+                  messageExpression: "'size ' + string(self) + ' must be odd'"
+"#;
+
+const DEMO_POLICY: &str = r#"
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: demo-policy.example.com}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [apps]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [deployments]
+  validations:
+  - expression: object.spec.replicas <= 5
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: demo-binding-test.example.com}
+spec:
+  policyName: demo-policy.example.com
+  validationActions: [ACTIONS]
+"#;
+
+/// What kubectl prints for a CRD rule and a ValidatingAdmissionPolicy,
+/// on create, client- and server-side apply and `--dry-run=server`: the
+/// lines a real cluster makes it print (the policy's is the Kubernetes
+/// documentation's example, word for word).
+#[tokio::test]
+async fn kubectl_prints_admission_denials_as_against_a_real_server() {
+    within(120, "kubectl admission", async {
+        let sim = Sim::start(&["main"]).await.unwrap();
+        ok(&sim, &["apply", "-f", "-"], Some(WIDGET_CRD)).await;
+        ok(&sim, &["wait", "--for", "condition=established", "crd/widgets.example.com"], None).await;
+        let w = |size: i64| format!("apiVersion: example.com/v1\nkind: Widget\nmetadata: {{name: w}}\nspec: {{size: {size}}}\n");
+        let line = "The Widget \"w\" is invalid: spec.size: Invalid value: \"integer\": size 4 must be odd";
+        for args in [
+            &["create", "-f", "-"][..],
+            &["create", "--dry-run=server", "-f", "-"],
+            &["apply", "-f", "-"],
+            &["apply", "--server-side", "-f", "-"],
+        ] {
+            let out = kubectl(&sim, args, Some(&w(4))).await;
+            assert!(!out.ok, "kubectl {args:?} succeeded: {}", out.stdout);
+            assert_eq!(out.stderr.trim(), line, "kubectl {args:?}");
+        }
+        // Defaults show in what kubectl reads back.
+        ok(&sim, &["create", "-f", "-"], Some("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: d}\nspec: {}\n")).await;
+        assert_eq!(get_json(&sim, &["widget", "d"]).await["spec"]["size"], 1);
+
+        ok(&sim, &["apply", "-f", "-"], Some(&DEMO_POLICY.replace("ACTIONS", "Deny"))).await;
+        let big = DEPLOY.replace("replicas: 1", "replicas: 7");
+        let denied = "The deployments \"web\" is invalid: : ValidatingAdmissionPolicy 'demo-policy.example.com' with binding 'demo-binding-test.example.com' denied request: failed expression: object.spec.replicas <= 5";
+        for args in [&["apply", "-f", "-"][..], &["create", "--dry-run=server", "-f", "-"]] {
+            let out = kubectl(&sim, args, Some(&big)).await;
+            assert!(!out.ok, "kubectl {args:?} succeeded: {}", out.stdout);
+            assert_eq!(out.stderr.trim(), denied, "kubectl {args:?}");
+        }
+        // Warn: the write goes through and kubectl prints the warning.
+        ok(&sim, &["apply", "-f", "-"], Some(&DEMO_POLICY.replace("ACTIONS", "Warn"))).await;
+        let out = kubectl(&sim, &["apply", "-f", "-"], Some(&big)).await;
+        assert!(out.ok, "{}", out.stderr);
+        assert_eq!(
+            out.stderr.trim(),
+            "Warning: Validation failed for ValidatingAdmissionPolicy 'demo-policy.example.com' with binding 'demo-binding-test.example.com': failed expression: object.spec.replicas <= 5"
+        );
+        sim.shutdown().await;
+    })
+    .await;
+}

@@ -186,3 +186,81 @@ async fn python_typed_models_of_every_built_in_kind() {
     })
     .await;
 }
+
+/// Issue 37: the official client meets admission. A CRD rule and a
+/// ValidatingAdmissionPolicy refuse writes with the server's Status (the
+/// client raises `ApiException` with that status and body), a Warn binding
+/// lets the write through with its `Warning` header, and the CRD's default
+/// is read back.
+#[tokio::test]
+async fn python_client_meets_crd_rules_and_policies() {
+    within(90, "python admission", async {
+        require_python_client().await;
+        let sim = Sim::start(&["main"]).await.unwrap();
+        let script = r#"
+import json, sys
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+config.load_kube_config(config_file=sys.argv[1], context="main")
+ext = client.ApiextensionsV1Api()
+crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+  "metadata": {"name": "widgets.example.com"},
+  "spec": {"group": "example.com", "scope": "Namespaced",
+    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+      "type": "object", "properties": {"spec": {"type": "object",
+        "x-kubernetes-validations": [{"rule": "self.size <= self.max", "message": "size must not exceed max",
+                                      "fieldPath": ".size"}],
+        "properties": {"size": {"type": "integer"}, "max": {"type": "integer", "default": 3}}}}}}}]}}
+ext.create_custom_resource_definition(crd)
+co = client.CustomObjectsApi()
+w = lambda n, size: {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": n},
+                     "spec": {"size": size}}
+try:
+    co.create_namespaced_custom_object("example.com", "v1", "default", "widgets", w("w", 9))
+    sys.exit("a Widget breaking its rule was created")
+except ApiException as e:
+    body = json.loads(e.body)
+    assert e.status == 422, e.status
+    assert body["message"] == ('Widget.example.com "w" is invalid: spec.size: Invalid value: '
+                               '"object": size must not exceed max'), body["message"]
+    assert body["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.size",
+        "message": 'Invalid value: "object": size must not exceed max'}], body["details"]
+ok = co.create_namespaced_custom_object("example.com", "v1", "default", "widgets", w("ok", 2))
+assert ok["spec"] == {"size": 2, "max": 3}, ok["spec"]
+
+adm = client.AdmissionregistrationV1Api()
+adm.create_validating_admission_policy(client.V1ValidatingAdmissionPolicy(
+    metadata=client.V1ObjectMeta(name="cm-size"),
+    spec=client.V1ValidatingAdmissionPolicySpec(
+        match_constraints=client.V1MatchResources(resource_rules=[client.V1NamedRuleWithOperations(
+            api_groups=[""], api_versions=["v1"], operations=["CREATE"], resources=["configmaps"])]),
+        validations=[client.V1Validation(expression="size(object.data) <= 1",
+                                         message_expression="'too many keys: ' + string(size(object.data))")])))
+binding = lambda actions: client.V1ValidatingAdmissionPolicyBinding(
+    metadata=client.V1ObjectMeta(name="cm-size"),
+    spec=client.V1ValidatingAdmissionPolicyBindingSpec(policy_name="cm-size", validation_actions=actions))
+adm.create_validating_admission_policy_binding(binding(["Deny"]))
+v1 = client.CoreV1Api()
+cm = lambda n: client.V1ConfigMap(metadata=client.V1ObjectMeta(name=n), data={"a": "1", "b": "2"})
+try:
+    v1.create_namespaced_config_map("default", cm("two"))
+    sys.exit("the policy did not deny")
+except ApiException as e:
+    body = json.loads(e.body)
+    assert (e.status, body["reason"]) == (422, "Invalid"), (e.status, body)
+    assert body["message"] == ("configmaps \"two\" is forbidden: ValidatingAdmissionPolicy 'cm-size' "
+                               "with binding 'cm-size' denied request: too many keys: 2"), body["message"]
+adm.replace_validating_admission_policy_binding("cm-size", binding(["Warn"]))
+_, status, headers = v1.create_namespaced_config_map_with_http_info("default", cm("two"))
+assert status == 201, status
+assert headers.get("Warning") == ('299 - "Validation failed for ValidatingAdmissionPolicy \'cm-size\' '
+                                  'with binding \'cm-size\': too many keys: 2"'), headers.get("Warning")
+print("ok")
+"#;
+        let out = python(&sim, script, &[]).await;
+        assert_eq!(out.trim(), "ok");
+        sim.shutdown().await;
+    })
+    .await;
+}

@@ -5,7 +5,11 @@
 //! 1. merge-patch writes/s over raw pipelined HTTP/1.1 keep-alive
 //!    connections while 50 watches consume every event;
 //! 2. watch fan-out: events delivered per second across those watches;
-//! 3. RSS growth per 10,000 Nodes.
+//! 3. RSS growth per 10,000 Nodes;
+//! 4. the admission chain's added cost per write (in-process, one writer):
+//!    a ConfigMap merge patch with and without one ValidatingAdmissionPolicy
+//!    and binding that match it, a custom resource's with and without three
+//!    `x-kubernetes-validations` rules.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -41,6 +45,103 @@ struct Args {
     /// Watch history kept per resource.
     #[arg(long, default_value_t = 10_000)]
     history: usize,
+    /// Writes per admission measurement.
+    #[arg(long, default_value_t = 5_000)]
+    admission_writes: usize,
+}
+
+/// Mean microseconds per merge patch of `name` (alternating values).
+fn us_per_patch(
+    sim: &SimCluster,
+    api_version: &str,
+    plural: &str,
+    name: &str,
+    patch: impl Fn(usize) -> serde_json::Value,
+    n: usize,
+) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    for i in 0..n {
+        sim.merge_patch(api_version, plural, Some("default"), name, &patch(i), false)
+            .map_err(|e| anyhow::anyhow!("admission bench write failed: {e}"))?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
+/// The admission chain's cost per write: (label, without, with) in µs.
+async fn admission_cost(n: usize) -> anyhow::Result<Vec<(&'static str, f64, f64)>> {
+    let sim = SimCluster::start_with(SimConfig::new("admission-bench")).await?;
+    let fail = |e: kube_sim::ApiError| anyhow::anyhow!("admission bench setup failed: {e}");
+    sim.create(
+        "v1",
+        "configmaps",
+        Some("default"),
+        json!({"metadata": {"name": "cm"}, "data": {"v": "0"}}),
+    )
+    .map_err(fail)?;
+    let cm = |i: usize| json!({"data": {"v": format!("{}", i % 2)}});
+    let plain = us_per_patch(&sim, "v1", "configmaps", "cm", cm, n)?;
+    sim.create("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", None, json!({
+        "metadata": {"name": "bench"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+            "matchConditions": [{"name": "labelled", "expression": "!has(object.metadata.labels) || !('skip' in object.metadata.labels)"}],
+            "validations": [{"expression": "object.data.all(k, size(object.data[k]) < 64)", "message": "values are short"},
+                {"expression": "request.userInfo.username != ''"}]}})).map_err(fail)?;
+    sim.create("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", None, json!({
+        "metadata": {"name": "bench"}, "spec": {"policyName": "bench", "validationActions": ["Deny"]}}))
+        .map_err(fail)?;
+    let policy = us_per_patch(&sim, "v1", "configmaps", "cm", cm, n)?;
+    let crd = |rules: bool| {
+        let v = |r: serde_json::Value| if rules { r } else { json!([]) };
+        json!({"metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object", "properties": {"spec": {"type": "object",
+                        "x-kubernetes-validations": v(json!([{"rule": "self.size <= self.max", "message": "size exceeds max"},
+                            {"rule": "self.mode == oldSelf.mode", "message": "mode is immutable"}])),
+                        "properties": {"size": {"type": "integer", "x-kubernetes-validations": v(json!([{"rule": "self >= 0"}]))},
+                            "max": {"type": "integer", "default": 100}, "mode": {"type": "string"}}}}}}}]}})
+    };
+    let mut times = Vec::new();
+    for rules in [false, true] {
+        let _ = sim.delete(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            None,
+            "widgets.example.com",
+        );
+        sim.create(
+            "apiextensions.k8s.io/v1",
+            "customresourcedefinitions",
+            None,
+            crd(rules),
+        )
+        .map_err(fail)?;
+        sim.create(
+            "example.com/v1",
+            "widgets",
+            Some("default"),
+            json!({"metadata": {"name": "w"},
+            "spec": {"size": 1, "mode": "a"}}),
+        )
+        .map_err(fail)?;
+        let w = |i: usize| json!({"spec": {"size": i % 2}});
+        times.push(us_per_patch(&sim, "example.com/v1", "widgets", "w", w, n)?);
+    }
+    sim.shutdown().await;
+    Ok(vec![
+        (
+            "ConfigMap merge patch, 1 policy + binding (2 validations, 1 matchCondition)",
+            plain,
+            policy,
+        ),
+        (
+            "Widget merge patch, 3 x-kubernetes-validations rules (1 transition)",
+            times[0],
+            times[1],
+        ),
+    ])
 }
 
 /// User+system CPU time of this process in seconds (clock ticks of 10 ms).
@@ -335,5 +436,17 @@ async fn main() -> anyhow::Result<()> {
         json_len as f64 * 10_000.0 / args.nodes as f64 / (1024.0 * 1024.0)
     );
     sim.shutdown().await;
+
+    println!();
+    println!(
+        "| admission, per write (in-process, 1 writer) | without (us) | with (us) | added (us) |"
+    );
+    println!("|---|---|---|---|");
+    for (what, without, with) in admission_cost(args.admission_writes).await? {
+        println!(
+            "| {what} | {without:.1} | {with:.1} | {:.1} |",
+            with - without
+        );
+    }
     Ok(())
 }

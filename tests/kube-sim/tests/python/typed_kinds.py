@@ -156,6 +156,17 @@ BODIES = {
                                                   None),
     ("storage.k8s.io/v1", "storageclasses"): (
         {"metadata": {"name": "py"}, "provisioner": "example.com/p"}, None),
+    ("admissionregistration.k8s.io/v1", "validatingadmissionpolicies"): (
+        {"metadata": {"name": "py"}, "spec": {
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["example.org"], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["things"]}]},
+            "validations": [{"expression": "true"}]}},
+        lambda o: o.metadata.generation == 1),
+    ("admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings"): (
+        {"metadata": {"name": "py"}, "spec": {"policyName": "py",
+                                              "validationActions": ["Deny"]}},
+        lambda o: o.metadata.generation == 1),
     ("rbac.authorization.k8s.io/v1", "roles"): ({"metadata": {"name": "py"}, "rules": RULES},
                                                 None),
     ("rbac.authorization.k8s.io/v1", "rolebindings"): (
