@@ -10,8 +10,10 @@ use wasmtime::Store;
 
 use super::bindings::types as wit;
 use super::bindings::{Plugin, PluginPre};
+use super::bounds;
 use super::capability;
 use super::convert::Convert;
+use super::deadline::{CallDeadline, DeadlineReached};
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
 use super::policy::PluginPolicy;
@@ -568,6 +570,7 @@ impl LoadedPlugin {
                 retryable: e.retryable,
             })?
             .convert();
+        self.check_bounds(&outcome)?;
         capability::check_outcome_with_policy(
             self.name(),
             &self.inner.registration,
@@ -576,6 +579,34 @@ impl LoadedPlugin {
             clusters,
         )?;
         Ok(outcome)
+    }
+
+    /// [`bounds::check`], counted and logged (the reconcile's span names
+    /// the object).
+    fn check_bounds(&self, outcome: &Outcome) -> Result<(), CallError> {
+        let bounds = &self.inner.runtime.config.outcome_bounds;
+        bounds::check(outcome, bounds).map_err(|bound| {
+            let reason = bound.reason();
+            self.inner
+                .runtime
+                .config
+                .metrics
+                .plugin_contained(self.name(), reason);
+            tracing::warn!(
+                plugin = %self.name(),
+                reason,
+                bound = %bound,
+                max_actions = bounds.max_actions,
+                max_object_bytes = bounds.max_object_bytes,
+                max_outcome_bytes = bounds.max_outcome_bytes,
+                max_json_depth = bounds.max_json_depth,
+                "refused the plugin's outcome: out of bounds; nothing of it is written"
+            );
+            CallError::Contained {
+                plugin: self.name().to_string(),
+                bound,
+            }
+        })
     }
 
     /// Asks the plugin which primaries an event on `object_json` (of
@@ -633,7 +664,7 @@ impl LoadedPlugin {
             self.inner.settings.clone(),
         );
         let timeout = self.inner.runtime.config.call_timeout;
-        store.set_epoch_deadline(runtime::deadline_ticks(&self.inner.runtime, timeout));
+        set_deadline(&self.inner.runtime, &mut store, timeout);
         let instance =
             self.inner.pre.instantiate(&mut store).map_err(|e| {
                 classify(&self.inner.name, "instantiate", &store, &e, timeout, true)
@@ -688,6 +719,15 @@ impl LoadedPlugin {
             && e.kind() != "plugin_error"
         {
             metrics.wasm_call_failed(&self.inner.name, metric, e.kind());
+            // Stopped by the host at its deadline or memory cap: counted
+            // with the outcome bounds (`check_bounds`).
+            match e {
+                CallError::Timeout { .. } => metrics.plugin_contained(&self.inner.name, "Timeout"),
+                CallError::OutOfMemory { .. } => {
+                    metrics.plugin_contained(&self.inner.name, "OutOfMemory");
+                }
+                _ => {}
+            }
         }
         result
     }
@@ -754,8 +794,7 @@ impl PluginSession {
             });
         }
         let timeout = inner.runtime.config.call_timeout;
-        self.store
-            .set_epoch_deadline(runtime::deadline_ticks(&inner.runtime, timeout));
+        set_deadline(&inner.runtime, &mut self.store, timeout);
         let result = self
             .instance
             .rekon_plugin_guest()
@@ -788,6 +827,13 @@ fn new_store(
     store
 }
 
+/// The next call on `store` ends `timeout` from now: running (the epoch
+/// deadline) or waiting in WASI (`deadline.rs`).
+fn set_deadline(runtime: &RuntimeInner, store: &mut Store<CallState>, timeout: Duration) {
+    store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
+    store.data_mut().deadline = Some(CallDeadline::after(timeout));
+}
+
 /// One call in a fresh store.
 #[allow(clippy::too_many_arguments)]
 fn call<R>(
@@ -802,7 +848,7 @@ fn call<R>(
     f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
     let mut store = new_store(runtime, name, reads, request_time, settings);
-    store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
+    set_deadline(runtime, &mut store, timeout);
     let instance = pre
         .instantiate(&mut store)
         .map_err(|e| classify(name, function, &store, &e, timeout, true))?;
@@ -836,7 +882,8 @@ fn classify(
     if matches!(
         error.downcast_ref::<wasmtime::Trap>(),
         Some(wasmtime::Trap::Interrupt)
-    ) {
+    ) || error.downcast_ref::<DeadlineReached>().is_some()
+    {
         return CallError::Timeout {
             plugin,
             function,

@@ -31,9 +31,11 @@
 //! ```
 
 mod bindings;
+mod bounds;
 mod capability;
 mod contract;
 mod convert;
+mod deadline;
 mod error;
 mod file_check;
 mod host_reads;
@@ -45,6 +47,7 @@ mod sandbox;
 mod validation;
 
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
+pub use bounds::{API_SERVER_MAX_REQUEST_BYTES, Contained, OutcomeBounds};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
 pub use file_check::{FileCheck, signature_file};

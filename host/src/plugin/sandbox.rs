@@ -39,6 +39,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{host, types};
 use super::convert::Convert;
+use super::deadline::CallDeadline;
 use super::host_reads::HostReads;
 
 /// Everything one call's store holds.
@@ -55,6 +56,9 @@ pub(crate) struct CallState {
     pub(crate) settings_schema: Option<String>,
     /// Wall-clock time the guest sees (the request time).
     since_epoch: Duration,
+    /// When the call must be over (`deadline.rs`): bounds the guest's
+    /// waits in WASI as the epoch deadline bounds its running.
+    pub(crate) deadline: Option<CallDeadline>,
     /// Built on first use (see `WasiView for CallState`).
     wasi: Option<WasiCtx>,
     table: ResourceTable,
@@ -87,9 +91,15 @@ impl CallState {
             settings,
             settings_schema: None,
             since_epoch,
+            deadline: None,
             wasi: None,
             table: ResourceTable::new(),
         }
+    }
+
+    /// The call's resources (WASI's pollables and streams among them).
+    pub(crate) fn table_mut(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// What the guest wrote to stdout/stderr (bounded), lossily decoded.
