@@ -243,6 +243,36 @@ const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 const CRD_SK: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 /// RFC 3339 with seconds, UTC.
+/// The largest object etcd stores: its default `--max-request-bytes`,
+/// 1.5 MiB (measured here on the object's JSON, which is how custom
+/// resources are stored; built-in kinds go in as protobuf, a little
+/// smaller).
+pub const ETCD_MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// The API server's answer to a write etcd refuses as too large: a 500
+/// whose Status has no reason, the etcd message as its message
+/// (kubernetes/kubernetes#74600, #112152).
+fn fits_in_etcd(obj: &Value) -> ApiResult<()> {
+    /// Counts what is written: the size without a copy of the object.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, obj);
+    if count.0 > ETCD_MAX_OBJECT_BYTES {
+        return Err(ApiError::new(500, "", "etcdserver: request is too large"));
+    }
+    Ok(())
+}
+
 pub fn now_rfc3339() -> String {
     Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
@@ -1269,6 +1299,7 @@ impl Inner {
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
+        fits_in_etcd(&obj)?;
         let sk = res.storage_key();
         Ok(self.persist(&sk, key, None, obj))
     }
@@ -1423,7 +1454,7 @@ impl Inner {
         old: Arc<Value>,
         mut new: Value,
         dry_run: bool,
-    ) -> Arc<Value> {
+    ) -> ApiResult<Arc<Value>> {
         // No-op detection: RV and managedFields timestamps do not count.
         if let Some(rv) = meta_str(&old, "resourceVersion") {
             meta_mut(&mut new).insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -1437,13 +1468,14 @@ impl Inner {
             meta_mut(&mut new).insert("managedFields".into(), mf);
         }
         if new == *old {
-            return old;
+            return Ok(old);
         }
         if dry_run {
-            return Arc::new(new);
+            return Ok(Arc::new(new));
         }
+        fits_in_etcd(&new)?;
         let sk = res.storage_key();
-        self.persist(&sk, key, Some(old), new)
+        Ok(self.persist(&sk, key, Some(old), new))
     }
 
     pub(crate) fn get(
@@ -1494,7 +1526,7 @@ impl Inner {
         }
         let new = self.prepare_update(res, &old, new, opts, true)?;
         let key = Self::obj_key(res, ns, name);
-        Ok(self.commit_update(res, key, old, new, opts.dry_run))
+        self.commit_update(res, key, old, new, opts.dry_run)
     }
 
     /// Reads and writes the `/scale` subresource: `f` turns the current
@@ -1531,7 +1563,7 @@ impl Inner {
         crate::scale::set_replicas(&paths, &mut new, replicas);
         let new = self.prepare_update(res, &old, new, opts, true)?;
         let key = Self::obj_key(res, ns, name);
-        let stored = self.commit_update(res, key, old, new, opts.dry_run);
+        let stored = self.commit_update(res, key, old, new, opts.dry_run)?;
         let served = if res.needs_conversion() {
             crate::resources::to_served(res, &stored)
         } else {
@@ -1613,7 +1645,7 @@ impl Inner {
                 )));
             }
             let new = self.prepare_update(res, &old, patched, opts, true)?;
-            return Ok((self.commit_update(res, key, old, new, opts.dry_run), false));
+            return Ok((self.commit_update(res, key, old, new, opts.dry_run)?, false));
         };
         // Server-side apply.
         if !body.is_object() {
@@ -1658,6 +1690,7 @@ impl Inner {
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
+                fits_in_etcd(&applied)?;
                 let sk = res.storage_key();
                 Ok((self.persist(&sk, key, None, applied), true))
             }
@@ -1688,7 +1721,7 @@ impl Inner {
                         .map_err(map_err)?
                 };
                 let new = self.prepare_update(res, &old, applied, opts, false)?;
-                Ok((self.commit_update(res, key, old, new, opts.dry_run), false))
+                Ok((self.commit_update(res, key, old, new, opts.dry_run)?, false))
             }
         }
     }
