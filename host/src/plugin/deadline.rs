@@ -27,7 +27,7 @@ use wasmtime_wasi::p2::DynPollable;
 // wasmtime-wasi-io's): what its synchronous bindings block on.
 use wasmtime_wasi::p2::bindings::io::poll as async_poll;
 
-use super::sandbox::CallState;
+use super::sandbox::{CallDeadline, CallState};
 
 /// The `wasi:io/poll` interface as wasmtime-wasi links it (semver matching
 /// serves every 0.2.x a guest imports from it). Redefining the functions of
@@ -42,29 +42,6 @@ const POLL_INTERFACE: &str = "wasi:io/poll@0.2.12";
 pub(crate) struct DeadlineReached {
     /// The call's time limit.
     pub(crate) timeout: Duration,
-}
-
-/// When a call must be over: set on its store before the guest runs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CallDeadline {
-    /// On tokio's clock, which wasmtime-wasi's timers use too.
-    pub(crate) at: tokio::time::Instant,
-    /// The call's time limit (for messages).
-    pub(crate) timeout: Duration,
-}
-
-impl CallDeadline {
-    /// `timeout` from now.
-    pub(crate) fn after(timeout: Duration) -> Self {
-        let now = tokio::time::Instant::now();
-        Self {
-            // A limit too large to represent is no limit a call can reach.
-            at: now
-                .checked_add(timeout)
-                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600)),
-            timeout,
-        }
-    }
 }
 
 /// Replaces `poll` and `pollable.block` of `wasi:io/poll` in `linker`

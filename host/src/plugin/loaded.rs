@@ -13,12 +13,12 @@ use super::bindings::{Plugin, PluginPre};
 use super::bounds;
 use super::capability;
 use super::convert::Convert;
-use super::deadline::{CallDeadline, DeadlineReached};
+use super::deadline::DeadlineReached;
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
 use super::policy::PluginPolicy;
 use super::runtime::{self, LoadTimings, PluginRuntime, Prepared, RuntimeConfig, RuntimeInner};
-use super::sandbox::CallState;
+use super::sandbox::{CallDeadline, CallState};
 use super::validation::{InvalidRegistration, validate_registration};
 use crate::action::{
     Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, Timestamp, timestamp,

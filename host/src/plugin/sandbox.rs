@@ -39,7 +39,6 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::{host, types};
 use super::convert::Convert;
-use super::deadline::CallDeadline;
 use super::host_reads::HostReads;
 
 /// Everything one call's store holds.
@@ -62,6 +61,30 @@ pub(crate) struct CallState {
     /// Built on first use (see `WasiView for CallState`).
     wasi: Option<WasiCtx>,
     table: ResourceTable,
+}
+
+/// When a call must be over: set on its store before the guest runs
+/// (`deadline.rs` bounds the guest's waits in WASI by it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallDeadline {
+    /// On tokio's clock, which wasmtime-wasi's timers use too.
+    pub(crate) at: tokio::time::Instant,
+    /// The call's time limit (for messages).
+    pub(crate) timeout: Duration,
+}
+
+impl CallDeadline {
+    /// `timeout` from now.
+    pub(crate) fn after(timeout: Duration) -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            // A limit too large to represent is no limit a call can reach.
+            at: now
+                .checked_add(timeout)
+                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600)),
+            timeout,
+        }
+    }
 }
 
 /// Limits of one store.
