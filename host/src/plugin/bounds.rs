@@ -7,6 +7,7 @@
 //! failed call.
 
 use crate::action::{Action, Outcome};
+use crate::telemetry::metrics::Metrics;
 
 /// The largest request body the Kubernetes API server accepts (its
 /// `MaxRequestBodyBytes`, 3 MiB; it answers 413 beyond). Objects stored in
@@ -154,6 +155,31 @@ pub(crate) fn check(outcome: &Outcome, bounds: &OutcomeBounds) -> Result<(), Con
         });
     }
     Ok(())
+}
+
+/// [`check`] for `plugin`'s outcome, a refusal counted
+/// (`rekon_plugin_contained_total`) and logged with the bound (the
+/// reconcile's span names the object).
+pub(crate) fn enforce(
+    plugin: &str,
+    outcome: &Outcome,
+    bounds: &OutcomeBounds,
+    metrics: &Metrics,
+) -> Result<(), Contained> {
+    check(outcome, bounds).inspect_err(|bound| {
+        let reason = bound.reason();
+        metrics.plugin_contained(plugin, reason);
+        tracing::warn!(
+            plugin,
+            reason,
+            %bound,
+            max_actions = bounds.max_actions,
+            max_object_bytes = bounds.max_object_bytes,
+            max_outcome_bytes = bounds.max_outcome_bytes,
+            max_json_depth = bounds.max_json_depth,
+            "refused the plugin's outcome: out of bounds; nothing of it is written"
+        );
+    })
 }
 
 /// "action 3 (patch of ConfigMap default/x in cluster main)".

@@ -570,7 +570,17 @@ impl LoadedPlugin {
                 retryable: e.retryable,
             })?
             .convert();
-        self.check_bounds(&outcome)?;
+        let config = &self.inner.runtime.config;
+        bounds::enforce(
+            self.name(),
+            &outcome,
+            &config.outcome_bounds,
+            &config.metrics,
+        )
+        .map_err(|bound| CallError::Contained {
+            plugin: self.name().to_string(),
+            bound,
+        })?;
         capability::check_outcome_with_policy(
             self.name(),
             &self.inner.registration,
@@ -579,34 +589,6 @@ impl LoadedPlugin {
             clusters,
         )?;
         Ok(outcome)
-    }
-
-    /// [`bounds::check`], counted and logged (the reconcile's span names
-    /// the object).
-    fn check_bounds(&self, outcome: &Outcome) -> Result<(), CallError> {
-        let bounds = &self.inner.runtime.config.outcome_bounds;
-        bounds::check(outcome, bounds).map_err(|bound| {
-            let reason = bound.reason();
-            self.inner
-                .runtime
-                .config
-                .metrics
-                .plugin_contained(self.name(), reason);
-            tracing::warn!(
-                plugin = %self.name(),
-                reason,
-                bound = %bound,
-                max_actions = bounds.max_actions,
-                max_object_bytes = bounds.max_object_bytes,
-                max_outcome_bytes = bounds.max_outcome_bytes,
-                max_json_depth = bounds.max_json_depth,
-                "refused the plugin's outcome: out of bounds; nothing of it is written"
-            );
-            CallError::Contained {
-                plugin: self.name().to_string(),
-                bound,
-            }
-        })
     }
 
     /// Asks the plugin which primaries an event on `object_json` (of
