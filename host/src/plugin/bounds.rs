@@ -109,13 +109,7 @@ impl Contained {
 /// body's depth and syntax (the depth first, so the parser never meets a
 /// nesting it would refuse for its own reasons).
 pub(crate) fn check(outcome: &Outcome, bounds: &OutcomeBounds) -> Result<(), Contained> {
-    let count = outcome.actions.len();
-    if count > bounds.max_actions {
-        return Err(Contained::TooManyActions {
-            count,
-            max: bounds.max_actions,
-        });
-    }
+    check_count(outcome.actions.len(), bounds)?;
     let mut total = 0usize;
     for (index, action) in outcome.actions.iter().enumerate() {
         let (body, bytes) = match action {
@@ -157,16 +151,28 @@ pub(crate) fn check(outcome: &Outcome, bounds: &OutcomeBounds) -> Result<(), Con
     Ok(())
 }
 
-/// [`check`] for `plugin`'s outcome, a refusal counted
+/// The first bound alone, for an outcome of `count` actions not yet
+/// converted from the guest's values (a refusal then spares the copy).
+pub(crate) fn check_count(count: usize, bounds: &OutcomeBounds) -> Result<(), Contained> {
+    if count > bounds.max_actions {
+        return Err(Contained::TooManyActions {
+            count,
+            max: bounds.max_actions,
+        });
+    }
+    Ok(())
+}
+
+/// What [`check`] or [`check_count`] said of `plugin`'s outcome, a refusal counted
 /// (`rekon_plugin_contained_total`) and logged with the bound (the
 /// reconcile's span names the object).
 pub(crate) fn enforce(
     plugin: &str,
-    outcome: &Outcome,
+    checked: Result<(), Contained>,
     bounds: &OutcomeBounds,
     metrics: &Metrics,
 ) -> Result<(), Contained> {
-    check(outcome, bounds).inspect_err(|bound| {
+    checked.inspect_err(|bound| {
         let reason = bound.reason();
         metrics.plugin_contained(plugin, reason);
         tracing::warn!(

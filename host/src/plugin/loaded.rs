@@ -563,24 +563,26 @@ impl LoadedPlugin {
         result: Result<wit::Outcome, wit::ReconcileError>,
         clusters: &[ClusterInfo],
     ) -> Result<Outcome, CallError> {
-        let outcome: Outcome = result
-            .map_err(|e| CallError::Plugin {
-                plugin: self.name().to_string(),
-                message: e.message,
-                retryable: e.retryable,
-            })?
-            .convert();
-        let config = &self.inner.runtime.config;
-        bounds::enforce(
-            self.name(),
-            &outcome,
-            &config.outcome_bounds,
-            &config.metrics,
-        )
-        .map_err(|bound| CallError::Contained {
+        let outcome = result.map_err(|e| CallError::Plugin {
             plugin: self.name().to_string(),
-            bound,
+            message: e.message,
+            retryable: e.retryable,
         })?;
+        let (config, name) = (&self.inner.runtime.config, self.name());
+        let enforce = |checked| {
+            bounds::enforce(name, checked, &config.outcome_bounds, &config.metrics).map_err(
+                |bound| CallError::Contained {
+                    plugin: name.to_string(),
+                    bound,
+                },
+            )
+        };
+        enforce(bounds::check_count(
+            outcome.actions.len(),
+            &config.outcome_bounds,
+        ))?;
+        let outcome: Outcome = outcome.convert();
+        enforce(bounds::check(&outcome, &config.outcome_bounds))?;
         capability::check_outcome_with_policy(
             self.name(),
             &self.inner.registration,
