@@ -31,7 +31,7 @@ pub struct RunArgs {
     /// Deadline of one plugin call (`reconcile`, `map`), whether the plugin
     /// runs or waits (a sleep, a timer); keep it well below the Pod's
     /// termination grace period.
-    #[arg(long, env = "REKON_PLUGIN_CALL_TIMEOUT", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, env = "REKON_PLUGIN_CALL_TIMEOUT", default_value = "2s", value_parser = parse_call_timeout)]
     plugin_call_timeout: std::time::Duration,
     /// Most actions one outcome may return (more: the call fails, `TooManyActions`).
     #[arg(long, env = "REKON_MAX_OUTCOME_ACTIONS", default_value_t = rekon::plugin::OutcomeBounds::default().max_actions)]
@@ -243,6 +243,14 @@ fn parse_addr(s: &str) -> Result<Addr, String> {
     s.parse()
         .map(|a| Addr(Some(a)))
         .map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// A call deadline: a duration above zero (at zero every call would fail).
+fn parse_call_timeout(s: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: a call needs time; give more than zero")),
+        d => Ok(d),
+    }
 }
 
 /// `15s`, `500ms`, `2m` or plain seconds.
