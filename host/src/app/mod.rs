@@ -128,6 +128,11 @@ pub struct Config {
     pub plugins_dir: Option<PathBuf>,
     /// Concurrent reconciles per plugin unless its registration says otherwise.
     pub max_concurrent_reconciles: usize,
+    /// Deadline of one plugin call (`reconcile`, `map`), running or
+    /// waiting in WASI.
+    pub plugin_call_timeout: Duration,
+    /// What one outcome may ask of the host (`plugin::OutcomeBounds`).
+    pub outcome_bounds: crate::plugin::OutcomeBounds,
     /// Where compiled plugins are cached (by digest).
     pub cache_dir: Option<PathBuf>,
     /// Writer settings.
@@ -215,6 +220,8 @@ impl Default for Config {
             clusters: Vec::new(),
             plugins_dir: None,
             max_concurrent_reconciles: 4,
+            plugin_call_timeout: RuntimeConfig::default().call_timeout,
+            outcome_bounds: crate::plugin::OutcomeBounds::default(),
             cache_dir: None,
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
@@ -274,6 +281,8 @@ impl App {
 
         let runtime = PluginRuntime::new(RuntimeConfig {
             cache_dir: config.cache_dir.clone(),
+            call_timeout: config.plugin_call_timeout,
+            outcome_bounds: config.outcome_bounds,
             policy,
             metrics: config.metrics.clone(),
             compile_bound: config.compile_bound.clone(),

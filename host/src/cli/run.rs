@@ -28,6 +28,25 @@ pub struct RunArgs {
     /// Concurrent reconciles per plugin unless its registration says otherwise.
     #[arg(long, env = "REKON_MAX_CONCURRENT_RECONCILES", default_value_t = 4)]
     max_concurrent_reconciles: usize,
+    /// Deadline of one plugin call (`reconcile`, `map`), whether the plugin
+    /// runs or waits (a sleep, a timer); keep it well below the Pod's
+    /// termination grace period.
+    #[arg(long, env = "REKON_PLUGIN_CALL_TIMEOUT", default_value = "2s", value_parser = parse_call_timeout)]
+    plugin_call_timeout: std::time::Duration,
+    /// Most actions one outcome may return (more: the call fails, `TooManyActions`).
+    #[arg(long, env = "REKON_MAX_OUTCOME_ACTIONS", default_value_t = rekon::plugin::OutcomeBounds::default().max_actions)]
+    max_outcome_actions: usize,
+    /// Largest object or patch body of an action, in bytes (default: 3 MiB,
+    /// the largest request the API server accepts; larger: `ObjectTooLarge`).
+    #[arg(long, env = "REKON_MAX_OBJECT_BYTES", default_value_t = rekon::plugin::OutcomeBounds::default().max_object_bytes)]
+    max_object_bytes: usize,
+    /// Largest total of an outcome's bodies and Event notes, in bytes
+    /// (larger: `OutcomeTooLarge`).
+    #[arg(long, env = "REKON_MAX_OUTCOME_BYTES", default_value_t = rekon::plugin::OutcomeBounds::default().max_outcome_bytes)]
+    max_outcome_bytes: usize,
+    /// Deepest nesting of objects and arrays in a body (deeper: `TooDeep`).
+    #[arg(long, env = "REKON_MAX_JSON_DEPTH", default_value_t = rekon::plugin::OutcomeBounds::default().max_json_depth)]
+    max_json_depth: usize,
     /// Directory for compiled plugins (cached by digest) and pulled modules
     /// (default: `$XDG_CACHE_HOME/rekon`, else `~/.cache/rekon`, when it can
     /// be created; without a cache every start compiles every plugin).
@@ -232,6 +251,14 @@ fn parse_addr(s: &str) -> Result<Addr, String> {
         .map_err(|e| format!("{s:?}: {e}"))
 }
 
+/// A call deadline: a duration above zero (at zero every call would fail).
+fn parse_call_timeout(s: &str) -> Result<std::time::Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err(format!("{s:?}: a call needs time; give more than zero")),
+        d => Ok(d),
+    }
+}
+
 /// `15s`, `500ms`, `2m` or plain seconds.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let (num, unit) = s
@@ -357,6 +384,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         record,
         shadow,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
+        plugin_call_timeout: args.plugin_call_timeout,
+        outcome_bounds: rekon::plugin::OutcomeBounds {
+            max_actions: args.max_outcome_actions,
+            max_object_bytes: args.max_object_bytes,
+            max_outcome_bytes: args.max_outcome_bytes,
+            max_json_depth: args.max_json_depth,
+        },
         cache_dir,
         ops: args.ops.into_config(&identity),
         user_agent: rekon::cluster::user_agent_for(&identity),

@@ -189,6 +189,16 @@ pub enum CallError {
         /// The panic message.
         message: String,
     },
+    /// The outcome broke one of the host's bounds (too many actions, a body
+    /// too large, too deep or not JSON: `plugin::OutcomeBounds`). Nothing
+    /// of that outcome is written; the reconcile is retried with backoff.
+    #[error("plugin {plugin} returned an outcome out of bounds ({}): {bound}", bound.reason())]
+    Contained {
+        /// Plugin name.
+        plugin: String,
+        /// The bound it broke.
+        bound: super::bounds::Contained,
+    },
     /// The plugin returned an action outside its declared permissions, or
     /// one the operator policy refuses (`reason` then starts with `refused
     /// by operator policy`). Nothing of that outcome is written.
@@ -239,6 +249,7 @@ impl CallError {
             | Self::OutOfMemory { plugin, .. }
             | Self::Panic { plugin, .. }
             | Self::Forbidden { plugin, .. }
+            | Self::Contained { plugin, .. }
             | Self::Instantiate { plugin, .. }
             | Self::Host { plugin, .. } => plugin,
         }
@@ -267,6 +278,7 @@ impl CallError {
             Self::OutOfMemory { .. } => "out_of_memory",
             Self::Panic { .. } => "panic",
             Self::Forbidden { .. } => "forbidden",
+            Self::Contained { .. } => "contained",
             Self::Instantiate { .. } => "instantiate",
             Self::Host { .. } => "host",
         }

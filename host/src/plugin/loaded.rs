@@ -10,13 +10,15 @@ use wasmtime::Store;
 
 use super::bindings::types as wit;
 use super::bindings::{Plugin, PluginPre};
+use super::bounds;
 use super::capability;
 use super::convert::Convert;
+use super::deadline::DeadlineReached;
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
 use super::policy::PluginPolicy;
 use super::runtime::{self, LoadTimings, PluginRuntime, Prepared, RuntimeConfig, RuntimeInner};
-use super::sandbox::CallState;
+use super::sandbox::{CallDeadline, CallState};
 use super::validation::{InvalidRegistration, validate_registration};
 use crate::action::{
     Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, Timestamp, timestamp,
@@ -568,13 +570,26 @@ impl LoadedPlugin {
         result: Result<wit::Outcome, wit::ReconcileError>,
         clusters: &[ClusterInfo],
     ) -> Result<Outcome, CallError> {
-        let outcome: Outcome = result
-            .map_err(|e| CallError::Plugin {
-                plugin: self.name().to_string(),
-                message: e.message,
-                retryable: e.retryable,
-            })?
-            .convert();
+        let outcome = result.map_err(|e| CallError::Plugin {
+            plugin: self.name().to_string(),
+            message: e.message,
+            retryable: e.retryable,
+        })?;
+        let (config, name) = (&self.inner.runtime.config, self.name());
+        let enforce = |checked| {
+            bounds::enforce(name, checked, &config.outcome_bounds, &config.metrics).map_err(
+                |bound| CallError::Contained {
+                    plugin: name.to_string(),
+                    bound,
+                },
+            )
+        };
+        enforce(bounds::check_count(
+            outcome.actions.len(),
+            &config.outcome_bounds,
+        ))?;
+        let outcome: Outcome = outcome.convert();
+        enforce(bounds::check(&outcome, &config.outcome_bounds))?;
         capability::check_outcome_with_policy(
             self.name(),
             &self.inner.registration,
@@ -640,7 +655,7 @@ impl LoadedPlugin {
             self.inner.settings.clone(),
         );
         let timeout = self.inner.runtime.config.call_timeout;
-        store.set_epoch_deadline(runtime::deadline_ticks(&self.inner.runtime, timeout));
+        set_deadline(&self.inner.runtime, &mut store, timeout);
         let instance =
             self.inner.pre.instantiate(&mut store).map_err(|e| {
                 classify(&self.inner.name, "instantiate", &store, &e, timeout, true)
@@ -695,6 +710,15 @@ impl LoadedPlugin {
             && e.kind() != "plugin_error"
         {
             metrics.wasm_call_failed(&self.inner.name, metric, e.kind());
+            // Stopped by the host at its deadline or memory cap: counted
+            // with the outcome bounds (`check_bounds`).
+            match e {
+                CallError::Timeout { .. } => metrics.plugin_contained(&self.inner.name, "Timeout"),
+                CallError::OutOfMemory { .. } => {
+                    metrics.plugin_contained(&self.inner.name, "OutOfMemory");
+                }
+                _ => {}
+            }
         }
         result
     }
@@ -761,8 +785,7 @@ impl PluginSession {
             });
         }
         let timeout = inner.runtime.config.call_timeout;
-        self.store
-            .set_epoch_deadline(runtime::deadline_ticks(&inner.runtime, timeout));
+        set_deadline(&inner.runtime, &mut self.store, timeout);
         let result = self
             .instance
             .rekon_plugin_guest()
@@ -795,6 +818,13 @@ fn new_store(
     store
 }
 
+/// The next call on `store` ends `timeout` from now: running (the epoch
+/// deadline) or waiting in WASI (`deadline.rs`).
+fn set_deadline(runtime: &RuntimeInner, store: &mut Store<CallState>, timeout: Duration) {
+    store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
+    store.data_mut().deadline = Some(CallDeadline::after(timeout));
+}
+
 /// One call in a fresh store.
 #[allow(clippy::too_many_arguments)]
 fn call<R>(
@@ -809,7 +839,7 @@ fn call<R>(
     f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
     let mut store = new_store(runtime, name, reads, request_time, settings);
-    store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
+    set_deadline(runtime, &mut store, timeout);
     let instance = pre
         .instantiate(&mut store)
         .map_err(|e| classify(name, function, &store, &e, timeout, true))?;
@@ -843,7 +873,8 @@ fn classify(
     if matches!(
         error.downcast_ref::<wasmtime::Trap>(),
         Some(wasmtime::Trap::Interrupt)
-    ) {
+    ) || error.downcast_ref::<DeadlineReached>().is_some()
+    {
         return CallError::Timeout {
             plugin,
             function,

@@ -32,10 +32,12 @@
 
 mod artifacts;
 mod bindings;
+mod bounds;
 mod capability;
 mod compile_bound;
 mod contract;
 mod convert;
+mod deadline;
 mod error;
 mod file_check;
 mod file_precompiled;
@@ -50,6 +52,7 @@ mod validation;
 
 pub use artifacts::host_engine_key;
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
+pub use bounds::{API_SERVER_MAX_REQUEST_BYTES, Contained, OutcomeBounds};
 pub use compile_bound::{CompileBound, compile_stdio};
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};

@@ -52,6 +52,9 @@ pub struct RuntimeConfig {
     pub pooling: bool,
     /// How much of a call's stdout/stderr is kept (for panic messages).
     pub output_capture_bytes: usize,
+    /// What one outcome may ask of the host (actions, sizes, nesting);
+    /// an outcome beyond fails its call before anything is written.
+    pub outcome_bounds: super::bounds::OutcomeBounds,
     /// The operator policy applied to every plugin this runtime loads
     /// (and reloads); `None`: plugins keep what they declare.
     pub policy: Option<Arc<super::policy::Policy>>,
@@ -95,6 +98,7 @@ impl Default for RuntimeConfig {
             max_concurrent_instances: 64,
             pooling: true,
             output_capture_bytes: 16 << 10,
+            outcome_bounds: super::bounds::OutcomeBounds::default(),
             policy: None,
             call_mode: CallMode::default(),
             metrics: crate::telemetry::metrics::Metrics::new(),
@@ -488,6 +492,8 @@ fn host_linker(engine: &Engine) -> Result<Linker<CallState>, RuntimeError> {
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
         .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
     Plugin::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)
+        .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
+    super::deadline::bound_wasi_waits(&mut linker)
         .map_err(|e| RuntimeError::Link(format!("{e:#}")))?;
     Ok(linker)
 }

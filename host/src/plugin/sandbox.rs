@@ -55,9 +55,36 @@ pub(crate) struct CallState {
     pub(crate) settings_schema: Option<String>,
     /// Wall-clock time the guest sees (the request time).
     since_epoch: Duration,
+    /// When the call must be over (`deadline.rs`): bounds the guest's
+    /// waits in WASI as the epoch deadline bounds its running.
+    pub(crate) deadline: Option<CallDeadline>,
     /// Built on first use (see `WasiView for CallState`).
     wasi: Option<WasiCtx>,
     table: ResourceTable,
+}
+
+/// When a call must be over: set on its store before the guest runs
+/// (`deadline.rs` bounds the guest's waits in WASI by it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallDeadline {
+    /// On tokio's clock, which wasmtime-wasi's timers use too.
+    pub(crate) at: tokio::time::Instant,
+    /// The call's time limit (for messages).
+    pub(crate) timeout: Duration,
+}
+
+impl CallDeadline {
+    /// `timeout` from now.
+    pub(crate) fn after(timeout: Duration) -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            // A limit too large to represent is no limit a call can reach.
+            at: now
+                .checked_add(timeout)
+                .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 24 * 3600)),
+            timeout,
+        }
+    }
 }
 
 /// Limits of one store.
@@ -87,9 +114,15 @@ impl CallState {
             settings,
             settings_schema: None,
             since_epoch,
+            deadline: None,
             wasi: None,
             table: ResourceTable::new(),
         }
+    }
+
+    /// The call's resources (WASI's pollables and streams among them).
+    pub(crate) fn table_mut(&mut self) -> &mut ResourceTable {
+        &mut self.table
     }
 
     /// What the guest wrote to stdout/stderr (bounded), lossily decoded.

@@ -55,8 +55,8 @@ const PANELS_WITHOUT_DATA_HERE: &[&str] = &["Reconcile errors per second", "Plug
 
 /// Series that appear only at their first event, which this run does not
 /// cause, or not reliably (the exposition has no `# TYPE` for a family
-/// without series): a terminal error, a trap or timeout in the sandbox, a
-/// full shadow queue, a recording dropped, a fetch from an OCI registry
+/// without series): a terminal error, a trap or timeout in the sandbox, an
+/// outcome refused at a bound, a full shadow queue, a recording dropped, a fetch from an OCI registry
 /// (this run has no Plugin objects), a watch failing for RBAC or a
 /// missing CRD (here only when a watch starts before `--install-crds` has
 /// installed its CRD). When such a family is absent, its registration in
@@ -64,6 +64,7 @@ const PANELS_WITHOUT_DATA_HERE: &[&str] = &["Reconcile errors per second", "Plug
 const ONLY_AFTER_A_RARE_EVENT: &[&str] = &[
     "controller_runtime_terminal_reconcile_errors_total",
     "rekon_wasm_call_failures_total",
+    "rekon_plugin_contained_total",
     "rekon_shadow_dropped_total",
     "rekon_record_dropped_total",
     "rekon_plugin_fetch_total",

@@ -25,8 +25,45 @@ use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, ListOpts, PatchKind, Propagation, Store, WriteOpts};
 use crate::watch::{Include, Shape, WatchSpec, render};
 
-/// Largest request body accepted.
-const MAX_BODY: usize = 64 * 1024 * 1024;
+/// Largest request body accepted: the API server's `MaxRequestBodyBytes`
+/// (3 MiB); beyond, 413 `Request entity too large: limit is 3145728`.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// How much of a body over [`MAX_BODY`] is read and dropped before the
+/// 413 goes out, so a client still writing it reads the answer rather than
+/// a reset connection.
+const DRAIN_BODY: usize = 64 * 1024 * 1024;
+
+/// The body of `body`, or the API server's 413 when it exceeds
+/// [`MAX_BODY`] (any other read failure is a 400). Read frame by frame
+/// rather than with `to_bytes`'s limit, which stops reading at the limit.
+async fn limited_bytes(body: Body) -> ApiResult<bytes::Bytes> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut bytes = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("failed to read request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen <= MAX_BODY {
+            bytes.extend_from_slice(&data);
+        } else if seen > DRAIN_BODY {
+            break;
+        }
+    }
+    if seen > MAX_BODY {
+        return Err(ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {MAX_BODY}"),
+        ));
+    }
+    Ok(bytes.freeze())
+}
 
 /// Shared state of one simulated cluster.
 pub struct ClusterState {
@@ -467,11 +504,7 @@ async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, 
     // A subject cannot grant what it lacks (the body is read and put back).
     let req = if crate::rbac::checks_escalation(mode, &attrs) {
         let (parts, body) = req.into_parts();
-        let bytes = axum::body::to_bytes(body, MAX_BODY).await.map_err(|e| {
-            error_response(&ApiError::bad_request(format!(
-                "failed to read request body: {e}"
-            )))
-        })?;
+        let bytes = limited_bytes(body).await.map_err(|e| error_response(&e))?;
         // An unreadable body is left to the handler's 400.
         if let Ok(obj) = parse_body(&content_type(&parts.headers), &bytes) {
             crate::rbac::confirm_no_escalation(mode, &cs.store, &user, &attrs, &obj)
@@ -504,9 +537,7 @@ async fn secure(cs: &ClusterState, rt: &Route, req: Request) -> Result<Request, 
 
 async fn read_body(req: Request) -> ApiResult<(HeaderMap, axum::http::Uri, Vec<u8>)> {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, MAX_BODY)
-        .await
-        .map_err(|e| ApiError::bad_request(format!("failed to read request body: {e}")))?;
+    let bytes = limited_bytes(body).await?;
     Ok((parts.headers, parts.uri, bytes.to_vec()))
 }
 

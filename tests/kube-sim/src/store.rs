@@ -252,6 +252,36 @@ const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 const CRD_SK: &str = "apiextensions.k8s.io/customresourcedefinitions";
 
 /// RFC 3339 with seconds, UTC.
+/// The largest object etcd stores: its default `--max-request-bytes`,
+/// 1.5 MiB (measured here on the object's JSON, which is how custom
+/// resources are stored; built-in kinds go in as protobuf, a little
+/// smaller).
+pub const ETCD_MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
+/// The API server's answer to a write etcd refuses as too large: a 500
+/// whose Status has no reason, the etcd message as its message
+/// (kubernetes/kubernetes#74600, #112152).
+fn fits_in_etcd(obj: &Value) -> ApiResult<()> {
+    /// Counts what is written: the size without a copy of the object.
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, obj);
+    if count.0 > ETCD_MAX_OBJECT_BYTES {
+        return Err(ApiError::new(500, "", "etcdserver: request is too large"));
+    }
+    Ok(())
+}
+
 pub fn now_rfc3339() -> String {
     Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
@@ -1368,6 +1398,7 @@ impl Inner {
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
+        fits_in_etcd(&obj)?;
         let sk = res.storage_key();
         Ok(self.persist(&sk, key, None, obj))
     }
@@ -1553,6 +1584,7 @@ impl Inner {
         if dry_run {
             return Ok(Arc::new(new));
         }
+        fits_in_etcd(&new)?;
         let sk = res.storage_key();
         Ok(self.persist(&sk, key, Some(old), new))
     }
@@ -1779,6 +1811,7 @@ impl Inner {
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
+                fits_in_etcd(&applied)?;
                 let sk = res.storage_key();
                 Ok((self.persist(&sk, key, None, applied), true))
             }

@@ -143,7 +143,13 @@ fn refused(status: &mut PluginObjectStatus, serving: Option<&LoadedPlugin>, e: &
             "Serving",
             &format!("an earlier version ({}) serves", p.version()),
         ),
-        None => set(status, READY, false, reason, &message),
+        None => {
+            // `status.digest` is "the module serving now": none serves
+            // (after a restart, the last digest may no longer be served).
+            status.digest = None;
+            status.version = None;
+            set(status, READY, false, reason, &message);
+        }
     }
     set(status, DEGRADED, true, reason, &message);
 }
@@ -296,9 +302,19 @@ mod tests {
     #[test]
     fn a_refused_pass_with_nothing_serving_is_not_ready() {
         let spec = PluginSpec::default();
-        let mut status = PluginObjectStatus::default();
+        // What the last status said served, before a restart.
+        let mut status = PluginObjectStatus {
+            digest: Some("sha256:before".into()),
+            version: Some("1.0.0".into()),
+            ..PluginObjectStatus::default()
+        };
         let failed = Err(PluginObjectError::Fetch(unreachable()));
         conclude(&mut status, &spec, None, None, &failed);
+        assert_eq!(
+            status.digest, None,
+            "status.digest names what serves: nothing"
+        );
+        assert_eq!(status.version, None);
         let ready = condition(&status, READY).expect("Ready");
         let degraded = condition(&status, DEGRADED).expect("Degraded");
         assert_eq!(ready.status, "False");

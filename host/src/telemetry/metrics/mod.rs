@@ -204,6 +204,13 @@ impl Metrics {
         self.inner.rekon.wasm_call_failed(plugin, function, reason)
     }
 
+    /// The host stopped a call of `plugin` at a bound (`reason`:
+    /// `TooManyActions`, `ObjectTooLarge`, `OutcomeTooLarge`, `TooDeep`,
+    /// `InvalidJson`, `Timeout`, `OutOfMemory`).
+    pub fn plugin_contained(&self, plugin: &str, reason: &str) {
+        self.inner.rekon.plugin_contained(plugin, reason)
+    }
+
     /// A reconcile of `plugin` was written as a case file.
     pub fn record_case(&self, plugin: &str) {
         self.inner.rekon.record_case(plugin)
@@ -461,6 +468,7 @@ mod tests {
         m.watch_restarted("edge", "batch/v1/jobs");
         m.observe_wasm_call("nodepool", "reconcile", Duration::from_micros(700));
         m.wasm_call_failed("nodepool", "reconcile", "timeout");
+        m.plugin_contained("nodepool", "TooManyActions");
         let text = m.encode();
         assert!(text.contains("rekon_cluster_engaged{cluster=\"edge\"} 1\n"));
         assert!(
@@ -474,6 +482,9 @@ mod tests {
         ));
         assert!(text.contains(
             "rekon_wasm_call_failures_total{plugin=\"nodepool\",function=\"reconcile\",reason=\"timeout\"} 1\n"
+        ));
+        assert!(text.contains(
+            "rekon_plugin_contained_total{plugin=\"nodepool\",reason=\"TooManyActions\"} 1\n"
         ));
         m.set_cluster_engaged("edge", false);
         assert!(line(&m.encode(), "rekon_cluster_engaged{cluster=\"edge\"}").is_none());

@@ -71,6 +71,12 @@ struct CodePathLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PluginReasonLabels {
+    plugin: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PluginKindLabels {
     plugin: String,
     kind: String,
@@ -125,6 +131,7 @@ pub(super) struct RekonFamilies {
     plugin_info: Family<PluginVersionLabels, Gauge>,
     wasm_call_time: HistogramFamily<PluginFunctionLabels>,
     wasm_call_failures: Family<WasmFailureLabels, Counter>,
+    plugin_contained: Family<PluginReasonLabels, Counter>,
     writer_actions: Family<ActionLabels, Counter>,
     record_cases: Family<PluginLabels, Counter>,
     record_dropped: Family<PluginKindLabels, Counter>,
@@ -225,6 +232,12 @@ impl RekonFamilies {
                 registry,
                 "rekon_wasm_call_failures",
                 "Calls into a plugin that trapped, timed out or ran out of memory",
+                Family::default(),
+            ),
+            plugin_contained: registered(
+                registry,
+                "rekon_plugin_contained",
+                "Plugin calls the host stopped at a bound, per plugin and reason (TooManyActions, ObjectTooLarge, OutcomeTooLarge, TooDeep, InvalidJson, Timeout, OutOfMemory)",
                 Family::default(),
             ),
             writer_actions: registered(
@@ -436,6 +449,15 @@ impl RekonFamilies {
             .get_or_create(&WasmFailureLabels {
                 plugin: plugin.to_owned(),
                 function: function.to_owned(),
+                reason: reason.to_owned(),
+            })
+            .inc();
+    }
+
+    pub(super) fn plugin_contained(&self, plugin: &str, reason: &str) {
+        self.plugin_contained
+            .get_or_create(&PluginReasonLabels {
+                plugin: plugin.to_owned(),
                 reason: reason.to_owned(),
             })
             .inc();

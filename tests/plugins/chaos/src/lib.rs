@@ -20,12 +20,15 @@
 //! | `error` / `terminal` | returns a retryable / terminal error |
 //! | `slow-N` | burns N million loop iterations, then behaves like `ok` |
 //! | `flood-N` | returns N Normal events about itself |
+//! | `sleep` | sleeps an hour in WASI (`std::thread::sleep`: a monotonic-clock subscription and a blocking poll; no wasm runs for the epoch deadline to stop), then behaves like `ok` |
+//! | `big-N` | a merge patch on itself whose annotation value is N KiB |
+//! | `deep-N` | a merge patch on itself of N nested objects (`{"d":{"d":…{}}}`) |
 //! | anything else | logs and does nothing |
 //!
 //! `map` (which the host calls only for custom watches — chaos declares
 //! none, but a runtime test may call it directly) maps a ConfigMap to a
 //! request for itself, except by the same mode: `panic` panics, `loop`
-//! spins, `oom` exhausts memory.
+//! spins, `sleep` sleeps, `oom` exhausts memory.
 //!
 //! Build-time variants (cargo features): `v2` reports version `2.0.0` and
 //! writes annotation value `v2` instead of `1.0.0` / `v1`;
@@ -97,6 +100,10 @@ impl Plugin for Chaos {
         match mode.as_str() {
             "ok" => Ok(ok(req)),
             "loop" => spin_forever(),
+            "sleep" => {
+                sleep_an_hour();
+                Ok(ok(req))
+            }
             "oom" => exhaust_memory(),
             "panic" => panic!("{PANIC_MESSAGE} ({req})"),
             "recurse" => {
@@ -141,6 +148,20 @@ impl Plugin for Chaos {
                         Action::normal_event(me.clone(), "Flood", "Flood", &format!("event {i}"))
                     })));
                 }
+                if let Some(kib) = other
+                    .strip_prefix("big-")
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    let value = "x".repeat(kib.saturating_mul(1024));
+                    let patch = json!({"metadata": {"annotations": {ANNOTATION: value}}});
+                    return Ok(Outcome::done().with(Action::merge_patch(me, patch)));
+                }
+                if let Some(depth) = other
+                    .strip_prefix("deep-")
+                    .and_then(|n| n.parse::<usize>().ok())
+                {
+                    return Ok(Outcome::done().with(Action::merge_patch(me, nested(depth))));
+                }
                 rekon_sdk::info!(ctx, "chaos: nothing to do"; mode = other, request = req);
                 Ok(Outcome::done())
             }
@@ -162,6 +183,10 @@ impl Plugin for Chaos {
         match mode.as_str() {
             "panic" => panic!("{PANIC_MESSAGE} (map of {name})"),
             "loop" => spin_forever(),
+            "sleep" => {
+                sleep_an_hour();
+                Vec::new()
+            }
             "oom" => exhaust_memory(),
             _ => vec![Request {
                 cluster: cluster.to_owned(),
@@ -208,6 +233,22 @@ fn spin_forever() -> ! {
     loop {
         i = black_box(i.wrapping_add(1));
     }
+}
+
+/// Waits in WASI, not in wasm: the host must stop it at the deadline all
+/// the same.
+fn sleep_an_hour() {
+    std::thread::sleep(std::time::Duration::from_secs(3600));
+}
+
+/// A merge patch `{"d":{"d":…{}}}` of `depth` nested objects, built
+/// without recursion.
+fn nested(depth: usize) -> serde_json::Value {
+    let mut value = json!({});
+    for _ in 1..depth {
+        value = json!({ "d": value });
+    }
+    value
 }
 
 fn exhaust_memory() -> ! {

@@ -1,0 +1,188 @@
+//! One plugin cannot hurt the others (issue 41): a call stops at its
+//! deadline also while the guest waits in WASI, and an outcome out of
+//! bounds fails its call, named and counted, before anything is written.
+//! Against the chaos test plugin (`make test-plugins`).
+
+mod plugin_support;
+
+use std::time::{Duration, SystemTime};
+
+use plugin_support::*;
+use rekon::action::{Outcome, Phase, Resource};
+use rekon::plugin::{CallError, LoadedPlugin, OutcomeBounds, PluginRuntime, RuntimeConfig};
+use rekon::telemetry::metrics::Metrics;
+
+/// Far beyond every deadline below: a call still running then is stuck
+/// (chaos's `sleep` mode sleeps an hour).
+const STUCK: Duration = Duration::from_secs(60);
+
+fn contained_runtime(metrics: &Metrics) -> PluginRuntime {
+    PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(500),
+        max_concurrent_instances: 8,
+        metrics: metrics.clone(),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts")
+}
+
+async fn reconcile(plugin: &LoadedPlugin, name: &str) -> Result<Outcome, CallError> {
+    tokio::time::timeout(
+        STUCK,
+        plugin.reconcile(
+            request(name),
+            Phase::Live,
+            FakeCache::new(),
+            SystemTime::now(),
+        ),
+    )
+    .await
+    .expect("the call outlived its deadline by a minute: a wait in WASI was not interrupted")
+}
+
+fn counted(metrics: &Metrics, reason: &str) -> u64 {
+    let text = metrics.encode();
+    let series = format!("rekon_plugin_contained_total{{plugin=\"chaos\",reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0, |v| v.trim().parse().expect("a counter"))
+}
+
+/// `std::thread::sleep` in the guest is a monotonic-clock subscription and
+/// a blocking poll: no wasm runs for the epoch deadline to stop. The call
+/// fails as a timeout all the same, is counted, and the plugin's next call
+/// works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_sleeping_in_wasi_is_stopped_at_its_deadline() {
+    let metrics = Metrics::new();
+    let plugin = contained_runtime(&metrics)
+        .load_file(chaos_v1())
+        .expect("chaos v1 loads");
+    let err = reconcile(&plugin, "sleep").await.unwrap_err();
+    match &err {
+        CallError::Timeout {
+            plugin, timeout, ..
+        } => {
+            assert_eq!(plugin, "chaos");
+            assert_eq!(*timeout, Duration::from_millis(500));
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(err.is_retryable());
+    assert_eq!(counted(&metrics, "Timeout"), 1);
+    let ok = reconcile(&plugin, "ok").await.expect("ok reconciles");
+    assert_eq!(ok.actions.len(), 1);
+}
+
+/// `map` waits in WASI the same way; several sleepers at once each end at
+/// their own deadline and leave the runtime serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_sleepers_in_reconcile_and_map_all_end() {
+    let metrics = Metrics::new();
+    let plugin = contained_runtime(&metrics)
+        .load_file(chaos_v1())
+        .expect("chaos v1 loads");
+    let object = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sleeper", "namespace": "default"},
+        "data": {"mode": "sleep"},
+    })
+    .to_string();
+    let configmaps = Resource {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        plural: "configmaps".into(),
+        scope: rekon::action::Scope::Namespaced,
+    };
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let sleeper = plugin.clone();
+        calls.spawn(async move { reconcile(&sleeper, "sleep").await.map(|_| ()) });
+        let (plugin, object, configmaps) = (plugin.clone(), object.clone(), configmaps.clone());
+        calls.spawn(async move {
+            plugin
+                .map("main", &configmaps, object, FakeCache::new())
+                .await
+                .map(|_| ())
+        });
+    }
+    let all = tokio::time::timeout(STUCK, calls.join_all())
+        .await
+        .expect("a sleeper outlived its deadline by a minute");
+    for result in all {
+        let err = result.expect_err("a sleeper cannot finish");
+        assert!(matches!(err, CallError::Timeout { .. }), "{err:?}");
+    }
+    assert_eq!(counted(&metrics, "Timeout"), 6);
+    reconcile(&plugin, "ok").await.expect("ok reconciles");
+}
+
+/// Each bound fails the call with its reason before anything could be
+/// written; the failure is retryable (the reconcile backs off and tries
+/// again) and counted per plugin and reason.
+#[tokio::test]
+async fn outcomes_out_of_bounds_fail_with_their_reason() {
+    let metrics = Metrics::new();
+    let plugin = contained_runtime(&metrics)
+        .load_file(chaos_v1())
+        .expect("chaos v1 loads");
+    let bounds = OutcomeBounds::default();
+    let cases = [
+        (
+            format!("flood-{}", bounds.max_actions + 1),
+            "TooManyActions",
+        ),
+        // 4 MiB: over the API server's 3 MiB request limit.
+        ("big-4096".to_owned(), "ObjectTooLarge"),
+        (format!("deep-{}", bounds.max_json_depth + 1), "TooDeep"),
+    ];
+    for (mode, reason) in cases {
+        let err = reconcile(&plugin, &mode).await.unwrap_err();
+        match &err {
+            CallError::Contained { plugin, bound } => {
+                assert_eq!(plugin, "chaos");
+                assert_eq!(bound.reason(), reason, "{mode}: {err}");
+            }
+            other => panic!("{mode}: expected {reason}, got {other:?}"),
+        }
+        assert!(err.is_retryable(), "{mode}");
+        assert!(err.to_string().contains(reason), "{err}");
+        assert_eq!(counted(&metrics, reason), 1, "{mode}");
+    }
+    // Within bounds, the same modes pass.
+    let outcome = reconcile(&plugin, &format!("flood-{}", 100))
+        .await
+        .expect("100 events pass");
+    assert_eq!(outcome.actions.len(), 100);
+    reconcile(&plugin, "big-1024").await.expect("1 MiB passes");
+    reconcile(&plugin, "deep-50").await.expect("50 deep passes");
+}
+
+/// Bounds are the operator's to set.
+#[tokio::test]
+async fn bounds_follow_the_runtime_configuration() {
+    let metrics = Metrics::new();
+    let plugin = PluginRuntime::new(RuntimeConfig {
+        outcome_bounds: OutcomeBounds {
+            max_actions: 5,
+            ..OutcomeBounds::default()
+        },
+        memory_limit_bytes: 32 << 20,
+        max_concurrent_instances: 8,
+        metrics: metrics.clone(),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts")
+    .load_file(chaos_v1())
+    .expect("chaos v1 loads");
+    reconcile(&plugin, "flood-5").await.expect("5 events pass");
+    let err = reconcile(&plugin, "flood-6").await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("6 actions in one outcome (at most 5)"),
+        "{err}"
+    );
+    assert_eq!(counted(&metrics, "TooManyActions"), 1);
+}
