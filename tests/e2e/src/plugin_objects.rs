@@ -1,5 +1,5 @@
 //! What the Plugin-object tests share (`plugin_objects.rs`,
-//! `signed_plugins.rs`): pushing a module, waiting for the Plugin CRD, a
+//! `signed_plugins.rs`, `precompiled_plugins.rs`): `rekon` itself, pushing a module, the Plugin `chaos`, waiting for the Plugin CRD, a
 //! Plugin's conditions, and the ConfigMaps the chaos plugin reconciles.
 
 use std::path::Path;
@@ -9,6 +9,18 @@ use anyhow::{Context, bail};
 use serde_json::{Value, json};
 
 use crate::{Env, Paths, apply_object, output_text, rekon_cli};
+
+/// `rekon ARGS`, which must succeed: its stdout, trimmed.
+///
+/// # Errors
+/// When the command fails (its output in the error).
+pub fn rekon(paths: &Paths, args: &[&str]) -> anyhow::Result<String> {
+    let out = rekon_cli(paths, args);
+    if !out.status.success() {
+        bail!("rekon {args:?} failed: {}", output_text(&out));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
 
 /// `rekon plugin push FILE REF [--sign KEY]`: the manifest digest it prints.
 ///
@@ -20,22 +32,52 @@ pub fn push(
     reference: &str,
     key: Option<&Path>,
 ) -> anyhow::Result<String> {
-    let file = file.display().to_string();
     let key = key.map(|k| k.display().to_string());
+    match &key {
+        Some(key) => push_with(paths, file, reference, &["--sign", key.as_str()]),
+        None => push_with(paths, file, reference, &[]),
+    }
+}
+
+/// `rekon plugin push FILE REF EXTRA...`: the manifest digest it prints.
+///
+/// # Errors
+/// When the push fails or prints no digest.
+pub fn push_with(
+    paths: &Paths,
+    file: &Path,
+    reference: &str,
+    extra: &[&str],
+) -> anyhow::Result<String> {
+    let file = file.display().to_string();
     let mut args = vec!["plugin", "push", file.as_str(), reference];
-    if let Some(key) = &key {
-        args.extend(["--sign", key.as_str()]);
-    }
-    let out = rekon_cli(paths, &args);
-    if !out.status.success() {
-        bail!("rekon {args:?} failed: {}", output_text(&out));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .split_whitespace()
+    args.extend_from_slice(extra);
+    let out = rekon(paths, &args)?;
+    out.split_whitespace()
         .find(|w| w.starts_with("sha256:"))
         .map(str::to_owned)
-        .with_context(|| format!("no digest in the output of rekon plugin push: {stdout}"))
+        .with_context(|| format!("no digest in the output of rekon plugin push: {out}"))
+}
+
+/// The Plugin `chaos` serving `module`, its grant from `rekon plugin
+/// manifest FILE`, and `verification` when given.
+///
+/// # Errors
+/// When `rekon plugin manifest` fails or prints no YAML.
+pub fn chaos_plugin(
+    paths: &Paths,
+    file: &Path,
+    module: &str,
+    verification: Option<Value>,
+) -> anyhow::Result<Value> {
+    let file = file.display().to_string();
+    let out = rekon(paths, &["plugin", "manifest", &file, "--module", module])?;
+    let mut obj: Value = serde_yaml::from_str(&out)?;
+    obj["metadata"]["name"] = json!("chaos");
+    if let Some(v) = verification {
+        obj["spec"]["verification"] = v;
+    }
+    Ok(obj)
 }
 
 /// Waits until the host has installed the Plugin CRD in the main cluster.

@@ -11,64 +11,18 @@
 //!
 //! Nothing skips: a missing docker-registry fails the test saying so.
 
-use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use rekon_e2e::plugin_objects::{condition, config_map, wait_plugin_crd};
-use rekon_e2e::registry::Registry;
-use rekon_e2e::{
-    Env, EnvOptions, Paths, apply_object, get, http_get, output_text, rekon_cli,
-    with_custom_section,
+use anyhow::Context;
+use rekon_e2e::plugin_objects::{
+    chaos_plugin, condition, config_map, push_with, rekon, wait_plugin_crd,
 };
+use rekon_e2e::registry::Registry;
+use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get, http_get, with_custom_section};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
 const NAMESPACE: &str = "default";
-
-/// `rekon ARGS`, which must succeed; its stdout.
-fn rekon(paths: &Paths, args: &[&str]) -> anyhow::Result<String> {
-    let out = rekon_cli(paths, args);
-    if !out.status.success() {
-        bail!("rekon {args:?} failed: {}", output_text(&out));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// `rekon plugin push FILE REF EXTRA...`: the manifest digest it prints.
-fn push(paths: &Paths, file: &Path, reference: &str, extra: &[&str]) -> anyhow::Result<String> {
-    let file = file.display().to_string();
-    let mut args = vec!["plugin", "push", file.as_str(), reference];
-    args.extend_from_slice(extra);
-    let out = rekon(paths, &args)?;
-    out.split_whitespace()
-        .find(|w| w.starts_with("sha256:"))
-        .map(str::to_owned)
-        .with_context(|| format!("no digest in the output of rekon plugin push: {out}"))
-}
-
-/// The Plugin chaos serving `module`, with `verification` (or none).
-fn plugin_object(
-    paths: &Paths,
-    file: &Path,
-    module: &str,
-    verification: Value,
-) -> anyhow::Result<Value> {
-    let out = rekon(
-        paths,
-        &[
-            "plugin",
-            "manifest",
-            &file.display().to_string(),
-            "--module",
-            module,
-        ],
-    )?;
-    let mut obj: Value = serde_yaml::from_str(&out)?;
-    obj["metadata"]["name"] = json!("chaos");
-    obj["spec"]["verification"] = verification;
-    Ok(obj)
-}
 
 /// Waits until Plugin chaos serves `digest` and its `Ready` message says
 /// the code was had by `path`; the message.
@@ -125,11 +79,11 @@ async fn precompiled_code_serves_only_when_verified_and_for_this_engine() -> any
 
         // Signed, with precompiled code for this engine.
         let signed = format!("{host}/rekon/chaos-precompiled:1");
-        let d_signed = push(&paths, &v1, &signed, &["--precompile", "--sign", &private])?;
+        let d_signed = push_with(&paths, &v1, &signed, &["--precompile", "--sign", &private])?;
         // With precompiled code, unsigned.
         let unsigned_file = build("unsigned")?;
         let unsigned = format!("{host}/rekon/chaos-unsigned:1");
-        let d_unsigned = push(&paths, &unsigned_file, &unsigned, &["--precompile"])?;
+        let d_unsigned = push_with(&paths, &unsigned_file, &unsigned, &["--precompile"])?;
         // Signed, with precompiled code said to be for another engine.
         let foreign_file = build("foreign")?;
         rekon(
@@ -163,7 +117,7 @@ async fn precompiled_code_serves_only_when_verified_and_for_this_engine() -> any
         tampered.extend_from_slice(&artifact[header_end..]);
         std::fs::write(&cwasm, tampered)?;
         let foreign = format!("{host}/rekon/chaos-foreign:1");
-        let d_foreign = push(
+        let d_foreign = push_with(
             &paths,
             &foreign_file,
             &foreign,
@@ -196,7 +150,7 @@ async fn precompiled_code_serves_only_when_verified_and_for_this_engine() -> any
         // Verified and for this engine: mapped, not compiled.
         apply_object(
             env.main(),
-            plugin_object(&paths, &v1, &signed, verification.clone())?,
+            chaos_plugin(&paths, &v1, &signed, Some(verification.clone()))?,
         )?;
         wait_serving(&mut env, &d_signed, "precompiled").await?;
         config_map(&env, "by-precompiled-code")?;
@@ -230,7 +184,9 @@ async fn precompiled_code_serves_only_when_verified_and_for_this_engine() -> any
         );
 
         // Not covered by a verified signature: compiled.
-        let mut patch = plugin_object(&paths, &unsigned_file, &unsigned, Value::Null)?;
+        let mut patch = chaos_plugin(&paths, &unsigned_file, &unsigned, None)?;
+        // A merge patch: null removes the verification the object had.
+        patch["spec"]["verification"] = Value::Null;
         patch["spec"]["verification"] = Value::Null;
         apply_object(env.main(), patch)?;
         wait_serving(&mut env, &d_unsigned, "compiled").await?;
@@ -247,7 +203,7 @@ async fn precompiled_code_serves_only_when_verified_and_for_this_engine() -> any
         // Verified, but made for another engine: not even downloaded, compiled.
         apply_object(
             env.main(),
-            plugin_object(&paths, &foreign_file, &foreign, verification)?,
+            chaos_plugin(&paths, &foreign_file, &foreign, Some(verification))?,
         )?;
         wait_serving(&mut env, &d_foreign, "compiled").await?;
         let text = metrics(&env)?;

@@ -21,12 +21,12 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use rekon_e2e::plugin_objects::{condition, config_map, push, wait_plugin_crd};
-use rekon_e2e::registry::Registry;
-use rekon_e2e::{
-    Env, EnvOptions, Paths, apply_object, get, output_text, rekon_cli, with_custom_section,
+use anyhow::Context;
+use rekon_e2e::plugin_objects::{
+    chaos_plugin, condition, config_map, push, rekon, wait_plugin_crd,
 };
+use rekon_e2e::registry::Registry;
+use rekon_e2e::{Env, EnvOptions, Paths, apply_object, get, with_custom_section};
 use serde_json::{Value, json};
 
 const ANNOTATION: &str = "chaos.rekon.dev/version";
@@ -37,15 +37,6 @@ const NAMESPACE: &str = "default";
 /// Runs the Python side ([`rekon_e2e::cosign_side::run`]).
 fn python(args: &[&str]) -> anyhow::Result<String> {
     rekon_e2e::cosign_side::run(args)
-}
-
-/// `rekon ARGS`, which must succeed; its stdout.
-fn rekon(paths: &Paths, args: &[&str]) -> anyhow::Result<String> {
-    let out = rekon_cli(paths, args);
-    if !out.status.success() {
-        bail!("rekon {args:?} failed: {}", output_text(&out));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 /// `registry/repo` of `host/repo:tag`, as the Python side wants it.
@@ -69,32 +60,6 @@ fn current(obj: &Value) -> bool {
     !generation.is_null()
         && obj["status"]["observedGeneration"] == *generation
         && verified.is_some_and(|c| c["observedGeneration"] == *generation)
-}
-
-/// The Plugin named `module`, its grant from `rekon plugin manifest`, and
-/// `verification`.
-fn plugin_object(
-    paths: &Paths,
-    file: &Path,
-    module: &str,
-    verification: Option<Value>,
-) -> anyhow::Result<Value> {
-    let out = rekon(
-        paths,
-        &[
-            "plugin",
-            "manifest",
-            &file.display().to_string(),
-            "--module",
-            module,
-        ],
-    )?;
-    let mut obj: Value = serde_yaml::from_str(&out)?;
-    obj["metadata"]["name"] = json!("chaos");
-    if let Some(v) = verification {
-        obj["spec"]["verification"] = v;
-    }
-    Ok(obj)
 }
 
 /// Edits `spec` of Plugin chaos (a merge patch).
@@ -262,7 +227,7 @@ async fn only_verified_modules_serve_from_plugin_objects() -> anyhow::Result<()>
         let verification = json!({"keys": [{"secretRef": {"name": "plugin-signing"}}]});
 
         // --require-signatures: a Plugin without `verification` is refused.
-        apply_object(env.main(), plugin_object(&paths, &v1_file, &v1, None)?)?;
+        apply_object(env.main(), chaos_plugin(&paths, &v1_file, &v1, None)?)?;
         let (obj, message) = wait_refused(&mut env, "VerificationRequired").await?;
         assert!(message.contains("--require-signatures"), "{message}");
         assert_eq!(
