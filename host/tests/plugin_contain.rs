@@ -186,3 +186,63 @@ async fn bounds_follow_the_runtime_configuration() {
     );
     assert_eq!(counted(&metrics, "TooManyActions"), 1);
 }
+
+/// A plugin that takes the whole pool (sleeping on more objects than the
+/// pool has instances) leaves its neighbour the slots reserved for it: the
+/// neighbour's calls are served at once, none fails for want of an
+/// instance ("maximum concurrent limit ... reached" before the slot book).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_holding_the_pool_leaves_its_neighbour_its_reserved_slots() {
+    let metrics = Metrics::new();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(800),
+        max_concurrent_instances: 8,
+        pooling: true,
+        metrics: metrics.clone(),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let hog = runtime.load_file(chaos_v1()).expect("chaos v1 loads");
+    let neighbour = runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect("cm-sync loads");
+    let ended = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut sleepers = tokio::task::JoinSet::new();
+    for _ in 0..12 {
+        let (hog, ended) = (hog.clone(), ended.clone());
+        sleepers.spawn(async move {
+            let result = reconcile(&hog, "sleep").await.map(|_| ());
+            ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            result
+        });
+    }
+    // The sleepers hold every slot the hog may take.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for _ in 0..2 {
+        let outcome = tokio::time::timeout(
+            STUCK,
+            neighbour.reconcile(
+                request("source"),
+                Phase::Live,
+                FakeCache::new(),
+                SystemTime::now(),
+            ),
+        )
+        .await
+        .expect("the neighbour's call returns");
+        outcome.expect("the neighbour is served beside the hog");
+    }
+    // Served beside the hog, not after it: the hog's calls beyond its
+    // share wait for its first ones to reach their deadline, so not all of
+    // them have ended yet.
+    let ended_then = ended.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        ended_then < 12,
+        "the neighbour was served only after the hog's calls ended"
+    );
+    let all = tokio::time::timeout(STUCK, sleepers.join_all())
+        .await
+        .expect("the sleepers end");
+    assert!(all.iter().all(Result::is_err), "a sleeper cannot finish");
+}

@@ -647,6 +647,11 @@ impl LoadedPlugin {
         request_time: SystemTime,
     ) -> Result<PluginSession, CallError> {
         let clusters = reads.clusters();
+        let (runtime, timeout) = (&self.inner.runtime, self.inner.runtime.config.call_timeout);
+        let slot =
+            runtime
+                .slots
+                .take_for_call(&self.inner.name, timeout, &runtime.config.metrics)?;
         let mut store = new_store(
             &self.inner.runtime,
             &self.inner.name,
@@ -654,13 +659,13 @@ impl LoadedPlugin {
             timestamp(request_time),
             self.inner.settings.clone(),
         );
-        let timeout = self.inner.runtime.config.call_timeout;
         set_deadline(&self.inner.runtime, &mut store, timeout);
         let instance =
             self.inner.pre.instantiate(&mut store).map_err(|e| {
                 classify(&self.inner.name, "instantiate", &store, &e, timeout, true)
             })?;
         Ok(PluginSession {
+            _slot: slot,
             plugin: self.clone(),
             store,
             instance,
@@ -766,6 +771,8 @@ impl LoadedPlugin {
 
 /// An instance reused across calls; see [`LoadedPlugin::session`].
 pub struct PluginSession {
+    /// Its instance slot, held for the session's life.
+    _slot: super::slots::Slot,
     plugin: LoadedPlugin,
     store: Store<CallState>,
     instance: Plugin,
@@ -838,6 +845,9 @@ fn call<R>(
     settings: Option<Arc<str>>,
     f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
+    let _slot = runtime
+        .slots
+        .take_for_call(name, timeout, &runtime.config.metrics)?;
     let mut store = new_store(runtime, name, reads, request_time, settings);
     set_deadline(runtime, &mut store, timeout);
     let instance = pre

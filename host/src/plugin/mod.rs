@@ -48,6 +48,7 @@ mod precompiled;
 mod registry;
 mod runtime;
 mod sandbox;
+mod slots;
 mod validation;
 
 pub use artifacts::host_engine_key;

@@ -163,6 +163,8 @@ pub(crate) struct RuntimeInner {
     /// ([`compile_bound::compile`]).
     pub(super) compile_config: Config,
     pooling: bool,
+    /// The pool's instances, reserved per plugin (`slots.rs`).
+    pub(crate) slots: Arc<super::slots::Slots>,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
     _ticker: EpochTicker,
@@ -216,6 +218,9 @@ impl PluginRuntime {
             prune_cache(dir, &engine_key, max_age, SystemTime::now());
         }
         let ticker = EpochTicker::start(&engine, config.epoch_tick);
+        let slots = Arc::new(super::slots::Slots::new(
+            usize::try_from(config.max_concurrent_instances).unwrap_or(usize::MAX),
+        ));
         Ok(Self {
             inner: Arc::new(RuntimeInner {
                 engine,
@@ -224,6 +229,7 @@ impl PluginRuntime {
                 engine_key,
                 compile_config: base_config(),
                 pooling,
+                slots,
                 compiles: AtomicU64::new(0),
                 cache_hits: AtomicU64::new(0),
                 _ticker: ticker,
