@@ -133,6 +133,9 @@ pub struct Config {
     pub plugin_call_timeout: Duration,
     /// What one outcome may ask of the host (`plugin::OutcomeBounds`).
     pub outcome_bounds: crate::plugin::OutcomeBounds,
+    /// Linear memory all live instances of one plugin may hold together
+    /// (`RuntimeConfig::plugin_memory_budget_bytes`).
+    pub plugin_memory_budget_bytes: usize,
     /// Where compiled plugins are cached (by digest).
     pub cache_dir: Option<PathBuf>,
     /// Writer settings.
@@ -222,6 +225,7 @@ impl Default for Config {
             max_concurrent_reconciles: 4,
             plugin_call_timeout: RuntimeConfig::default().call_timeout,
             outcome_bounds: crate::plugin::OutcomeBounds::default(),
+            plugin_memory_budget_bytes: RuntimeConfig::default().plugin_memory_budget_bytes,
             cache_dir: None,
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
@@ -283,6 +287,7 @@ impl App {
             cache_dir: config.cache_dir.clone(),
             call_timeout: config.plugin_call_timeout,
             outcome_bounds: config.outcome_bounds,
+            plugin_memory_budget_bytes: config.plugin_memory_budget_bytes,
             policy,
             metrics: config.metrics.clone(),
             compile_bound: config.compile_bound.clone(),

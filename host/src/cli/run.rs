@@ -33,6 +33,12 @@ pub struct RunArgs {
     /// termination grace period.
     #[arg(long, env = "REKON_PLUGIN_CALL_TIMEOUT", default_value = "2s", value_parser = parse_call_timeout)]
     plugin_call_timeout: std::time::Duration,
+    /// Linear memory all live instances of one plugin may hold together, in
+    /// MiB: with each instance capped at 64 MiB, the default lets a plugin
+    /// run 4 calls at once whatever concurrency it declares; the next one
+    /// waits (at most its deadline) for one of its own to end.
+    #[arg(long, env = "REKON_PLUGIN_MEMORY_BUDGET_MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    plugin_memory_budget: u64,
     /// Most actions one outcome may return (more: the call fails, `TooManyActions`).
     #[arg(long, env = "REKON_MAX_OUTCOME_ACTIONS", default_value_t = rekon::plugin::OutcomeBounds::default().max_actions)]
     max_outcome_actions: usize,
@@ -385,6 +391,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         shadow,
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         plugin_call_timeout: args.plugin_call_timeout,
+        plugin_memory_budget_bytes: usize::try_from(args.plugin_memory_budget << 20)
+            .unwrap_or(usize::MAX),
         outcome_bounds: rekon::plugin::OutcomeBounds {
             max_actions: args.max_outcome_actions,
             max_object_bytes: args.max_object_bytes,

@@ -47,6 +47,11 @@ pub struct RuntimeConfig {
     /// Component instances that can be alive at once (concurrent calls
     /// across all plugins); sizes the pooling allocator.
     pub max_concurrent_instances: u32,
+    /// Linear memory all live instances of one plugin may hold together:
+    /// a plugin runs at most `budget / memory_limit_bytes` instances at
+    /// once (at least one), whatever concurrency it declares; a call beyond
+    /// waits for one of its own to end (`slots.rs`).
+    pub plugin_memory_budget_bytes: usize,
     /// Use the pooling allocator (falls back to on-demand allocation when
     /// the pool cannot be reserved).
     pub pooling: bool,
@@ -96,6 +101,7 @@ impl Default for RuntimeConfig {
             register_timeout: Duration::from_secs(10),
             epoch_tick: Duration::from_millis(10),
             max_concurrent_instances: 64,
+            plugin_memory_budget_bytes: 256 << 20,
             pooling: true,
             output_capture_bytes: 16 << 10,
             outcome_bounds: super::bounds::OutcomeBounds::default(),
@@ -220,6 +226,7 @@ impl PluginRuntime {
         let ticker = EpochTicker::start(&engine, config.epoch_tick);
         let slots = Arc::new(super::slots::Slots::new(
             usize::try_from(config.max_concurrent_instances).unwrap_or(usize::MAX),
+            config.plugin_memory_budget_bytes / config.memory_limit_bytes.max(1),
         ));
         Ok(Self {
             inner: Arc::new(RuntimeInner {

@@ -37,6 +37,8 @@ struct Use {
 /// The book of a runtime's instance slots.
 pub(crate) struct Slots {
     capacity: usize,
+    /// Most slots one plugin holds at once (its memory budget).
+    per_plugin: usize,
     used: Mutex<Use>,
     freed: Condvar,
 }
@@ -60,10 +62,11 @@ impl Drop for Slot {
 }
 
 impl Slots {
-    /// A book of `capacity` slots.
-    pub(crate) fn new(capacity: usize) -> Self {
+    /// A book of `capacity` slots, at most `per_plugin` for one plugin.
+    pub(crate) fn new(capacity: usize, per_plugin: usize) -> Self {
         Self {
             capacity: capacity.max(1),
+            per_plugin: per_plugin.max(1),
             used: Mutex::new(Use::default()),
             freed: Condvar::new(),
         }
@@ -71,7 +74,9 @@ impl Slots {
 
     /// Whether `plugin` may take one more slot now.
     fn grantable(&self, used: &Use, plugin: &str) -> bool {
-        if used.total >= self.capacity {
+        if used.total >= self.capacity
+            || used.by_plugin.get(plugin).copied().unwrap_or(0) >= self.per_plugin
+        {
             return false;
         }
         let plugins = used.by_plugin.len().max(1);
@@ -131,8 +136,8 @@ impl Slots {
             CallError::Instantiate {
                 plugin: plugin.to_string(),
                 message: format!(
-                    "no instance slot within {wait:?}: this plugin holds {mine} of the pool's {}, {all} in use, the rest reserved for other plugins (InstanceSlots)",
-                    self.capacity
+                    "no instance slot within {wait:?}: this plugin holds {mine} (its memory budget allows {}) of the pool's {}, {all} in use, the rest reserved for other plugins (InstanceSlots)",
+                    self.per_plugin, self.capacity
                 ),
             }
         })
@@ -143,13 +148,30 @@ impl Slots {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_plugin_holds_no_more_instances_than_its_memory_budget() {
+        // 64 slots, a budget of 4 instances' memory each.
+        let book = Arc::new(Slots::new(64, 4));
+        let one = name("one");
+        let held: Vec<_> = (0..4)
+            .map(|_| book.take(&one, Duration::ZERO).unwrap())
+            .collect();
+        assert_eq!(book.take(&one, Duration::ZERO).err(), Some((4, 4)));
+        assert!(
+            book.take(&name("two"), Duration::ZERO).is_ok(),
+            "others are not held back"
+        );
+        drop(held);
+        assert!(book.take(&one, Duration::ZERO).is_ok());
+    }
+
     fn name(s: &str) -> Arc<str> {
         Arc::from(s)
     }
 
     #[test]
     fn a_hog_leaves_every_other_plugin_its_reserve() {
-        let book = Arc::new(Slots::new(8));
+        let book = Arc::new(Slots::new(8, 8));
         let (hog, neighbour, third) = (name("hog"), name("nodepool"), name("third"));
         // The neighbours are known (they were served once).
         drop(book.take(&neighbour, Duration::ZERO).unwrap());
@@ -180,7 +202,7 @@ mod tests {
 
     #[test]
     fn alone_a_plugin_may_use_the_whole_pool_and_a_waiter_gets_a_freed_slot() {
-        let book = Arc::new(Slots::new(3));
+        let book = Arc::new(Slots::new(3, 3));
         let one = name("one");
         let held: Vec<_> = (0..3)
             .map(|_| book.take(&one, Duration::ZERO).unwrap())
@@ -199,7 +221,7 @@ mod tests {
 
     #[test]
     fn more_plugins_than_slots_share_first_come() {
-        let book = Arc::new(Slots::new(2));
+        let book = Arc::new(Slots::new(2, 2));
         for p in ["a", "b", "c"] {
             drop(book.take(&name(p), Duration::ZERO).unwrap());
         }
