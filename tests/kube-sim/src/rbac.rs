@@ -287,17 +287,7 @@ pub struct Rule {
 
 impl Rule {
     fn from_json(v: &Value) -> Self {
-        let list = |k: &str| -> Vec<String> {
-            v.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let list = |k: &str| crate::store::strings(v.get(k));
         Self {
             verbs: list("verbs"),
             groups: list("apiGroups"),

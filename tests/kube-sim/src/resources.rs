@@ -850,16 +850,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| format!("{kind}List"));
-    let strs = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strs = crate::store::strings;
     let name = crd
         .pointer("/metadata/name")
         .and_then(Value::as_str)

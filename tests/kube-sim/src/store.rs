@@ -306,9 +306,13 @@ fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
 }
 
 pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
-    meta(obj)
-        .and_then(|m| m.get("finalizers"))
-        .and_then(Value::as_array)
+    strings(meta(obj).and_then(|m| m.get("finalizers")))
+}
+
+/// The strings of a JSON array (other items skipped; none when `v` is
+/// absent or not an array).
+pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)

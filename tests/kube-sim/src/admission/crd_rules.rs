@@ -241,18 +241,8 @@ impl Node {
             props,
             items,
             additional,
-            map_keys: (list_type == Some("map")).then(|| {
-                schema
-                    .get("x-kubernetes-list-map-keys")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_string)
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            }),
+            map_keys: (list_type == Some("map"))
+                .then(|| crate::store::strings(schema.get("x-kubernetes-list-map-keys"))),
             set: list_type == Some("set"),
         })
     }
