@@ -99,20 +99,43 @@ struct State {
     /// "not synced yet" (until it first syncs or fails).
     counted_unsynced: std::sync::atomic::AtomicBool,
     next_sub: AtomicU64,
-    /// `apiVersion/plural` once resolved: the metrics label.
-    label: std::sync::OnceLock<String>,
-    /// apiVersion and kind once resolved (list items omit them).
-    types: std::sync::OnceLock<TypeMeta>,
     /// What discovery resolved the kind to, once it has.
-    resolved: std::sync::OnceLock<Resolved>,
+    resolution: std::sync::OnceLock<Resolution>,
     failures: tokio::sync::broadcast::Sender<WatchFailureChange>,
     /// The cluster registry's metrics.
     metrics: Metrics,
 }
 
+/// A cache's kind as discovery resolved it, with what follows from it.
+struct Resolution {
+    resolved: Resolved,
+    /// apiVersion and kind (list items omit them).
+    types: TypeMeta,
+    /// `apiVersion/plural`: the metrics label.
+    label: String,
+}
+
+impl Resolution {
+    fn of(resolved: Resolved) -> Self {
+        Self {
+            types: TypeMeta {
+                api_version: resolved.api.api_version.clone(),
+                kind: resolved.api.kind.clone(),
+            },
+            label: format!("{}/{}", resolved.api.api_version, resolved.api.plural),
+            resolved,
+        }
+    }
+}
+
 impl State {
+    /// The metrics label, once resolved.
+    fn label(&self) -> Option<&str> {
+        self.resolution.get().map(|r| r.label.as_str())
+    }
+
     fn report_size(&self, size: usize) {
-        if let Some(label) = self.label.get() {
+        if let Some(label) = self.label() {
             self.metrics
                 .set_cache_objects(self.cluster.name(), label, size);
         }
@@ -134,10 +157,8 @@ impl State {
     }
 
     fn metric_label(&self) -> String {
-        self.label
-            .get()
-            .cloned()
-            .unwrap_or_else(|| self.resource.to_string())
+        self.label()
+            .map_or_else(|| self.resource.to_string(), str::to_owned)
     }
 
     /// Stop counting against the cluster's health (synced or failed).
@@ -254,7 +275,7 @@ impl Drop for SharedCache {
     fn drop(&mut self) {
         self.task.abort();
         self.state.uncount();
-        if let Some(label) = self.state.label.get() {
+        if let Some(label) = self.state.label() {
             self.state
                 .metrics
                 .forget_cache(self.state.cluster.name(), label);
@@ -280,9 +301,7 @@ impl SharedCache {
     /// resolved it, the first acquirer's declaration until then.
     #[must_use]
     pub fn namespaced(&self) -> bool {
-        self.state
-            .resolved
-            .get()
+        self.resolved()
             .map_or(self.state.resource.namespaced, |r| r.namespaced)
     }
 
@@ -290,7 +309,7 @@ impl SharedCache {
     /// it has ([`Resolved::disagreement`] compares a declaration with it).
     #[must_use]
     pub fn resolved(&self) -> Option<&Resolved> {
-        self.state.resolved.get()
+        self.state.resolution.get().map(|r| &r.resolved)
     }
 
     /// Which objects the cache keeps (`None`: all of them).
@@ -494,13 +513,16 @@ impl CacheManager {
     /// write back.
     pub fn observe_write(&self, cluster: &str, resource: &ResourceId, object: RawObject) {
         let caches = self.running_all(cluster, resource);
-        let Some(types) = caches.iter().find_map(|c| c.state.types.get()) else {
+        let Some(types) = caches
+            .iter()
+            .find_map(|c| c.state.resolution.get().map(|r| &r.types))
+        else {
             return;
         };
         match CachedObject::from_raw(object, types) {
             Ok(obj) => {
                 let obj = Arc::new(obj);
-                for cache in caches.iter().filter(|c| c.state.types.get().is_some()) {
+                for cache in caches.iter().filter(|c| c.state.resolution.get().is_some()) {
                     cache.state.observe(Arc::clone(&obj));
                 }
             }
@@ -612,9 +634,7 @@ impl CacheManager {
             status: tokio::sync::watch::channel(WatchStatus::Starting).0,
             counted_unsynced: std::sync::atomic::AtomicBool::new(true),
             next_sub: AtomicU64::new(0),
-            label: std::sync::OnceLock::new(),
-            types: std::sync::OnceLock::new(),
-            resolved: std::sync::OnceLock::new(),
+            resolution: std::sync::OnceLock::new(),
             failures: self.inner.failures.clone(),
             metrics: self.inner.clusters.metrics().clone(),
         });
@@ -691,16 +711,9 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
             }
         }
     };
-    let _ = state.label.set(format!(
-        "{}/{}",
-        resolved.api.api_version, resolved.api.plural
-    ));
-    let types = TypeMeta {
-        api_version: resolved.api.api_version.clone(),
-        kind: resolved.api.kind.clone(),
-    };
-    let _ = state.types.set(types.clone());
-    let _ = state.resolved.set(resolved.clone());
+    let resolution = Resolution::of(resolved.clone());
+    let types = resolution.types.clone();
+    let _ = state.resolution.set(resolution);
     let mut recoveries = cluster.recoveries();
     loop {
         recoveries.mark_unchanged();
@@ -737,7 +750,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                                     state.set_failed(failure);
                                 }
                             }
-                            if let Some(label) = state.label.get() {
+                            if let Some(label) = state.label() {
                                 state.metrics.watch_restarted(cluster.name(), label);
                             }
                             debug!(cluster = %cluster.name(), resource = %state.resource, error = %e, "watch error; the watcher retries with backoff");
@@ -747,7 +760,7 @@ async fn run_cache(state: Arc<State>, resolver: Resolver) {
                 changed = recoveries.changed() => {
                     if changed.is_err() { return; }
                     if cluster.outages() > seen_outages {
-                        if let Some(label) = state.label.get() {
+                        if let Some(label) = state.label() {
                             state.metrics.watch_restarted(cluster.name(), label);
                         }
                         info!(cluster = %cluster.name(), resource = %state.resource, "restarting watch after the cluster recovered");

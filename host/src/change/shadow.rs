@@ -179,7 +179,7 @@ impl Reconciler for Tapped {
         self.inner.digest()
     }
 
-    fn performed(&self, request: &Request, result: Result<(), String>) {
+    fn performed(&self, request: &Request, result: Result<(), &crate::writer::Failed>) {
         self.inner.performed(request, result);
     }
 

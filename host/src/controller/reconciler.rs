@@ -54,7 +54,7 @@ pub trait Reconciler: Send + Sync + 'static {
     /// action, an API error after the writer's retries). By default
     /// nothing; `rekon plugin explore` judges by it (a write that fails on
     /// every reconcile is a finding, not a quiet baseline).
-    fn performed(&self, request: &Request, result: Result<(), String>) {
+    fn performed(&self, request: &Request, result: Result<(), &crate::writer::Failed>) {
         let _ = (request, result);
     }
 

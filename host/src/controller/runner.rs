@@ -773,10 +773,7 @@ async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {
         .writer
         .execute(&shared.name, &outcome.actions)
         .await;
-    plugin.performed(
-        &request,
-        performed.as_ref().map(drop).map_err(ToString::to_string),
-    );
+    plugin.performed(&request, performed.as_ref().map(drop));
     if let Err(e) = performed {
         let statuses: Vec<u16> = e.failed.iter().filter_map(|f| f.status()).collect();
         warn!(?statuses, error = %e, "failed to perform the outcome; will retry");

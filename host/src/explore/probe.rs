@@ -565,8 +565,9 @@ impl Reconciler for Probe {
 
     /// The host could not perform the outcome: noted against the
     /// reconcile (the writer's reason names the action and the object).
-    fn performed(&self, _request: &Request, result: Result<(), String>) {
-        if let Err(why) = result {
+    fn performed(&self, _request: &Request, result: Result<(), &crate::writer::Failed>) {
+        if let Err(failed) = result {
+            let why = failed.to_string();
             let mut s = self.state.lock();
             let ordinal = s.ordinal;
             s.refused.push((ordinal, why));
