@@ -1,7 +1,7 @@
 //! One run: a fresh world, the scenario's steps, the plan's fault where it
 //! belongs, then faults stop and a final settle; what is left is judged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +59,11 @@ pub struct RunOutcome {
     /// Why the plan is one no real system can produce (the run was
     /// stopped there and is not judged).
     pub unreachable: Option<String>,
+    /// The scenario's apply steps that landed on a terminating object (an
+    /// update of the old object where another run created a new one): a
+    /// run whose set differs from the reference's did not get the same
+    /// inputs, so its end state is not compared with the reference's.
+    pub applied_on_terminating: BTreeSet<usize>,
 }
 
 /// Runs a plugin through a scenario.
@@ -92,6 +97,7 @@ impl Runner {
         world.start_plugin(probe.clone());
         let mut unsettled = None;
         let mut fired = false;
+        let mut applied_on_terminating = BTreeSet::new();
         let held = match fault {
             Some(Fault::Unobserved { from, to }) => Some((*from, *to)),
             _ => None,
@@ -142,9 +148,12 @@ impl Runner {
                         fired: false,
                         nondeterministic: Vec::new(),
                         unreachable: Some(why),
+                        applied_on_terminating,
                     });
                 }
-                world.perform(i, step, fault.is_none()).await?;
+                if world.perform(i, step, fault.is_none()).await? {
+                    applied_on_terminating.insert(i);
+                }
             }
             if held.is_some_and(|(_, to)| to == i) {
                 // Let the engine's watches deliver the held steps first (on
@@ -185,6 +194,7 @@ impl Runner {
             fired,
             nondeterministic,
             unreachable: None,
+            applied_on_terminating,
         })
     }
 }

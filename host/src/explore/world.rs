@@ -234,7 +234,9 @@ impl World {
     }
 
     /// Server-side applies `object` (or its status) as the scenario.
-    async fn apply(&self, cluster: &str, object: &Value, status: bool) -> Result<(), String> {
+    /// Applies `object`; whether the object answered is terminating (the
+    /// apply updated an object being deleted rather than making a new one).
+    async fn apply(&self, cluster: &str, object: &Value, status: bool) -> Result<bool, String> {
         let (api, name) = self.api(cluster, object).await?;
         let pp = PatchParams::apply(SCENARIO_MANAGER).force();
         let result = if status {
@@ -242,7 +244,9 @@ impl World {
         } else {
             api.patch(&name, &pp, &Patch::Apply(object)).await
         };
-        result.map(drop).map_err(|e| e.to_string())
+        result
+            .map(|o| o.metadata.deletion_timestamp.is_some())
+            .map_err(|e| e.to_string())
     }
 
     /// Whether `object` exists in `cluster` and is being deleted (held by
@@ -280,7 +284,17 @@ impl World {
     ///
     /// # Errors
     /// When the API server refuses the step's write.
-    pub async fn perform(&self, index: usize, step: &Step, strict: bool) -> Result<(), WorldError> {
+    /// Performs scenario step `index`; whether an object it applied was
+    /// terminating (see [`super::run::RunOutcome::applied_on_terminating`]).
+    ///
+    /// # Errors
+    /// A step the API server refused (`strict`: also a NotFound).
+    pub async fn perform(
+        &self,
+        index: usize,
+        step: &Step,
+        strict: bool,
+    ) -> Result<bool, WorldError> {
         let err = |message: String| WorldError::Step {
             step: index + 1,
             label: step.label(),
@@ -295,11 +309,14 @@ impl World {
         match step {
             Step::Apply { cluster, objects } | Step::ApplyStatus { cluster, objects } => {
                 let status = matches!(step, Step::ApplyStatus { .. });
+                let mut on_terminating = false;
                 for o in objects {
-                    if let Err(e) = self.apply(cluster, o, status).await {
-                        err(e)?;
+                    match self.apply(cluster, o, status).await {
+                        Ok(terminating) => on_terminating |= terminating,
+                        Err(e) => err(e)?,
                     }
                 }
+                return Ok(on_terminating);
             }
             Step::Delete(t) => {
                 if let Err(e) = self.delete(t).await {
@@ -310,7 +327,7 @@ impl World {
             Step::ClusterUp(c) => self.set_down(c, false),
             Step::Settle => {}
         }
-        Ok(())
+        Ok(false)
     }
 
     /// Takes `cluster` down (open watches end, every request is refused)
