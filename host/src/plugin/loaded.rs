@@ -384,9 +384,11 @@ impl LoadedPlugin {
             ?timings,
             "registered plugin"
         );
+        let name: Arc<str> = Arc::from(registration.name.as_str());
+        runtime.slots.know(&name); // its reserve holds from the load on
         Ok(Self {
             inner: Arc::new(Inner {
-                name: Arc::from(registration.name.as_str()),
+                name,
                 registration,
                 policy,
                 effective,

@@ -90,6 +90,16 @@ impl Slots {
         self.capacity - used.total > others_unmet
     }
 
+    /// Book `plugin` (loaded, maybe not called yet): its reserve holds
+    /// from now on, so a neighbour already taking the pool leaves it room.
+    pub(crate) fn know(&self, plugin: &Arc<str>) {
+        self.used
+            .lock()
+            .by_plugin
+            .entry(Arc::clone(plugin))
+            .or_insert(0);
+    }
+
     /// A slot for `plugin`, waiting at most `wait` for one.
     ///
     /// # Errors
