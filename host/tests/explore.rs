@@ -121,6 +121,22 @@ fn zoo_pair(bug: &str, strategy: Option<&str>, oracle: &str) {
     );
 }
 
+/// A resize done as delete, expand, recreate; killed right after the
+/// delete. Only a crash that stops the controller at once exposes it (a
+/// controller that kept running would redo the delete from its cache and
+/// expand the volume).
+#[test]
+fn an_intermediate_state_only_an_immediate_crash_exposes_is_found() {
+    zoo_pair("resize-restart", Some("crash"), "end-state");
+}
+
+/// main's informer current (the Widget deleting), the copies' informers
+/// behind their creates: the buggy cleanup deletes nothing and releases.
+#[test]
+fn a_cleanup_trusting_a_lagging_member_cache_is_found_by_stale_reads() {
+    zoo_pair("cleanup-lag", Some("stale"), "end-state");
+}
+
 #[test]
 fn a_status_written_before_the_work_is_found_by_a_crash() {
     zoo_pair("intermediate-status", Some("crash"), "end-state");

@@ -34,6 +34,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub mod already_exists_forever;
+pub mod cleanup_lag;
 pub mod delete_after_recreate;
 pub mod finalizer_by_index;
 pub mod finalizer_child;
@@ -45,6 +46,7 @@ pub mod list_order;
 pub mod orphaned_child;
 pub mod pod_token;
 pub mod refused_write;
+pub mod resize_restart;
 pub mod status_every_reconcile;
 pub mod transient_cleanup;
 
@@ -82,6 +84,9 @@ pub struct WidgetSpec {
     /// `finalizer-by-index`: each hold keeps a finalizer `zoo.rekon.dev/hold-<name>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub holds: Option<Vec<String>>,
+    /// `resize-restart`: the size of the workload and its volume (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u32>,
 }
 
 /// What the bugs write about a Widget.
@@ -91,7 +96,7 @@ pub struct WidgetStatus {
     /// `intermediate-status`: `Creating` or `Ready`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<String>,
-    /// `already-exists-forever`: whether the child was created.
+    /// `already-exists-forever`, `cleanup-lag`: whether the child was created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<bool>,
     /// `generate-name-lag`: how many children it sees.
@@ -142,6 +147,10 @@ pub enum Bug {
     OrphanedChild,
     /// [`refused_write`]
     RefusedWrite,
+    /// [`resize_restart`]
+    ResizeRestart,
+    /// [`cleanup_lag`]
+    CleanupLag,
     /// [`finalizer_child`]: a correct plugin (no bug; `fixed` changes
     /// nothing).
     FinalizerChild,
@@ -151,7 +160,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every bug, in the order of `docs/plugins/exploring.md`.
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 14] = [
         Bug::IntermediateStatus,
         Bug::FinalizerUnreachable,
         Bug::GenerateNameLag,
@@ -164,6 +173,8 @@ impl Bug {
         Bug::ListOrder,
         Bug::OrphanedChild,
         Bug::RefusedWrite,
+        Bug::ResizeRestart,
+        Bug::CleanupLag,
     ];
 
     /// The correct plugins that must stay clean (`tests/zoo/correct/`).
@@ -246,7 +257,7 @@ impl Plugin for Zoo {
                 .watch::<Pod>(ClusterSet::Primary, Mapping::OwnerLabels(owner_labels()))
                 .permission::<Pod>(CHILD_VERBS, ClusterSet::Primary),
             // Children in every cluster, a finalizer to clean them up.
-            Bug::FinalizerUnreachable => reg
+            Bug::FinalizerUnreachable | Bug::CleanupLag => reg
                 .clusters(ClusterSet::All)
                 .watch::<ConfigMap>(ClusterSet::All, Mapping::OwnerLabels(owner_labels()))
                 .finalizer(FINALIZER)
@@ -271,6 +282,7 @@ impl Plugin for Zoo {
         match settings.bug()? {
             Bug::FinalizerUnreachable => finalizer_unreachable::reconcile(ctx, req, &event, fixed),
             Bug::FinalizerChild => finalizer_child::reconcile(ctx, req, event.primary()),
+            Bug::CleanupLag => cleanup_lag::reconcile(ctx, req, &event, fixed),
             // The other bugs register no finalizer: a Widget is never
             // reconciled in cleanup.
             _ if event.is_cleanup() => Ok(Outcome::done()),
@@ -296,6 +308,7 @@ impl Plugin for Zoo {
             Bug::OrphanedChild => orphaned_child::reconcile(ctx, req, event.primary(), fixed),
             Bug::PodToken => pod_token::reconcile(ctx, req, event.primary()),
             Bug::RefusedWrite => refused_write::reconcile(ctx, req, event.primary(), fixed),
+            Bug::ResizeRestart => resize_restart::reconcile(ctx, req, event.primary(), fixed),
         }
     }
 }

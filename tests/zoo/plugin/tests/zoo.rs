@@ -13,7 +13,7 @@ use rekon_sdk::testkit::World;
 use rekon_test_zoo::{
     Bug, FINALIZER, Widget, Zoo, ZooSettings, already_exists_forever, delete_after_recreate,
     finalizer_by_index, full_object_write, generate_name_lag, intermediate_status, list_order,
-    orphaned_child, owner_labels, transient_cleanup,
+    orphaned_child, owner_labels, resize_restart, transient_cleanup,
 };
 
 const NS: &str = "default";
@@ -34,7 +34,10 @@ fn cm_ref(cluster: &str, name: &str) -> ObjectRef {
 fn world(bug: Bug, fixed: bool) -> World {
     let settings = serde_json::to_value(ZooSettings::of(bug, fixed)).unwrap();
     let world = World::new().primary("main").with_settings(settings);
-    if matches!(bug, Bug::FinalizerUnreachable | Bug::FullObjectWrite) {
+    if matches!(
+        bug,
+        Bug::FinalizerUnreachable | Bug::FullObjectWrite | Bug::CleanupLag
+    ) {
         world.cluster("edge")
     } else {
         world
@@ -167,7 +170,11 @@ fn play(bug: Bug, w: &mut World) {
             insert_widget(w, json!({}), &[]);
             converge(w);
         }
-        Bug::FinalizerUnreachable | Bug::OrphanedChild | Bug::FinalizerChild | Bug::PodToken => {
+        Bug::FinalizerUnreachable
+        | Bug::OrphanedChild
+        | Bug::FinalizerChild
+        | Bug::PodToken
+        | Bug::CleanupLag => {
             insert_widget(w, json!({}), &[]);
             converge(w);
             w.delete(&widget_ref());
@@ -212,6 +219,12 @@ fn play(bug: Bug, w: &mut World) {
             w.set_health("edge", ClusterHealth::Unreachable);
             converge(w);
             w.set_health("edge", ClusterHealth::Ready);
+            converge(w);
+        }
+        Bug::ResizeRestart => {
+            insert_widget(w, json!({"size": 1}), &[]);
+            converge(w);
+            set_spec(w, json!({"size": 2}));
             converge(w);
         }
         Bug::ListOrder => {
@@ -546,6 +559,55 @@ fn orphaned_child() {
         converge(&mut w);
         // Buggy: the child outlives its Widget.
         assert_eq!(!w.contains(&child), fixed, "fixed={fixed}");
+    }
+}
+
+#[test]
+fn resize_restart() {
+    let end = fault_free(Bug::ResizeRestart);
+    let sizes = json!([
+        {"name": "w-child", "data": {"size": "2"}, "owned": false},
+        {"name": "w-volume", "data": {"size": "2"}, "owned": false},
+    ]);
+    assert_eq!(end["main/configmaps"], sizes);
+    let volume = cm_ref("main", &resize_restart::volume_name(&req()));
+    for fixed in [false, true] {
+        let mut w = world(Bug::ResizeRestart, fixed);
+        insert_widget(&mut w, json!({"size": 1}), &[]);
+        converge(&mut w);
+        set_spec(&mut w, json!({"size": 2}));
+        // Killed right after the workload's delete.
+        crash_after(&mut w, 1);
+        converge(&mut w);
+        let size = w.get_ref(&volume).unwrap()["data"]["size"].clone();
+        // Buggy: the recreated workload sits on the old volume.
+        assert_eq!(size == json!("2"), fixed, "fixed={fixed}: {size}");
+    }
+}
+
+#[test]
+fn cleanup_lag() {
+    let end = fault_free(Bug::CleanupLag);
+    assert_eq!(end["widget"], Value::Null);
+    assert_eq!(end["edge/configmaps"], json!([]));
+    for fixed in [false, true] {
+        let mut w = world(Bug::CleanupLag, fixed);
+        insert_widget(&mut w, json!({}), &[]);
+        converge(&mut w);
+        assert_eq!(names(&w, "edge"), ["w"]);
+        assert_eq!(status(&w)["created"], true);
+        // The cleanup reconcile, with edge's cache not showing the copy.
+        w.delete(&widget_ref());
+        let hidden = w.get_ref(&cm_ref("edge", "w")).unwrap();
+        w.delete(&cm_ref("edge", "w"));
+        let outcome = w.reconcile::<Zoo>(&req()).unwrap();
+        w.insert_json("edge", hidden);
+        w.apply::<Zoo>(&req(), &outcome).unwrap();
+        converge(&mut w);
+        assert!(!w.contains(&widget_ref()));
+        // Buggy: released on what the lagging cache showed; the copy is
+        // orphaned.
+        assert_eq!(names(&w, "edge").is_empty(), fixed, "fixed={fixed}");
     }
 }
 
