@@ -366,7 +366,7 @@ fn the_command_exits_0_1_or_2_and_names_the_bad_step_and_field() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("step 2: `delete`: `apiVersion` is missing"),
+        err.contains("step 2: `delete`: missing field `apiVersion`"),
         "{err}"
     );
 }

@@ -13,11 +13,14 @@
 //!   - settle: {}
 //! ```
 //!
-//! Parsing is strict: an unknown step or field is an error naming the step
-//! (its index, from 1) and the field.
+//! Parsing is strict, through serde types that deny unknown fields: an
+//! unknown step or field, a missing or mistyped one, is a typed error
+//! ([`Problem`], [`StepProblem`]) naming the step (its index, from 1) and
+//! the field.
 
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::Value;
 
 /// A scenario that does not parse or names what does not exist.
@@ -33,12 +36,13 @@ pub enum ScenarioError {
         source: std::io::Error,
     },
     /// Not YAML, or not the scenario's shape.
-    #[error("scenario {path}: {message}")]
+    #[error("scenario {path}: {problem}")]
     Invalid {
         /// The file.
         path: PathBuf,
         /// What is wrong, naming the step and field.
-        message: String,
+        #[source]
+        problem: Problem,
     },
 }
 
@@ -51,6 +55,136 @@ impl ScenarioError {
             Self::Invalid { .. } => "ScenarioInvalid",
         }
     }
+}
+
+/// What is wrong with a scenario's text.
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// Not YAML, or a top-level field unknown or of the wrong type (serde
+    /// names the field).
+    #[error("{0}")]
+    Shape(#[source] serde_yaml::Error),
+    /// No `clusters`.
+    #[error("`clusters` is missing (a list of names; the first is the primary)")]
+    NoClusters,
+    /// `clusters: []`.
+    #[error("`clusters` is empty")]
+    EmptyClusters,
+    /// A cluster name that is not a DNS label.
+    #[error("`clusters`: {0:?} is not a cluster name (a DNS label)")]
+    ClusterName(String),
+    /// A cluster listed twice.
+    #[error("`clusters`: {0} is listed twice")]
+    ClusterTwice(String),
+    /// No `steps`.
+    #[error("`steps` is missing (a list of steps)")]
+    NoSteps,
+    /// A CRD file.
+    #[error("`crds`: {0}")]
+    Crds(#[source] ObjectsError),
+    /// One step (numbered from 1).
+    #[error("step {step}: {problem}")]
+    Step {
+        /// Its index, from 1.
+        step: usize,
+        /// What is wrong with it.
+        #[source]
+        problem: StepProblem,
+    },
+}
+
+/// The step kinds, as written.
+const STEP_KINDS: &str = "apply, apply-status, delete, settle, cluster-down, cluster-up";
+
+/// What is wrong with one step.
+#[derive(Debug, thiserror::Error)]
+pub enum StepProblem {
+    /// Not a mapping with one key.
+    #[error("a step is one of {STEP_KINDS} (a mapping with one key)")]
+    NotAStep,
+    /// A key that names no step.
+    #[error("unknown step `{0}` (expected {STEP_KINDS})")]
+    Unknown(String),
+    /// A field unknown, missing or of the wrong type (serde names it).
+    #[error("`{kind}`: {source}")]
+    Field {
+        /// The step's kind.
+        kind: &'static str,
+        /// serde's account, naming the field.
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// A field that must not be empty.
+    #[error("`{kind}`: `{field}` is empty")]
+    Empty {
+        /// The step's kind.
+        kind: &'static str,
+        /// The field.
+        field: &'static str,
+    },
+    /// A cluster the scenario does not list.
+    #[error("`{kind}`: `cluster` {cluster} is not one of the scenario's clusters ({known})")]
+    UnknownCluster {
+        /// The step's kind.
+        kind: &'static str,
+        /// The name given.
+        cluster: String,
+        /// The scenario's clusters, joined.
+        known: String,
+    },
+    /// `cluster-down` of the primary.
+    #[error(
+        "`cluster-down`: {0} is the primary cluster (the plugin's own objects live there; take down another)"
+    )]
+    PrimaryDown(String),
+    /// Both or neither of `file` and `object`.
+    #[error("`{0}`: give exactly one of `file` and `object`")]
+    ObjectsSource(&'static str),
+    /// The objects of `file` or `object`.
+    #[error("`{kind}`: `{field}`: {source}")]
+    Objects {
+        /// The step's kind.
+        kind: &'static str,
+        /// `file` or `object`.
+        field: &'static str,
+        /// Why.
+        #[source]
+        source: ObjectsError,
+    },
+}
+
+/// Objects that do not load from a file or an inline `object`.
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectsError {
+    /// The file could not be read.
+    #[error("failed to read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A document that is not YAML.
+    #[error("{path}: not YAML: {source}")]
+    Yaml {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: serde_yaml::Error,
+    },
+    /// A file without any object.
+    #[error("{0} holds no object")]
+    NoObject(PathBuf),
+    /// An object without `apiVersion`, `kind` or `metadata.name`.
+    #[error("{}an object without `{field}`", .path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
+    Incomplete {
+        /// The file (none: inline).
+        path: Option<PathBuf>,
+        /// The missing field.
+        field: &'static str,
+    },
 }
 
 /// One parsed scenario.
@@ -170,9 +304,9 @@ impl Scenario {
         })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Self::parse(&text, base)
-            .map_err(|message| ScenarioError::Invalid {
+            .map_err(|problem| ScenarioError::Invalid {
                 path: path.to_path_buf(),
-                message,
+                problem,
             })
             .map(|mut s| {
                 s.path = path.to_path_buf();
@@ -184,66 +318,35 @@ impl Scenario {
     ///
     /// # Errors
     /// What is wrong, naming the step and field.
-    pub fn parse(text: &str, base: &Path) -> Result<Self, String> {
-        let doc: Value = serde_yaml::from_str(text).map_err(|e| format!("not YAML: {e}"))?;
-        let Some(top) = doc.as_object() else {
-            return Err("expected a mapping with `clusters` and `steps`".to_owned());
-        };
-        for key in top.keys() {
-            if !matches!(key.as_str(), "clusters" | "crds" | "steps") {
-                return Err(format!(
-                    "unknown field `{key}` (expected clusters, crds, steps)"
-                ));
-            }
-        }
-        let clusters: Vec<String> = match top.get("clusters") {
-            None => {
-                return Err(
-                    "`clusters` is missing (a list of names; the first is the primary)".to_owned(),
-                );
-            }
-            Some(Value::Array(items)) => items
-                .iter()
-                .map(|c| {
-                    c.as_str()
-                        .filter(|s| rekon_rules::registration::is_dns_label(s))
-                        .map(str::to_owned)
-                        .ok_or_else(|| {
-                            format!("`clusters`: {c} is not a cluster name (a DNS label)")
-                        })
-                })
-                .collect::<Result<_, _>>()?,
-            Some(other) => return Err(format!("`clusters` must be a list of names, not {other}")),
-        };
+    pub fn parse(text: &str, base: &Path) -> Result<Self, Problem> {
+        let top: Top = serde_yaml::from_str(text).map_err(Problem::Shape)?;
+        let clusters = top.clusters.ok_or(Problem::NoClusters)?;
         if clusters.is_empty() {
-            return Err("`clusters` is empty".to_owned());
+            return Err(Problem::EmptyClusters);
         }
         for (i, c) in clusters.iter().enumerate() {
+            if !rekon_rules::registration::is_dns_label(c) {
+                return Err(Problem::ClusterName(c.clone()));
+            }
             if clusters[..i].contains(c) {
-                return Err(format!("`clusters`: {c} is listed twice"));
+                return Err(Problem::ClusterTwice(c.clone()));
             }
         }
         let mut crds = Vec::new();
-        if let Some(list) = top.get("crds") {
-            let Some(list) = list.as_array() else {
-                return Err("`crds` must be a list of file paths".to_owned());
-            };
-            for f in list {
-                let Some(f) = f.as_str() else {
-                    return Err(format!("`crds`: {f} is not a file path"));
-                };
-                crds.extend(read_objects(&base.join(f)).map_err(|e| format!("`crds`: {e}"))?);
-            }
+        for f in &top.crds {
+            crds.extend(read_objects(&base.join(f)).map_err(Problem::Crds)?);
         }
-        let Some(Value::Array(raw_steps)) = top.get("steps") else {
-            return Err("`steps` is missing (a list of steps)".to_owned());
-        };
-        let mut steps = Vec::new();
-        for (i, raw) in raw_steps.iter().enumerate() {
-            let n = i + 1;
-            let step = parse_step(raw, base, &clusters).map_err(|e| format!("step {n}: {e}"))?;
-            steps.push(step);
-        }
+        let raw_steps = top.steps.ok_or(Problem::NoSteps)?;
+        let steps = raw_steps
+            .into_iter()
+            .enumerate()
+            .map(|(i, raw)| {
+                parse_step(raw, base, &clusters).map_err(|problem| Problem::Step {
+                    step: i + 1,
+                    problem,
+                })
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             path: PathBuf::new(),
             clusters,
@@ -259,150 +362,198 @@ impl Scenario {
     }
 }
 
-fn parse_step(raw: &Value, base: &Path, clusters: &[String]) -> Result<Step, String> {
-    let Some(map) = raw.as_object().filter(|m| m.len() == 1) else {
-        return Err("a step is one of apply, apply-status, delete, settle, cluster-down, cluster-up (a mapping with one key)".to_owned());
+/// The file's top level.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Top {
+    clusters: Option<Vec<String>>,
+    #[serde(default)]
+    crds: Vec<String>,
+    steps: Option<Vec<serde_yaml::Value>>,
+}
+
+/// `apply` and `apply-status`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ObjectsBody {
+    cluster: String,
+    file: Option<String>,
+    object: Option<Value>,
+}
+
+/// `delete`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DeleteBody {
+    cluster: String,
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+}
+
+/// `cluster-down` and `cluster-up`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterBody {
+    cluster: String,
+}
+
+/// `settle`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleBody {}
+
+fn parse_step(
+    raw: serde_yaml::Value,
+    base: &Path,
+    clusters: &[String],
+) -> Result<Step, StepProblem> {
+    let serde_yaml::Value::Mapping(map) = raw else {
+        return Err(StepProblem::NotAStep);
     };
-    let (kind, body) = map.iter().next().ok_or("empty step")?;
-    let empty = serde_json::Map::new();
+    let mut entries = map.into_iter();
+    let (Some((serde_yaml::Value::String(key), body)), None) = (entries.next(), entries.next())
+    else {
+        return Err(StepProblem::NotAStep);
+    };
+    let Some(kind) = [
+        "apply",
+        "apply-status",
+        "delete",
+        "settle",
+        "cluster-down",
+        "cluster-up",
+    ]
+    .into_iter()
+    .find(|k| *k == key) else {
+        return Err(StepProblem::Unknown(key));
+    };
+    // `settle:` with nothing after it is `settle: {}`.
     let body = match body {
-        Value::Object(m) => m,
-        Value::Null => &empty,
-        other => return Err(format!("`{kind}` takes a mapping, not {other}")),
+        serde_yaml::Value::Null => serde_yaml::Value::Mapping(serde_yaml::Mapping::new()),
+        other => other,
     };
-    let allow = |fields: &[&str]| -> Result<(), String> {
-        for k in body.keys() {
-            if !fields.contains(&k.as_str()) {
-                return Err(format!(
-                    "`{kind}`: unknown field `{k}` (expected {})",
-                    fields.join(", ")
-                ));
-            }
-        }
-        Ok(())
-    };
-    let cluster = |field: &str| -> Result<String, String> {
-        let Some(c) = body.get(field).and_then(Value::as_str) else {
-            return Err(format!("`{kind}`: `{field}` is missing"));
-        };
-        if !clusters.iter().any(|x| x == c) {
-            return Err(format!(
-                "`{kind}`: `{field}` {c} is not one of the scenario's clusters ({})",
-                clusters.join(", ")
-            ));
-        }
-        Ok(c.to_owned())
-    };
-    let objects = || -> Result<Vec<Value>, String> {
-        match (body.get("file"), body.get("object")) {
-            (Some(f), None) => {
-                let f = f
-                    .as_str()
-                    .ok_or_else(|| format!("`{kind}`: `file` must be a path"))?;
-                read_objects(&base.join(f)).map_err(|e| format!("`{kind}`: `file`: {e}"))
-            }
-            (None, Some(o)) => {
-                check_object(o).map_err(|e| format!("`{kind}`: `object`: {e}"))?;
-                Ok(vec![o.clone()])
-            }
-            _ => Err(format!("`{kind}`: give exactly one of `file` and `object`")),
-        }
-    };
-    match kind.as_str() {
-        "apply" => {
-            allow(&["cluster", "file", "object"])?;
-            Ok(Step::Apply {
-                cluster: cluster("cluster")?,
-                objects: objects()?,
+    let field = |source| StepProblem::Field { kind, source };
+    let known = |cluster: String| -> Result<String, StepProblem> {
+        if clusters.contains(&cluster) {
+            Ok(cluster)
+        } else {
+            Err(StepProblem::UnknownCluster {
+                kind,
+                cluster,
+                known: clusters.join(", "),
             })
         }
-        "apply-status" => {
-            allow(&["cluster", "file", "object"])?;
-            Ok(Step::ApplyStatus {
-                cluster: cluster("cluster")?,
-                objects: objects()?,
+    };
+    match kind {
+        "apply" | "apply-status" => {
+            let b: ObjectsBody = serde_yaml::from_value(body).map_err(field)?;
+            let cluster = known(b.cluster)?;
+            let objects = match (b.file, b.object) {
+                (Some(f), None) => {
+                    read_objects(&base.join(f)).map_err(|source| StepProblem::Objects {
+                        kind,
+                        field: "file",
+                        source,
+                    })?
+                }
+                (None, Some(o)) => {
+                    check_object(&o, None).map_err(|source| StepProblem::Objects {
+                        kind,
+                        field: "object",
+                        source,
+                    })?;
+                    vec![o]
+                }
+                _ => return Err(StepProblem::ObjectsSource(kind)),
+            };
+            Ok(if kind == "apply" {
+                Step::Apply { cluster, objects }
+            } else {
+                Step::ApplyStatus { cluster, objects }
             })
         }
         "delete" => {
-            allow(&["cluster", "apiVersion", "kind", "namespace", "name"])?;
-            let field = |f: &str| -> Result<String, String> {
-                body.get(f)
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-                    .ok_or_else(|| format!("`delete`: `{f}` is missing"))
-            };
+            let b: DeleteBody = serde_yaml::from_value(body).map_err(field)?;
+            for (name, value) in [
+                ("apiVersion", &b.api_version),
+                ("kind", &b.kind),
+                ("name", &b.name),
+            ] {
+                if value.is_empty() {
+                    return Err(StepProblem::Empty { kind, field: name });
+                }
+            }
             Ok(Step::Delete(Target {
-                cluster: cluster("cluster")?,
-                api_version: field("apiVersion")?,
-                kind: field("kind")?,
-                namespace: body
-                    .get("namespace")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                name: field("name")?,
+                cluster: known(b.cluster)?,
+                api_version: b.api_version,
+                kind: b.kind,
+                namespace: b.namespace,
+                name: b.name,
             }))
         }
         "settle" => {
-            allow(&[])?;
+            let SettleBody {} = serde_yaml::from_value(body).map_err(field)?;
             Ok(Step::Settle)
         }
-        "cluster-down" => {
-            allow(&["cluster"])?;
-            let c = cluster("cluster")?;
+        _ => {
+            let b: ClusterBody = serde_yaml::from_value(body).map_err(field)?;
+            let c = known(b.cluster)?;
+            if kind == "cluster-up" {
+                return Ok(Step::ClusterUp(c));
+            }
             if c == clusters[0] {
-                return Err(format!(
-                    "`cluster-down`: {c} is the primary cluster (the plugin's own objects live there; take down another)"
-                ));
+                return Err(StepProblem::PrimaryDown(c));
             }
             Ok(Step::ClusterDown(c))
         }
-        "cluster-up" => {
-            allow(&["cluster"])?;
-            Ok(Step::ClusterUp(cluster("cluster")?))
-        }
-        other => Err(format!(
-            "unknown step `{other}` (expected apply, apply-status, delete, settle, cluster-down, cluster-up)"
-        )),
     }
 }
 
 /// Every YAML or JSON document of `path` (empty documents skipped), each
 /// checked to be an object with apiVersion, kind and metadata.name.
-fn read_objects(path: &Path) -> Result<Vec<Value>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("failed to read {}: {e}", path.display()))?;
+fn read_objects(path: &Path) -> Result<Vec<Value>, ObjectsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ObjectsError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let mut out = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc)
-            .map_err(|e| format!("{}: not YAML: {e}", path.display()))?;
+        let v: Value = Deserialize::deserialize(doc).map_err(|source| ObjectsError::Yaml {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if v.is_null() {
             continue;
         }
-        if v["kind"] == "List" {
-            for item in v["items"].as_array().cloned().unwrap_or_default() {
-                check_object(&item).map_err(|e| format!("{}: {e}", path.display()))?;
-                out.push(item);
-            }
-            continue;
+        let items = if v["kind"] == "List" {
+            v["items"].as_array().cloned().unwrap_or_default()
+        } else {
+            vec![v]
+        };
+        for item in items {
+            check_object(&item, Some(path))?;
+            out.push(item);
         }
-        check_object(&v).map_err(|e| format!("{}: {e}", path.display()))?;
-        out.push(v);
     }
     if out.is_empty() {
-        return Err(format!("{} holds no object", path.display()));
+        return Err(ObjectsError::NoObject(path.to_path_buf()));
     }
     Ok(out)
 }
 
-fn check_object(v: &Value) -> Result<(), String> {
+fn check_object(v: &Value, path: Option<&Path>) -> Result<(), ObjectsError> {
     for (field, value) in [
         ("apiVersion", &v["apiVersion"]),
         ("kind", &v["kind"]),
         ("metadata.name", &v["metadata"]["name"]),
     ] {
         if value.as_str().is_none_or(str::is_empty) {
-            return Err(format!("an object without `{field}`"));
+            return Err(ObjectsError::Incomplete {
+                path: path.map(Path::to_path_buf),
+                field,
+            });
         }
     }
     Ok(())
@@ -413,7 +564,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Scenario, String> {
-        Scenario::parse(text, Path::new("."))
+        Scenario::parse(text, Path::new(".")).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -452,5 +603,48 @@ mod tests {
         assert!(e.contains("primary cluster"), "{e}");
         let e = parse("steps: []\n").unwrap_err();
         assert!(e.contains("`clusters` is missing"), "{e}");
+        let e = parse("clusters: [main]\nstep: []\n").unwrap_err();
+        assert!(e.contains("unknown field `step`"), "{e}");
+        let e = parse("clusters: [main, Main]\nsteps: []\n").unwrap_err();
+        assert!(e.contains("\"Main\" is not a cluster name"), "{e}");
+    }
+
+    #[test]
+    fn errors_are_typed() {
+        let e = Scenario::parse(
+            "clusters: [main]\nsteps:\n- settle:\n- delete: {cluster: main, kind: ConfigMap, name: x}\n",
+            Path::new("."),
+        )
+        .unwrap_err();
+        let Problem::Step {
+            step: 2,
+            problem: StepProblem::Field { kind: "delete", .. },
+        } = &e
+        else {
+            panic!("{e:?}");
+        };
+        assert_eq!(
+            e.to_string(),
+            "step 2: `delete`: missing field `apiVersion`"
+        );
+        let e = Scenario::parse(
+            "clusters: [main]\nsteps:\n- apply: {cluster: main, file: nope.yaml}\n",
+            Path::new("/nonexistent"),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Problem::Step {
+                    step: 1,
+                    problem: StepProblem::Objects {
+                        field: "file",
+                        source: ObjectsError::Read { .. },
+                        ..
+                    }
+                }
+            ),
+            "{e:?}"
+        );
     }
 }
