@@ -20,6 +20,7 @@ pub mod options;
 pub mod oracle;
 pub mod plan;
 pub mod probe;
+pub mod recording;
 pub mod report;
 pub mod run;
 pub mod scenario;

@@ -2,7 +2,7 @@
 //!
 //! ```yaml
 //! clusters: [main, edge]          # the first is the primary cluster
-//! crds: [crds/test.yaml]          # optional, paths relative to the file
+//! crds: [crds/test.yaml]          # optional: paths relative to the file, or inline CRDs
 //! steps:
 //!   - apply: {cluster: main, file: source.yaml}    # or object: {...} inline
 //!   - apply-status: {cluster: main, object: {...}} # the status subresource
@@ -333,8 +333,16 @@ impl Scenario {
             }
         }
         let mut crds = Vec::new();
-        for f in &top.crds {
-            crds.extend(read_objects(&base.join(f)).map_err(Problem::Crds)?);
+        for entry in top.crds {
+            match entry {
+                CrdEntry::File(f) => {
+                    crds.extend(read_objects(&base.join(f)).map_err(Problem::Crds)?);
+                }
+                CrdEntry::Inline(crd) => {
+                    check_object(&crd, None).map_err(Problem::Crds)?;
+                    crds.push(crd);
+                }
+            }
         }
         let raw_steps = top.steps.ok_or(Problem::NoSteps)?;
         let steps = raw_steps
@@ -355,6 +363,46 @@ impl Scenario {
         })
     }
 
+    /// The scenario as a file that parses back to it: CRDs and objects
+    /// inline, so it stands alone (`--out DIR/scenario.yaml` of a scenario
+    /// the explorer made, from a recording or generated).
+    #[must_use]
+    pub fn to_yaml(&self) -> String {
+        use serde_json::json;
+        let steps: Vec<Value> = self
+            .steps
+            .iter()
+            .flat_map(|step| -> Vec<Value> {
+                match step {
+                    Step::Apply { cluster, objects } => objects
+                        .iter()
+                        .map(|o| json!({"apply": {"cluster": cluster, "object": o}}))
+                        .collect(),
+                    Step::ApplyStatus { cluster, objects } => objects
+                        .iter()
+                        .map(|o| json!({"apply-status": {"cluster": cluster, "object": o}}))
+                        .collect(),
+                    Step::Delete(t) => {
+                        let mut body = json!({"cluster": t.cluster, "apiVersion": t.api_version,
+                            "kind": t.kind, "name": t.name});
+                        if let Some(ns) = &t.namespace {
+                            body["namespace"] = json!(ns);
+                        }
+                        vec![json!({ "delete": body })]
+                    }
+                    Step::Settle => vec![json!({"settle": {}})],
+                    Step::ClusterDown(c) => vec![json!({"cluster-down": {"cluster": c}})],
+                    Step::ClusterUp(c) => vec![json!({"cluster-up": {"cluster": c}})],
+                }
+            })
+            .collect();
+        let mut doc = json!({"clusters": self.clusters, "steps": steps});
+        if !self.crds.is_empty() {
+            doc["crds"] = json!(self.crds);
+        }
+        serde_yaml::to_string(&doc).unwrap_or_default()
+    }
+
     /// The primary cluster.
     #[must_use]
     pub fn primary(&self) -> &str {
@@ -368,8 +416,16 @@ impl Scenario {
 struct Top {
     clusters: Option<Vec<String>>,
     #[serde(default)]
-    crds: Vec<String>,
+    crds: Vec<CrdEntry>,
     steps: Option<Vec<serde_yaml::Value>>,
+}
+
+/// One entry of `crds`: a file, or the CRD itself.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CrdEntry {
+    File(String),
+    Inline(Value),
 }
 
 /// `apply` and `apply-status`.
@@ -607,6 +663,27 @@ mod tests {
         assert!(e.contains("unknown field `step`"), "{e}");
         let e = parse("clusters: [main, Main]\nsteps: []\n").unwrap_err();
         assert!(e.contains("\"Main\" is not a cluster name"), "{e}");
+    }
+
+    #[test]
+    fn a_scenario_written_out_parses_back_to_itself() {
+        let s = parse(
+            "clusters: [main, edge]\n\
+             crds: [{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {name: ws.x.io}}]\n\
+             steps:\n\
+             - apply: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: default}}}\n\
+             - apply-status: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}\n\
+             - settle:\n\
+             - cluster-down: {cluster: edge}\n\
+             - delete: {cluster: main, apiVersion: v1, kind: ConfigMap, namespace: default, name: a}\n\
+             - cluster-up: {cluster: edge}\n",
+        )
+        .unwrap();
+        let again = parse(&s.to_yaml()).unwrap();
+        assert_eq!(again.clusters, s.clusters);
+        assert_eq!(again.crds, s.crds);
+        assert_eq!(again.to_yaml(), s.to_yaml());
+        assert_eq!(again.steps.len(), 6);
     }
 
     #[test]
