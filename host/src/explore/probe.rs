@@ -20,9 +20,9 @@ use serde_json::Value;
 
 use crate::action::{
     Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, action_cluster,
-    action_kind, action_label,
+    action_kind,
 };
-use crate::change::record::{Capture, Case, CaseOutcome, CasePlugin, Read, Tape};
+use crate::change::record::{Capture, Case, CaseOutcome, CasePlugin, Tape};
 use crate::change::replay::{divergence, outcome_diff, replay_case};
 use crate::controller::Reconciler;
 use crate::plugin::{CallError, HostReads, LoadedPlugin, ReadError};
@@ -30,7 +30,7 @@ use crate::plugin::{CallError, HostReads, LoadedPlugin, ReadError};
 use super::stale::{Logged, StaleReads, View};
 
 use super::plan::Fault;
-use super::trace::{ActionSummary, At, Reconcile, WriteSummary};
+use super::trace::{At, Reconcile, WriteSummary};
 use super::wire::Switchboard;
 
 /// A reconcile whose decision changed when replayed on its own reads.
@@ -165,10 +165,6 @@ pub fn key_of(req: &Request) -> String {
     )
 }
 
-fn verb_of(a: &Action) -> &'static str {
-    action_label(a)
-}
-
 /// `create ConfigMap default/x in main`: an action and its object.
 #[must_use]
 pub fn describe_action(a: &Action) -> String {
@@ -291,30 +287,24 @@ impl Probe {
                     requeue_after_ms: Some(3_000),
                     finalized: false,
                 };
-                s.trace.push(Reconcile {
+                let case = Capture {
+                    plugin: self.case_plugin(),
+                    request,
+                    phase,
+                    request_time: time,
+                    clusters: Vec::new(),
+                    reads: Vec::new(),
+                    result: Ok(outcome.clone()),
+                    shadow: None,
+                }
+                .into_case(false);
+                s.trace.push(Reconcile::new(
                     ordinal,
                     at,
                     phase,
-                    actions: Vec::new(),
-                    finalized: false,
-                    error: None,
-                    writes: Vec::new(),
-                    changed_writes: 0,
-                    lists: 0,
-                    refused: Vec::new(),
-                    fault: Some("postponed".to_owned()),
-                    case: Capture {
-                        plugin: self.case_plugin(),
-                        request,
-                        phase,
-                        request_time: time,
-                        clusters: Vec::new(),
-                        reads: Vec::new(),
-                        result: Ok(outcome.clone()),
-                        shadow: None,
-                    }
-                    .into_case(false),
-                });
+                    case,
+                    Some("postponed".to_owned()),
+                ));
                 return Start::Answered(outcome);
             }
             Some(Fault::Stale { behind, .. }) => {
@@ -418,11 +408,6 @@ fn finish(
         shadow: None,
     }
     .into_case(false);
-    let lists = case
-        .reads
-        .iter()
-        .filter(|r| matches!(r, Read::List { .. }))
-        .count();
     let nondeterminism = check
         .then(|| {
             let (again, missing) = replay_case(inner, &case);
@@ -436,19 +421,6 @@ fn finish(
             })
         })
         .flatten();
-    let (actions, finalized, error) = match &result {
-        Ok(o) => (
-            o.actions
-                .iter()
-                .map(|a| ActionSummary {
-                    verb: verb_of(a).to_owned(),
-                })
-                .collect(),
-            o.finalized,
-            None,
-        ),
-        Err(e) => (Vec::new(), false, Some(e.to_string())),
-    };
     let mut s = state.lock();
     if targeted.is_some()
         && !matches!(
@@ -479,20 +451,8 @@ fn finish(
             case: case.clone(),
         });
     }
-    s.trace.push(Reconcile {
-        ordinal,
-        at,
-        phase,
-        actions,
-        finalized,
-        error,
-        writes: Vec::new(),
-        changed_writes: 0,
-        lists,
-        refused: Vec::new(),
-        fault: fault_label,
-        case,
-    });
+    s.trace
+        .push(Reconcile::new(ordinal, at, phase, case, fault_label));
     result
 }
 

@@ -83,3 +83,45 @@ pub struct Reconcile {
     /// The case: what it read and decided (as the plugin saw it).
     pub case: Case,
 }
+
+impl Reconcile {
+    /// A reconcile as it ends, from its case: what it read and decided.
+    /// Its writes are attached when the run ends.
+    #[must_use]
+    pub fn new(ordinal: usize, at: At, phase: Phase, case: Case, fault: Option<String>) -> Self {
+        use crate::change::record::CaseOutcome;
+        use crate::change::record::Read;
+        let (actions, finalized, error) = match &case.outcome {
+            CaseOutcome::Ok {
+                actions, finalized, ..
+            } => (
+                actions
+                    .iter()
+                    .filter_map(|a| a.as_object().and_then(|m| m.keys().next()).cloned())
+                    .map(|verb| ActionSummary { verb })
+                    .collect(),
+                *finalized,
+                None,
+            ),
+            CaseOutcome::Error { message, .. } => (Vec::new(), false, Some(message.clone())),
+        };
+        Self {
+            ordinal,
+            at,
+            phase,
+            actions,
+            finalized,
+            error,
+            writes: Vec::new(),
+            changed_writes: 0,
+            lists: case
+                .reads
+                .iter()
+                .filter(|r| matches!(r, Read::List { .. }))
+                .count(),
+            refused: Vec::new(),
+            fault,
+            case,
+        }
+    }
+}
