@@ -487,6 +487,22 @@ const BUILTINS: &[Builtin] = &[
         false,
         &[],
     )),
+    // Webhook configurations: served like any built-in; the admission
+    // chain reads them (src/admission/webhook).
+    b(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+        &[],
+    ),
+    b(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        false,
+        &[],
+    ),
     b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
     b(
         "rbac.authorization.k8s.io",

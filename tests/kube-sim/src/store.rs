@@ -18,6 +18,7 @@ use rand::Rng;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::admission::webhook;
 use crate::error::{ApiError, ApiResult};
 use crate::patch;
 use crate::resources::{Generation, Registry, ResourceInfo, StorageKey, prune, storage_key_of};
@@ -113,6 +114,9 @@ pub struct WriteOpts {
     /// The requesting user (admission's `request.userInfo`); `None` is the
     /// kubeconfig's `kubernetes-admin`.
     pub user: Option<crate::auth::UserInfo>,
+    /// The admission webhook pass of this write (off unless the API
+    /// server drives it).
+    pub webhooks: crate::admission::webhook::Pass,
 }
 
 /// `propagationPolicy`.
@@ -140,6 +144,8 @@ pub struct DeleteOpts {
     pub dry_run: bool,
     /// The requesting user, as in [`WriteOpts::user`].
     pub user: Option<crate::auth::UserInfo>,
+    /// The admission webhook pass, as in [`WriteOpts::webhooks`].
+    pub webhooks: crate::admission::webhook::Pass,
 }
 
 /// The patch formats.
@@ -232,6 +238,8 @@ pub(crate) struct Inner {
     policy_cache: std::cell::RefCell<crate::admission::policy::Cache>,
     /// What the Audit actions of policy bindings recorded (the latest 10,000).
     pub(crate) admission_audit: std::cell::RefCell<VecDeque<crate::admission::AuditRecord>>,
+    /// A write stopped for its webhooks (`admission::webhook`).
+    pub(crate) suspended: std::cell::RefCell<Option<crate::admission::webhook::Call>>,
 }
 
 /// The store of one cluster.
@@ -683,6 +691,7 @@ impl Inner {
             warnings: std::cell::RefCell::default(),
             policy_cache: std::cell::RefCell::default(),
             admission_audit: std::cell::RefCell::default(),
+            suspended: std::cell::RefCell::default(),
             ns_due: HashMap::new(),
             ns_delay: DEFAULT_NAMESPACE_DELAY,
         };
@@ -795,11 +804,7 @@ impl Inner {
         }
         let object = object.map(|o| served(res, o));
         let old = old.map(|o| served(res, o));
-        let admin = crate::auth::UserInfo {
-            name: crate::auth::ADMIN_USER.into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-            ..Default::default()
-        };
+        let admin = crate::auth::admin_user();
         let a = crate::admission::policy::Attributes {
             res,
             operation,
@@ -1385,26 +1390,87 @@ impl Inner {
         mut obj: Value,
         opts: &WriteOpts,
     ) -> ApiResult<Arc<Value>> {
+        let ns_of = if res.namespaced {
+            ns.unwrap_or_default()
+        } else {
+            ""
+        };
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        webhook::mutation_point(
+            self,
+            &webhook::Point {
+                res,
+                operation: "CREATE",
+                namespace: ns_of,
+                name: &name,
+                subresource: opts.subresource.as_deref(),
+                old: None,
+                dry_run: opts.dry_run,
+                user: opts.user.as_ref(),
+                pass: &opts.webhooks,
+            },
+            Some(&mut obj),
+        )?;
         crate::resources::to_storage(res, &mut obj);
         set_type(&mut obj, res);
         let key = self.prepare_create(res, ns, &mut obj, opts.field_validation)?;
         self.record_update(res, None, &mut obj, opts);
-        self.admit(
-            res,
-            "CREATE",
-            &key,
-            opts.subresource.as_deref(),
-            Some(&obj),
-            None,
-            opts.dry_run,
-            opts.user.as_ref(),
-        )?;
+        let key = self.admit_created(res, key, &mut obj, opts.subresource.as_deref(), opts)?;
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
         fits_in_etcd(&obj)?;
         let sk = res.storage_key();
         Ok(self.persist(&sk, key, None, obj))
+    }
+
+    /// Validating admission of a create: the policies, then the
+    /// validating webhooks' point (which may put in the object they
+    /// admitted, whose generated name then keys it).
+    fn admit_created(
+        &self,
+        res: &ResourceInfo,
+        key: ObjKey,
+        obj: &mut Value,
+        subresource: Option<&str>,
+        opts: &WriteOpts,
+    ) -> ApiResult<ObjKey> {
+        if !opts.webhooks.validated() {
+            self.admit(
+                res,
+                "CREATE",
+                &key,
+                subresource,
+                Some(obj),
+                None,
+                opts.dry_run,
+                opts.user.as_ref(),
+            )?;
+        }
+        webhook::validation_point(
+            self,
+            &webhook::Point {
+                res,
+                operation: "CREATE",
+                namespace: &key.0,
+                name: &key.1,
+                subresource,
+                old: None,
+                dry_run: opts.dry_run,
+                user: opts.user.as_ref(),
+                pass: &opts.webhooks,
+            },
+            Some(obj),
+        )?;
+        let name = meta_str(obj, "name").unwrap_or_default().to_string();
+        if name != key.1
+            && self
+                .lookup(&res.storage_key(), &(key.0.clone(), name.clone()))
+                .is_some()
+        {
+            return Err(ApiError::already_exists(res, &name));
+        }
+        Ok((key.0, name))
     }
 
     /// Completes an update of `old` to `new`: server-owned fields, status
@@ -1422,10 +1488,26 @@ impl Inner {
                 "the body of the request must be a JSON object",
             ));
         }
+        let name = meta_str(old, "name").unwrap_or_default().to_string();
+        let ns_of = meta_str(old, "namespace").unwrap_or_default().to_string();
+        webhook::mutation_point(
+            self,
+            &webhook::Point {
+                res,
+                operation: "UPDATE",
+                namespace: &ns_of,
+                name: &name,
+                subresource: opts.subresource.as_deref(),
+                old: Some(old),
+                dry_run: opts.dry_run,
+                user: opts.user.as_ref(),
+                pass: &opts.webhooks,
+            },
+            Some(&mut new),
+        )?;
         validate_meta(res, &new)?;
         crate::resources::to_storage(res, &mut new);
         set_type(&mut new, res);
-        let name = meta_str(old, "name").unwrap_or_default().to_string();
         let old_uid = meta_str(old, "uid").unwrap_or_default().to_string();
         if let Some(uid) = meta_str(&new, "uid")
             && !uid.is_empty()
@@ -1559,15 +1641,32 @@ impl Inner {
         opts: &WriteOpts,
     ) -> ApiResult<Arc<Value>> {
         // Admission runs for no-op writes too, as on a real server.
-        self.admit(
-            res,
-            "UPDATE",
-            &key,
-            opts.subresource.as_deref(),
-            Some(&new),
-            Some(&old),
-            opts.dry_run,
-            opts.user.as_ref(),
+        if !opts.webhooks.validated() {
+            self.admit(
+                res,
+                "UPDATE",
+                &key,
+                opts.subresource.as_deref(),
+                Some(&new),
+                Some(&old),
+                opts.dry_run,
+                opts.user.as_ref(),
+            )?;
+        }
+        webhook::validation_point(
+            self,
+            &webhook::Point {
+                res,
+                operation: "UPDATE",
+                namespace: &key.0,
+                name: &key.1,
+                subresource: opts.subresource.as_deref(),
+                old: Some(&old),
+                dry_run: opts.dry_run,
+                user: opts.user.as_ref(),
+                pass: &opts.webhooks,
+            },
+            Some(&mut new),
         )?;
         let dry_run = opts.dry_run;
         // No-op detection: RV and managedFields timestamps do not count.
@@ -1795,6 +1894,22 @@ impl Inner {
             None => {
                 let mut applied =
                     patch::apply(None, body, &manager, force, res.type_info()).map_err(map_err)?;
+                meta_mut(&mut applied).insert("name".into(), json!(name));
+                webhook::mutation_point(
+                    self,
+                    &webhook::Point {
+                        res,
+                        operation: "CREATE",
+                        namespace: &key.0,
+                        name,
+                        subresource: None,
+                        old: None,
+                        dry_run: opts.dry_run,
+                        user: opts.user.as_ref(),
+                        pass: &opts.webhooks,
+                    },
+                    Some(&mut applied),
+                )?;
                 crate::resources::to_storage(res, &mut applied);
                 set_type(&mut applied, res);
                 {
@@ -1802,16 +1917,7 @@ impl Inner {
                     m.insert("name".into(), json!(name));
                 }
                 let key = self.prepare_create(res, ns, &mut applied, opts.field_validation)?;
-                self.admit(
-                    res,
-                    "CREATE",
-                    &key,
-                    None,
-                    Some(&applied),
-                    None,
-                    opts.dry_run,
-                    opts.user.as_ref(),
-                )?;
+                let key = self.admit_created(res, key, &mut applied, None, opts)?;
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
@@ -1899,16 +2005,31 @@ impl Inner {
                 "this namespace may not be deleted",
             ));
         }
-        self.admit(
+        let point = webhook::Point {
             res,
-            "DELETE",
-            &key,
-            None,
-            None,
-            Some(&obj),
-            opts.dry_run,
-            opts.user.as_ref(),
-        )?;
+            operation: "DELETE",
+            namespace: &key.0,
+            name: &key.1,
+            subresource: None,
+            old: Some(&obj),
+            dry_run: opts.dry_run,
+            user: opts.user.as_ref(),
+            pass: &opts.webhooks,
+        };
+        webhook::mutation_point(self, &point, None)?;
+        if !opts.webhooks.validated() {
+            self.admit(
+                res,
+                "DELETE",
+                &key,
+                None,
+                None,
+                Some(&obj),
+                opts.dry_run,
+                opts.user.as_ref(),
+            )?;
+        }
+        webhook::validation_point(self, &point, None)?;
         if opts.dry_run {
             let gone = !is_deleting(&obj) && finalizers(&obj).is_empty();
             return Ok(Deleted { obj, gone });
