@@ -34,6 +34,9 @@ const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfig
 struct Certs {
     ca_pem: String,
     server: rustls::ServerConfig,
+    /// The serving certificate and its key (PEM), for other servers.
+    cert_pem: String,
+    key_pem: String,
 }
 
 fn certs() -> Certs {
@@ -69,6 +72,8 @@ fn certs() -> Certs {
     Certs {
         ca_pem: ca_cert.pem(),
         server,
+        cert_pem: leaf_cert.pem(),
+        key_pem: leaf_key.serialize_pem(),
     }
 }
 
@@ -80,6 +85,8 @@ struct Seen {
     /// `/slow` answers once this is notified.
     gate: Notify,
     arrived: Notify,
+    /// Once set, `/slow` answers at once.
+    open: std::sync::atomic::AtomicBool,
 }
 
 impl Seen {
@@ -133,8 +140,10 @@ async fn hook(
             response["warnings"] = json!(["this configmap is watched"]);
         }
         "/slow" => {
-            seen.arrived.notify_one();
-            seen.gate.notified().await;
+            if !seen.open.load(std::sync::atomic::Ordering::SeqCst) {
+                seen.arrived.notify_one();
+                seen.gate.notified().await;
+            }
         }
         _ => {}
     }
@@ -349,8 +358,20 @@ async fn denial_codes_failure_policies_and_ca_bundles() {
         );
         let (code, v) = req(&c.url(), "POST", CMS, JSON, Some(cm("e", json!({"case": "wrongca-ignore"})))).await;
         assert_eq!(code, 201, "{v}");
+        // A mutating webhook's call failure carries `failed to call webhook`.
+        register(&c, MWC, "MutatingWebhookConfiguration", "down", vec![
+            webhook("down-mutating.example.com", "https://127.0.0.1:1/", &ca, only("mutating-fail")),
+        ])
+        .await;
+        let (code, v) = req(&c.url(), "POST", CMS, JSON, Some(cm("f", json!({"case": "mutating-fail"})))).await;
+        assert_eq!(code, 500, "{v}");
+        assert_eq!(
+            v["message"],
+            "Internal error occurred: failed calling webhook \"down-mutating.example.com\": failed to call webhook: Post \"https://127.0.0.1:1/?timeout=10s\": dial tcp 127.0.0.1:1: connect: connection refused"
+        );
+        assert_eq!(v["details"]["causes"][0]["message"], "failed calling webhook \"down-mutating.example.com\": failed to call webhook: Post \"https://127.0.0.1:1/?timeout=10s\": dial tcp 127.0.0.1:1: connect: connection refused");
         // Nothing of the failed writes was stored.
-        for n in ["a", "c", "d"] {
+        for n in ["a", "c", "d", "f"] {
             let (code, _) = req(&c.url(), "GET", &format!("{CMS}/{n}"), JSON, None).await;
             assert_eq!(code, 404, "{n}");
         }
@@ -565,6 +586,91 @@ async fn a_slow_webhook_holds_no_store_lock() {
         let pos = |n: &str| order.iter().position(|x| x == n).unwrap();
         assert!(pos("fast") < pos("held"), "{order:?}");
         c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_object_changed_during_its_webhook_starts_over() {
+    within(120, "webhook retry", async {
+        let (addr, ca, seen) = webhook_server().await;
+        let c = SimCluster::start("retry").await.unwrap();
+        // Only writes that carry the `slow` annotation call the webhook.
+        register(&c, MWC, "MutatingWebhookConfiguration", "slow", vec![
+            webhook("slow.example.com", &format!("https://{addr}/slow"), &ca, json!({
+                "matchConditions": [{"name": "slow", "expression": "has(object.metadata.annotations) && 'slow' in object.metadata.annotations"}],
+                "timeoutSeconds": 30})),
+        ]).await;
+        let (code, _) = req(&c.url(), "POST", CMS, JSON, Some(cm("x", json!({})))).await;
+        assert_eq!(code, 201);
+        let url = c.url();
+        let slow = tokio::spawn(async move {
+            req(&url, "PATCH", &format!("{CMS}/x"), MERGE,
+                Some(json!({"metadata": {"annotations": {"slow": "yes"}}, "data": {"from": "slow"}}))).await
+        });
+        seen.arrived.notified().await;
+        // Another write changes the object while the webhook holds the first.
+        let (code, v) = req(&c.url(), "PATCH", &format!("{CMS}/x"), MERGE, Some(json!({"data": {"other": "1"}}))).await;
+        assert_eq!(code, 200, "{v}");
+        seen.open.store(true, std::sync::atomic::Ordering::SeqCst);
+        seen.gate.notify_one();
+        let (code, v) = slow.await.unwrap();
+        assert_eq!(code, 200, "{v}");
+        // The patch was applied again to the changed object, and the
+        // webhook saw that object on the second try.
+        assert_eq!(v["data"], json!({"a": "1", "other": "1", "from": "slow"}));
+        let calls = seen.on("/slow");
+        assert_eq!(calls.len(), 2);
+        assert!(calls[0]["oldObject"]["data"]["other"].is_null());
+        assert_eq!(calls[1]["oldObject"]["data"]["other"], "1");
+        c.shutdown().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_standard_library_webhook_is_called() {
+    within(120, "python webhook", async {
+        let c = certs();
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+        std::fs::write(&cert, &c.cert_pem).unwrap();
+        std::fs::write(&key, &c.key_pem).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/webhook.py");
+        let mut child = tokio::process::Command::new("python3")
+            .arg(script)
+            .arg(&cert)
+            .arg(&key)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 is installed");
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+        let port = lines.next_line().await.unwrap().expect("the webhook prints its port");
+        let sim = Sim::start(&["main"]).await.unwrap();
+        sim.cluster("main").map_webhook_service("py-hook.default:8443", &format!("127.0.0.1:{port}"));
+        let ca = ca_b64(&c.ca_pem);
+        let (ok, out, err) = kubectl(&sim, &["apply", "-f", "-"], Some(&format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {{name: py}}\nwebhooks:\n- name: mutate.python.example.com\n  clientConfig: {{url: \"https://127.0.0.1:{port}/mutate\", caBundle: {ca}}}\n  rules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}]\n  sideEffects: None\n  admissionReviewVersions: [v1]\n---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: py}}\nwebhooks:\n- name: validate.python.example.com\n  clientConfig:\n    service: {{name: hook, namespace: default, port: 8443, path: /validate}}\n    caBundle: {ca}\n  rules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}}]\n  sideEffects: None\n  admissionReviewVersions: [v1]\n"
+        ))).await;
+        assert!(ok, "{out}{err}");
+        // The service is not mapped under the name the configuration uses
+        // yet: the call fails closed, in the server's words.
+        let (ok, _, err) = kubectl(&sim, &["create", "configmap", "a", "--from-literal=x=1"], None).await;
+        assert!(!ok);
+        assert_eq!(err.trim(), "error: failed to create configmap: Internal error occurred: failed calling webhook \"validate.python.example.com\": Post \"https://hook.default.svc:8443/validate?timeout=10s\": service \"hook\" not found");
+        // The TLS name checked is hook.default.svc; the certificate has it.
+        sim.cluster("main").map_webhook_service("hook.default:8443", &format!("127.0.0.1:{port}"));
+        let (ok, out, err) = kubectl(&sim, &["create", "configmap", "a", "--from-literal=x=1"], None).await;
+        assert!(ok, "{out}{err}");
+        let (ok, out, _) = kubectl(&sim, &["get", "configmap", "a", "-o", "jsonpath={.metadata.annotations.python-webhook}"], None).await;
+        assert!(ok);
+        assert_eq!(out, "was-here");
+        let (ok, _, err) = kubectl(&sim, &["create", "configmap", "b", "--from-literal=forbidden=1"], None).await;
+        assert!(!ok);
+        assert_eq!(err.trim(), "error: failed to create configmap: admission webhook \"validate.python.example.com\" denied the request: python says no");
+        sim.shutdown().await;
+        child.kill().await.unwrap();
     })
     .await;
 }
