@@ -136,14 +136,15 @@ async fn hook(
             response["result"] =
                 json!({"code": 403, "reason": "Forbidden", "message": "not on fridays"});
         }
+        "/bad-uid" => {
+            response["uid"] = json!("nope");
+        }
         "/warn" => {
             response["warnings"] = json!(["this configmap is watched"]);
         }
-        "/slow" => {
-            if !seen.open.load(std::sync::atomic::Ordering::SeqCst) {
-                seen.arrived.notify_one();
-                seen.gate.notified().await;
-            }
+        "/slow" if !seen.open.load(std::sync::atomic::Ordering::SeqCst) => {
+            seen.arrived.notify_one();
+            seen.gate.notified().await;
         }
         _ => {}
     }
@@ -332,6 +333,8 @@ async fn denial_codes_failure_policies_and_ca_bundles() {
             webhook("down-fail.example.com", "https://127.0.0.1:1/", &ca, only("fail")),
             webhook("wrong-ca.example.com", &format!("https://{addr}/allow"), &other_ca, only("wrongca")),
             webhook("wrong-ca-ignore.example.com", &format!("https://{addr}/allow"), &other_ca, with("wrongca-ignore", json!({"failurePolicy": "Ignore"}))),
+            webhook("timeout.example.com", &format!("https://{addr}/slow"), &ca, with("timeout", json!({"timeoutSeconds": 1}))),
+            webhook("bad-uid.example.com", &format!("https://{addr}/bad-uid"), &ca, only("bad-uid")),
         ])
         .await;
         // The webhook's code and reason are kept.
@@ -358,6 +361,22 @@ async fn denial_codes_failure_policies_and_ca_bundles() {
         );
         let (code, v) = req(&c.url(), "POST", CMS, JSON, Some(cm("e", json!({"case": "wrongca-ignore"})))).await;
         assert_eq!(code, 201, "{v}");
+        // timeoutSeconds bounds the call.
+        let (code, v) = req(&c.url(), "POST", CMS, JSON, Some(cm("g", json!({"case": "timeout"})))).await;
+        assert_eq!(code, 500, "{v}");
+        assert_eq!(
+            v["message"],
+            format!("Internal error occurred: failed calling webhook \"timeout.example.com\": Post \"https://{addr}/slow?timeout=1s\": context deadline exceeded")
+        );
+        // An answer to another request is refused.
+        let (code, v) = req(&c.url(), "POST", CMS, JSON, Some(cm("h", json!({"case": "bad-uid"})))).await;
+        assert_eq!(code, 500, "{v}");
+        let m = v["message"].as_str().unwrap();
+        assert!(
+            m.starts_with("Internal error occurred: failed calling webhook \"bad-uid.example.com\": expected response.uid=\"")
+                && m.ends_with("\", got \"nope\""),
+            "{m}"
+        );
         // A mutating webhook's call failure carries `failed to call webhook`.
         register(&c, MWC, "MutatingWebhookConfiguration", "down", vec![
             webhook("down-mutating.example.com", "https://127.0.0.1:1/", &ca, only("mutating-fail")),
@@ -371,7 +390,7 @@ async fn denial_codes_failure_policies_and_ca_bundles() {
         );
         assert_eq!(v["details"]["causes"][0]["message"], "failed calling webhook \"down-mutating.example.com\": failed to call webhook: Post \"https://127.0.0.1:1/?timeout=10s\": dial tcp 127.0.0.1:1: connect: connection refused");
         // Nothing of the failed writes was stored.
-        for n in ["a", "c", "d", "f"] {
+        for n in ["a", "c", "d", "f", "g", "h"] {
             let (code, _) = req(&c.url(), "GET", &format!("{CMS}/{n}"), JSON, None).await;
             assert_eq!(code, 404, "{n}");
         }

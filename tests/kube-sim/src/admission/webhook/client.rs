@@ -59,23 +59,19 @@ impl Services {
     }
 }
 
-/// A failed call (`ErrCallingWebhook`'s reason).
-pub(super) enum CallError {
-    Transport(String),
-}
-
-/// POSTs an AdmissionReview (or any review) and parses the answer.
+/// POSTs an AdmissionReview (or any review) and parses the answer; the
+/// error is `ErrCallingWebhook`'s reason, as Go's client words it.
 pub(super) async fn post(
     cs: &ClusterState,
     client_config: &Value,
     review: &Value,
     timeout_secs: u64,
-) -> Result<Value, CallError> {
+) -> Result<Value, String> {
     let (url, connect, server_name) = target(cs, client_config)?;
     let sep = if url.contains('?') { '&' } else { '?' };
     let url = format!("{url}{sep}timeout={timeout_secs}s");
-    let fail = |e: String| CallError::Transport(format!("Post \"{url}\": {e}"));
-    let connect = connect.map_err(|e| fail(e))?;
+    let fail = |e: String| format!("Post \"{url}\": {e}");
+    let connect = connect.map_err(fail)?;
     let ca = client_config
         .get("caBundle")
         .and_then(Value::as_str)
@@ -133,11 +129,9 @@ pub(super) async fn post(
 fn target(
     cs: &ClusterState,
     cc: &Value,
-) -> Result<(String, Result<String, String>, String), CallError> {
+) -> Result<(String, Result<String, String>, String), String> {
     if let Some(url) = cc.get("url").and_then(Value::as_str) {
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e| CallError::Transport(format!("parse \"{url}\": {e}")))?;
+        let uri: hyper::Uri = url.parse().map_err(|e| format!("parse \"{url}\": {e}"))?;
         let host = uri
             .host()
             .unwrap_or_default()
@@ -152,9 +146,7 @@ fn target(
         return Ok((url.to_string(), Ok(connect), host));
     }
     let Some(svc) = cc.get("service") else {
-        return Err(CallError::Transport(
-            "webhook clientConfig has neither url nor service".into(),
-        ));
+        return Err("webhook clientConfig has neither url nor service".into());
     };
     let name = svc.get("name").and_then(Value::as_str).unwrap_or_default();
     let ns = svc

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use kube_cel::cel::Value as Cel;
 use serde_json::{Value, json};
 
-use super::client::{self, CallError};
+use super::client;
 use super::{Call, Stage};
 use crate::admission::expr;
 use crate::admission::policy::{self, Attributes};
@@ -230,9 +230,7 @@ async fn call_hook(
         timeout,
     )
     .await
-    .map_err(|e| match e {
-        CallError::Transport(t) => calling(t),
-    })?;
+    .map_err(calling)?;
     // webhookrequest.VerifyAdmissionResponse.
     let invalid = |m: String| {
         HookError::Calling(if mutating {

@@ -183,7 +183,7 @@ fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Ca
     let any = configs.iter().any(|c| {
         dispatch::hooks(c)
             .iter()
-            .any(|h| dispatch::rules_match(h, &attrs, versions.clone()))
+            .any(|h| dispatch::rules_match(h, &attrs, versions))
     });
     if !any {
         return None;
