@@ -24,8 +24,24 @@ use crate::server::ClusterState;
 /// `SimCluster::map_webhook_service` or `POST /_sim/webhook-service`.
 /// The TLS server name is still `name.namespace.svc`, as the API server
 /// checks it.
-#[derive(Debug, Default)]
-pub struct Services(Mutex<HashMap<String, String>>);
+///
+/// It also keeps the idle connections to webhooks (per address, TLS name
+/// and caBundle), as the API server's client keeps them alive.
+#[derive(Default)]
+pub struct Services {
+    map: Mutex<HashMap<String, String>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Sender>>>,
+}
+
+type PoolKey = (String, String, String);
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("map", &self.map)
+            .finish_non_exhaustive()
+    }
+}
 
 impl Services {
     /// The mappings of `KUBE_SIM_WEBHOOK_SERVICES`.
@@ -48,14 +64,38 @@ impl Services {
         } else {
             format!("{service}:443")
         };
-        self.0.lock().insert(key, address.to_string());
+        self.map.lock().insert(key, address.to_string());
     }
 
     fn get(&self, name: &str, namespace: &str, port: u64) -> Option<String> {
-        self.0
+        self.map
             .lock()
             .get(&format!("{name}.{namespace}:{port}"))
             .cloned()
+    }
+
+    /// An idle connection still open, if any.
+    fn idle(&self, key: &PoolKey) -> Option<Sender> {
+        let mut idle = self.idle.lock();
+        let list = idle.get_mut(key)?;
+        while let Some(s) = list.pop() {
+            if !s.is_closed() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    /// Keeps a connection for the next call (a few per webhook).
+    fn keep(&self, key: PoolKey, send: Sender) {
+        if send.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock();
+        let list = idle.entry(key).or_default();
+        if list.len() < 8 {
+            list.push(send);
+        }
     }
 }
 
@@ -76,33 +116,40 @@ pub(super) async fn post(
         .get("caBundle")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    let key = (connect.clone(), server_name.clone(), ca.to_string());
     let call = async {
-        let tls = tls_config(ca)?;
-        let tcp = tokio::net::TcpStream::connect(&connect)
-            .await
-            .map_err(|e| dial_error(&connect, &e))?;
-        let name = ServerName::try_from(server_name.clone()).map_err(|e| e.to_string())?;
-        let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| tls_error(&e))?;
-        let (mut send, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|e| e.to_string())?;
-        tokio::spawn(conn);
         let uri: hyper::Uri = url
             .parse()
             .map_err(|e: hyper::http::uri::InvalidUri| e.to_string())?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
         let host = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-        let req = hyper::Request::post(path)
-            .header("host", host)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, */*")
-            .body(Full::new(Bytes::from(review.to_string())))
-            .map_err(|e| e.to_string())?;
-        let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
+        let request = || {
+            hyper::Request::post(path.as_str())
+                .header("host", host.as_str())
+                .header("content-type", "application/json")
+                .header("accept", "application/json, */*")
+                .body(Full::new(Bytes::from(review.to_string())))
+                .map_err(|e| e.to_string())
+        };
+        // A kept-alive connection first (the server's client reuses them);
+        // if it was closed under us, a new one.
+        let mut sent = None;
+        if let Some(mut send) = cs.webhook_services.idle(&key) {
+            if let Ok(resp) = send.send_request(request()?).await {
+                sent = Some((send, resp));
+            }
+        }
+        let (send, resp) = match sent {
+            Some(x) => x,
+            None => {
+                let mut send = connect_to(&connect, &server_name, ca).await?;
+                let resp = send
+                    .send_request(request()?)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                (send, resp)
+            }
+        };
         let status = resp.status();
         let body = resp
             .into_body()
@@ -110,6 +157,7 @@ pub(super) async fn post(
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
+        cs.webhook_services.keep(key.clone(), send);
         if !status.is_success() {
             // rest.Result.Error for a body that is not a Status.
             return Err(format!(
@@ -123,6 +171,27 @@ pub(super) async fn post(
         Ok(r) => r.map_err(fail),
         Err(_) => Err(fail("context deadline exceeded".into())),
     }
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// A new HTTPS connection, its certificate verified against `ca`.
+async fn connect_to(connect: &str, server_name: &str, ca: &str) -> Result<Sender, String> {
+    let tls = tls_config(ca)?;
+    let tcp = tokio::net::TcpStream::connect(connect)
+        .await
+        .map_err(|e| dial_error(connect, &e))?;
+    let _ = tcp.set_nodelay(true);
+    let name = ServerName::try_from(server_name.to_string()).map_err(|e| e.to_string())?;
+    let stream = tokio_rustls::TlsConnector::from(Arc::new(tls))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| tls_error(&e))?;
+    let (send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    Ok(send)
 }
 
 /// The URL as the server prints it, where to connect, and the TLS name.
