@@ -1185,6 +1185,15 @@ impl Inner {
         {
             prune(obj, schema);
         }
+        if res.builtin
+            && res.group == "admissionregistration.k8s.io"
+            && res.kind.ends_with("WebhookConfiguration")
+        {
+            let errs = webhook::validate_configuration(obj, res.kind.starts_with("Mutating"));
+            if !errs.is_empty() {
+                return Err(ApiError::invalid(&res.kind, &res.group, name, &errs));
+            }
+        }
         if res.builtin && res.kind == "CustomResourceDefinition" {
             let infos = crate::resources::crd_resources(obj).map_err(|msg| {
                 let (field, m) = msg.split_once(": ").unwrap_or(("spec", msg.as_str()));

@@ -258,6 +258,14 @@ async fn kubectl_sees_mutations_denials_and_warnings() {
         assert_eq!(got["webhooks"][0]["timeoutSeconds"], 10);
         assert_eq!(got["webhooks"][0]["clientConfig"]["service"]["port"], 443);
 
+        // A configuration the server refuses, in its words.
+        let bad = "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: sidecar-injector-webhook-cfg}\nwebhooks:\n- name: sidecar-injector.example.com\n  clientConfig: {url: \"https://127.0.0.1:1/\"}\n";
+        let (ok, _, err) = kubectl(&sim, &["create", "--validate=false", "-f", "-"], Some(bad)).await;
+        assert!(!ok);
+        assert_eq!(
+            err.trim_end(),
+            "The MutatingWebhookConfiguration \"sidecar-injector-webhook-cfg\" is invalid: \n* webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun\n* webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1"
+        );
         let (ok, out, err) = kubectl(&sim, &["create", "configmap", "one", "--from-literal=a=1"], None).await;
         assert!(ok, "{out}{err}");
         let (ok, out, _) = kubectl(&sim, &["get", "configmap", "one", "-o", "jsonpath={.metadata.labels.webhook}"], None).await;
@@ -418,10 +426,15 @@ async fn selectors_match_conditions_dry_run_and_reinvocation() {
                 "namespaceSelector": {"matchLabels": {"hooks": "on"}},
                 "matchConditions": [{"name": "not-skipped", "expression": "object.metadata.name != 'skip-me'"}]})),
         ]).await;
+        // sideEffects Unknown/Some cannot be registered through v1.
+        let unknown = webhook("unknown-effects.example.com", &url("/allow"), &ca, json!({"sideEffects": "Unknown"}));
+        let (code, v) = req(&c.url(), "POST", VWC, JSON, Some(json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "dry-bad"}, "webhooks": [unknown]}))).await;
+        assert_eq!(code, 422, "{v}");
+        assert_eq!(v["message"], "ValidatingWebhookConfiguration.admissionregistration.k8s.io \"dry-bad\" is invalid: webhooks[0].sideEffects: Unsupported value: \"Unknown\": supported values: \"None\", \"NoneOnDryRun\"");
         register(&c, VWC, "ValidatingWebhookConfiguration", "dry", vec![
-            webhook("unknown-effects.example.com", &url("/allow"), &ca, json!({"sideEffects": "Unknown",
-                "objectSelector": {"matchLabels": {"effects": "unknown"}}})),
-            webhook("no-effects.example.com", &url("/none"), &ca, json!({"objectSelector": {"matchLabels": {"effects": "none"}}})),
+            webhook("no-effects.example.com", &url("/none"), &ca, json!({"sideEffects": "NoneOnDryRun",
+                "objectSelector": {"matchLabels": {"effects": "none"}}})),
         ]).await;
         let in_ns = |ns: &str| format!("/api/v1/namespaces/{ns}/configmaps");
         // Selected: both mutating webhooks; the first one twice.
@@ -442,11 +455,7 @@ async fn selectors_match_conditions_dry_run_and_reinvocation() {
         assert_eq!(code, 201);
         assert!(v["metadata"]["labels"]["webhook"].is_null(), "{v}");
         assert_eq!(seen.on("/label").len(), 1);
-        // dryRun: sideEffects Unknown refuses the request; None is called.
-        let (code, v) = req(&c.url(), "POST", &format!("{}?dryRun=All", in_ns("default")), JSON,
-            Some(cm("dry", json!({"effects": "unknown"})))).await;
-        assert_eq!(code, 400, "{v}");
-        assert_eq!(v["message"], "admission webhook \"unknown-effects.example.com\" does not support dry run");
+        // dryRun: a webhook without side effects on dry runs is called.
         let (code, v) = req(&c.url(), "POST", &format!("{}?dryRun=All", in_ns("default")), JSON,
             Some(cm("dry", json!({"effects": "none"})))).await;
         assert_eq!(code, 201, "{v}");

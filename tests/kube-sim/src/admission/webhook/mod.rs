@@ -28,6 +28,7 @@
 //! writes in one pass as before.
 
 mod client;
+mod config;
 mod dispatch;
 
 use std::sync::Arc;
@@ -35,6 +36,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use client::Services;
+pub(crate) use config::validate as validate_configuration;
 
 use crate::error::{ApiError, ApiResult};
 use crate::resources::ResourceInfo;
