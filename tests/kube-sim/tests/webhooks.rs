@@ -496,6 +496,19 @@ async fn delete_status_and_patches_reach_the_webhooks() {
         assert!(d[0]["object"].is_null());
         assert_eq!(d[0]["oldObject"]["metadata"]["name"], "kept");
         assert_eq!(d[0]["options"]["kind"], "DeleteOptions");
+        // DELETE of a collection: each item is a DELETE the webhooks see.
+        for (n, labels) in [("g1", json!({"group": "g"})), ("g2", json!({"group": "g", "keep": "yes"}))] {
+            let (code, v) = req(&c.url(), "POST", CMS, JSON, Some(cm(n, labels))).await;
+            assert_eq!(code, 201, "{v}");
+        }
+        let (code, v) = req(&c.url(), "DELETE", &format!("{CMS}?labelSelector=group%3Dg"), JSON, None).await;
+        assert_eq!(code, 400, "{v}");
+        assert_eq!(v["message"], "admission webhook \"deletes.example.com\" denied the request: no widgets today");
+        let (code, _) = req(&c.url(), "GET", &format!("{CMS}/g1"), JSON, None).await;
+        assert_eq!(code, 404, "g1 was deleted before g2 was denied");
+        let (code, _) = req(&c.url(), "GET", &format!("{CMS}/g2"), JSON, None).await;
+        assert_eq!(code, 200);
+        assert_eq!(seen.on("/deny").len(), 2);
         // Every patch type reaches the webhook with the patched object.
         for (ct, body) in [
             (MERGE, json!({"data": {"m": "1"}})),

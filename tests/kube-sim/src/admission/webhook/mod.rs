@@ -57,8 +57,8 @@ const RETRY: &str = "kube-sim:webhook-retry";
 /// Where a write is in its admission passes (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub enum Pass {
-    /// No webhooks: in-process helpers, `/scale`, deletecollection and
-    /// the API server's own writes (garbage collection, namespaces).
+    /// No webhooks: in-process helpers, `/scale` and the API server's own
+    /// writes (garbage collection, namespace contents).
     #[default]
     Off,
     /// A write of the API: webhooks run.
@@ -212,6 +212,13 @@ fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Ca
         namespace_obj,
         versions: versions(),
     })
+}
+
+/// Whether any webhook configuration is registered.
+pub(crate) fn configured(inner: &Inner) -> bool {
+    [MUTATING, VALIDATING]
+        .iter()
+        .any(|t| inner.objects(t).is_some_and(|o| !o.is_empty()))
 }
 
 /// The mutation point: `obj` is the object the client sent (served
