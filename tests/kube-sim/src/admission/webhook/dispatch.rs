@@ -442,3 +442,102 @@ async fn validate(cs: &ClusterState, call: &Call) -> ApiResult<Vec<String>> {
         None => Ok(warnings),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denials_as_to_status_err_builds_them() {
+        let e = denial("w.example.com", Some(&json!({"message": "no"})));
+        assert_eq!((e.code, e.reason.as_str()), (400, ""));
+        assert_eq!(
+            e.message,
+            "admission webhook \"w.example.com\" denied the request: no"
+        );
+        let e = denial(
+            "w.example.com",
+            Some(&json!({"code": 200, "reason": "Nope"})),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (400, "Nope"));
+        assert_eq!(
+            e.message,
+            "admission webhook \"w.example.com\" denied the request: Nope"
+        );
+        let e = denial("w.example.com", None);
+        assert_eq!(
+            e.message,
+            "admission webhook \"w.example.com\" denied the request without explanation"
+        );
+        let e = denial(
+            "w.example.com",
+            Some(
+                &json!({"code": 422, "reason": "Invalid", "message": "m", "details": {"causes": []}}),
+            ),
+        );
+        assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+        assert_eq!(e.details.as_deref(), Some(&json!({"causes": []})));
+    }
+
+    fn b64(v: &Value) -> String {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(v.to_string())
+    }
+
+    #[test]
+    fn patches_are_json_patches_of_an_object() {
+        let ops = json!([{"op": "add", "path": "/x", "value": 1}]);
+        let mut obj = json!({});
+        let r = json!({"patchType": "JSONPatch", "patch": b64(&ops)});
+        assert!(matches!(patch("w", &r, Some(&mut obj)), Ok(true)));
+        assert_eq!(obj, json!({"x": 1}));
+        // The same patch again changes nothing.
+        let same = json!({"patchType": "JSONPatch", "patch": b64(&json!([{"op": "replace", "path": "/x", "value": 1}]))});
+        assert!(matches!(patch("w", &same, Some(&mut obj)), Ok(false)));
+        let untyped = json!({"patch": b64(&ops)});
+        assert!(
+            matches!(patch("w", &untyped, Some(&mut obj)), Err(HookError::Calling(m)) if m.ends_with("webhook returned response.patch but not response.patchType"))
+        );
+        let other = json!({"patchType": "MergePatch", "patch": b64(&ops)});
+        assert!(
+            matches!(patch("w", &other, Some(&mut obj)), Err(HookError::Calling(m)) if m == "failed calling webhook \"w\": unsupported patch type \"MergePatch\"")
+        );
+        // DELETE has no object to patch: the server's internal error.
+        assert!(
+            matches!(patch("w", &r, None), Err(HookError::Status(e)) if e.code == 500
+            && e.message == "Internal error occurred: admission webhook \"w\" attempted to modify the object, which is not supported for this operation")
+        );
+        // A patch that does not apply is an internal error.
+        let bad = json!({"patchType": "JSONPatch", "patch": b64(&json!([{"op": "remove", "path": "/nope"}]))});
+        assert!(
+            matches!(patch("w", &bad, Some(&mut obj)), Err(HookError::Status(e)) if e.code == 500)
+        );
+    }
+
+    #[test]
+    fn configurations_are_validated_in_the_servers_order() {
+        let errs = super::super::validate_configuration(
+            &json!({"webhooks": [
+                {"name": "a.b", "clientConfig": {"url": "http://x"}, "timeoutSeconds": 40},
+                {"name": "a.b", "clientConfig": {}, "sideEffects": "Some", "admissionReviewVersions": ["v1"],
+                    "failurePolicy": "Maybe"}]}),
+            false,
+        );
+        let shown: Vec<String> = errs.iter().map(|(_, f, m)| format!("{f}: {m}")).collect();
+        assert_eq!(
+            shown,
+            [
+                "webhooks[0].name: Invalid value: \"a.b\": should be a domain with at least three segments separated by dots",
+                "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun",
+                "webhooks[0].timeoutSeconds: Invalid value: 40: the timeout value must be between 1 and 30 seconds",
+                "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme",
+                "webhooks[0].admissionReviewVersions: Required value: must specify one of v1, v1beta1",
+                "webhooks[1].name: Duplicate value: \"a.b\"",
+                "webhooks[1].name: Invalid value: \"a.b\": should be a domain with at least three segments separated by dots",
+                "webhooks[1].failurePolicy: Unsupported value: \"Maybe\": supported values: \"Fail\", \"Ignore\"",
+                "webhooks[1].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\"",
+                "webhooks[1].clientConfig: Required value: exactly one of url or service is required",
+            ]
+        );
+    }
+}
