@@ -134,10 +134,10 @@ pub(super) async fn post(
         // A kept-alive connection first (the server's client reuses them);
         // if it was closed under us, a new one.
         let mut sent = None;
-        if let Some(mut send) = cs.webhook_services.idle(&key) {
-            if let Ok(resp) = send.send_request(request()?).await {
-                sent = Some((send, resp));
-            }
+        if let Some(mut send) = cs.webhook_services.idle(&key)
+            && let Ok(resp) = send.send_request(request()?).await
+        {
+            sent = Some((send, resp));
         }
         let (send, resp) = match sent {
             Some(x) => x,
