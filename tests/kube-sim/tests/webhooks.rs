@@ -509,6 +509,17 @@ async fn delete_status_and_patches_reach_the_webhooks() {
         let (code, _) = req(&c.url(), "GET", &format!("{CMS}/g2"), JSON, None).await;
         assert_eq!(code, 200);
         assert_eq!(seen.on("/deny").len(), 2);
+        // Webhooks never see the admission configuration itself.
+        register(&c, VWC, "ValidatingWebhookConfiguration", "everything", vec![
+            webhook("everything.example.com", &url("/deny"), &ca, json!({
+                "rules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["*"], "resources": ["*"]}],
+                "objectSelector": {"matchLabels": {"everything": "denied"}}})),
+        ]).await;
+        let (code, v) = req(&c.url(), "PATCH", &format!("{VWC}/everything"), MERGE,
+            Some(json!({"metadata": {"labels": {"everything": "denied"}}}))).await;
+        assert_eq!(code, 200, "{v}");
+        let (code, v) = req(&c.url(), "DELETE", &format!("{VWC}/everything"), JSON, None).await;
+        assert_eq!(code, 200, "{v}");
         // Every patch type reaches the webhook with the patched object.
         for (ct, body) in [
             (MERGE, json!({"data": {"m": "1"}})),

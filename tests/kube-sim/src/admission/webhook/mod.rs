@@ -164,7 +164,25 @@ fn same_old(c: &Carry, old: Option<&Value>) -> ApiResult<()> {
     }
 }
 
+/// `IsExemptAdmissionConfigurationResource`: webhooks never see writes of
+/// the admission configuration itself (webhook configurations, policies
+/// and their bindings), so no webhook can lock the cluster's admission.
+fn exempt(res: &ResourceInfo) -> bool {
+    res.builtin
+        && res.group == "admissionregistration.k8s.io"
+        && matches!(
+            res.kind.as_str(),
+            "ValidatingWebhookConfiguration"
+                | "MutatingWebhookConfiguration"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+        )
+}
+
 fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Call> {
+    if exempt(p.res) {
+        return None;
+    }
     let configs: Vec<Arc<Value>> = inner
         .objects(table)
         .map(|t| t.values().cloned().collect())
