@@ -137,7 +137,7 @@ fn bytes_response(code: u16, mut body: Vec<u8>) -> Response {
 }
 
 pub(crate) fn error_response(e: &ApiError) -> Response {
-    let mut r = json_response(e.code, &e.to_status());
+    let mut r = with_warnings(json_response(e.code, &e.to_status()), &e.warnings);
     if let Some(secs) = e.retry_after
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
     {

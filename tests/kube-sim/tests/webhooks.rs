@@ -130,6 +130,7 @@ async fn hook(
         "/deny" => {
             response["allowed"] = json!(false);
             response["result"] = json!({"message": "no widgets today"});
+            response["warnings"] = json!(["denied by the test webhook"]);
         }
         "/deny-403" => {
             response["allowed"] = json!(false);
@@ -297,9 +298,10 @@ async fn kubectl_sees_mutations_denials_and_warnings() {
         let guarded = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: two, labels: {guarded: \"yes\"}}\ndata: {a: \"1\"}\n";
         let (ok, _, err) = kubectl(&sim, &["create", "-f", "-"], Some(guarded)).await;
         assert!(!ok);
+        // The warnings of a denying webhook are printed too.
         assert_eq!(
             err.trim(),
-            "Error from server: error when creating \"STDIN\": admission webhook \"deny.example.com\" denied the request: no widgets today"
+            "Warning: denied by the test webhook\nError from server: error when creating \"STDIN\": admission webhook \"deny.example.com\" denied the request: no widgets today"
         );
         // The mutating webhook ran first: the validating one saw its label.
         let denied = seen.on("/deny");

@@ -289,18 +289,26 @@ fn ordered(call: &Call) -> Vec<(String, Value)> {
 }
 
 /// Runs the webhooks a suspended write waits for; returns the object as
-/// the mutating webhooks left it (`None` for DELETE) and the warnings.
-pub(super) async fn run(cs: &ClusterState, call: &Call) -> ApiResult<(Option<Value>, Vec<String>)> {
+/// the mutating webhooks left it (`None` for DELETE). The webhooks'
+/// warnings go to `warnings`, also when the request fails.
+pub(super) async fn run(
+    cs: &ClusterState,
+    call: &Call,
+    warnings: &mut Vec<String>,
+) -> ApiResult<Option<Value>> {
     match call.stage {
-        Stage::Mutating => mutate(cs, call).await,
-        Stage::Validating => validate(cs, call).await.map(|w| (None, w)),
+        Stage::Mutating => mutate(cs, call, warnings).await,
+        Stage::Validating => validate(cs, call, warnings).await.map(|()| None),
     }
 }
 
-async fn mutate(cs: &ClusterState, call: &Call) -> ApiResult<(Option<Value>, Vec<String>)> {
+async fn mutate(
+    cs: &ClusterState,
+    call: &Call,
+    warnings: &mut Vec<String>,
+) -> ApiResult<Option<Value>> {
     let hooks = ordered(call);
     let mut object = call.object.clone();
-    let mut warnings = Vec::new();
     // webhookReinvokeContext: the reinvocable webhooks called so far, and
     // those to call again because a later one changed the object.
     let mut previously: Vec<String> = Vec::new();
@@ -321,7 +329,7 @@ async fn mutate(cs: &ClusterState, call: &Call) -> ApiResult<(Option<Value>, Vec
             let ignore = s(h, "failurePolicy") == Some("Ignore");
             let changed = match call_hook(cs, h, call, object.as_ref()).await {
                 Ok(response) => {
-                    warnings_of(&response, &mut warnings);
+                    warnings_of(&response, warnings);
                     if response.get("allowed").and_then(Value::as_bool) != Some(true) {
                         return Err(denial(name, response.get("result")));
                     }
@@ -354,7 +362,7 @@ async fn mutate(cs: &ClusterState, call: &Call) -> ApiResult<(Option<Value>, Vec
             }
         }
     }
-    Ok((object, warnings))
+    Ok(object)
 }
 
 /// Applies a mutating webhook's JSONPatch; whether it changed the object.
@@ -402,7 +410,7 @@ fn patch(name: &str, response: &Value, object: Option<&mut Value>) -> Result<boo
     Ok(*object != before)
 }
 
-async fn validate(cs: &ClusterState, call: &Call) -> ApiResult<Vec<String>> {
+async fn validate(cs: &ClusterState, call: &Call, warnings: &mut Vec<String>) -> ApiResult<()> {
     let mut selected = Vec::new();
     for (_, h) in ordered(call) {
         if should_call(&h, call, call.object.as_ref())? {
@@ -416,13 +424,12 @@ async fn validate(cs: &ClusterState, call: &Call) -> ApiResult<Vec<String>> {
             .map(|h| call_hook(cs, h, call, call.object.as_ref())),
     )
     .await;
-    let mut warnings = Vec::new();
     let mut first: Option<ApiError> = None;
     for (h, answer) in selected.iter().zip(answers) {
         let name = s(h, "name").unwrap_or_default();
         let err = match answer {
             Ok(response) => {
-                warnings_of(&response, &mut warnings);
+                warnings_of(&response, warnings);
                 if response.get("allowed").and_then(Value::as_bool) == Some(true) {
                     continue;
                 }
@@ -439,7 +446,7 @@ async fn validate(cs: &ClusterState, call: &Call) -> ApiResult<Vec<String>> {
     }
     match first {
         Some(e) => Err(e),
-        None => Ok(warnings),
+        None => Ok(()),
     }
 }
 

@@ -295,12 +295,25 @@ pub(crate) fn validation_point(
 
 /// Runs one write of the API through its passes: `write` runs a pass
 /// under the store's lock; webhooks are called between passes. Returns
-/// the write's result and the warnings of the pass that finished and of
-/// the webhooks (deduplicated, as the server's warning recorder does).
+/// the write's result and the warnings of the passes and of the webhooks
+/// (deduplicated, as the server's warning recorder does); a failed write
+/// carries them in [`ApiError::warnings`], as the server sends warning
+/// headers with errors too.
 pub(crate) async fn drive<T>(
     cs: &crate::server::ClusterState,
     mut write: impl FnMut(&mut Inner, Pass) -> ApiResult<T>,
 ) -> ApiResult<(T, Vec<String>)> {
+    fn add(all: &mut Vec<String>, more: Vec<String>) {
+        for x in more {
+            if !all.contains(&x) {
+                all.push(x);
+            }
+        }
+    }
+    let failed = |mut e: ApiError, warnings: Vec<String>| {
+        e.warnings = warnings;
+        Err(e)
+    };
     for _ in 0..ATTEMPTS {
         let mut carry = Carry::default();
         let mut warnings: Vec<String> = Vec::new();
@@ -310,22 +323,19 @@ pub(crate) async fn drive<T>(
                 let out = write(i, pass);
                 (out, i.warnings.take(), i.suspended.take())
             });
-            for x in w {
-                if !warnings.contains(&x) {
-                    warnings.push(x);
-                }
-            }
+            add(&mut warnings, w);
             match out {
                 Ok(t) => return Ok((t, warnings)),
                 Err(e) if e.reason == RETRY => break,
                 Err(e) if e.reason == SUSPEND => {
                     let call = call.ok_or_else(|| ApiError::internal("lost webhook call"))?;
-                    let (object, w) = dispatch::run(cs, &call).await?;
-                    for x in w {
-                        if !warnings.contains(&x) {
-                            warnings.push(x);
-                        }
-                    }
+                    let mut w = Vec::new();
+                    let object = dispatch::run(cs, &call, &mut w).await;
+                    add(&mut warnings, w);
+                    let object = match object {
+                        Ok(o) => o,
+                        Err(e) => return failed(e, warnings),
+                    };
                     carry.expect_old = Some(call.old_rv.clone());
                     match call.stage {
                         Stage::Mutating => carry.mutated = object,
@@ -334,7 +344,7 @@ pub(crate) async fn drive<T>(
                         }
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) => return failed(e, warnings),
             }
         }
     }
