@@ -258,6 +258,7 @@ async fn kubectl_sees_mutations_denials_and_warnings() {
         assert_eq!(got["webhooks"][0]["failurePolicy"], "Fail", "defaulted");
         assert_eq!(got["webhooks"][0]["timeoutSeconds"], 10);
         assert_eq!(got["webhooks"][0]["clientConfig"]["service"]["port"], 443);
+        assert_eq!(got["metadata"]["generation"], 1);
 
         // A configuration the server refuses, in its words.
         let bad = "apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingWebhookConfiguration\nmetadata: {name: sidecar-injector-webhook-cfg}\nwebhooks:\n- name: sidecar-injector.example.com\n  clientConfig: {url: \"https://127.0.0.1:1/\"}\n";
@@ -520,6 +521,11 @@ async fn delete_status_and_patches_reach_the_webhooks() {
         let (code, v) = req(&c.url(), "PATCH", &format!("{VWC}/everything"), MERGE,
             Some(json!({"metadata": {"labels": {"everything": "denied"}}}))).await;
         assert_eq!(code, 200, "{v}");
+        assert_eq!(v["metadata"]["generation"], 1, "a label is no change of the webhooks");
+        let (code, v) = req(&c.url(), "PATCH", &format!("{VWC}/everything"), "application/json-patch+json",
+            Some(json!([{"op": "replace", "path": "/webhooks/0/timeoutSeconds", "value": 5}]))).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["metadata"]["generation"], 2);
         let (code, v) = req(&c.url(), "DELETE", &format!("{VWC}/everything"), JSON, None).await;
         assert_eq!(code, 200, "{v}");
         // Every patch type reaches the webhook with the patched object.

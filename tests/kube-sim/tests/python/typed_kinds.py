@@ -175,7 +175,7 @@ BODIES = {
             "rules": [{"apiGroups": ["example.org"], "apiVersions": ["v1"],
                        "operations": ["CREATE"], "resources": ["things"]}]}]},
         lambda o: o.webhooks[0].failure_policy == "Fail"
-        and o.webhooks[0].reinvocation_policy == "Never"),
+        and o.webhooks[0].reinvocation_policy == "Never" and o.metadata.generation == 1),
     ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"): (
         {"metadata": {"name": "py"}, "webhooks": [{
             "name": "v.example.org", "sideEffects": "None", "admissionReviewVersions": ["v1"],
@@ -183,7 +183,7 @@ BODIES = {
             "rules": [{"apiGroups": ["example.org"], "apiVersions": ["v1"],
                        "operations": ["CREATE"], "resources": ["things"]}]}]},
         lambda o: o.webhooks[0].timeout_seconds == 10
-        and o.webhooks[0].client_config.service.port == 443),
+        and o.webhooks[0].client_config.service.port == 443 and o.metadata.generation == 1),
     ("rbac.authorization.k8s.io/v1", "roles"): ({"metadata": {"name": "py"}, "rules": RULES},
                                                 None),
     ("rbac.authorization.k8s.io/v1", "rolebindings"): (
