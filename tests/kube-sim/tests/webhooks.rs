@@ -438,7 +438,20 @@ async fn selectors_match_conditions_dry_run_and_reinvocation() {
         register(&c, VWC, "ValidatingWebhookConfiguration", "dry", vec![
             webhook("no-effects.example.com", &url("/none"), &ca, json!({"sideEffects": "NoneOnDryRun",
                 "objectSelector": {"matchLabels": {"effects": "none"}}})),
+            webhook("cond-fail.example.com", &url("/none"), &ca, json!({
+                "objectSelector": {"matchLabels": {"cond": "fail"}},
+                "matchConditions": [{"name": "bad", "expression": "object.data.nope == '1'"}]})),
+            webhook("cond-ignore.example.com", &url("/none"), &ca, json!({"failurePolicy": "Ignore",
+                "objectSelector": {"matchLabels": {"cond": "ignore"}},
+                "matchConditions": [{"name": "bad", "expression": "object.data.nope == '1'"}]})),
         ]).await;
+        // A match condition that fails to evaluate: Fail forbids, Ignore skips.
+        let (code, v) = req(&c.url(), "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(cm("boom", json!({"cond": "fail"})))).await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["message"], "configmaps \"boom\" is forbidden: expression 'object.data.nope == '1'' resulted in error: no such key: nope");
+        let (code, v) = req(&c.url(), "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(cm("quiet", json!({"cond": "ignore"})))).await;
+        assert_eq!(code, 201, "{v}");
+        assert!(seen.on("/none").is_empty());
         let in_ns = |ns: &str| format!("/api/v1/namespaces/{ns}/configmaps");
         // Selected: both mutating webhooks; the first one twice.
         let (code, v) = req(&c.url(), "POST", &in_ns("watched"), JSON, Some(cm("one", json!({})))).await;

@@ -94,9 +94,10 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
     let (obj, old) = (cel(object), cel(call.old.as_ref()));
     let request = expr::to_cel(&policy::request(&a), None);
     let vars = [("object", &obj), ("oldObject", &old), ("request", &request)];
+    // matchconditions.Matcher: a false condition skips the webhook whatever
+    // errors came before it; errors (aggregated) follow the failure policy.
     let mut errors = Vec::new();
     for c in conds {
-        let name = s(c, "name").unwrap_or_default();
         let src = s(c, "expression").unwrap_or_default();
         let result = expr::compile(src)
             .map_err(|e| format!("compilation error: {e}"))
@@ -109,13 +110,12 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
                 })
             });
         match result {
-            Ok(Cel::Bool(true)) => {}
-            // A false condition skips the webhook, whatever errors others had.
             Ok(Cel::Bool(false)) => return Ok(false),
-            Ok(_) => errors.push(format!(
-                "matchCondition '{name}': expression '{src}' resulted in a non-boolean value"
-            )),
-            Err(e) => errors.push(format!("matchCondition '{name}': {e}")),
+            Ok(Cel::Bool(true)) => {}
+            // cel-go would have refused a non-boolean expression when the
+            // configuration was written; kube-sim fails closed here.
+            Ok(_) => errors.push(format!("expression '{src}' must evaluate to bool")),
+            Err(e) => errors.push(e),
         }
     }
     if errors.is_empty() {
@@ -124,17 +124,13 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
     if s(h, "failurePolicy") == Some("Ignore") {
         return Ok(false);
     }
-    // generic/webhook.go: a condition error under Fail forbids the request.
-    Err(ApiError::new(
-        403,
-        "Forbidden",
-        format!(
-            "{} \"{}\" is forbidden: {}",
-            crate::error::qualified(&call.res),
-            call.name,
-            errors.join(", ")
-        ),
-    ))
+    // generic/webhook.go: `NewForbidden(resource, name, aggregate)`.
+    let aggregate = if errors.len() == 1 {
+        errors.remove(0)
+    } else {
+        format!("[{}]", errors.join(", "))
+    };
+    Err(ApiError::forbidden(&call.res, &call.name, &aggregate))
 }
 
 /// `ToStatusErr` (Kubernetes 1.27–1.34): the webhook's Status with the
