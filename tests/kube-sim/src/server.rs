@@ -1132,39 +1132,8 @@ async fn resource(
                     // With webhooks registered each item is one DELETE they
                     // see (as the server admits each), outside the lock.
                     if cs.store.read(|i| webhook::configured(i)) {
-                        let lr = cs
-                            .store
-                            .read(|i| i.list(&res, nsr, &label, &field, &ListOpts::default()))?;
-                        let mut items = Vec::new();
-                        let mut warnings = Vec::new();
-                        for obj in lr.items {
-                            let n = obj
-                                .pointer("/metadata/name")
-                                .and_then(Value::as_str)
-                                .unwrap_or_default()
-                                .to_string();
-                            let ons = obj
-                                .pointer("/metadata/namespace")
-                                .and_then(Value::as_str)
-                                .map(str::to_string);
-                            let deleted = webhook::drive(cs, |i, pass| {
-                                let dopts = DeleteOpts {
-                                    webhooks: pass,
-                                    ..dopts.clone()
-                                };
-                                i.delete(&res, ons.as_deref(), &n, &dopts)
-                            })
-                            .await;
-                            match deleted {
-                                Ok((d, w)) => {
-                                    items.push(d.obj);
-                                    warnings.extend(w);
-                                }
-                                Err(e) if e.code == 404 => {}
-                                Err(e) => return Err(e),
-                            }
-                        }
-                        let rv = cs.store.current_rv();
+                        let (items, rv, warnings) =
+                            webhook::delete_each(cs, &res, nsr, &label, &field, &dopts).await?;
                         return Ok(with_warnings(
                             list_response(&res, shape, &items, rv, None),
                             &warnings,

@@ -119,6 +119,30 @@ pub struct WriteOpts {
     pub webhooks: crate::admission::webhook::Pass,
 }
 
+impl WriteOpts {
+    /// An admission webhook point of this write (`admission::webhook`).
+    pub(crate) fn point<'a>(
+        &'a self,
+        res: &'a ResourceInfo,
+        operation: &'static str,
+        namespace: &'a str,
+        name: &'a str,
+        old: Option<&'a Value>,
+    ) -> webhook::Point<'a> {
+        webhook::Point {
+            res,
+            operation,
+            namespace,
+            name,
+            subresource: self.subresource.as_deref(),
+            old,
+            dry_run: self.dry_run,
+            user: self.user.as_ref(),
+            pass: &self.webhooks,
+        }
+    }
+}
+
 /// `propagationPolicy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Propagation {
@@ -146,6 +170,29 @@ pub struct DeleteOpts {
     pub user: Option<crate::auth::UserInfo>,
     /// The admission webhook pass, as in [`WriteOpts::webhooks`].
     pub webhooks: crate::admission::webhook::Pass,
+}
+
+impl DeleteOpts {
+    /// The admission webhook point of this DELETE (`admission::webhook`).
+    pub(crate) fn point<'a>(
+        &'a self,
+        res: &'a ResourceInfo,
+        namespace: &'a str,
+        name: &'a str,
+        old: Option<&'a Value>,
+    ) -> webhook::Point<'a> {
+        webhook::Point {
+            res,
+            operation: "DELETE",
+            namespace,
+            name,
+            subresource: None,
+            old,
+            dry_run: self.dry_run,
+            user: self.user.as_ref(),
+            pass: &self.webhooks,
+        }
+    }
 }
 
 /// The patch formats.
@@ -1407,24 +1454,14 @@ impl Inner {
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         webhook::mutation_point(
             self,
-            &webhook::Point {
-                res,
-                operation: "CREATE",
-                namespace: ns_of,
-                name: &name,
-                subresource: opts.subresource.as_deref(),
-                old: None,
-                dry_run: opts.dry_run,
-                user: opts.user.as_ref(),
-                pass: &opts.webhooks,
-            },
+            &opts.point(res, "CREATE", ns_of, &name, None),
             Some(&mut obj),
         )?;
         crate::resources::to_storage(res, &mut obj);
         set_type(&mut obj, res);
         let key = self.prepare_create(res, ns, &mut obj, opts.field_validation)?;
         self.record_update(res, None, &mut obj, opts);
-        let key = self.admit_created(res, key, &mut obj, opts.subresource.as_deref(), opts)?;
+        let key = self.admit_created(res, key, &mut obj, opts)?;
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
@@ -1441,7 +1478,6 @@ impl Inner {
         res: &ResourceInfo,
         key: ObjKey,
         obj: &mut Value,
-        subresource: Option<&str>,
         opts: &WriteOpts,
     ) -> ApiResult<ObjKey> {
         if !opts.webhooks.validated() {
@@ -1449,7 +1485,7 @@ impl Inner {
                 res,
                 "CREATE",
                 &key,
-                subresource,
+                opts.subresource.as_deref(),
                 Some(obj),
                 None,
                 opts.dry_run,
@@ -1458,17 +1494,7 @@ impl Inner {
         }
         webhook::validation_point(
             self,
-            &webhook::Point {
-                res,
-                operation: "CREATE",
-                namespace: &key.0,
-                name: &key.1,
-                subresource,
-                old: None,
-                dry_run: opts.dry_run,
-                user: opts.user.as_ref(),
-                pass: &opts.webhooks,
-            },
+            &opts.point(res, "CREATE", &key.0, &key.1, None),
             Some(obj),
         )?;
         let name = meta_str(obj, "name").unwrap_or_default().to_string();
@@ -1501,17 +1527,7 @@ impl Inner {
         let ns_of = meta_str(old, "namespace").unwrap_or_default().to_string();
         webhook::mutation_point(
             self,
-            &webhook::Point {
-                res,
-                operation: "UPDATE",
-                namespace: &ns_of,
-                name: &name,
-                subresource: opts.subresource.as_deref(),
-                old: Some(old),
-                dry_run: opts.dry_run,
-                user: opts.user.as_ref(),
-                pass: &opts.webhooks,
-            },
+            &opts.point(res, "UPDATE", &ns_of, &name, Some(old)),
             Some(&mut new),
         )?;
         validate_meta(res, &new)?;
@@ -1664,17 +1680,7 @@ impl Inner {
         }
         webhook::validation_point(
             self,
-            &webhook::Point {
-                res,
-                operation: "UPDATE",
-                namespace: &key.0,
-                name: &key.1,
-                subresource: opts.subresource.as_deref(),
-                old: Some(&old),
-                dry_run: opts.dry_run,
-                user: opts.user.as_ref(),
-                pass: &opts.webhooks,
-            },
+            &opts.point(res, "UPDATE", &key.0, &key.1, Some(&old)),
             Some(&mut new),
         )?;
         let dry_run = opts.dry_run;
@@ -1906,17 +1912,7 @@ impl Inner {
                 meta_mut(&mut applied).insert("name".into(), json!(name));
                 webhook::mutation_point(
                     self,
-                    &webhook::Point {
-                        res,
-                        operation: "CREATE",
-                        namespace: &key.0,
-                        name,
-                        subresource: None,
-                        old: None,
-                        dry_run: opts.dry_run,
-                        user: opts.user.as_ref(),
-                        pass: &opts.webhooks,
-                    },
+                    &opts.point(res, "CREATE", &key.0, name, None),
                     Some(&mut applied),
                 )?;
                 crate::resources::to_storage(res, &mut applied);
@@ -1926,7 +1922,7 @@ impl Inner {
                     m.insert("name".into(), json!(name));
                 }
                 let key = self.prepare_create(res, ns, &mut applied, opts.field_validation)?;
-                let key = self.admit_created(res, key, &mut applied, None, opts)?;
+                let key = self.admit_created(res, key, &mut applied, opts)?;
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
@@ -2014,17 +2010,7 @@ impl Inner {
                 "this namespace may not be deleted",
             ));
         }
-        let point = webhook::Point {
-            res,
-            operation: "DELETE",
-            namespace: &key.0,
-            name: &key.1,
-            subresource: None,
-            old: Some(&obj),
-            dry_run: opts.dry_run,
-            user: opts.user.as_ref(),
-            pass: &opts.webhooks,
-        };
+        let point = opts.point(res, &key.0, &key.1, Some(&obj));
         webhook::mutation_point(self, &point, None)?;
         if !opts.webhooks.validated() {
             self.admit(

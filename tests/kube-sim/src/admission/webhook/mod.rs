@@ -354,3 +354,47 @@ pub(crate) async fn drive<T>(
         "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again",
     ))
 }
+
+/// DELETE of a collection with webhooks registered: each listed item is
+/// one DELETE through [`drive`] (the first error answers; items deleted
+/// before it stay deleted, as the server's DeleteCollection leaves them).
+/// Returns the deleted objects, the resourceVersion and the warnings.
+pub(crate) async fn delete_each(
+    cs: &crate::server::ClusterState,
+    res: &ResourceInfo,
+    ns: Option<&str>,
+    label: &crate::selectors::LabelSelector,
+    field: &crate::selectors::FieldSelector,
+    opts: &crate::store::DeleteOpts,
+) -> ApiResult<(Vec<Arc<Value>>, u64, Vec<String>)> {
+    let listed = cs
+        .store
+        .read(|i| i.list(res, ns, label, field, &crate::store::ListOpts::default()))?;
+    let mut items = Vec::new();
+    let mut warnings = Vec::new();
+    for obj in listed.items {
+        let meta = |k: &str| {
+            obj.pointer(&format!("/metadata/{k}"))
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        let (name, ons) = (meta("name").unwrap_or_default(), meta("namespace"));
+        let deleted = drive(cs, |i, pass| {
+            let opts = crate::store::DeleteOpts {
+                webhooks: pass,
+                ..opts.clone()
+            };
+            i.delete(res, ons.as_deref(), &name, &opts)
+        })
+        .await;
+        match deleted {
+            Ok((d, w)) => {
+                items.push(d.obj);
+                warnings.extend(w);
+            }
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((items, cs.store.current_rv(), warnings))
+}
