@@ -46,12 +46,15 @@ impl std::fmt::Debug for Services {
 impl Services {
     /// The mappings of `KUBE_SIM_WEBHOOK_SERVICES`.
     pub fn from_env() -> Self {
+        Self::parse(&std::env::var("KUBE_SIM_WEBHOOK_SERVICES").unwrap_or_default())
+    }
+
+    /// Mappings written as `KUBE_SIM_WEBHOOK_SERVICES` takes them.
+    pub fn parse(list: &str) -> Self {
         let s = Self::default();
-        if let Ok(v) = std::env::var("KUBE_SIM_WEBHOOK_SERVICES") {
-            for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-                if let Some((svc, addr)) = entry.split_once('=') {
-                    s.map(svc.trim(), addr.trim());
-                }
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            if let Some((svc, addr)) = entry.split_once('=') {
+                s.map(svc.trim(), addr.trim());
             }
         }
         s
@@ -276,5 +279,25 @@ fn tls_error(e: &std::io::Error) -> String {
             | rustls::CertificateError::NotValidForNameContext { .. },
         )) => "tls: failed to verify certificate: x509: certificate is not valid for the requested name".into(),
         _ => format!("tls: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn services_map_with_port_443_by_default() {
+        let s = Services::parse(" hook.default=127.0.0.1:9443, other.ns:8443=127.0.0.1:9444,bad");
+        assert_eq!(
+            s.get("hook", "default", 443).as_deref(),
+            Some("127.0.0.1:9443")
+        );
+        assert_eq!(
+            s.get("other", "ns", 8443).as_deref(),
+            Some("127.0.0.1:9444")
+        );
+        assert_eq!(s.get("other", "ns", 443), None);
+        assert_eq!(s.get("bad", "", 443), None);
     }
 }
