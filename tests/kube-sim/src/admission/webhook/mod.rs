@@ -78,11 +78,6 @@ pub struct Carry {
 }
 
 impl Pass {
-    /// The first pass of a write of the API.
-    pub fn start() -> Self {
-        Self::Run(Box::default())
-    }
-
     /// Whether the validating webhooks (and so the policies before them)
     /// already admitted this write's object.
     pub(crate) fn validated(&self) -> bool {
