@@ -18,7 +18,11 @@
 //!    stops there; the lock is released and the validating webhooks are
 //!    called;
 //! 3. under the lock the write runs once more and stores the object the
-//!    validating webhooks admitted.
+//!    validating webhooks admitted (its uid, creation time and generated
+//!    name are those they saw, not new ones).
+//!
+//! A pass stops by returning a sentinel [`ApiError`] (code 0) with the
+//! [`Call`] left in `Inner::suspended`; only [`drive`] sees either.
 //!
 //! Each pass checks that the live object is still the one the previous
 //! pass saw (its resourceVersion); if another write came in between, the
