@@ -33,6 +33,7 @@
 mod artifacts;
 mod bindings;
 mod bounds;
+mod call;
 mod capability;
 mod compile_bound;
 mod contract;
