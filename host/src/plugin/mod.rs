@@ -48,6 +48,7 @@ mod policy;
 mod precompiled;
 mod registry;
 mod runtime;
+mod runtime_config;
 mod sandbox;
 mod slots;
 mod validation;
