@@ -136,6 +136,9 @@ pub struct Config {
     /// Linear memory all live instances of one plugin may hold together
     /// (`RuntimeConfig::plugin_memory_budget_bytes`).
     pub plugin_memory_budget_bytes: usize,
+    /// When a plugin that keeps hitting its bounds is backed off
+    /// (`RuntimeConfig::fair_share`).
+    pub fair_share: crate::plugin::FairShareConfig,
     /// Where compiled plugins are cached (by digest).
     pub cache_dir: Option<PathBuf>,
     /// Writer settings.
@@ -226,6 +229,7 @@ impl Default for Config {
             plugin_call_timeout: RuntimeConfig::default().call_timeout,
             outcome_bounds: crate::plugin::OutcomeBounds::default(),
             plugin_memory_budget_bytes: RuntimeConfig::default().plugin_memory_budget_bytes,
+            fair_share: crate::plugin::FairShareConfig::default(),
             cache_dir: None,
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
@@ -288,6 +292,7 @@ impl App {
             call_timeout: config.plugin_call_timeout,
             outcome_bounds: config.outcome_bounds,
             plugin_memory_budget_bytes: config.plugin_memory_budget_bytes,
+            fair_share: config.fair_share,
             policy,
             metrics: config.metrics.clone(),
             compile_bound: config.compile_bound.clone(),

@@ -61,7 +61,7 @@ pub(super) fn call<R>(
 ) -> Result<R, CallError> {
     let _slot = runtime
         .slots
-        .take_for_call(name, timeout, &runtime.config.metrics)?;
+        .take_for_call(name, timeout, &runtime.containment)?;
     let mut store = new_store(runtime, name, reads, request_time, settings);
     set_deadline(runtime, &mut store, timeout);
     let instance = pre

@@ -406,6 +406,17 @@ impl LoadedPlugin {
         })
     }
 
+    /// Whether a reconcile of this plugin may start now: `Err(wait)` while
+    /// it is backed off for hitting its bounds again and again and its next
+    /// turn is `wait` away (CPU fair share, `fair_share.rs`). The
+    /// controller puts the key back on its queue for that long.
+    ///
+    /// # Errors
+    /// How long until its next turn.
+    pub fn admit(&self) -> Result<(), std::time::Duration> {
+        self.inner.runtime.containment.admit(&self.inner.name)
+    }
+
     /// The plugin's name (from its registration).
     #[must_use]
     pub fn name(&self) -> &str {
@@ -577,9 +588,10 @@ impl LoadedPlugin {
             message: e.message,
             retryable: e.retryable,
         })?;
-        let (config, name) = (&self.inner.runtime.config, self.name());
+        let (runtime, name) = (&self.inner.runtime, &self.inner.name);
+        let config = &runtime.config;
         let enforce = |checked| {
-            bounds::enforce(name, checked, &config.outcome_bounds, &config.metrics).map_err(
+            bounds::enforce(name, checked, &config.outcome_bounds, &runtime.containment).map_err(
                 |bound| CallError::Contained {
                     plugin: name.to_string(),
                     bound,
@@ -653,7 +665,7 @@ impl LoadedPlugin {
         let slot =
             runtime
                 .slots
-                .take_for_call(&self.inner.name, timeout, &runtime.config.metrics)?;
+                .take_for_call(&self.inner.name, timeout, &runtime.containment)?;
         let mut store = new_store(
             &self.inner.runtime,
             &self.inner.name,
@@ -718,14 +730,21 @@ impl LoadedPlugin {
         {
             metrics.wasm_call_failed(&self.inner.name, metric, e.kind());
             // Stopped by the host at its deadline or memory cap: counted
-            // with the outcome bounds (`check_bounds`).
+            // with the outcome bounds (`bounds::enforce`).
+            let containment = &self.inner.runtime.containment;
             match e {
-                CallError::Timeout { .. } => metrics.plugin_contained(&self.inner.name, "Timeout"),
+                CallError::Timeout { .. } => {
+                    containment.contained(&self.inner.name, "Timeout", &e.to_string());
+                }
                 CallError::OutOfMemory { .. } => {
-                    metrics.plugin_contained(&self.inner.name, "OutOfMemory");
+                    containment.contained(&self.inner.name, "OutOfMemory", &e.to_string());
                 }
                 _ => {}
             }
+        } else if function == "reconcile" && metric == "reconcile" {
+            // Within its deadline and memory (its outcome's bounds are
+            // checked next, and count against it if broken).
+            self.inner.runtime.containment.within_bounds(&self.inner.name);
         }
         result
     }

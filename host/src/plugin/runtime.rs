@@ -85,6 +85,8 @@ pub(crate) struct RuntimeInner {
     pooling: bool,
     /// The pool's instances, reserved per plugin (`slots.rs`).
     pub(crate) slots: Arc<super::slots::Slots>,
+    /// Where every containment goes (metric, record, fair share).
+    pub(crate) containment: super::containment::Containment,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
     _ticker: EpochTicker,
@@ -142,6 +144,8 @@ impl PluginRuntime {
             usize::try_from(config.max_concurrent_instances).unwrap_or(usize::MAX),
             config.plugin_memory_budget_bytes / config.memory_limit_bytes.max(1),
         ));
+        let containment =
+            super::containment::Containment::new(config.metrics.clone(), config.fair_share);
         Ok(Self {
             inner: Arc::new(RuntimeInner {
                 engine,
@@ -151,6 +155,7 @@ impl PluginRuntime {
                 compile_config: base_config(),
                 pooling,
                 slots,
+                containment,
                 compiles: AtomicU64::new(0),
                 cache_hits: AtomicU64::new(0),
                 _ticker: ticker,
@@ -162,6 +167,19 @@ impl PluginRuntime {
     #[must_use]
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+
+    /// The containments of `plugin` (by name) since this runtime started.
+    #[must_use]
+    pub fn contained(&self, plugin: &str) -> Option<super::ContainedRecord> {
+        self.inner.containment.record(plugin)
+    }
+
+    /// The interval between two admitted calls of `plugin` (zero: not
+    /// backed off; `fair_share.rs`).
+    #[must_use]
+    pub fn backoff(&self, plugin: &str) -> Duration {
+        self.inner.containment.backoff(plugin)
     }
 
     /// Compile and cache counters.

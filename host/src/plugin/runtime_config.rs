@@ -54,6 +54,9 @@ pub struct RuntimeConfig {
     /// --compile-memory-limit`); `None`: in this process. Either way one
     /// compile at a time.
     pub compile_bound: Option<CompileBound>,
+    /// When a plugin that keeps hitting its bounds is backed off
+    /// (`fair_share.rs`).
+    pub fair_share: super::fair_share::FairShareConfig,
 }
 
 /// Where an async plugin call runs its (synchronous) wasm code. In place, a
@@ -91,6 +94,7 @@ impl Default for RuntimeConfig {
             call_mode: CallMode::default(),
             metrics: crate::telemetry::metrics::Metrics::new(),
             compile_bound: None,
+            fair_share: super::fair_share::FairShareConfig::default(),
         }
     }
 }

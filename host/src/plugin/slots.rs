@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::error::CallError;
-use crate::telemetry::metrics::Metrics;
+use super::containment::Containment;
 
 /// Slots each plugin keeps for itself, when the pool is large enough.
 pub const RESERVE: usize = 2;
@@ -138,17 +138,18 @@ impl Slots {
         self: &Arc<Self>,
         plugin: &Arc<str>,
         wait: Duration,
-        metrics: &Metrics,
+        containment: &Containment,
     ) -> Result<Slot, CallError> {
         self.take(plugin, wait).map_err(|(mine, all)| {
-            metrics.plugin_contained(plugin, "InstanceSlots");
             tracing::warn!(%plugin, held = mine, in_use = all, capacity = self.capacity, "no instance slot within the call's deadline: the rest of the pool is in use or reserved for other plugins");
+            let message = format!(
+                "no instance slot within {wait:?}: this plugin holds {mine} (its memory budget allows {}) of the pool's {}, {all} in use, the rest reserved for other plugins (InstanceSlots)",
+                self.per_plugin, self.capacity
+            );
+            containment.contained(plugin, "InstanceSlots", &message);
             CallError::Instantiate {
                 plugin: plugin.to_string(),
-                message: format!(
-                    "no instance slot within {wait:?}: this plugin holds {mine} (its memory budget allows {}) of the pool's {}, {all} in use, the rest reserved for other plugins (InstanceSlots)",
-                    self.per_plugin, self.capacity
-                ),
+                message,
             }
         })
     }
