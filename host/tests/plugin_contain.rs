@@ -9,7 +9,9 @@ use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
 use rekon::action::{Outcome, Phase, Resource};
-use rekon::plugin::{CallError, LoadedPlugin, OutcomeBounds, PluginRuntime, RuntimeConfig};
+use rekon::plugin::{
+    CallError, FairShareConfig, LoadedPlugin, OutcomeBounds, PluginRuntime, RuntimeConfig,
+};
 use rekon::telemetry::metrics::Metrics;
 
 /// Far beyond every deadline below: a call still running then is stuck
@@ -247,4 +249,60 @@ async fn a_plugin_holding_the_pool_leaves_its_neighbour_its_reserved_slots() {
         .await
         .expect("the sleepers end");
     assert!(all.iter().all(Result::is_err), "a sleeper cannot finish");
+}
+
+/// CPU fair share: a plugin stopped at its deadline again and again is
+/// backed off as a whole (its calls admitted one per interval, counted and
+/// measured), its neighbour never; calls within bounds in a row lift it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_timing_out_again_and_again_is_backed_off_and_lifted_when_it_behaves() {
+    let metrics = Metrics::new();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(200),
+        max_concurrent_instances: 8,
+        metrics: metrics.clone(),
+        fair_share: FairShareConfig {
+            after: 3,
+            window: Duration::from_secs(600),
+            interval: Duration::from_secs(300),
+            max_interval: Duration::from_secs(600),
+        },
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let hog = runtime.load_file(chaos_v1()).expect("chaos v1 loads");
+    let neighbour = runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect("cm-sync loads");
+    for n in 1..=3 {
+        assert!(hog.admit().is_ok(), "admitted before containment {n}");
+        reconcile(&hog, "loop").await.expect_err("spins to its deadline");
+    }
+    let wait = hog.admit().expect_err("backed off after 3 timeouts");
+    assert!(wait > Duration::from_secs(200), "one call per interval: {wait:?}");
+    assert_eq!(runtime.backoff("chaos"), Duration::from_secs(300));
+    assert!(neighbour.admit().is_ok(), "the neighbour is not held");
+    assert_eq!(runtime.backoff("cm-sync"), Duration::ZERO);
+    let text = metrics.encode();
+    assert!(
+        text.contains("rekon_plugin_backoff_total{plugin=\"chaos\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("rekon_plugin_backoff_seconds{plugin=\"chaos\"} 300"));
+    let record = runtime.contained("chaos").expect("recorded");
+    assert_eq!(record.counts.get("Timeout"), Some(&3));
+    assert_eq!(record.last_reason, "Timeout");
+    assert!(record.last_message.contains("timed out"), "{record:?}");
+    // It behaves: three calls in a row within bounds lift the backoff.
+    for _ in 0..3 {
+        reconcile(&hog, "ok").await.expect("ok reconciles");
+    }
+    assert!(hog.admit().is_ok(), "lifted");
+    assert_eq!(runtime.backoff("chaos"), Duration::ZERO);
+    assert!(
+        metrics
+            .encode()
+            .contains("rekon_plugin_backoff_seconds{plugin=\"chaos\"} 0")
+    );
 }
