@@ -277,10 +277,15 @@ async fn a_plugin_timing_out_again_and_again_is_backed_off_and_lifted_when_it_be
         .expect("cm-sync loads");
     for n in 1..=3 {
         assert!(hog.admit().is_ok(), "admitted before containment {n}");
-        reconcile(&hog, "loop").await.expect_err("spins to its deadline");
+        reconcile(&hog, "loop")
+            .await
+            .expect_err("spins to its deadline");
     }
     let wait = hog.admit().expect_err("backed off after 3 timeouts");
-    assert!(wait > Duration::from_secs(200), "one call per interval: {wait:?}");
+    assert!(
+        wait > Duration::from_secs(200),
+        "one call per interval: {wait:?}"
+    );
     assert_eq!(runtime.backoff("chaos"), Duration::from_secs(300));
     assert!(neighbour.admit().is_ok(), "the neighbour is not held");
     assert_eq!(runtime.backoff("cm-sync"), Duration::ZERO);

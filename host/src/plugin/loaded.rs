@@ -662,10 +662,9 @@ impl LoadedPlugin {
     ) -> Result<PluginSession, CallError> {
         let clusters = reads.clusters();
         let (runtime, timeout) = (&self.inner.runtime, self.inner.runtime.config.call_timeout);
-        let slot =
-            runtime
-                .slots
-                .take_for_call(&self.inner.name, timeout, &runtime.containment)?;
+        let slot = runtime
+            .slots
+            .take_for_call(&self.inner.name, timeout, &runtime.containment)?;
         let mut store = new_store(
             &self.inner.runtime,
             &self.inner.name,
@@ -744,7 +743,10 @@ impl LoadedPlugin {
         } else if function == "reconcile" && metric == "reconcile" {
             // Within its deadline and memory (its outcome's bounds are
             // checked next, and count against it if broken).
-            self.inner.runtime.containment.within_bounds(&self.inner.name);
+            self.inner
+                .runtime
+                .containment
+                .within_bounds(&self.inner.name);
         }
         result
     }

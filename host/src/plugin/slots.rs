@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use super::error::CallError;
 use super::containment::Containment;
+use super::error::CallError;
 
 /// Slots each plugin keeps for itself, when the pool is large enough.
 pub const RESERVE: usize = 2;

@@ -349,7 +349,11 @@ impl<K: QueueKey> WorkQueue<K> {
                 self.failures.remove(key);
             }
             Done::Defer(after) => {
-                let why = if dirty { reason.as_str() } else { "deferred: plugin backed off" };
+                let why = if dirty {
+                    reason.as_str()
+                } else {
+                    "deferred: plugin backed off"
+                };
                 self.add_after(key.clone(), after, why, now);
                 self.gc(key);
                 return;
