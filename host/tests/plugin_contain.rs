@@ -10,7 +10,8 @@ use std::time::{Duration, SystemTime};
 use plugin_support::*;
 use rekon::action::{Outcome, Phase, Resource};
 use rekon::plugin::{
-    CallError, FairShareConfig, LoadedPlugin, OutcomeBounds, PluginRuntime, RuntimeConfig,
+    CallError, FairShareConfig, HostMemoryBudget, LoadedPlugin, OutcomeBounds, PluginRuntime,
+    RuntimeConfig,
 };
 use rekon::telemetry::metrics::Metrics;
 
@@ -310,4 +311,46 @@ async fn a_plugin_timing_out_again_and_again_is_backed_off_and_lifted_when_it_be
             .encode()
             .contains("rekon_plugin_backoff_seconds{plugin=\"chaos\"} 0")
     );
+}
+
+/// The host-wide memory budget: each loaded plugin books its memory cap
+/// times the instances it may run; a load past the budget is refused with
+/// the numbers, and dropping a plugin gives its share back.
+#[test]
+fn a_load_past_the_host_memory_budget_is_refused_with_its_reason() {
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        // Two instances of 32 MiB per plugin; room for one plugin and a half.
+        plugin_memory_budget_bytes: 64 << 20,
+        host_memory_budget: Some(HostMemoryBudget {
+            bytes: 100 << 20,
+            source: "a test's budget".into(),
+        }),
+        max_concurrent_instances: 8,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let chaos = runtime.load_file(chaos_v1()).expect("chaos v1 fits");
+    assert_eq!(runtime.memory_booked(), 64 << 20);
+    let refused = runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect_err("past the budget");
+    assert_eq!(refused.reason(), "HostMemoryBudget");
+    let text = refused.to_string();
+    assert!(
+        text.contains("64 MiB")
+            && text.contains("of the host's 100 MiB")
+            && text.contains("a test's budget"),
+        "{text}"
+    );
+    // A new version from the same file replaces its booking.
+    let again = runtime
+        .load_file(chaos_v1())
+        .expect("chaos again: same origin");
+    assert_eq!(runtime.memory_booked(), 64 << 20);
+    drop((chaos, again));
+    assert_eq!(runtime.memory_booked(), 0, "given back when dropped");
+    runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect("fits once chaos is gone");
 }

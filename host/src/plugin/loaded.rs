@@ -253,6 +253,40 @@ struct Inner {
     registered_as: String,
     pre: PluginPre<CallState>,
     runtime: Arc<RuntimeInner>,
+    /// Its share of the host-wide memory budget (`host_budget.rs`).
+    _booking: super::host_budget::Booking,
+}
+
+/// Books what a plugin may hold at once (its memory cap × the instances it
+/// may run: its declared concurrency within its per-plugin budget) in the
+/// host-wide budget.
+fn book_memory(
+    runtime: &Arc<RuntimeInner>,
+    origin: &str,
+    registration: &Registration,
+) -> Result<super::host_budget::Booking, LoadError> {
+    let per_plugin = runtime.slots.per_plugin();
+    let instances = registration
+        .max_concurrent_reconciles
+        .map_or(per_plugin, |n| {
+            usize::try_from(n).unwrap_or(usize::MAX).min(per_plugin)
+        })
+        .max(1);
+    let bytes = instances.saturating_mul(runtime.config.memory_limit_bytes);
+    runtime.host_book.book(origin, bytes).map_err(|over| {
+        tracing::error!(plugin = %registration.name, %origin, need_mib = over.need >> 20, booked_mib = over.booked >> 20, budget_mib = over.budget >> 20, source = %over.source, "plugin refused: the host-wide memory budget is spent; whatever served keeps serving");
+        LoadError::HostMemoryBudget {
+            origin: origin.to_owned(),
+            message: format!(
+                "it may hold {} MiB ({instances} instances of {} MiB), the plugins loaded hold {} MiB of the host's {} MiB ({})",
+                over.need >> 20,
+                runtime.config.memory_limit_bytes >> 20,
+                over.booked >> 20,
+                over.budget >> 20,
+                over.source
+            ),
+        }
+    })
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -385,9 +419,11 @@ impl LoadedPlugin {
             "registered plugin"
         );
         let name: Arc<str> = Arc::from(registration.name.as_str());
+        let booking = book_memory(&runtime, &origin, &registration)?;
         runtime.slots.know(&name); // its reserve holds from the load on
         Ok(Self {
             inner: Arc::new(Inner {
+                _booking: booking,
                 name,
                 registration,
                 policy,

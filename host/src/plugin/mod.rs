@@ -44,6 +44,7 @@ mod error;
 mod fair_share;
 mod file_check;
 mod file_precompiled;
+mod host_budget;
 mod host_reads;
 mod loaded;
 mod policy;
@@ -65,6 +66,9 @@ pub use error::{CallError, LoadError, RegistryError};
 pub use fair_share::FairShareConfig;
 pub use file_check::{FileCheck, signature_file};
 pub use file_precompiled::precompiled_file;
+pub use host_budget::{
+    CGROUP_ROOT, DEFAULT_HEADROOM_PERCENT, HostMemoryBudget, cgroup_memory_limit,
+};
 pub use host_reads::{HostReads, NoReads};
 pub use loaded::{LoadOneError, LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};

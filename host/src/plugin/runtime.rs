@@ -87,6 +87,8 @@ pub(crate) struct RuntimeInner {
     pub(crate) slots: Arc<super::slots::Slots>,
     /// Where every containment goes (metric, record, fair share).
     pub(crate) containment: super::containment::Containment,
+    /// The host-wide memory budget's bookings (`host_budget.rs`).
+    pub(crate) host_book: Arc<super::host_budget::HostBook>,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
     _ticker: EpochTicker,
@@ -146,6 +148,9 @@ impl PluginRuntime {
         ));
         let containment =
             super::containment::Containment::new(config.metrics.clone(), config.fair_share);
+        let host_book = Arc::new(super::host_budget::HostBook::new(
+            config.host_memory_budget.clone(),
+        ));
         Ok(Self {
             inner: Arc::new(RuntimeInner {
                 engine,
@@ -156,6 +161,7 @@ impl PluginRuntime {
                 pooling,
                 slots,
                 containment,
+                host_book,
                 compiles: AtomicU64::new(0),
                 cache_hits: AtomicU64::new(0),
                 _ticker: ticker,
@@ -180,6 +186,13 @@ impl PluginRuntime {
     #[must_use]
     pub fn backoff(&self, plugin: &str) -> Duration {
         self.inner.containment.backoff(plugin)
+    }
+
+    /// Bytes of the host-wide memory budget the loaded plugin versions
+    /// have booked (`host_budget.rs`).
+    #[must_use]
+    pub fn memory_booked(&self) -> usize {
+        self.inner.host_book.booked()
     }
 
     /// Compile and cache counters.

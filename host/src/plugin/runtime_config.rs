@@ -57,6 +57,9 @@ pub struct RuntimeConfig {
     /// When a plugin that keeps hitting its bounds is backed off
     /// (`fair_share.rs`).
     pub fair_share: super::fair_share::FairShareConfig,
+    /// What all loaded plugins may hold together (`host_budget.rs`);
+    /// `None`: no host-wide bound.
+    pub host_memory_budget: Option<super::host_budget::HostMemoryBudget>,
 }
 
 /// Where an async plugin call runs its (synchronous) wasm code. In place, a
@@ -95,6 +98,7 @@ impl Default for RuntimeConfig {
             metrics: crate::telemetry::metrics::Metrics::new(),
             compile_bound: None,
             fair_share: super::fair_share::FairShareConfig::default(),
+            host_memory_budget: None,
         }
     }
 }

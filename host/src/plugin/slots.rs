@@ -72,6 +72,11 @@ impl Slots {
         }
     }
 
+    /// Most slots one plugin holds at once.
+    pub(crate) fn per_plugin(&self) -> usize {
+        self.per_plugin
+    }
+
     /// Whether `plugin` may take one more slot now.
     fn grantable(&self, used: &Use, plugin: &str) -> bool {
         if used.total >= self.capacity
