@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime};
 use plugin_support::*;
 use rekon::action::{Outcome, Phase, Resource};
 use rekon::plugin::{
-    CallError, FairShareConfig, HostMemoryBudget, LoadedPlugin, OutcomeBounds, PluginRuntime,
-    RuntimeConfig,
+    CallError, FairShareConfig, HostMemoryBudget, LoadOptions, LoadedPlugin, OutcomeBounds,
+    PluginLimits, PluginRuntime, RuntimeConfig,
 };
 use rekon::telemetry::metrics::Metrics;
 
@@ -353,4 +353,61 @@ fn a_load_past_the_host_memory_budget_is_refused_with_its_reason() {
     runtime
         .load_file(test_plugin("cm-sync.wasm"))
         .expect("fits once chaos is gone");
+}
+
+/// A plugin's own limits (a Plugin object's `spec.limits`, a file's
+/// `NAME.limits.json`) narrow the host's and never widen them: a shorter
+/// deadline stops its calls sooner, a longer one is the host's; a smaller
+/// memory budget books fewer instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_own_limits_narrow_the_hosts_and_never_widen_them() {
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(800),
+        plugin_memory_budget_bytes: 128 << 20,
+        max_concurrent_instances: 8,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let bytes = std::fs::read(chaos_v1()).expect("chaos v1");
+    let with = |limits: PluginLimits, instance: &str| {
+        let options = LoadOptions::default()
+            .with_instance(Some(instance))
+            .with_limits(limits);
+        runtime
+            .load_bytes_with(&bytes, instance, &options)
+            .expect("chaos loads")
+    };
+    let narrow = with(
+        PluginLimits {
+            call_timeout: Some(Duration::from_millis(100)),
+            memory_budget_bytes: Some(32 << 20),
+        },
+        "narrow",
+    );
+    assert_eq!(runtime.memory_booked(), 32 << 20, "one instance of 32 MiB");
+    match reconcile(&narrow, "loop").await {
+        Err(CallError::Timeout { timeout, .. }) => {
+            assert_eq!(timeout, Duration::from_millis(100));
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let wide = with(
+        PluginLimits {
+            call_timeout: Some(Duration::from_secs(600)),
+            memory_budget_bytes: Some(1 << 40),
+        },
+        "wide",
+    );
+    assert_eq!(
+        runtime.memory_booked(),
+        (32 << 20) + (128 << 20),
+        "the host's budget: 4 instances of 32 MiB"
+    );
+    match reconcile(&wide, "loop").await {
+        Err(CallError::Timeout { timeout, .. }) => {
+            assert_eq!(timeout, Duration::from_millis(800), "the host's deadline");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use wasmtime::Store;
 
@@ -152,6 +152,8 @@ pub struct LoadOptions {
     /// its native code: set it only once it is covered by what was
     /// verified (a signature over the manifest listing it).
     pub precompiled: Option<super::precompiled::Precompiled>,
+    /// Limits this plugin asks for, within the host's (`limits.rs`).
+    pub limits: super::limits::PluginLimits,
 }
 
 impl LoadOptions {
@@ -169,6 +171,13 @@ impl LoadOptions {
     #[must_use]
     pub fn with_instance(mut self, name: Option<&str>) -> Self {
         self.instance = name.map(str::to_owned);
+        self
+    }
+
+    /// Bounded by `limits` where they are narrower than the host's.
+    #[must_use]
+    pub fn with_limits(mut self, limits: super::limits::PluginLimits) -> Self {
+        self.limits = limits;
         self
     }
 }
@@ -255,6 +264,9 @@ struct Inner {
     runtime: Arc<RuntimeInner>,
     /// Its share of the host-wide memory budget (`host_budget.rs`).
     _booking: super::host_budget::Booking,
+    /// Deadline of one `reconcile` or `map` call (the host's, or the
+    /// plugin's narrower one: `limits.rs`).
+    call_timeout: Duration,
 }
 
 /// Books what a plugin may hold at once (its memory cap × the instances it
@@ -264,8 +276,8 @@ fn book_memory(
     runtime: &Arc<RuntimeInner>,
     origin: &str,
     registration: &Registration,
+    per_plugin: usize,
 ) -> Result<super::host_budget::Booking, LoadError> {
-    let per_plugin = runtime.slots.per_plugin();
     let instances = registration
         .max_concurrent_reconciles
         .map_or(per_plugin, |n| {
@@ -419,11 +431,18 @@ impl LoadedPlugin {
             "registered plugin"
         );
         let name: Arc<str> = Arc::from(registration.name.as_str());
-        let booking = book_memory(&runtime, &origin, &registration)?;
-        runtime.slots.know(&name); // its reserve holds from the load on
+        let limits = options.limits.within(
+            runtime.config.call_timeout,
+            runtime.slots.per_plugin(),
+            runtime.config.memory_limit_bytes,
+        );
+        let booking = book_memory(&runtime, &origin, &registration, limits.instances)?;
+        // Its reserve holds from the load on; at most its instances.
+        runtime.slots.know(&name, limits.instances);
         Ok(Self {
             inner: Arc::new(Inner {
                 _booking: booking,
+                call_timeout: limits.call_timeout,
                 name,
                 registration,
                 policy,
@@ -697,7 +716,7 @@ impl LoadedPlugin {
         request_time: SystemTime,
     ) -> Result<PluginSession, CallError> {
         let clusters = reads.clusters();
-        let (runtime, timeout) = (&self.inner.runtime, self.inner.runtime.config.call_timeout);
+        let (runtime, timeout) = (&self.inner.runtime, self.inner.call_timeout);
         let slot = runtime
             .slots
             .take_for_call(&self.inner.name, timeout, &runtime.containment)?;
@@ -750,7 +769,7 @@ impl LoadedPlugin {
             &self.inner.pre,
             &self.inner.name,
             function,
-            self.inner.runtime.config.call_timeout,
+            self.inner.call_timeout,
             reads,
             timestamp(request_time),
             self.inner.settings.clone(),
@@ -850,7 +869,7 @@ impl PluginSession {
                 message: "session instance is unusable after a failed call".to_string(),
             });
         }
-        let timeout = inner.runtime.config.call_timeout;
+        let timeout = inner.call_timeout;
         set_deadline(&inner.runtime, &mut self.store, timeout);
         let result = self
             .instance

@@ -43,9 +43,11 @@ mod deadline;
 mod error;
 mod fair_share;
 mod file_check;
+mod file_limits;
 mod file_precompiled;
 mod host_budget;
 mod host_reads;
+mod limits;
 mod loaded;
 mod policy;
 mod precompiled;
@@ -65,11 +67,13 @@ pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};
 pub use error::{CallError, LoadError, RegistryError};
 pub use fair_share::FairShareConfig;
 pub use file_check::{FileCheck, signature_file};
+pub use file_limits::limits_file;
 pub use file_precompiled::precompiled_file;
 pub use host_budget::{
     CGROUP_ROOT, DEFAULT_HEADROOM_PERCENT, HostMemoryBudget, cgroup_memory_limit,
 };
 pub use host_reads::{HostReads, NoReads};
+pub use limits::PluginLimits;
 pub use loaded::{LoadOneError, LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
 pub use precompiled::{CodePath, Precompiled, PrecompiledRefused};

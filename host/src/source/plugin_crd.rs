@@ -103,6 +103,45 @@ pub struct PluginSpec {
     /// of it is compiled. Required by `rekon run --require-signatures`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerificationSpec>,
+    /// Bounds this plugin runs within, narrower than the host's (a wider
+    /// value is the host's: `rekon run --plugin-call-timeout`,
+    /// `--plugin-memory-budget`). Also for the shadow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+}
+
+/// A Plugin's own bounds (docs/plugins/limits.md).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsSpec {
+    /// Deadline of one `reconcile` or `map` call, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub call_timeout_millis: Option<u64>,
+    /// Linear memory all its live instances may hold together, MiB (at
+    /// least one instance's cap).
+    #[serde(
+        default,
+        rename = "memoryBudgetMiB",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1))]
+    pub memory_budget_mib: Option<u64>,
+}
+
+impl LimitsSpec {
+    /// As the runtime takes them.
+    #[must_use]
+    pub fn to_limits(&self) -> crate::plugin::PluginLimits {
+        crate::plugin::PluginLimits {
+            call_timeout: self
+                .call_timeout_millis
+                .map(std::time::Duration::from_millis),
+            memory_budget_bytes: self
+                .memory_budget_mib
+                .map(|m| usize::try_from(m << 20).unwrap_or(usize::MAX)),
+        }
+    }
 }
 
 /// Who must have signed a module (cosign's format, key-based), verified
