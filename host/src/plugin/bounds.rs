@@ -170,10 +170,15 @@ pub(crate) fn enforce(
     checked: Result<(), Contained>,
     bounds: &OutcomeBounds,
     containment: &super::containment::Containment,
+    shadow: bool,
 ) -> Result<(), Contained> {
     checked.inspect_err(|bound| {
         let reason = bound.reason();
-        containment.contained(plugin, reason, &bound.to_string());
+        if shadow {
+            containment.shadow_contained(plugin, reason);
+        } else {
+            containment.contained(plugin, reason, &bound.to_string());
+        }
         tracing::warn!(
             %plugin,
             reason,

@@ -78,6 +78,13 @@ impl Containment {
         }
     }
 
+    /// A call of `plugin`'s shadow (`*.shadow.wasm`, same name) was stopped
+    /// at `reason`: counted, but neither recorded for the Plugin object nor
+    /// backed off for: the serving version is not the one misbehaving.
+    pub(crate) fn shadow_contained(&self, plugin: &str, reason: &'static str) {
+        self.metrics.plugin_contained(plugin, reason);
+    }
+
     /// A call of `plugin` ended within its bounds.
     pub(crate) fn within_bounds(&self, plugin: &str) {
         if self.share.lock().within_bounds(plugin) == Some(Transition::Lifted) {
@@ -137,6 +144,22 @@ mod tests {
             metrics
                 .encode()
                 .contains("rekon_plugin_backoff_seconds{plugin=\"hog\"} 0")
+        );
+    }
+
+    #[test]
+    fn a_shadows_containments_are_counted_but_never_back_off_the_serving_version() {
+        let metrics = Metrics::new();
+        let sink = Containment::new(metrics.clone(), FairShareConfig::default());
+        for _ in 0..5 {
+            sink.shadow_contained("pools", "Timeout");
+        }
+        assert!(sink.admit("pools").is_ok());
+        assert!(sink.record("pools").is_none(), "not the serving version's");
+        assert!(
+            metrics
+                .encode()
+                .contains("rekon_plugin_contained_total{plugin=\"pools\",reason=\"Timeout\"} 5")
         );
     }
 

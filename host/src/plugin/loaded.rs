@@ -614,7 +614,7 @@ impl LoadedPlugin {
                     .rekon_plugin_guest()
                     .call_reconcile(store, &req, phase.convert())
             })?;
-        self.finish_reconcile(result, &clusters)
+        self.finish_reconcile(result, &clusters, metric != "reconcile")
     }
 
     /// Whether this plugin may perform `action` (declared permissions, then
@@ -637,6 +637,7 @@ impl LoadedPlugin {
         &self,
         result: Result<wit::Outcome, wit::ReconcileError>,
         clusters: &[ClusterInfo],
+        shadow: bool,
     ) -> Result<Outcome, CallError> {
         let outcome = result.map_err(|e| CallError::Plugin {
             plugin: self.name().to_string(),
@@ -646,12 +647,17 @@ impl LoadedPlugin {
         let (runtime, name) = (&self.inner.runtime, &self.inner.name);
         let config = &runtime.config;
         let enforce = |checked| {
-            bounds::enforce(name, checked, &config.outcome_bounds, &runtime.containment).map_err(
-                |bound| CallError::Contained {
-                    plugin: name.to_string(),
-                    bound,
-                },
+            bounds::enforce(
+                name,
+                checked,
+                &config.outcome_bounds,
+                &runtime.containment,
+                shadow,
             )
+            .map_err(|bound| CallError::Contained {
+                plugin: name.to_string(),
+                bound,
+            })
         };
         enforce(bounds::check_count(
             outcome.actions.len(),
@@ -786,14 +792,18 @@ impl LoadedPlugin {
             // Stopped by the host at its deadline or memory cap: counted
             // with the outcome bounds (`bounds::enforce`).
             let containment = &self.inner.runtime.containment;
-            match e {
-                CallError::Timeout { .. } => {
-                    containment.contained(&self.inner.name, "Timeout", &e.to_string());
+            let reason = match e {
+                CallError::Timeout { .. } => Some("Timeout"),
+                CallError::OutOfMemory { .. } => Some("OutOfMemory"),
+                _ => None,
+            };
+            match reason {
+                // A shadow's (`shadow_reconcile`): not the serving version's.
+                Some(reason) if metric != function => {
+                    containment.shadow_contained(&self.inner.name, reason);
                 }
-                CallError::OutOfMemory { .. } => {
-                    containment.contained(&self.inner.name, "OutOfMemory", &e.to_string());
-                }
-                _ => {}
+                Some(reason) => containment.contained(&self.inner.name, reason, &e.to_string()),
+                None => {}
             }
         } else if function == "reconcile" && metric == "reconcile" {
             // Within its deadline and memory (its outcome's bounds are
@@ -879,6 +889,6 @@ impl PluginSession {
                 self.poisoned = true;
                 classify(&inner.name, "reconcile", &self.store, &e, timeout, false)
             })?;
-        self.plugin.finish_reconcile(result, &self.clusters)
+        self.plugin.finish_reconcile(result, &self.clusters, false)
     }
 }
