@@ -9,7 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use plugin_support::*;
 use rekon::action::{Outcome, Phase, Resource};
-use rekon::plugin::{CallError, LoadedPlugin, OutcomeBounds, PluginRuntime, RuntimeConfig};
+use rekon::plugin::{
+    CallError, FairShareConfig, HostMemoryBudget, LoadOptions, LoadedPlugin, OutcomeBounds,
+    PluginLimits, PluginRuntime, RuntimeConfig,
+};
 use rekon::telemetry::metrics::Metrics;
 
 /// Far beyond every deadline below: a call still running then is stuck
@@ -247,4 +250,164 @@ async fn a_plugin_holding_the_pool_leaves_its_neighbour_its_reserved_slots() {
         .await
         .expect("the sleepers end");
     assert!(all.iter().all(Result::is_err), "a sleeper cannot finish");
+}
+
+/// CPU fair share: a plugin stopped at its deadline again and again is
+/// backed off as a whole (its calls admitted one per interval, counted and
+/// measured), its neighbour never; calls within bounds in a row lift it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_timing_out_again_and_again_is_backed_off_and_lifted_when_it_behaves() {
+    let metrics = Metrics::new();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(200),
+        max_concurrent_instances: 8,
+        metrics: metrics.clone(),
+        fair_share: FairShareConfig {
+            after: 3,
+            window: Duration::from_secs(600),
+            interval: Duration::from_secs(300),
+            max_interval: Duration::from_secs(600),
+        },
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let hog = runtime.load_file(chaos_v1()).expect("chaos v1 loads");
+    let neighbour = runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect("cm-sync loads");
+    for n in 1..=3 {
+        assert!(hog.admit().is_ok(), "admitted before containment {n}");
+        reconcile(&hog, "loop")
+            .await
+            .expect_err("spins to its deadline");
+    }
+    let wait = hog.admit().expect_err("backed off after 3 timeouts");
+    assert!(
+        wait > Duration::from_secs(200),
+        "one call per interval: {wait:?}"
+    );
+    assert_eq!(runtime.backoff("chaos"), Duration::from_secs(300));
+    assert!(neighbour.admit().is_ok(), "the neighbour is not held");
+    assert_eq!(runtime.backoff("cm-sync"), Duration::ZERO);
+    let text = metrics.encode();
+    assert!(
+        text.contains("rekon_plugin_backoff_total{plugin=\"chaos\"} 1"),
+        "{text}"
+    );
+    assert!(text.contains("rekon_plugin_backoff_seconds{plugin=\"chaos\"} 300"));
+    let record = runtime.contained("chaos").expect("recorded");
+    assert_eq!(record.counts.get("Timeout"), Some(&3));
+    assert_eq!(record.last_reason, "Timeout");
+    assert!(record.last_message.contains("timed out"), "{record:?}");
+    // It behaves: three calls in a row within bounds lift the backoff.
+    for _ in 0..3 {
+        reconcile(&hog, "ok").await.expect("ok reconciles");
+    }
+    assert!(hog.admit().is_ok(), "lifted");
+    assert_eq!(runtime.backoff("chaos"), Duration::ZERO);
+    assert!(
+        metrics
+            .encode()
+            .contains("rekon_plugin_backoff_seconds{plugin=\"chaos\"} 0")
+    );
+}
+
+/// The host-wide memory budget: each loaded plugin books its memory cap
+/// times the instances it may run; a load past the budget is refused with
+/// the numbers, and dropping a plugin gives its share back.
+#[test]
+fn a_load_past_the_host_memory_budget_is_refused_with_its_reason() {
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        // Two instances of 32 MiB per plugin; room for one plugin and a half.
+        plugin_memory_budget_bytes: 64 << 20,
+        host_memory_budget: Some(HostMemoryBudget {
+            bytes: 100 << 20,
+            source: "a test's budget".into(),
+        }),
+        max_concurrent_instances: 8,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let chaos = runtime.load_file(chaos_v1()).expect("chaos v1 fits");
+    assert_eq!(runtime.memory_booked(), 64 << 20);
+    let refused = runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect_err("past the budget");
+    assert_eq!(refused.reason(), "HostMemoryBudget");
+    let text = refused.to_string();
+    assert!(
+        text.contains("64 MiB")
+            && text.contains("of the host's 100 MiB")
+            && text.contains("a test's budget"),
+        "{text}"
+    );
+    // A new version from the same file replaces its booking.
+    let again = runtime
+        .load_file(chaos_v1())
+        .expect("chaos again: same origin");
+    assert_eq!(runtime.memory_booked(), 64 << 20);
+    drop((chaos, again));
+    assert_eq!(runtime.memory_booked(), 0, "given back when dropped");
+    runtime
+        .load_file(test_plugin("cm-sync.wasm"))
+        .expect("fits once chaos is gone");
+}
+
+/// A plugin's own limits (a Plugin object's `spec.limits`, a file's
+/// `NAME.limits.json`) narrow the host's and never widen them: a shorter
+/// deadline stops its calls sooner, a longer one is the host's; a smaller
+/// memory budget books fewer instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugins_own_limits_narrow_the_hosts_and_never_widen_them() {
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        call_timeout: Duration::from_millis(800),
+        plugin_memory_budget_bytes: 128 << 20,
+        max_concurrent_instances: 8,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let bytes = std::fs::read(chaos_v1()).expect("chaos v1");
+    let with = |limits: PluginLimits, instance: &str| {
+        let options = LoadOptions::default()
+            .with_instance(Some(instance))
+            .with_limits(limits);
+        runtime
+            .load_bytes_with(&bytes, instance, &options)
+            .expect("chaos loads")
+    };
+    let narrow = with(
+        PluginLimits {
+            call_timeout: Some(Duration::from_millis(100)),
+            memory_budget_bytes: Some(32 << 20),
+        },
+        "narrow",
+    );
+    assert_eq!(runtime.memory_booked(), 32 << 20, "one instance of 32 MiB");
+    match reconcile(&narrow, "loop").await {
+        Err(CallError::Timeout { timeout, .. }) => {
+            assert_eq!(timeout, Duration::from_millis(100));
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let wide = with(
+        PluginLimits {
+            call_timeout: Some(Duration::from_secs(600)),
+            memory_budget_bytes: Some(1 << 40),
+        },
+        "wide",
+    );
+    assert_eq!(
+        runtime.memory_booked(),
+        (32 << 20) + (128 << 20),
+        "the host's budget: 4 instances of 32 MiB"
+    );
+    match reconcile(&wide, "loop").await {
+        Err(CallError::Timeout { timeout, .. }) => {
+            assert_eq!(timeout, Duration::from_millis(800), "the host's deadline");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
 }

@@ -136,6 +136,12 @@ pub struct Config {
     /// Linear memory all live instances of one plugin may hold together
     /// (`RuntimeConfig::plugin_memory_budget_bytes`).
     pub plugin_memory_budget_bytes: usize,
+    /// When a plugin that keeps hitting its bounds is backed off
+    /// (`RuntimeConfig::fair_share`).
+    pub fair_share: crate::plugin::FairShareConfig,
+    /// What all loaded plugins may hold together
+    /// (`RuntimeConfig::host_memory_budget`).
+    pub host_memory_budget: Option<crate::plugin::HostMemoryBudget>,
     /// Where compiled plugins are cached (by digest).
     pub cache_dir: Option<PathBuf>,
     /// Writer settings.
@@ -226,6 +232,8 @@ impl Default for Config {
             plugin_call_timeout: RuntimeConfig::default().call_timeout,
             outcome_bounds: crate::plugin::OutcomeBounds::default(),
             plugin_memory_budget_bytes: RuntimeConfig::default().plugin_memory_budget_bytes,
+            fair_share: crate::plugin::FairShareConfig::default(),
+            host_memory_budget: None,
             cache_dir: None,
             writer: WriterConfig::default(),
             sync_timeout: Duration::from_secs(30),
@@ -283,11 +291,14 @@ impl App {
         let clusters = connect_clusters(&config).await?;
         info!(primary = %clusters.primary(), clusters = ?clusters.names(), "clusters configured");
 
+        log_memory_budget(&config);
         let runtime = PluginRuntime::new(RuntimeConfig {
             cache_dir: config.cache_dir.clone(),
             call_timeout: config.plugin_call_timeout,
             outcome_bounds: config.outcome_bounds,
             plugin_memory_budget_bytes: config.plugin_memory_budget_bytes,
+            fair_share: config.fair_share,
+            host_memory_budget: config.host_memory_budget.clone(),
             policy,
             metrics: config.metrics.clone(),
             compile_bound: config.compile_bound.clone(),
@@ -538,6 +549,31 @@ impl App {
 /// Where this replica publishes what it serves of the Plugin objects: the
 /// group's report Lease (`<lease-name>-reports`) with leader election or
 /// shards, else nowhere (a single replica is the only one).
+/// Says what bounds the plugins' memory, and warns when one plugin's
+/// budget alone passes the host-wide one (no plugin could load).
+fn log_memory_budget(config: &Config) {
+    let per_plugin_mib = config.plugin_memory_budget_bytes >> 20;
+    match &config.host_memory_budget {
+        Some(host) if host.bytes < config.plugin_memory_budget_bytes => warn!(
+            host_budget_mib = host.bytes >> 20,
+            source = %host.source,
+            per_plugin_mib,
+            "the host-wide memory budget is below one plugin's budget (--plugin-memory-budget): a plugin running its full budget will be refused; lower --plugin-memory-budget or raise the limit"
+        ),
+        Some(host) => info!(
+            host_budget_mib = host.bytes >> 20,
+            source = %host.source,
+            per_plugin_mib,
+            plugins_at_full_budget = host.bytes / config.plugin_memory_budget_bytes.max(1),
+            "plugins' memory bounded host-wide"
+        ),
+        None => info!(
+            per_plugin_mib,
+            "no container memory limit found and no --host-memory-budget: plugins' memory bounded per plugin only"
+        ),
+    }
+}
+
 fn report_board(ops: &ops::OpsConfig, client: kube::Client) -> crate::lease::reports::ReportBoard {
     use crate::lease::reports::{ReportBoard, ReportConfig};
     let config = match (&ops.leader_election, &ops.sharding) {

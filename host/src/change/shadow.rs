@@ -187,6 +187,10 @@ impl Reconciler for Tapped {
         self.inner.settings()
     }
 
+    fn admit(&self) -> Result<(), std::time::Duration> {
+        self.inner.admit()
+    }
+
     fn reconcile(
         &self,
         req: Request,

@@ -39,6 +39,27 @@ pub struct RunArgs {
     /// waits (at most its deadline) for one of its own to end.
     #[arg(long, env = "REKON_PLUGIN_MEMORY_BUDGET_MIB", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
     plugin_memory_budget: u64,
+    /// Linear memory all loaded plugins may hold together, in MiB (each
+    /// books its memory cap × the instances it may run); a load beyond is
+    /// refused, whatever served keeps serving. Default: the container's
+    /// memory limit (cgroup) less --host-memory-headroom; none without a
+    /// limit.
+    #[arg(long, env = "REKON_HOST_MEMORY_BUDGET_MIB", value_parser = clap::value_parser!(u64).range(1..))]
+    host_memory_budget: Option<u64>,
+    /// Percent of the container's memory limit kept for the caches and
+    /// the host itself when the host-wide budget comes from the limit.
+    #[arg(long, env = "REKON_HOST_MEMORY_HEADROOM_PERCENT", default_value_t = rekon::plugin::DEFAULT_HEADROOM_PERCENT, value_parser = clap::value_parser!(u8).range(0..=95))]
+    host_memory_headroom: u8,
+    /// Containments (deadline, memory, outcome bounds) within a minute
+    /// after which a plugin is backed off: its calls are admitted one per
+    /// twice the call timeout, the interval doubling with each further
+    /// containment up to --plugin-backoff-max; as many calls in a row
+    /// within bounds lift it. 0: never back off.
+    #[arg(long, env = "REKON_PLUGIN_BACKOFF_AFTER", default_value_t = rekon::plugin::FairShareConfig::default().after)]
+    plugin_backoff_after: u32,
+    /// Longest interval between two calls of a backed-off plugin.
+    #[arg(long, env = "REKON_PLUGIN_BACKOFF_MAX", default_value = "60s", value_parser = parse_duration)]
+    plugin_backoff_max: std::time::Duration,
     /// Most actions one outcome may return (more: the call fails, `TooManyActions`).
     #[arg(long, env = "REKON_MAX_OUTCOME_ACTIONS", default_value_t = rekon::plugin::OutcomeBounds::default().max_actions)]
     max_outcome_actions: usize,
@@ -393,6 +414,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         plugin_call_timeout: args.plugin_call_timeout,
         plugin_memory_budget_bytes: usize::try_from(args.plugin_memory_budget << 20)
             .unwrap_or(usize::MAX),
+        host_memory_budget: rekon::plugin::HostMemoryBudget::decide(
+            args.host_memory_budget,
+            args.host_memory_headroom,
+            std::path::Path::new(rekon::plugin::CGROUP_ROOT),
+        ),
+        fair_share: rekon::plugin::FairShareConfig {
+            after: args.plugin_backoff_after,
+            interval: args.plugin_call_timeout.saturating_mul(2),
+            max_interval: args.plugin_backoff_max,
+            ..rekon::plugin::FairShareConfig::default()
+        },
         outcome_bounds: rekon::plugin::OutcomeBounds {
             max_actions: args.max_outcome_actions,
             max_object_bytes: args.max_object_bytes,

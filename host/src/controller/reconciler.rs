@@ -3,7 +3,7 @@
 //! shadow rollout are one, built above the controller).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -37,6 +37,17 @@ pub trait Reconciler: Send + Sync + 'static {
         reads: Arc<dyn HostReads>,
         time: SystemTime,
     ) -> BoxFuture<'static, Result<Outcome, CallError>>;
+
+    /// Whether a reconcile may start now; `Err(wait)`: the plugin is backed
+    /// off (CPU fair share) and its next turn is `wait` away. By default
+    /// always (native reconcilers are trusted code); a [`Layer`] forwards it.
+    ///
+    /// # Errors
+    /// How long until the plugin's next turn.
+    fn admit(&self) -> Result<(), Duration> {
+        Ok(())
+    }
+
     /// Whether the plugin may perform `action`: the writer's last gate,
     /// checked before every write done for the plugin (the host's own
     /// finalizer patches included). By default everything (native
@@ -102,6 +113,10 @@ impl Reconciler for LoadedPlugin {
 
     fn check_action(&self, action: &Action, clusters: &[ClusterInfo]) -> Result<(), CallError> {
         LoadedPlugin::check_action(self, action, clusters)
+    }
+
+    fn admit(&self) -> Result<(), Duration> {
+        LoadedPlugin::admit(self)
     }
 
     fn map(

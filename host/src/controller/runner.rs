@@ -673,7 +673,7 @@ async fn reconcile_key(
     metrics.observe_work_duration(started.elapsed());
     timer.finish(match done {
         Done::Success(None) => ReconcileResult::Success,
-        Done::Success(Some(_)) => ReconcileResult::RequeueAfter,
+        Done::Success(Some(_)) | Done::Defer(_) => ReconcileResult::RequeueAfter,
         Done::Retry => {
             metrics.retry();
             ReconcileResult::Error
@@ -750,6 +750,12 @@ async fn reconcile_inner(shared: Arc<Shared>, key: ReqKey) -> Done {
         namespace: key.namespace.clone(),
         name: key.name.clone(),
     };
+    if let Err(wait) = plugin.admit() {
+        // Backed off for hitting its bounds again and again: the key waits
+        // its turn on the queue, holding nothing (not a failure).
+        debug!(?wait, "plugin backed off; reconcile deferred");
+        return Done::Defer(wait);
+    }
     let started = std::time::Instant::now();
     let outcome = match plugin
         .reconcile(

@@ -7,7 +7,6 @@
 //! failed call.
 
 use crate::action::{Action, Outcome};
-use crate::telemetry::metrics::Metrics;
 
 /// The largest request body the Kubernetes API server accepts (its
 /// `MaxRequestBodyBytes`, 3 MiB; it answers 413 beyond). Objects stored in
@@ -167,16 +166,21 @@ pub(crate) fn check_count(count: usize, bounds: &OutcomeBounds) -> Result<(), Co
 /// (`rekon_plugin_contained_total`) and logged with the bound (the
 /// reconcile's span names the object).
 pub(crate) fn enforce(
-    plugin: &str,
+    plugin: &std::sync::Arc<str>,
     checked: Result<(), Contained>,
     bounds: &OutcomeBounds,
-    metrics: &Metrics,
+    containment: &super::containment::Containment,
+    shadow: bool,
 ) -> Result<(), Contained> {
     checked.inspect_err(|bound| {
         let reason = bound.reason();
-        metrics.plugin_contained(plugin, reason);
+        if shadow {
+            containment.shadow_contained(plugin, reason);
+        } else {
+            containment.contained(plugin, reason, &bound.to_string());
+        }
         tracing::warn!(
-            plugin,
+            %plugin,
             reason,
             %bound,
             max_actions = bounds.max_actions,

@@ -100,6 +100,16 @@ pub enum LoadError {
         /// What is wrong.
         reason: String,
     },
+    /// The plugins loaded and this one together would pass the host-wide
+    /// memory budget (`--host-memory-budget`, or the container's limit
+    /// less headroom).
+    #[error("refused plugin {origin}: over the host's memory budget: {message}")]
+    HostMemoryBudget {
+        /// The file or label the bytes came from.
+        origin: String,
+        /// What it needs, what is booked, the budget and where it came from.
+        message: String,
+    },
     /// The operator policy refuses the plugin (it watches a resource the
     /// policy denies `list`/`watch` on).
     #[error("refused plugin {origin}: {reason}")]
@@ -128,6 +138,7 @@ impl LoadError {
             Self::Refused { .. } => "RegisterRefused",
             Self::InvalidRegistration { .. } => "InvalidRegistration",
             Self::Policy { .. } => "PolicyRefused",
+            Self::HostMemoryBudget { .. } => "HostMemoryBudget",
         }
     }
 }

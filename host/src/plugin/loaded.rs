@@ -11,17 +11,17 @@ use wasmtime::Store;
 use super::bindings::types as wit;
 use super::bindings::{Plugin, PluginPre};
 use super::bounds;
+use super::call::{call, classify, new_store, panic_text, set_deadline};
 use super::capability;
 use super::convert::Convert;
-use super::deadline::DeadlineReached;
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
 use super::policy::PluginPolicy;
 use super::runtime::{self, LoadTimings, PluginRuntime, Prepared, RuntimeConfig, RuntimeInner};
-use super::sandbox::{CallDeadline, CallState};
+use super::sandbox::CallState;
 use super::validation::{InvalidRegistration, validate_registration};
 use crate::action::{
-    Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, Timestamp, timestamp,
+    Action, ClusterInfo, Outcome, Phase, Registration, Request, Resource, timestamp,
 };
 
 /// Why [`PluginRuntime::load_one`] has no plugin.
@@ -152,6 +152,8 @@ pub struct LoadOptions {
     /// its native code: set it only once it is covered by what was
     /// verified (a signature over the manifest listing it).
     pub precompiled: Option<super::precompiled::Precompiled>,
+    /// Limits this plugin asks for, within the host's (`limits.rs`).
+    pub limits: super::limits::PluginLimits,
 }
 
 impl LoadOptions {
@@ -169,6 +171,13 @@ impl LoadOptions {
     #[must_use]
     pub fn with_instance(mut self, name: Option<&str>) -> Self {
         self.instance = name.map(str::to_owned);
+        self
+    }
+
+    /// Bounded by `limits` where they are narrower than the host's.
+    #[must_use]
+    pub fn with_limits(mut self, limits: super::limits::PluginLimits) -> Self {
+        self.limits = limits;
         self
     }
 }
@@ -253,6 +262,43 @@ struct Inner {
     registered_as: String,
     pre: PluginPre<CallState>,
     runtime: Arc<RuntimeInner>,
+    /// Its share of the host-wide memory budget (`host_budget.rs`).
+    _booking: super::host_budget::Booking,
+    /// Deadline of one `reconcile` or `map` call (the host's, or the
+    /// plugin's narrower one: `limits.rs`).
+    call_timeout: Duration,
+}
+
+/// Books what a plugin may hold at once (its memory cap × the instances it
+/// may run: its declared concurrency within its per-plugin budget) in the
+/// host-wide budget.
+fn book_memory(
+    runtime: &Arc<RuntimeInner>,
+    origin: &str,
+    registration: &Registration,
+    per_plugin: usize,
+) -> Result<super::host_budget::Booking, LoadError> {
+    let instances = registration
+        .max_concurrent_reconciles
+        .map_or(per_plugin, |n| {
+            usize::try_from(n).unwrap_or(usize::MAX).min(per_plugin)
+        })
+        .max(1);
+    let bytes = instances.saturating_mul(runtime.config.memory_limit_bytes);
+    runtime.host_book.book(origin, bytes).map_err(|over| {
+        tracing::error!(plugin = %registration.name, %origin, need_mib = over.need >> 20, booked_mib = over.booked >> 20, budget_mib = over.budget >> 20, source = %over.source, "plugin refused: the host-wide memory budget is spent; whatever served keeps serving");
+        LoadError::HostMemoryBudget {
+            origin: origin.to_owned(),
+            message: format!(
+                "it may hold {} MiB ({instances} instances of {} MiB), the plugins loaded hold {} MiB of the host's {} MiB ({})",
+                over.need >> 20,
+                runtime.config.memory_limit_bytes >> 20,
+                over.booked >> 20,
+                over.budget >> 20,
+                over.source
+            ),
+        }
+    })
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -385,9 +431,18 @@ impl LoadedPlugin {
             "registered plugin"
         );
         let name: Arc<str> = Arc::from(registration.name.as_str());
-        runtime.slots.know(&name); // its reserve holds from the load on
+        let limits = options.limits.within(
+            runtime.config.call_timeout,
+            runtime.slots.per_plugin(),
+            runtime.config.memory_limit_bytes,
+        );
+        let booking = book_memory(&runtime, &origin, &registration, limits.instances)?;
+        // Its reserve holds from the load on; at most its instances.
+        runtime.slots.know(&name, limits.instances);
         Ok(Self {
             inner: Arc::new(Inner {
+                _booking: booking,
+                call_timeout: limits.call_timeout,
                 name,
                 registration,
                 policy,
@@ -404,6 +459,17 @@ impl LoadedPlugin {
                 runtime,
             }),
         })
+    }
+
+    /// Whether a reconcile of this plugin may start now: `Err(wait)` while
+    /// it is backed off for hitting its bounds again and again and its next
+    /// turn is `wait` away (CPU fair share, `fair_share.rs`). The
+    /// controller puts the key back on its queue for that long.
+    ///
+    /// # Errors
+    /// How long until its next turn.
+    pub fn admit(&self) -> Result<(), std::time::Duration> {
+        self.inner.runtime.containment.admit(&self.inner.name)
     }
 
     /// The plugin's name (from its registration).
@@ -548,7 +614,7 @@ impl LoadedPlugin {
                     .rekon_plugin_guest()
                     .call_reconcile(store, &req, phase.convert())
             })?;
-        self.finish_reconcile(result, &clusters)
+        self.finish_reconcile(result, &clusters, metric != "reconcile")
     }
 
     /// Whether this plugin may perform `action` (declared permissions, then
@@ -571,20 +637,27 @@ impl LoadedPlugin {
         &self,
         result: Result<wit::Outcome, wit::ReconcileError>,
         clusters: &[ClusterInfo],
+        shadow: bool,
     ) -> Result<Outcome, CallError> {
         let outcome = result.map_err(|e| CallError::Plugin {
             plugin: self.name().to_string(),
             message: e.message,
             retryable: e.retryable,
         })?;
-        let (config, name) = (&self.inner.runtime.config, self.name());
+        let (runtime, name) = (&self.inner.runtime, &self.inner.name);
+        let config = &runtime.config;
         let enforce = |checked| {
-            bounds::enforce(name, checked, &config.outcome_bounds, &config.metrics).map_err(
-                |bound| CallError::Contained {
-                    plugin: name.to_string(),
-                    bound,
-                },
+            bounds::enforce(
+                name,
+                checked,
+                &config.outcome_bounds,
+                &runtime.containment,
+                shadow,
             )
+            .map_err(|bound| CallError::Contained {
+                plugin: name.to_string(),
+                bound,
+            })
         };
         enforce(bounds::check_count(
             outcome.actions.len(),
@@ -649,11 +722,10 @@ impl LoadedPlugin {
         request_time: SystemTime,
     ) -> Result<PluginSession, CallError> {
         let clusters = reads.clusters();
-        let (runtime, timeout) = (&self.inner.runtime, self.inner.runtime.config.call_timeout);
-        let slot =
-            runtime
-                .slots
-                .take_for_call(&self.inner.name, timeout, &runtime.config.metrics)?;
+        let (runtime, timeout) = (&self.inner.runtime, self.inner.call_timeout);
+        let slot = runtime
+            .slots
+            .take_for_call(&self.inner.name, timeout, &runtime.containment)?;
         let mut store = new_store(
             &self.inner.runtime,
             &self.inner.name,
@@ -703,7 +775,7 @@ impl LoadedPlugin {
             &self.inner.pre,
             &self.inner.name,
             function,
-            self.inner.runtime.config.call_timeout,
+            self.inner.call_timeout,
             reads,
             timestamp(request_time),
             self.inner.settings.clone(),
@@ -718,14 +790,28 @@ impl LoadedPlugin {
         {
             metrics.wasm_call_failed(&self.inner.name, metric, e.kind());
             // Stopped by the host at its deadline or memory cap: counted
-            // with the outcome bounds (`check_bounds`).
-            match e {
-                CallError::Timeout { .. } => metrics.plugin_contained(&self.inner.name, "Timeout"),
-                CallError::OutOfMemory { .. } => {
-                    metrics.plugin_contained(&self.inner.name, "OutOfMemory");
+            // with the outcome bounds (`bounds::enforce`).
+            let containment = &self.inner.runtime.containment;
+            let reason = match e {
+                CallError::Timeout { .. } => Some("Timeout"),
+                CallError::OutOfMemory { .. } => Some("OutOfMemory"),
+                _ => None,
+            };
+            match reason {
+                // A shadow's (`shadow_reconcile`): not the serving version's.
+                Some(reason) if metric != function => {
+                    containment.shadow_contained(&self.inner.name, reason);
                 }
-                _ => {}
+                Some(reason) => containment.contained(&self.inner.name, reason, &e.to_string()),
+                None => {}
             }
+        } else if function == "reconcile" && metric == "reconcile" {
+            // Within its deadline and memory (its outcome's bounds are
+            // checked next, and count against it if broken).
+            self.inner
+                .runtime
+                .containment
+                .within_bounds(&self.inner.name);
         }
         result
     }
@@ -793,7 +879,7 @@ impl PluginSession {
                 message: "session instance is unusable after a failed call".to_string(),
             });
         }
-        let timeout = inner.runtime.config.call_timeout;
+        let timeout = inner.call_timeout;
         set_deadline(&inner.runtime, &mut self.store, timeout);
         let result = self
             .instance
@@ -803,195 +889,6 @@ impl PluginSession {
                 self.poisoned = true;
                 classify(&inner.name, "reconcile", &self.store, &e, timeout, false)
             })?;
-        self.plugin.finish_reconcile(result, &self.clusters)
-    }
-}
-
-fn new_store(
-    runtime: &RuntimeInner,
-    name: &Arc<str>,
-    reads: Arc<dyn HostReads>,
-    request_time: Timestamp,
-    settings: Option<Arc<str>>,
-) -> Store<CallState> {
-    let state = CallState::new(
-        name.clone(),
-        reads,
-        request_time,
-        PluginRuntime::limits(runtime),
-        settings,
-    );
-    let mut store = Store::new(&runtime.engine, state);
-    store.limiter(|state| &mut state.limiter);
-    store.epoch_deadline_trap();
-    store
-}
-
-/// The next call on `store` ends `timeout` from now: running (the epoch
-/// deadline) or waiting in WASI (`deadline.rs`).
-fn set_deadline(runtime: &RuntimeInner, store: &mut Store<CallState>, timeout: Duration) {
-    store.set_epoch_deadline(runtime::deadline_ticks(runtime, timeout));
-    store.data_mut().deadline = Some(CallDeadline::after(timeout));
-}
-
-/// One call in a fresh store.
-#[allow(clippy::too_many_arguments)]
-fn call<R>(
-    runtime: &RuntimeInner,
-    pre: &PluginPre<CallState>,
-    name: &Arc<str>,
-    function: &'static str,
-    timeout: Duration,
-    reads: Arc<dyn HostReads>,
-    request_time: Timestamp,
-    settings: Option<Arc<str>>,
-    f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
-) -> Result<R, CallError> {
-    let _slot = runtime
-        .slots
-        .take_for_call(name, timeout, &runtime.config.metrics)?;
-    let mut store = new_store(runtime, name, reads, request_time, settings);
-    set_deadline(runtime, &mut store, timeout);
-    let instance = pre
-        .instantiate(&mut store)
-        .map_err(|e| classify(name, function, &store, &e, timeout, true))?;
-    let result =
-        f(&mut store, &instance).map_err(|e| classify(name, function, &store, &e, timeout, false));
-    let output = store.data().output_text();
-    if !output.is_empty() {
-        tracing::debug!(plugin = %name, function, output = %output.trim_end(), "plugin output");
-    }
-    result
-}
-
-/// Turns a wasmtime error into the most specific [`CallError`].
-fn classify(
-    name: &str,
-    function: &'static str,
-    store: &Store<CallState>,
-    error: &wasmtime::Error,
-    timeout: Duration,
-    instantiating: bool,
-) -> CallError {
-    let plugin = name.to_string();
-    let state = store.data();
-    if state.limiter.hit() {
-        return CallError::OutOfMemory {
-            plugin,
-            function,
-            limit_bytes: state.limiter.memory_bytes,
-        };
-    }
-    if matches!(
-        error.downcast_ref::<wasmtime::Trap>(),
-        Some(wasmtime::Trap::Interrupt)
-    ) || error.downcast_ref::<DeadlineReached>().is_some()
-    {
-        return CallError::Timeout {
-            plugin,
-            function,
-            timeout,
-        };
-    }
-    let output = state.output_text();
-    if let Some(message) = panic_message(&output) {
-        return CallError::Panic {
-            plugin,
-            function,
-            message,
-        };
-    }
-    if let Some(exit) = error.downcast_ref::<wasmtime_wasi::I32Exit>() {
-        return CallError::Trap {
-            plugin,
-            function,
-            message: format!("plugin exited with status {}", exit.0),
-            backtrace: None,
-        };
-    }
-    if instantiating && error.downcast_ref::<wasmtime::Trap>().is_none() {
-        return CallError::Instantiate {
-            plugin,
-            message: format!("{error:#}"),
-        };
-    }
-    let message = match error.downcast_ref::<wasmtime::Trap>() {
-        Some(trap) => trap.to_string(),
-        None => format!("{error:#}"),
-    };
-    CallError::Trap {
-        plugin,
-        function,
-        message,
-        backtrace: error
-            .downcast_ref::<wasmtime::WasmBacktrace>()
-            .map(backtrace_summary),
-    }
-}
-
-/// The panic message from what a Rust guest wrote before aborting
-/// (`thread '<unnamed>' panicked at src/lib.rs:1:2:\nmessage`).
-fn panic_message(output: &str) -> Option<String> {
-    let start = output.find("panicked at")?;
-    let text = &output[start + "panicked at".len()..];
-    let text = text.trim_start();
-    // "src/lib.rs:10:5:\nthe message\nnote: run with RUST_BACKTRACE..."
-    let (location, rest) = text.split_once('\n').unwrap_or((text, ""));
-    let message: Vec<&str> = rest
-        .lines()
-        .take_while(|l| !l.starts_with("note: "))
-        .collect();
-    let message = message.join("\n");
-    let location = location.trim_end_matches(':');
-    Some(if message.trim().is_empty() {
-        format!("at {location}")
-    } else {
-        format!("{} (at {location})", message.trim())
-    })
-}
-
-/// The first few guest frames.
-fn backtrace_summary(bt: &wasmtime::WasmBacktrace) -> String {
-    bt.frames()
-        .iter()
-        .take(5)
-        .map(|frame| {
-            let func = frame
-                .func_name()
-                .map(String::from)
-                .unwrap_or_else(|| format!("func[{}]", frame.func_index()));
-            match frame
-                .symbols()
-                .first()
-                .and_then(|s| Some((s.file()?, s.line()?)))
-            {
-                Some((file, line)) => format!("{func} ({file}:{line})"),
-                None => func,
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" <- ")
-}
-
-fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn panic_message_from_rust_abort_output() {
-        let out = "thread '<unnamed>' panicked at src/lib.rs:42:9:\nchaos: asked to panic\nnote: run with `RUST_BACKTRACE=1` environment variable to display a backtrace\n";
-        assert_eq!(
-            panic_message(out).as_deref(),
-            Some("chaos: asked to panic (at src/lib.rs:42:9)")
-        );
-        assert_eq!(panic_message("just some log line\n"), None);
+        self.plugin.finish_reconcile(result, &self.clusters, false)
     }
 }

@@ -605,6 +605,7 @@ impl PluginRegistry {
         let options = LoadOptions {
             settings,
             instance: None,
+            limits: super::file_limits::beside(path),
             precompiled: super::file_precompiled::beside(
                 path,
                 check.as_ref(),

@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::containment::Containment;
 use super::error::CallError;
-use crate::telemetry::metrics::Metrics;
 
 /// Slots each plugin keeps for itself, when the pool is large enough.
 pub const RESERVE: usize = 2;
@@ -31,6 +31,9 @@ pub const RESERVE: usize = 2;
 struct Use {
     /// Slots in use, per plugin (every plugin served so far has an entry).
     by_plugin: HashMap<Arc<str>, usize>,
+    /// Most slots a plugin holds at once, where narrower than the book's
+    /// (its own memory budget: `limits.rs`).
+    caps: HashMap<Arc<str>, usize>,
     total: usize,
 }
 
@@ -72,11 +75,15 @@ impl Slots {
         }
     }
 
+    /// Most slots one plugin holds at once.
+    pub(crate) fn per_plugin(&self) -> usize {
+        self.per_plugin
+    }
+
     /// Whether `plugin` may take one more slot now.
     fn grantable(&self, used: &Use, plugin: &str) -> bool {
-        if used.total >= self.capacity
-            || used.by_plugin.get(plugin).copied().unwrap_or(0) >= self.per_plugin
-        {
+        let cap = used.caps.get(plugin).copied().unwrap_or(self.per_plugin);
+        if used.total >= self.capacity || used.by_plugin.get(plugin).copied().unwrap_or(0) >= cap {
             return false;
         }
         let plugins = used.by_plugin.len().max(1);
@@ -92,12 +99,15 @@ impl Slots {
 
     /// Book `plugin` (loaded, maybe not called yet): its reserve holds
     /// from now on, so a neighbour already taking the pool leaves it room.
-    pub(crate) fn know(&self, plugin: &Arc<str>) {
-        self.used
-            .lock()
-            .by_plugin
-            .entry(Arc::clone(plugin))
-            .or_insert(0);
+    /// It holds at most `instances` slots at once (its memory budget).
+    pub(crate) fn know(&self, plugin: &Arc<str>, instances: usize) {
+        let mut used = self.used.lock();
+        used.by_plugin.entry(Arc::clone(plugin)).or_insert(0);
+        if instances < self.per_plugin {
+            used.caps.insert(Arc::clone(plugin), instances.max(1));
+        } else {
+            used.caps.remove(plugin);
+        }
     }
 
     /// A slot for `plugin`, waiting at most `wait` for one.
@@ -138,17 +148,18 @@ impl Slots {
         self: &Arc<Self>,
         plugin: &Arc<str>,
         wait: Duration,
-        metrics: &Metrics,
+        containment: &Containment,
     ) -> Result<Slot, CallError> {
         self.take(plugin, wait).map_err(|(mine, all)| {
-            metrics.plugin_contained(plugin, "InstanceSlots");
             tracing::warn!(%plugin, held = mine, in_use = all, capacity = self.capacity, "no instance slot within the call's deadline: the rest of the pool is in use or reserved for other plugins");
+            let message = format!(
+                "no instance slot within {wait:?}: this plugin holds {mine} (its memory budget allows {}) of the pool's {}, {all} in use, the rest reserved for other plugins (InstanceSlots)",
+                self.per_plugin, self.capacity
+            );
+            containment.contained(plugin, "InstanceSlots", &message);
             CallError::Instantiate {
                 plugin: plugin.to_string(),
-                message: format!(
-                    "no instance slot within {wait:?}: this plugin holds {mine} (its memory budget allows {}) of the pool's {}, {all} in use, the rest reserved for other plugins (InstanceSlots)",
-                    self.per_plugin, self.capacity
-                ),
+                message,
             }
         })
     }
@@ -173,6 +184,22 @@ mod tests {
         );
         drop(held);
         assert!(book.take(&one, Duration::ZERO).is_ok());
+    }
+
+    #[test]
+    fn a_plugin_with_a_smaller_budget_of_its_own_holds_fewer() {
+        let book = Arc::new(Slots::new(64, 4));
+        let small = name("small");
+        book.know(&small, 1);
+        let held = book.take(&small, Duration::ZERO).expect("one");
+        assert_eq!(book.take(&small, Duration::ZERO).err(), Some((1, 1)));
+        drop(held);
+        book.know(&small, 8); // wider than the book's: the book's 4
+        let held: Vec<_> = (0..4)
+            .map(|_| book.take(&small, Duration::ZERO).unwrap())
+            .collect();
+        assert!(book.take(&small, Duration::ZERO).is_err());
+        drop(held);
     }
 
     fn name(s: &str) -> Arc<str> {

@@ -120,6 +120,11 @@ pub enum Done {
     Retry,
     /// Terminal failure: not retried until the key is added again.
     Terminal,
+    /// Not run: may not start before the delay (its plugin is backed off,
+    /// `plugin/fair_share.rs`); its failures and pending work are kept
+    /// (an event meanwhile makes it ready at once, as it would any timer:
+    /// it is then deferred again by whoever ran it).
+    Defer(Duration),
 }
 
 #[derive(Debug, Default)]
@@ -343,6 +348,16 @@ impl<K: QueueKey> WorkQueue<K> {
             Done::Terminal => {
                 self.failures.remove(key);
             }
+            Done::Defer(after) => {
+                let why = if dirty {
+                    reason.as_str()
+                } else {
+                    "deferred: plugin backed off"
+                };
+                self.add_after(key.clone(), after, why, now);
+                self.gc(key);
+                return;
+            }
         }
         if dirty {
             self.add(key.clone(), &reason);
@@ -529,6 +544,27 @@ mod tests {
         q.done(&popped, Done::Success(None), now);
         assert_eq!(q.failures(&key), 0);
         assert_eq!(q.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_deferred_key_comes_back_after_its_delay_with_its_failures_kept() {
+        let t0 = Instant::now();
+        let mut q = WorkQueue::new();
+        let key = k("a", "x");
+        q.add(key.clone(), "e");
+        let (popped, _) = q.pop().unwrap();
+        q.done(&popped, Done::Retry, t0);
+        q.fire_due(t0 + backoff(1));
+        let (popped, _) = q.pop().unwrap();
+        // An event while it ran: deferred all the same.
+        q.add(key.clone(), "changed");
+        q.done(&popped, Done::Defer(Duration::from_secs(8)), t0);
+        assert_eq!(q.failures(&key), 1, "a deferral is no success");
+        assert_eq!(q.next_deadline(), Some(t0 + Duration::from_secs(8)));
+        assert!(q.pop().is_none());
+        q.fire_due(t0 + Duration::from_secs(8));
+        let (_, reason) = q.pop().unwrap();
+        assert_eq!(reason, "changed", "the pending work's reason kept");
     }
 
     #[test]

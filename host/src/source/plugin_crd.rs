@@ -103,6 +103,45 @@ pub struct PluginSpec {
     /// of it is compiled. Required by `rekon run --require-signatures`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<VerificationSpec>,
+    /// Bounds this plugin runs within, narrower than the host's (a wider
+    /// value is the host's: `rekon run --plugin-call-timeout`,
+    /// `--plugin-memory-budget`). Also for the shadow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<LimitsSpec>,
+}
+
+/// A Plugin's own bounds (docs/plugins/limits.md).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LimitsSpec {
+    /// Deadline of one `reconcile` or `map` call, milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub call_timeout_millis: Option<u64>,
+    /// Linear memory all its live instances may hold together, MiB (at
+    /// least one instance's cap).
+    #[serde(
+        default,
+        rename = "memoryBudgetMiB",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 1))]
+    pub memory_budget_mib: Option<u64>,
+}
+
+impl LimitsSpec {
+    /// As the runtime takes them.
+    #[must_use]
+    pub fn to_limits(&self) -> crate::plugin::PluginLimits {
+        crate::plugin::PluginLimits {
+            call_timeout: self
+                .call_timeout_millis
+                .map(std::time::Duration::from_millis),
+            memory_budget_bytes: self
+                .memory_budget_mib
+                .map(|m| usize::try_from(m << 20).unwrap_or(usize::MAX)),
+        }
+    }
 }
 
 /// Who must have signed a module (cosign's format, key-based), verified
@@ -251,9 +290,39 @@ pub struct PluginObjectStatus {
     /// (the `Consistent` condition sums it up).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replicas: Vec<ReplicaStatus>,
+    /// The calls the host stopped at a bound (deadline, memory, instance
+    /// slots, outcome bounds) on the replica writing this status, since
+    /// it started; absent while there were none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contained: Option<ContainedStatus>,
     /// `Fetched`, `Ready`, `Degraded`, `Consistent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The containments of a plugin (`rekon_plugin_contained_total` of the
+/// replica writing the status), the latest named.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainedStatus {
+    /// Calls stopped per reason (`Timeout`, `OutOfMemory`, `InstanceSlots`,
+    /// `TooManyActions`, `ObjectTooLarge`, `OutcomeTooLarge`, `TooDeep`,
+    /// `InvalidJson`).
+    #[serde(default)]
+    pub counts: std::collections::BTreeMap<String, u64>,
+    /// The reason of the latest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reason: Option<String>,
+    /// What the latest said (the bound and how far it was broken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_message: Option<String>,
+    /// When the latest happened.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_time: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    /// While the plugin is backed off for hitting its bounds again and
+    /// again: the seconds between two of its admitted calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_seconds: Option<u64>,
 }
 
 /// What one live replica serves of a Plugin, as it reported it.

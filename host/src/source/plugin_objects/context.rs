@@ -31,7 +31,8 @@ pub struct PluginObjectsConfig {
     pub require_signatures: bool,
     /// Longest wait between retries of a failed fetch.
     pub max_backoff: Duration,
-    /// How often shadow counts are written to the status.
+    /// How often shadow counts and containments are written to the
+    /// status (and the most often a containment Event is recorded).
     pub status_period: Duration,
     /// Field manager of the status writes.
     pub field_manager: String,
@@ -120,6 +121,8 @@ pub(super) struct Entry {
     /// process's shadow counters when it was loaded: the counters are per
     /// plugin name and cumulative, the status counts one candidate.
     pub(super) shadow_base: Option<(String, (u64, u64))>,
+    /// Containments of its plugin told in an Event so far.
+    pub(super) contained_evented: u64,
 }
 
 /// What this replica serves of one Plugin object.

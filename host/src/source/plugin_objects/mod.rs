@@ -14,6 +14,7 @@
 // pass) and run (the watch and the queue). Each imports only files
 // earlier in that order.
 mod conditions;
+mod contained;
 mod context;
 mod error;
 mod fetch;

@@ -23,7 +23,7 @@ use super::status::{Served, record};
 use super::verify::{check, pinned, policy, refused, report, trusted_precompiled, verify};
 use crate::plugin::{LoadOptions, LoadedPlugin};
 use crate::queue::Action;
-use crate::source::plugin_crd::{Plugin, PluginObjectStatus, ShadowStatus};
+use crate::source::plugin_crd::{LimitsSpec, Plugin, PluginObjectStatus, ShadowStatus};
 
 /// Makes `obj`'s desired version serve on this replica and says so in its
 /// status: fetch, verify, load within the grant, swap in, the shadow
@@ -147,7 +147,13 @@ async fn apply(
     let verified = verified?;
     let mut options = LoadOptions::default()
         .with_settings(spec.settings.as_ref())
-        .with_instance(Some(&name));
+        .with_instance(Some(&name))
+        .with_limits(
+            spec.limits
+                .as_ref()
+                .map(LimitsSpec::to_limits)
+                .unwrap_or_default(),
+        );
     options.precompiled = trusted_precompiled(ctx, obj, &module, verified.as_ref());
     let loaded = load(ctx, &origin(&name), &module, &grant, &options).await?;
     pass.status.digest = Some(module.digest.clone());

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use super::contained::refresh_contained;
 use super::context::{Context, PluginObjectsConfig, origin, shadow_origin};
 use super::error::PluginObjectError;
 use super::module_source::ModuleSource;
@@ -122,7 +123,10 @@ impl PluginObjects {
                     publish_report(&self.ctx);
                     refresh_consistency(&self.ctx).await;
                 }
-                _ = refresh.tick() => refresh_shadow_counts(&self.ctx).await,
+                _ = refresh.tick() => {
+                    refresh_shadow_counts(&self.ctx).await;
+                    refresh_contained(&self.ctx).await;
+                }
             }
         }
         debug!("stopped following Plugin objects");

@@ -11,7 +11,7 @@ use super::load::load;
 use super::verify::verify;
 use crate::action::Permission;
 use crate::plugin::LoadOptions;
-use crate::source::plugin_crd::{Plugin, ShadowStatus};
+use crate::source::plugin_crd::{LimitsSpec, Plugin, ShadowStatus};
 use crate::source::signature::Policy;
 
 /// Makes `obj`'s shadow run (or, without `spec.shadow`, stop): the digest
@@ -45,6 +45,12 @@ pub(super) async fn shadow(
     let settings = shadow.settings.as_ref().or(spec.settings.as_ref());
     let options = LoadOptions::default()
         .with_settings(settings)
+        .with_limits(
+            spec.limits
+                .as_ref()
+                .map(LimitsSpec::to_limits)
+                .unwrap_or_default(),
+        )
         .with_instance(Some(name));
     load(ctx, &shadow_origin(name), &module, grant, &options)
         .await

@@ -282,7 +282,7 @@ pub(super) async fn refresh_shadow_counts(ctx: &Context) {
 /// Writes `status` (with `Consistent` from the reports) unless this
 /// replica does not write statuses or it says nothing new. Callers hold
 /// [`Context::status_writes`].
-async fn write_status(ctx: &Context, obj: &Plugin, status: PluginObjectStatus) {
+pub(super) async fn write_status(ctx: &Context, obj: &Plugin, status: PluginObjectStatus) {
     let name = obj.name_any();
     if !ctx.writes_status() {
         return;
@@ -300,7 +300,7 @@ async fn write_status(ctx: &Context, obj: &Plugin, status: PluginObjectStatus) {
     // A merge patch leaves out what is absent: clear what is gone.
     let mut body = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
     if let Some(map) = body.as_object_mut() {
-        for key in ["digest", "version", "shadow", "replicas"] {
+        for key in ["digest", "version", "shadow", "replicas", "contained"] {
             map.entry(key).or_insert(serde_json::Value::Null);
         }
         if let Some(shadow) = map.get_mut("shadow").and_then(|s| s.as_object_mut()) {

@@ -704,3 +704,114 @@ async fn install_crd(client: &kube::Client) {
         .await
         .expect("the Plugin CRD");
 }
+
+/// A Plugin object's plugin stopped at its deadline again and again: its
+/// status counts the containments per reason, names the latest and its
+/// backoff, and an Event whose reason names the bound is recorded once,
+/// not again until there are new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containments_show_on_the_plugin_objects_status_and_in_an_event() {
+    use k8s_openapi::api::events::v1::Event as KubeEvent;
+    timeout(TEST_TIMEOUT, async {
+        let sim = kube_sim::Sim::start(&["main"]).await.expect("sim");
+        let client = sim_client(&sim).await;
+        install_crd(&client).await;
+        let ctx = context(client.clone(), &Arc::default());
+        let api: Api<Plugin> = Api::all(client.clone());
+        let obj = api
+            .create(
+                &PostParams::default(),
+                &object("chaos-c", "r.example/chaos:1", &["get", "patch"]),
+            )
+            .await
+            .expect("created");
+        remember(&ctx, &obj);
+        let status = PluginObjectStatus {
+            observed_generation: obj.metadata.generation,
+            ..PluginObjectStatus::default()
+        };
+        record(&ctx, "chaos-c", Some(status), &Served::default()).await;
+        super::contained::refresh_contained(&ctx).await;
+        let before = api.get_status("chaos-c").await.expect("read").status;
+        assert_eq!(before.and_then(|s| s.contained), None, "never contained");
+
+        let grant = granted(&obj.spec).expect("grant");
+        let options = LoadOptions::default().with_instance(Some("chaos-c"));
+        let loaded = load(
+            &ctx,
+            &origin("chaos-c"),
+            &test_plugin("chaos-v1.wasm"),
+            &grant,
+            &options,
+        )
+        .await
+        .expect("loaded");
+        for _ in 0..3 {
+            let request = crate::action::Request {
+                cluster: "main".into(),
+                namespace: Some("default".into()),
+                name: "loop".into(),
+            };
+            let reads = Arc::new(crate::plugin::NoReads);
+            loaded
+                .reconcile(
+                    request,
+                    crate::action::Phase::Live,
+                    reads,
+                    std::time::SystemTime::now(),
+                )
+                .await
+                .expect_err("spins to its deadline");
+        }
+        super::contained::refresh_contained(&ctx).await;
+        let contained = api
+            .get_status("chaos-c")
+            .await
+            .expect("read")
+            .status
+            .and_then(|s| s.contained)
+            .expect("status.contained");
+        assert_eq!(contained.counts.get("Timeout"), Some(&3), "{contained:?}");
+        assert_eq!(contained.last_reason.as_deref(), Some("Timeout"));
+        assert!(
+            contained
+                .last_message
+                .as_deref()
+                .is_some_and(|m| m.contains("chaos-c timed out")),
+            "{contained:?}"
+        );
+        assert!(contained.last_time.is_some());
+        assert_eq!(
+            contained.backoff_seconds,
+            Some(4),
+            "the first interval by default"
+        );
+        let events: Api<KubeEvent> = Api::all(client);
+        let told = || async {
+            events
+                .list(&Default::default())
+                .await
+                .expect("events")
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("Timeout") && e.action.as_deref() == Some("Contain")
+                })
+                .collect::<Vec<_>>()
+        };
+        let first = told().await;
+        assert_eq!(first.len(), 1, "{first:?}");
+        let note = first[0].note.clone().unwrap_or_default();
+        assert!(
+            note.contains("Timeout: 3") && note.contains("backed off"),
+            "{note}"
+        );
+        // Nothing new: no second Event, nothing written.
+        super::contained::refresh_contained(&ctx).await;
+        let again = told().await;
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].series, None, "not recorded again: {again:?}");
+    })
+    .await
+    .expect("the test timed out, likely deadlocked");
+}

@@ -265,7 +265,7 @@ pub(super) async fn refused(ctx: &Context, obj: &Plugin, reference: &str, e: &Pl
 }
 
 /// At most 1 KiB (an Event's note), on a char boundary.
-fn truncated(mut note: String) -> String {
+pub(super) fn truncated(mut note: String) -> String {
     let mut end = note.len().min(1024);
     while !note.is_char_boundary(end) {
         end -= 1;

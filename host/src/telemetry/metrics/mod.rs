@@ -211,6 +211,13 @@ impl Metrics {
         self.inner.rekon.plugin_contained(plugin, reason)
     }
 
+    /// `plugin`'s calls are now admitted one per `interval` (zero: its
+    /// backoff lifted); `entered`: it was not backed off before (counted
+    /// in `rekon_plugin_backoff_total`).
+    pub fn plugin_backoff(&self, plugin: &str, interval: std::time::Duration, entered: bool) {
+        self.inner.rekon.plugin_backoff(plugin, interval, entered)
+    }
+
     /// A reconcile of `plugin` was written as a case file.
     pub fn record_case(&self, plugin: &str) {
         self.inner.rekon.record_case(plugin)

@@ -132,6 +132,8 @@ pub(super) struct RekonFamilies {
     wasm_call_time: HistogramFamily<PluginFunctionLabels>,
     wasm_call_failures: Family<WasmFailureLabels, Counter>,
     plugin_contained: Family<PluginReasonLabels, Counter>,
+    plugin_backoff: Family<PluginLabels, Counter>,
+    plugin_backoff_seconds: Family<PluginLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     writer_actions: Family<ActionLabels, Counter>,
     record_cases: Family<PluginLabels, Counter>,
     record_dropped: Family<PluginKindLabels, Counter>,
@@ -238,6 +240,18 @@ impl RekonFamilies {
                 registry,
                 "rekon_plugin_contained",
                 "Plugin calls the host stopped at a bound, per plugin and reason (TooManyActions, ObjectTooLarge, OutcomeTooLarge, TooDeep, InvalidJson, Timeout, OutOfMemory)",
+                Family::default(),
+            ),
+            plugin_backoff: registered(
+                registry,
+                "rekon_plugin_backoff",
+                "Times a plugin was backed off for hitting its bounds again and again (its calls admitted at a reduced rate)",
+                Family::default(),
+            ),
+            plugin_backoff_seconds: registered(
+                registry,
+                "rekon_plugin_backoff_seconds",
+                "The interval between two admitted calls of a backed-off plugin (0: not backed off)",
                 Family::default(),
             ),
             writer_actions: registered(
@@ -461,6 +475,23 @@ impl RekonFamilies {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    pub(super) fn plugin_backoff(
+        &self,
+        plugin: &str,
+        interval: std::time::Duration,
+        entered: bool,
+    ) {
+        let labels = PluginLabels {
+            plugin: plugin.to_owned(),
+        };
+        if entered {
+            self.plugin_backoff.get_or_create(&labels).inc();
+        }
+        self.plugin_backoff_seconds
+            .get_or_create(&labels)
+            .set(interval.as_secs_f64());
     }
 
     pub(super) fn record_case(&self, plugin: &str) {
