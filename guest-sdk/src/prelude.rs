@@ -1,5 +1,8 @@
 //! `use rekon_sdk::prelude::*;` brings what almost every plugin uses.
 
+pub use crate::admission::{
+    Admission, AdmissionRequest, AdmissionRule, FailurePolicy, Mutation, Operation, Verdict,
+};
 pub use crate::action::{Action, EventType, ObjectRef, Outcome, Propagation};
 pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request};
 pub use crate::error::{Error, ReadError};

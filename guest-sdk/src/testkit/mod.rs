@@ -76,6 +76,7 @@
 
 mod backend;
 mod case;
+mod admit;
 mod drive;
 mod error;
 mod store;

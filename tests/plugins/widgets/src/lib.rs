@@ -1,0 +1,141 @@
+//! # widgets — a plugin that admits its own objects
+//!
+//! Written like an outside author's plugin, with the SDK's admission
+//! support (`export_plugin!(Widgets, admission)`):
+//!
+//! - **Validate** (`size`): a Widget's `spec.size` is at most [`MAX_SIZE`];
+//!   a larger one is denied with code 422 and a field error on
+//!   `spec.size`. A Widget named [`TRAP_NAME`] makes `validate` panic, and
+//!   one named [`SPIN_NAME`] makes it loop until its deadline: the host's
+//!   failure handling is tested with them.
+//! - **Mutate** (`tier`): a Widget without the [`TIER_LABEL`] label gets
+//!   `standard`; a size above [`MAX_SIZE`] / 2 warns.
+//! - **Reconcile**: status `observedSize` follows `spec.size`.
+
+use kube::CustomResource;
+use rekon_sdk::prelude::*;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The largest size a Widget may have.
+pub const MAX_SIZE: i64 = 10;
+/// The label the mutating webhook defaults.
+pub const TIER_LABEL: &str = "widgets.rekon.dev/tier";
+/// A Widget with this name makes `validate` panic.
+pub const TRAP_NAME: &str = "trap";
+/// A Widget with this name makes `validate` spin until its deadline.
+pub const SPIN_NAME: &str = "spin";
+
+/// A widget of some size.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[kube(
+    group = "widgets.rekon.dev",
+    version = "v1",
+    kind = "Widget",
+    namespaced,
+    status = "WidgetStatus"
+)]
+pub struct WidgetSpec {
+    /// How big it is (at most 10).
+    pub size: i64,
+}
+
+/// What the plugin saw.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WidgetStatus {
+    /// The size last reconciled.
+    pub observed_size: i64,
+}
+
+/// The plugin.
+pub struct Widgets;
+
+impl Plugin for Widgets {
+    type Primary = Widget;
+
+    fn register() -> Result<Registration, Error> {
+        Ok(Registration::new::<Widget>("widgets", "0.1.0")
+            .crd(Widget::crd())
+            .permission::<Widget>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::Primary,
+            )
+            .status_permission::<Widget>(&[Verb::Patch], ClusterSet::Primary))
+    }
+
+    fn reconcile(_: &Context, req: &Request, event: Event<Widget>) -> Result<Outcome, Error> {
+        let Event::Apply(widget) = event else {
+            return Ok(Outcome::done());
+        };
+        let size = widget.spec.size;
+        if widget.status.as_ref().map(|s| s.observed_size) == Some(size) {
+            return Ok(Outcome::done());
+        }
+        let mut applied = Widget::new(&req.name, widget.spec.clone());
+        applied.metadata.namespace = req.namespace.clone();
+        applied.status = Some(WidgetStatus {
+            observed_size: size,
+        });
+        Ok(Outcome::done().with(Action::apply(&req.cluster, &applied).status()))
+    }
+}
+
+impl Admission for Widgets {
+    fn rules() -> Vec<AdmissionRule> {
+        vec![
+            AdmissionRule::validate::<Widget>("size").timeout_seconds(5),
+            AdmissionRule::mutate::<Widget>("tier").operations(&[Operation::Create]),
+        ]
+    }
+
+    fn validate(_: &Context, req: &AdmissionRequest) -> Result<Verdict, Error> {
+        let Some(widget) = req.object::<Widget>()? else {
+            return Ok(Verdict::allow());
+        };
+        match widget.metadata.name.as_deref() {
+            Some(TRAP_NAME) => panic!("widgets: asked to trap"),
+            Some(SPIN_NAME) => spin(),
+            _ => {}
+        }
+        if widget.spec.size > MAX_SIZE {
+            return Ok(Verdict::deny(format!(
+                "a widget's size is at most {MAX_SIZE}, not {}",
+                widget.spec.size
+            ))
+            .code(422)
+            .field("spec.size", format!("must be at most {MAX_SIZE}")));
+        }
+        Ok(Verdict::allow())
+    }
+
+    fn mutate(_: &Context, req: &AdmissionRequest) -> Result<Mutation, Error> {
+        let Some(mut widget) = req.object::<Widget>()? else {
+            return Ok(Mutation::unchanged());
+        };
+        let warn = widget.spec.size > MAX_SIZE / 2;
+        let labels = widget.metadata.labels.get_or_insert_default();
+        if labels.contains_key(TIER_LABEL) && !warn {
+            return Ok(Mutation::unchanged());
+        }
+        labels
+            .entry(TIER_LABEL.to_owned())
+            .or_insert_with(|| "standard".to_owned());
+        let mutation = Mutation::object(&widget)?;
+        Ok(if warn {
+            mutation.warn(format!("a widget above size {} is large", MAX_SIZE / 2))
+        } else {
+            mutation
+        })
+    }
+}
+
+/// Loops until the host stops the call at its deadline.
+fn spin() {
+    let mut n: u64 = 0;
+    loop {
+        n = std::hint::black_box(n.wrapping_add(1));
+    }
+}
+
+rekon_sdk::export_plugin!(Widgets, admission);
