@@ -251,7 +251,10 @@ impl AdmissionRequest {
             user: UserInfo {
                 username: "kubernetes-admin".to_owned(),
                 uid: String::new(),
-                groups: vec!["system:masters".to_owned(), "system:authenticated".to_owned()],
+                groups: vec![
+                    "system:masters".to_owned(),
+                    "system:authenticated".to_owned(),
+                ],
             },
             dry_run: false,
         }
@@ -487,14 +490,16 @@ pub fn check_rules(rules: &[AdmissionRule]) -> Result<(), String> {
     let shapes: Vec<_> = rules
         .iter()
         .zip(plurals.iter().zip(&conditions))
-        .map(|(r, (plurals, conditions))| rekon_rules::admission::RuleShape {
-            name: &r.name,
-            mutating: r.kind == AdmissionKind::Mutate,
-            plurals,
-            operations: r.operations.len(),
-            timeout_seconds: r.timeout_seconds,
-            condition_names: conditions,
-        })
+        .map(
+            |(r, (plurals, conditions))| rekon_rules::admission::RuleShape {
+                name: &r.name,
+                mutating: r.kind == AdmissionKind::Mutate,
+                plurals,
+                operations: r.operations.len(),
+                timeout_seconds: r.timeout_seconds,
+                condition_names: conditions,
+            },
+        )
         .collect();
     rekon_rules::admission::check_rules(&shapes)
 }

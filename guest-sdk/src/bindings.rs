@@ -349,8 +349,8 @@ impl From<Error> for wit::ReconcileError {
 mod admission {
     use super::exports::rekon::plugin::admission as wit;
     use crate::admission::{
-        AdmissionKind, AdmissionRequest, AdmissionRule, Denial, FailurePolicy, Mutation,
-        Operation, UserInfo, Verdict,
+        AdmissionKind, AdmissionRequest, AdmissionRule, Denial, FailurePolicy, Mutation, Operation,
+        UserInfo, Verdict,
     };
 
     impl From<AdmissionRule> for wit::AdmissionRule {

@@ -145,13 +145,13 @@ pub mod settings;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testkit;
 
-pub use admission::{
-    Admission, AdmissionKind, AdmissionRequest, AdmissionRule, Denial, FailurePolicy, Mutation,
-    Operation, UserInfo, Verdict,
-};
 pub use action::{
     Action, ApplyAction, CreateAction, DeleteAction, EventAction, EventType, ObjectRef, Outcome,
     PatchAction, PatchType, Propagation,
+};
+pub use admission::{
+    Admission, AdmissionKind, AdmissionRequest, AdmissionRule, Denial, FailurePolicy, Mutation,
+    Operation, UserInfo, Verdict,
 };
 pub use context::{
     ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request, selector_from_labels,

@@ -108,9 +108,21 @@ mod tests {
     #[test]
     fn rules_are_checked_with_their_name() {
         assert_eq!(check_rules(&[rule("size", &["widgets"])]), Ok(()));
-        assert!(check_rules(&[rule("Size", &["widgets"])]).unwrap_err().contains("DNS label"));
-        assert!(check_rules(&[rule("size", &[])]).unwrap_err().contains("no resource"));
-        assert!(check_rules(&[rule("size", &[""])]).unwrap_err().contains("no plural"));
+        assert!(
+            check_rules(&[rule("Size", &["widgets"])])
+                .unwrap_err()
+                .contains("DNS label")
+        );
+        assert!(
+            check_rules(&[rule("size", &[])])
+                .unwrap_err()
+                .contains("no resource")
+        );
+        assert!(
+            check_rules(&[rule("size", &[""])])
+                .unwrap_err()
+                .contains("no plural")
+        );
         let twice = [rule("size", &["widgets"]), rule("size", &["widgets"])];
         assert!(check_rules(&twice).unwrap_err().contains("used twice"));
         let mut mutating = rule("size", &["widgets"]);

@@ -74,9 +74,9 @@
 //!   ([`World::fail_writes`]) or per object ([`World::fail_writes_to`]) and
 //!   lifted with [`World::heal`].
 
+mod admit;
 mod backend;
 mod case;
-mod admit;
 mod drive;
 mod error;
 mod store;

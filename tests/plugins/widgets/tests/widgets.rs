@@ -26,7 +26,10 @@ fn a_widget_too_large_is_denied_with_a_field_error() {
     assert_eq!(denial.message, "a widget's size is at most 10, not 11");
     assert_eq!(
         denial.field_errors,
-        vec![("spec.size".to_owned(), format!("must be at most {MAX_SIZE}"))]
+        vec![(
+            "spec.size".to_owned(),
+            format!("must be at most {MAX_SIZE}")
+        )]
     );
     let ok = world.validate::<Widgets>(&AdmissionRequest::create("main", &widget("w", 10)));
     assert!(ok.is_allowed());
@@ -52,7 +55,10 @@ fn mutate_defaults_the_tier_and_keeps_a_given_one() {
     let unchanged = world.mutate::<Widgets>(&AdmissionRequest::create("main", &gold));
     assert!(unchanged.changed_object().is_none());
     let large = world.mutate::<Widgets>(&AdmissionRequest::create("main", &widget("w", 7)));
-    assert_eq!(large.verdict().warnings(), ["a widget above size 5 is large"]);
+    assert_eq!(
+        large.verdict().warnings(),
+        ["a widget above size 5 is large"]
+    );
 }
 
 #[test]
