@@ -104,6 +104,16 @@ pub struct TokenUser {
 /// kubeadm's `kubernetes-admin`. The kubeconfig kube-sim writes uses it.
 pub const ADMIN_USER: &str = "kubernetes-admin";
 
+/// The kubeconfig's user as admission sees it (a request without
+/// authentication).
+pub(crate) fn admin_user() -> UserInfo {
+    UserInfo {
+        name: ADMIN_USER.into(),
+        groups: vec!["system:masters".into(), "system:authenticated".into()],
+        ..Default::default()
+    }
+}
+
 #[derive(Debug, Clone)]
 struct IssuedToken {
     namespace: String,

@@ -499,6 +499,13 @@ impl SimCluster {
         self.state.set_bookmark_interval(d);
     }
 
+    /// Where admission webhooks reach the Service `name.namespace[:port]`
+    /// (port 443 when absent): `host:port` on this machine. The TLS name
+    /// checked stays `name.namespace.svc`.
+    pub fn map_webhook_service(&self, service: &str, address: &str) {
+        self.state.webhook_services.map(service, address);
+    }
+
     /// Sets how long after a namespace's DELETE its contents are deleted
     /// (the namespace controller's start; 500 ms by default).
     pub fn set_namespace_delay(&self, d: Duration) {
@@ -573,6 +580,7 @@ impl SimCluster {
             subresource: sub.map(str::to_string),
             field_validation: Default::default(),
             user: None,
+            webhooks: Default::default(),
         }
     }
 

@@ -114,6 +114,37 @@ fn match_resources(m: &mut Map<String, Value>) {
     }
 }
 
+/// admissionregistration/v1 `SetDefaults_ValidatingWebhook` /
+/// `SetDefaults_MutatingWebhook`, `SetDefaults_Rule` and
+/// `SetDefaults_ServiceReference`.
+fn webhooks(obj: &mut Value, mutating: bool) {
+    let Some(hooks) = obj.get_mut("webhooks").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for h in hooks.iter_mut().filter_map(Value::as_object_mut) {
+        set_default(h, "failurePolicy", json!("Fail"));
+        set_default(h, "matchPolicy", json!("Equivalent"));
+        set_default(h, "namespaceSelector", json!({}));
+        set_default(h, "objectSelector", json!({}));
+        set_default(h, "timeoutSeconds", json!(10));
+        if mutating {
+            set_default(h, "reinvocationPolicy", json!("Never"));
+        }
+        if let Some(rules) = h.get_mut("rules").and_then(Value::as_array_mut) {
+            for r in rules.iter_mut().filter_map(Value::as_object_mut) {
+                set_default(r, "scope", json!("*"));
+            }
+        }
+        if let Some(svc) = h
+            .get_mut("clientConfig")
+            .and_then(|c| c.get_mut("service"))
+            .and_then(Value::as_object_mut)
+        {
+            set_default(svc, "port", json!(443));
+        }
+    }
+}
+
 fn set_default(m: &mut Map<String, Value>, k: &str, v: Value) {
     let absent = match m.get(k) {
         None | Some(Value::Null) => true,
@@ -337,6 +368,12 @@ pub fn apply(res: &ResourceInfo, obj: &mut Value, old: Option<&Value>, alloc: &m
             {
                 match_resources(m);
             }
+        }
+        (
+            "admissionregistration.k8s.io",
+            kind @ ("MutatingWebhookConfiguration" | "ValidatingWebhookConfiguration"),
+        ) => {
+            webhooks(obj, kind == "MutatingWebhookConfiguration");
         }
         ("batch", "CronJob") => {
             if let Some(spec) = obj_mut(obj, "spec") {

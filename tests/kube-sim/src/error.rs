@@ -19,6 +19,9 @@ pub struct ApiError {
     pub details: Option<Box<Value>>,
     /// `Retry-After` header in seconds (429, 503).
     pub retry_after: Option<u64>,
+    /// `Warning` headers sent with the error (admission webhooks' and the
+    /// write's own, as the server's warning recorder sends them).
+    pub warnings: Vec<String>,
 }
 
 /// Result alias for API operations.
@@ -52,6 +55,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            warnings: Vec::new(),
         }
     }
 

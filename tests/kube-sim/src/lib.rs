@@ -66,8 +66,12 @@
 //!   `x-kubernetes-patch-*` / `list-type` extensions (k8s-openapi drops
 //!   them), so kubectl builds strategic merge patches from its compiled-in
 //!   types, as it does for a server without OpenAPI.
-//! - Not served: protobuf responses, CBOR, aggregated discovery, admission
-//!   webhooks, workload controllers (no Pods for Jobs, no status updates),
+//! - Admission webhooks (MutatingWebhookConfiguration,
+//!   ValidatingWebhookConfiguration) are called over HTTPS outside the
+//!   store's lock; services resolve through `KUBE_SIM_WEBHOOK_SERVICES` /
+//!   [`SimCluster::map_webhook_service`] (README, "Admission").
+//! - Not served: protobuf responses, CBOR, aggregated discovery, CRD
+//!   conversion webhooks, workload controllers (no Pods for Jobs, no status updates),
 //!   conversion between CRD versions (only `apiVersion` is rewritten).
 //!
 //! # Security (off by default)
@@ -120,7 +124,7 @@
 //! - [`validate`]: unknown fields (`fieldValidation`), CR schema constraints
 //!   and structural defaults.
 //! - [`admission`]: CRD `x-kubernetes-validations`, ValidatingAdmissionPolicy
-//!   (CEL through kube-cel).
+//!   (CEL through kube-cel), mutating and validating webhooks.
 //! - `scale`: the `/scale` subresource (autoscaling/v1 Scale).
 //! - `faults`: fault injection and request counters.
 //! - [`tls`]: the cluster CA, serving and client certificates, the TLS listener.

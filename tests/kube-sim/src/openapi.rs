@@ -83,6 +83,8 @@ pub fn builtins() -> &'static Builtins {
             ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", apiext::CustomResourceDefinition),
             ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", api::admissionregistration::v1::ValidatingAdmissionPolicy),
             ("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicyBinding", api::admissionregistration::v1::ValidatingAdmissionPolicyBinding),
+            ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", api::admissionregistration::v1::MutatingWebhookConfiguration),
+            ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", api::admissionregistration::v1::ValidatingWebhookConfiguration),
             ("rbac.authorization.k8s.io", "v1", "Role", api::rbac::v1::Role),
             ("rbac.authorization.k8s.io", "v1", "RoleBinding", api::rbac::v1::RoleBinding),
             ("rbac.authorization.k8s.io", "v1", "ClusterRole", api::rbac::v1::ClusterRole),

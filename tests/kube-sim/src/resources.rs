@@ -487,6 +487,23 @@ const BUILTINS: &[Builtin] = &[
         false,
         &[],
     )),
+    // Webhook configurations: the admission chain reads them
+    // (src/admission/webhook). Their strategies set `Generation = 1` and
+    // bump it when `webhooks` change.
+    with_generation(b(
+        "admissionregistration.k8s.io",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        false,
+        &[],
+    )),
+    with_generation(b(
+        "admissionregistration.k8s.io",
+        "validatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration",
+        false,
+        &[],
+    )),
     b("rbac.authorization.k8s.io", "roles", "Role", true, &[]),
     b(
         "rbac.authorization.k8s.io",

@@ -16,6 +16,7 @@ use rand::Rng;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use crate::admission::webhook;
 use crate::error::{ApiError, ApiResult};
 use crate::faults::{FaultRule, Faults};
 use crate::protobuf::ProtoError;
@@ -82,6 +83,8 @@ pub struct ClusterState {
     pub(crate) address: Mutex<String>,
     /// TLS, authentication and authorization (contract section 14).
     pub(crate) security: crate::auth::Security,
+    /// Where admission webhook Services are (`KUBE_SIM_WEBHOOK_SERVICES`).
+    pub(crate) webhook_services: crate::admission::webhook::Services,
 }
 
 impl ClusterState {
@@ -95,6 +98,7 @@ impl ClusterState {
             bookmark_interval: Mutex::new(bookmark),
             address: Mutex::new(String::new()),
             security: crate::auth::Security::default(),
+            webhook_services: crate::admission::webhook::Services::from_env(),
         }
     }
 
@@ -133,7 +137,7 @@ fn bytes_response(code: u16, mut body: Vec<u8>) -> Response {
 }
 
 pub(crate) fn error_response(e: &ApiError) -> Response {
-    let mut r = json_response(e.code, &e.to_status());
+    let mut r = with_warnings(json_response(e.code, &e.to_status()), &e.warnings);
     if let Some(secs) = e.retry_after
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
     {
@@ -660,6 +664,7 @@ fn write_opts(params: &Params, headers: &HeaderMap, sub: &Option<String>) -> Api
         subresource: sub.clone(),
         field_validation,
         user: None,
+        webhooks: Default::default(),
     })
     .map(|mut o| {
         if o.manager.is_none() {
@@ -979,13 +984,16 @@ async fn resource(
             check_type(&res, &obj)?;
             let mut opts = write_opts(&params, &headers, &sub)?;
             opts.user = user.clone();
-            let (created, cached, warnings) = cs.store.write(|i| {
-                let o = i.create(&res, nsr, obj, &opts);
-                let w = i.warnings.take();
-                let o = o?;
+            let ((created, cached), warnings) = webhook::drive(cs, |i, pass| {
+                let opts = WriteOpts {
+                    webhooks: pass,
+                    ..opts.clone()
+                };
+                let o = i.create(&res, nsr, obj.clone(), &opts)?;
                 let b = i.cached_bytes(&o);
-                Ok::<_, ApiError>((o, b, w))
-            })?;
+                Ok((o, b))
+            })
+            .await?;
             Ok(with_warnings(
                 written_response(201, &res, shape, &created, cached),
                 &warnings,
@@ -998,13 +1006,16 @@ async fn resource(
             check_type(&res, &obj)?;
             let mut opts = write_opts(&params, &headers, &sub)?;
             opts.user = user.clone();
-            let (updated, cached, warnings) = cs.store.write(|i| {
-                let o = i.update(&res, nsr, &name, obj, &opts);
-                let w = i.warnings.take();
-                let o = o?;
+            let ((updated, cached), warnings) = webhook::drive(cs, |i, pass| {
+                let opts = WriteOpts {
+                    webhooks: pass,
+                    ..opts.clone()
+                };
+                let o = i.update(&res, nsr, &name, obj.clone(), &opts)?;
                 let b = i.cached_bytes(&o);
-                Ok::<_, ApiError>((o, b, w))
-            })?;
+                Ok((o, b))
+            })
+            .await?;
             Ok(with_warnings(
                 written_response(200, &res, shape, &updated, cached),
                 &warnings,
@@ -1049,13 +1060,16 @@ async fn resource(
             }
             let mut opts = write_opts(&params, &headers, &sub)?;
             opts.user = user.clone();
-            let (obj, created, cached, warnings) = cs.store.write(|i| {
-                let r = i.patch(&res, nsr, &name, kind, &patch_body, &opts);
-                let w = i.warnings.take();
-                let (o, created) = r?;
+            let ((obj, created, cached), warnings) = webhook::drive(cs, |i, pass| {
+                let opts = WriteOpts {
+                    webhooks: pass,
+                    ..opts.clone()
+                };
+                let (o, created) = i.patch(&res, nsr, &name, kind, &patch_body, &opts)?;
                 let b = i.cached_bytes(&o);
-                Ok::<_, ApiError>((o, created, b, w))
-            })?;
+                Ok((o, created, b))
+            })
+            .await?;
             Ok(with_warnings(
                 written_response(if created { 201 } else { 200 }, &res, shape, &obj, cached),
                 &warnings,
@@ -1070,7 +1084,14 @@ async fn resource(
             dopts.user = user.clone();
             match name {
                 Some(name) => {
-                    let d = cs.store.write(|i| i.delete(&res, nsr, &name, &dopts))?;
+                    let (d, warnings) = webhook::drive(cs, |i, pass| {
+                        let dopts = DeleteOpts {
+                            webhooks: pass,
+                            ..dopts.clone()
+                        };
+                        i.delete(&res, nsr, &name, &dopts)
+                    })
+                    .await?;
                     if res.builtin && res.kind == "Namespace" && !d.gone && !dopts.dry_run {
                         spawn_namespace_controller(cs);
                     }
@@ -1087,12 +1108,18 @@ async fn resource(
                         }
                         details.insert("kind".into(), json!(res.plural));
                         details.insert("uid".into(), uid);
-                        Ok(json_response(
-                            200,
-                            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
+                        Ok(with_warnings(
+                            json_response(
+                                200,
+                                &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}),
+                            ),
+                            &warnings,
                         ))
                     } else {
-                        Ok(object_response(200, &res, shape, &d.obj))
+                        Ok(with_warnings(
+                            object_response(200, &res, shape, &d.obj),
+                            &warnings,
+                        ))
                     }
                 }
                 None => {
@@ -1102,6 +1129,16 @@ async fn resource(
                         params.get("fieldSelector").unwrap_or_default(),
                         &res.kind,
                     )?;
+                    // With webhooks registered each item is one DELETE they
+                    // see (as the server admits each), outside the lock.
+                    if cs.store.read(|i| webhook::configured(i)) {
+                        let (items, rv, warnings) =
+                            webhook::delete_each(cs, &res, nsr, &label, &field, &dopts).await?;
+                        return Ok(with_warnings(
+                            list_response(&res, shape, &items, rv, None),
+                            &warnings,
+                        ));
+                    }
                     let (items, rv) = cs.store.write(|i| -> ApiResult<_> {
                         let lr = i.list(&res, nsr, &label, &field, &ListOpts::default())?;
                         let mut out = Vec::new();
@@ -1388,6 +1425,14 @@ async fn sim_api(cs: &Arc<ClusterState>, req: Request) -> ApiResult<Response> {
         (Method::POST, "bookmark-interval") => {
             let ms = num("ms")?.ok_or_else(|| ApiError::bad_request("ms is required"))?;
             cs.set_bookmark_interval(Duration::from_millis(ms));
+            ok(json!({"ok": true}))
+        }
+        (Method::POST, "webhook-service") => {
+            let service =
+                arg("service").ok_or_else(|| ApiError::bad_request("service is required"))?;
+            let address =
+                arg("address").ok_or_else(|| ApiError::bad_request("address is required"))?;
+            cs.webhook_services.map(&service, &address);
             ok(json!({"ok": true}))
         }
         (Method::GET, "requests") => ok(json!(cs.faults.request_counts())),

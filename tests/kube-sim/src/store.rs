@@ -18,6 +18,7 @@ use rand::Rng;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use crate::admission::webhook;
 use crate::error::{ApiError, ApiResult};
 use crate::patch;
 use crate::resources::{Generation, Registry, ResourceInfo, StorageKey, prune, storage_key_of};
@@ -113,6 +114,33 @@ pub struct WriteOpts {
     /// The requesting user (admission's `request.userInfo`); `None` is the
     /// kubeconfig's `kubernetes-admin`.
     pub user: Option<crate::auth::UserInfo>,
+    /// The admission webhook pass of this write (off unless the API
+    /// server drives it).
+    pub webhooks: crate::admission::webhook::Pass,
+}
+
+impl WriteOpts {
+    /// An admission webhook point of this write (`admission::webhook`).
+    pub(crate) fn point<'a>(
+        &'a self,
+        res: &'a ResourceInfo,
+        operation: &'static str,
+        namespace: &'a str,
+        name: &'a str,
+        old: Option<&'a Value>,
+    ) -> webhook::Point<'a> {
+        webhook::Point {
+            res,
+            operation,
+            namespace,
+            name,
+            subresource: self.subresource.as_deref(),
+            old,
+            dry_run: self.dry_run,
+            user: self.user.as_ref(),
+            pass: &self.webhooks,
+        }
+    }
 }
 
 /// `propagationPolicy`.
@@ -140,6 +168,31 @@ pub struct DeleteOpts {
     pub dry_run: bool,
     /// The requesting user, as in [`WriteOpts::user`].
     pub user: Option<crate::auth::UserInfo>,
+    /// The admission webhook pass, as in [`WriteOpts::webhooks`].
+    pub webhooks: crate::admission::webhook::Pass,
+}
+
+impl DeleteOpts {
+    /// The admission webhook point of this DELETE (`admission::webhook`).
+    pub(crate) fn point<'a>(
+        &'a self,
+        res: &'a ResourceInfo,
+        namespace: &'a str,
+        name: &'a str,
+        old: Option<&'a Value>,
+    ) -> webhook::Point<'a> {
+        webhook::Point {
+            res,
+            operation: "DELETE",
+            namespace,
+            name,
+            subresource: None,
+            old,
+            dry_run: self.dry_run,
+            user: self.user.as_ref(),
+            pass: &self.webhooks,
+        }
+    }
 }
 
 /// The patch formats.
@@ -232,6 +285,8 @@ pub(crate) struct Inner {
     policy_cache: std::cell::RefCell<crate::admission::policy::Cache>,
     /// What the Audit actions of policy bindings recorded (the latest 10,000).
     pub(crate) admission_audit: std::cell::RefCell<VecDeque<crate::admission::AuditRecord>>,
+    /// A write stopped for its webhooks (`admission::webhook`).
+    pub(crate) suspended: std::cell::RefCell<Option<crate::admission::webhook::Call>>,
 }
 
 /// The store of one cluster.
@@ -683,6 +738,7 @@ impl Inner {
             warnings: std::cell::RefCell::default(),
             policy_cache: std::cell::RefCell::default(),
             admission_audit: std::cell::RefCell::default(),
+            suspended: std::cell::RefCell::default(),
             ns_due: HashMap::new(),
             ns_delay: DEFAULT_NAMESPACE_DELAY,
         };
@@ -795,11 +851,7 @@ impl Inner {
         }
         let object = object.map(|o| served(res, o));
         let old = old.map(|o| served(res, o));
-        let admin = crate::auth::UserInfo {
-            name: crate::auth::ADMIN_USER.into(),
-            groups: vec!["system:masters".into(), "system:authenticated".into()],
-            ..Default::default()
-        };
+        let admin = crate::auth::admin_user();
         let a = crate::admission::policy::Attributes {
             res,
             operation,
@@ -1180,6 +1232,15 @@ impl Inner {
         {
             prune(obj, schema);
         }
+        if res.builtin
+            && res.group == "admissionregistration.k8s.io"
+            && res.kind.ends_with("WebhookConfiguration")
+        {
+            let errs = webhook::validate_configuration(obj, res.kind.starts_with("Mutating"));
+            if !errs.is_empty() {
+                return Err(ApiError::invalid(&res.kind, &res.group, name, &errs));
+            }
+        }
         if res.builtin && res.kind == "CustomResourceDefinition" {
             let infos = crate::resources::crd_resources(obj).map_err(|msg| {
                 let (field, m) = msg.split_once(": ").unwrap_or(("spec", msg.as_str()));
@@ -1385,26 +1446,66 @@ impl Inner {
         mut obj: Value,
         opts: &WriteOpts,
     ) -> ApiResult<Arc<Value>> {
+        let ns_of = if res.namespaced {
+            ns.unwrap_or_default()
+        } else {
+            ""
+        };
+        let name = meta_str(&obj, "name").unwrap_or_default().to_string();
+        webhook::mutation_point(
+            self,
+            &opts.point(res, "CREATE", ns_of, &name, None),
+            Some(&mut obj),
+        )?;
         crate::resources::to_storage(res, &mut obj);
         set_type(&mut obj, res);
         let key = self.prepare_create(res, ns, &mut obj, opts.field_validation)?;
         self.record_update(res, None, &mut obj, opts);
-        self.admit(
-            res,
-            "CREATE",
-            &key,
-            opts.subresource.as_deref(),
-            Some(&obj),
-            None,
-            opts.dry_run,
-            opts.user.as_ref(),
-        )?;
+        let key = self.admit_created(res, key, &mut obj, opts)?;
         if opts.dry_run {
             return Ok(Arc::new(obj));
         }
         fits_in_etcd(&obj)?;
         let sk = res.storage_key();
         Ok(self.persist(&sk, key, None, obj))
+    }
+
+    /// Validating admission of a create: the policies, then the
+    /// validating webhooks' point (which may put in the object they
+    /// admitted, whose generated name then keys it).
+    fn admit_created(
+        &self,
+        res: &ResourceInfo,
+        key: ObjKey,
+        obj: &mut Value,
+        opts: &WriteOpts,
+    ) -> ApiResult<ObjKey> {
+        if !opts.webhooks.validated() {
+            self.admit(
+                res,
+                "CREATE",
+                &key,
+                opts.subresource.as_deref(),
+                Some(obj),
+                None,
+                opts.dry_run,
+                opts.user.as_ref(),
+            )?;
+        }
+        webhook::validation_point(
+            self,
+            &opts.point(res, "CREATE", &key.0, &key.1, None),
+            Some(obj),
+        )?;
+        let name = meta_str(obj, "name").unwrap_or_default().to_string();
+        if name != key.1
+            && self
+                .lookup(&res.storage_key(), &(key.0.clone(), name.clone()))
+                .is_some()
+        {
+            return Err(ApiError::already_exists(res, &name));
+        }
+        Ok((key.0, name))
     }
 
     /// Completes an update of `old` to `new`: server-owned fields, status
@@ -1422,10 +1523,16 @@ impl Inner {
                 "the body of the request must be a JSON object",
             ));
         }
+        let name = meta_str(old, "name").unwrap_or_default().to_string();
+        let ns_of = meta_str(old, "namespace").unwrap_or_default().to_string();
+        webhook::mutation_point(
+            self,
+            &opts.point(res, "UPDATE", &ns_of, &name, Some(old)),
+            Some(&mut new),
+        )?;
         validate_meta(res, &new)?;
         crate::resources::to_storage(res, &mut new);
         set_type(&mut new, res);
-        let name = meta_str(old, "name").unwrap_or_default().to_string();
         let old_uid = meta_str(old, "uid").unwrap_or_default().to_string();
         if let Some(uid) = meta_str(&new, "uid")
             && !uid.is_empty()
@@ -1559,15 +1666,22 @@ impl Inner {
         opts: &WriteOpts,
     ) -> ApiResult<Arc<Value>> {
         // Admission runs for no-op writes too, as on a real server.
-        self.admit(
-            res,
-            "UPDATE",
-            &key,
-            opts.subresource.as_deref(),
-            Some(&new),
-            Some(&old),
-            opts.dry_run,
-            opts.user.as_ref(),
+        if !opts.webhooks.validated() {
+            self.admit(
+                res,
+                "UPDATE",
+                &key,
+                opts.subresource.as_deref(),
+                Some(&new),
+                Some(&old),
+                opts.dry_run,
+                opts.user.as_ref(),
+            )?;
+        }
+        webhook::validation_point(
+            self,
+            &opts.point(res, "UPDATE", &key.0, &key.1, Some(&old)),
+            Some(&mut new),
         )?;
         let dry_run = opts.dry_run;
         // No-op detection: RV and managedFields timestamps do not count.
@@ -1795,6 +1909,12 @@ impl Inner {
             None => {
                 let mut applied =
                     patch::apply(None, body, &manager, force, res.type_info()).map_err(map_err)?;
+                meta_mut(&mut applied).insert("name".into(), json!(name));
+                webhook::mutation_point(
+                    self,
+                    &opts.point(res, "CREATE", &key.0, name, None),
+                    Some(&mut applied),
+                )?;
                 crate::resources::to_storage(res, &mut applied);
                 set_type(&mut applied, res);
                 {
@@ -1802,16 +1922,7 @@ impl Inner {
                     m.insert("name".into(), json!(name));
                 }
                 let key = self.prepare_create(res, ns, &mut applied, opts.field_validation)?;
-                self.admit(
-                    res,
-                    "CREATE",
-                    &key,
-                    None,
-                    Some(&applied),
-                    None,
-                    opts.dry_run,
-                    opts.user.as_ref(),
-                )?;
+                let key = self.admit_created(res, key, &mut applied, opts)?;
                 if opts.dry_run {
                     return Ok((Arc::new(applied), true));
                 }
@@ -1899,16 +2010,21 @@ impl Inner {
                 "this namespace may not be deleted",
             ));
         }
-        self.admit(
-            res,
-            "DELETE",
-            &key,
-            None,
-            None,
-            Some(&obj),
-            opts.dry_run,
-            opts.user.as_ref(),
-        )?;
+        let point = opts.point(res, &key.0, &key.1, Some(&obj));
+        webhook::mutation_point(self, &point, None)?;
+        if !opts.webhooks.validated() {
+            self.admit(
+                res,
+                "DELETE",
+                &key,
+                None,
+                None,
+                Some(&obj),
+                opts.dry_run,
+                opts.user.as_ref(),
+            )?;
+        }
+        webhook::validation_point(self, &point, None)?;
         if opts.dry_run {
             let gone = !is_deleting(&obj) && finalizers(&obj).is_empty();
             return Ok(Deleted { obj, gone });

@@ -551,7 +551,7 @@ fn validate(inner: &Inner, p: &Compiled, param: Option<&Value>, a: &Attributes<'
 }
 
 /// The `request` variable: the AdmissionRequest the server builds.
-fn request(a: &Attributes<'_>) -> Value {
+pub(crate) fn request(a: &Attributes<'_>) -> Value {
     let r = a.res;
     let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
     let gvr = json!({"group": r.group, "version": r.version, "resource": r.plural});
@@ -627,7 +627,9 @@ fn matches(inner: &Inner, m: &Value, a: &Attributes<'_>) -> Result<bool, String>
 }
 
 /// A label selector, `None` when it selects everything.
-fn selector(sel: Option<&Value>) -> Result<Option<crate::selectors::LabelSelector>, String> {
+pub(crate) fn selector(
+    sel: Option<&Value>,
+) -> Result<Option<crate::selectors::LabelSelector>, String> {
     let Some(sel) = sel.filter(|s| s.as_object().is_some_and(|o| !o.is_empty())) else {
         return Ok(None);
     };
@@ -647,6 +649,29 @@ fn listed(rule: &Value, key: &str, want: &str) -> bool {
 /// One `NamedRuleWithOperations` (webhook/predicates/rules): operations,
 /// groups, versions, `resource[/subresource]` with `*`, scope, names.
 fn rule_matches(inner: &Inner, rule: &Value, a: &Attributes<'_>, equivalent: bool) -> bool {
+    rule_matches_with(rule, a, equivalent, || served_versions(inner, a.res))
+}
+
+/// The versions a resource is served at (the `matchPolicy: Equivalent`
+/// candidates: the same storage, the same kind).
+pub(crate) fn served_versions(inner: &Inner, res: &ResourceInfo) -> Vec<String> {
+    inner
+        .registry
+        .all()
+        .iter()
+        .filter(|r| r.storage_key() == res.storage_key() && r.kind == res.kind)
+        .map(|r| r.version.clone())
+        .collect()
+}
+
+/// [`rule_matches`] with the served versions given by `versions` (asked
+/// only when the request's own version is not listed).
+pub(crate) fn rule_matches_with(
+    rule: &Value,
+    a: &Attributes<'_>,
+    equivalent: bool,
+    versions: impl FnOnce() -> Vec<String>,
+) -> bool {
     if !listed(rule, "operations", a.operation) {
         return false;
     }
@@ -680,12 +705,7 @@ fn rule_matches(inner: &Inner, rule: &Value, a: &Attributes<'_>, equivalent: boo
         return true;
     }
     // matchPolicy Equivalent: the same resource at another served version.
-    equivalent
-        && inner.registry.all().iter().any(|r| {
-            r.storage_key() == a.res.storage_key()
-                && r.kind == a.res.kind
-                && listed(rule, "apiVersions", &r.version)
-        })
+    equivalent && versions().iter().any(|v| listed(rule, "apiVersions", v))
 }
 
 /// The params of a binding (`[None]` when the policy has no `paramKind` or

@@ -167,6 +167,23 @@ BODIES = {
         {"metadata": {"name": "py"}, "spec": {"policyName": "py",
                                               "validationActions": ["Deny"]}},
         lambda o: o.metadata.generation == 1),
+    # Webhooks of a resource nothing writes here: registered, never called.
+    ("admissionregistration.k8s.io/v1", "mutatingwebhookconfigurations"): (
+        {"metadata": {"name": "py"}, "webhooks": [{
+            "name": "m.example.org", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"url": "https://127.0.0.1:1/"},
+            "rules": [{"apiGroups": ["example.org"], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["things"]}]}]},
+        lambda o: o.webhooks[0].failure_policy == "Fail"
+        and o.webhooks[0].reinvocation_policy == "Never" and o.metadata.generation == 1),
+    ("admissionregistration.k8s.io/v1", "validatingwebhookconfigurations"): (
+        {"metadata": {"name": "py"}, "webhooks": [{
+            "name": "v.example.org", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "clientConfig": {"service": {"name": "s", "namespace": NS}},
+            "rules": [{"apiGroups": ["example.org"], "apiVersions": ["v1"],
+                       "operations": ["CREATE"], "resources": ["things"]}]}]},
+        lambda o: o.webhooks[0].timeout_seconds == 10
+        and o.webhooks[0].client_config.service.port == 443 and o.metadata.generation == 1),
     ("rbac.authorization.k8s.io/v1", "roles"): ({"metadata": {"name": "py"}, "rules": RULES},
                                                 None),
     ("rbac.authorization.k8s.io/v1", "rolebindings"): (

@@ -1,0 +1,56 @@
+"""An admission webhook on the Python standard library only (http.server +
+ssl), written as an outside author would: kube-sim's webhook tests register
+it and call it through kubectl.
+
+Usage: webhook.py CERT_PEM KEY_PEM. Prints the port it listens on, then
+serves until killed.
+  /mutate   adds the annotation python-webhook: was-here (JSONPatch)
+  /validate denies a ConfigMap holding the key "forbidden"
+"""
+import base64
+import http.server
+import json
+import ssl
+import sys
+
+
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        req = review["request"]
+        resp = {"uid": req["uid"], "allowed": True}
+        obj = req.get("object") or {}
+        if self.path.startswith("/mutate"):
+            if (obj.get("metadata") or {}).get("annotations"):
+                ops = [{"op": "add", "path": "/metadata/annotations/python-webhook", "value": "was-here"}]
+            else:
+                ops = [{"op": "add", "path": "/metadata/annotations", "value": {"python-webhook": "was-here"}}]
+            resp["patchType"] = "JSONPatch"
+            resp["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+        elif self.path.startswith("/validate"):
+            if "forbidden" in (obj.get("data") or {}):
+                resp["allowed"] = False
+                resp["status"] = {"code": 403, "message": "python says no"}
+                resp["result"] = resp.pop("status")
+        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def main():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
