@@ -5,7 +5,8 @@
 //!
 //! - **Validate** (`size`): a Widget's `spec.size` is at most [`MAX_SIZE`];
 //!   a larger one is denied with code 422 and a field error on
-//!   `spec.size`. A Widget named [`TRAP_NAME`] makes `validate` panic, and
+//!   `spec.size`; a negative one is refused with a plain message (403).
+//!   A Widget named [`TRAP_NAME`] makes `validate` panic, and
 //!   one named [`SPIN_NAME`] makes it loop until its deadline: the host's
 //!   failure handling is tested with them.
 //! - **Mutate** (`tier`): a Widget without the [`TIER_LABEL`] label gets
@@ -97,6 +98,10 @@ impl Admission for Widgets {
             Some(TRAP_NAME) => panic!("widgets: asked to trap"),
             Some(SPIN_NAME) => spin(),
             _ => {}
+        }
+        if widget.spec.size < 0 {
+            // No field and no code: a plain refusal (403).
+            return Ok(Verdict::deny("a widget's size cannot be negative"));
         }
         if widget.spec.size > MAX_SIZE {
             return Ok(Verdict::deny(format!(

@@ -31,6 +31,9 @@ fn a_widget_too_large_is_denied_with_a_field_error() {
             format!("must be at most {MAX_SIZE}")
         )]
     );
+    let negative = world.validate::<Widgets>(&AdmissionRequest::create("main", &widget("w", -1)));
+    let denial = negative.denial().expect("denied");
+    assert_eq!((denial.code, denial.field_errors.len()), (403, 0));
     let ok = world.validate::<Widgets>(&AdmissionRequest::create("main", &widget("w", 10)));
     assert!(ok.is_allowed());
 }
