@@ -11,7 +11,6 @@ use super::world::World;
 impl World {
     /// Calls `P::validate` for `req` as the host would: reading this world,
     /// an error denying with code 400.
-    #[must_use]
     pub fn validate<P: Admission>(&self, req: &AdmissionRequest) -> Verdict {
         let ctx = self.context();
         let source: Rc<dyn crate::context::Backend> = ctx.backend();
@@ -19,7 +18,6 @@ impl World {
     }
 
     /// Calls `P::mutate` for `req` as the host would.
-    #[must_use]
     pub fn mutate<P: Admission>(&self, req: &AdmissionRequest) -> Mutation {
         let ctx = self.context();
         let source: Rc<dyn crate::context::Backend> = ctx.backend();
