@@ -210,9 +210,9 @@ async fn respond(
         Err(e @ AdmitError::NoWebhook { .. }) => {
             return text(StatusCode::NOT_FOUND, e.to_string());
         }
-        Err(AdmitError::Call(e)) => {
+        Err(e) => {
             state.metrics.admission_verdict(name, label, "failed");
-            tracing::warn!(plugin = %name, kind = label, uid = %request.uid, error = %e, reason = e.kind(), "admission call failed; the API server applies the webhook's failure policy");
+            tracing::warn!(plugin = %name, kind = label, uid = %request.uid, error = %e, "admission call failed; the API server applies the webhook's failure policy");
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("admission by plugin {name} failed: {e}"),

@@ -226,7 +226,16 @@ pub enum AdmitError {
         /// `validating` or `mutating`.
         kind: &'static str,
     },
-    /// The call failed in the sandbox (trap, timeout, memory, backed off).
+    /// The plugin is backed off for hitting its bounds again and again
+    /// (the fair share, `fair_share.rs`): no call until its next turn.
+    #[error("plugin {plugin} is backed off for {wait:?} after repeated containments")]
+    BackedOff {
+        /// The plugin.
+        plugin: String,
+        /// Until its next turn.
+        wait: Duration,
+    },
+    /// The call failed in the sandbox (trap, timeout, memory, no slot).
     #[error(transparent)]
     Call(#[from] CallError),
 }
@@ -281,6 +290,12 @@ impl super::LoadedPlugin {
         let timeout = admission
             .deadline(kind, self.call_timeout())
             .ok_or_else(no_webhook)?;
+        // The same fair share as its reconciles: a plugin contained again
+        // and again is not called until its next turn.
+        self.admit().map_err(|wait| AdmitError::BackedOff {
+            plugin: self.name().to_owned(),
+            wait,
+        })?;
         let request: wit::AdmissionRequest = review.convert();
         let answer = match kind {
             AdmissionKind::Validate => Answer::Validated(self.call_fresh_with(
