@@ -5,7 +5,8 @@
 //! `kubectl` as the client: an invalid Widget is refused with the plugin's
 //! message as the API server words it (or, for a 422 with field errors, as
 //! kubectl prints an invalid object), a valid one is stored defaulted by
-//! `mutate` and then reconciled.
+//! `mutate` and then reconciled, and a quota read from the host's cache
+//! refuses a fourth Widget in a namespace.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -142,6 +143,28 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults() {
                 == Some(Value::from(7))
         })
         .await;
+
+        // The quota reads the host's cache: two more fit, a fourth does not.
+        for name in ["second", "third"] {
+            let (ok, text) = kubectl_apply(&env, &widget(name, 1));
+            assert!(ok, "{text}");
+        }
+        until(&env, "three widgets reconciled (in the host's cache)", || {
+            ["big", "second", "third"].iter().all(|name| {
+                get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), name)
+                    .and_then(|w| w.pointer("/status/observedSize").cloned())
+                    .is_some()
+            })
+        })
+        .await;
+        let (ok, text) = kubectl_apply(&env, &widget("fourth", 1));
+        assert!(!ok, "a fourth widget was stored: {text}");
+        assert!(
+            text.contains(
+                "admission webhook \"size.widgets.rekon.dev\" denied the request: namespace default already holds 3 widgets, the most it may hold"
+            ),
+            "{text}"
+        );
     })
     .await
     .expect("the admission e2e finished; likely deadlocked");

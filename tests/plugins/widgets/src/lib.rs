@@ -9,6 +9,8 @@
 //!   A Widget named [`TRAP_NAME`] makes `validate` panic, and
 //!   one named [`SPIN_NAME`] makes it loop until its deadline: the host's
 //!   failure handling is tested with them.
+//!   On a create, a namespace already holding [`MAX_PER_NAMESPACE`]
+//!   widgets in the host's cache refuses another (a read of the cache).
 //! - **Mutate** (`tier`): a Widget without the [`TIER_LABEL`] label gets
 //!   `standard`; a size above [`MAX_SIZE`] / 2 warns.
 //! - **Reconcile**: status `observedSize` follows `spec.size`.
@@ -22,6 +24,8 @@ use serde::{Deserialize, Serialize};
 pub const MAX_SIZE: i64 = 10;
 /// The label the mutating webhook defaults.
 pub const TIER_LABEL: &str = "widgets.rekon.dev/tier";
+/// The most widgets one namespace may hold (checked against the cache).
+pub const MAX_PER_NAMESPACE: usize = 3;
 /// A Widget with this name makes `validate` panic.
 pub const TRAP_NAME: &str = "trap";
 /// A Widget with this name makes `validate` spin until its deadline.
@@ -90,10 +94,18 @@ impl Admission for Widgets {
         ]
     }
 
-    fn validate(_: &Context, req: &AdmissionRequest) -> Result<Verdict, Error> {
+    fn validate(ctx: &Context, req: &AdmissionRequest) -> Result<Verdict, Error> {
         let Some(widget) = req.object::<Widget>()? else {
             return Ok(Verdict::allow());
         };
+        let verdict = if req.operation == Operation::Create {
+            quota(ctx, req)
+        } else {
+            Verdict::allow()
+        };
+        if !verdict.is_allowed() {
+            return Ok(verdict);
+        }
         match widget.metadata.name.as_deref() {
             Some(TRAP_NAME) => panic!("widgets: asked to trap"),
             Some(SPIN_NAME) => spin(),
@@ -111,7 +123,7 @@ impl Admission for Widgets {
             .code(422)
             .field("spec.size", format!("must be at most {MAX_SIZE}")));
         }
-        Ok(Verdict::allow())
+        Ok(verdict)
     }
 
     fn mutate(_: &Context, req: &AdmissionRequest) -> Result<Mutation, Error> {
@@ -132,6 +144,22 @@ impl Admission for Widgets {
         } else {
             mutation
         })
+    }
+}
+
+/// At most [`MAX_PER_NAMESPACE`] widgets per namespace, counted in the
+/// host's cache (what a CEL rule on one object cannot say). A cache that
+/// cannot be read admits, with a warning: the quota is a convenience, not
+/// a security boundary.
+fn quota(ctx: &Context, req: &AdmissionRequest) -> Verdict {
+    match ctx.list::<Widget>(&req.cluster, req.namespace.as_deref(), None) {
+        Ok(widgets) if widgets.len() >= MAX_PER_NAMESPACE => Verdict::deny(format!(
+            "namespace {} already holds {} widgets, the most it may hold",
+            req.namespace.as_deref().unwrap_or_default(),
+            widgets.len()
+        )),
+        Ok(_) => Verdict::allow(),
+        Err(e) => Verdict::allow().warn(format!("the widget quota was not checked: {e}")),
     }
 }
 

@@ -73,3 +73,26 @@ fn reconcile_reports_the_size() {
     let w: Widget = world.get("main", Some("default"), "w").unwrap();
     assert_eq!(w.status.unwrap().observed_size, 3);
 }
+
+#[test]
+fn a_namespace_holds_at_most_three_widgets_as_the_cache_shows() {
+    let mut world = World::new().primary("main");
+    for name in ["a", "b"] {
+        world.insert("main", &widget(name, 1));
+    }
+    let third = world.validate::<Widgets>(&AdmissionRequest::create("main", &widget("c", 1)));
+    assert!(third.is_allowed(), "{third:?}");
+    world.insert("main", &widget("c", 1));
+    let fourth = world.validate::<Widgets>(&AdmissionRequest::create("main", &widget("d", 1)));
+    assert_eq!(
+        fourth.denial().expect("denied").message,
+        "namespace default already holds 3 widgets, the most it may hold"
+    );
+    // An update of one of them is not a new widget.
+    let update = world.validate::<Widgets>(&AdmissionRequest::update(
+        "main",
+        &widget("c", 1),
+        &widget("c", 2),
+    ));
+    assert!(update.is_allowed());
+}
