@@ -314,3 +314,36 @@ async fn a_plugin_without_admission_or_unknown_answers_404() {
         .unwrap();
     assert_eq!(code, 400);
 }
+
+#[tokio::test]
+async fn a_new_version_takes_its_admission_over_with_its_reconcile() {
+    let served = serve().await;
+    let before = served.registry.get("widgets").expect("widgets loaded");
+    // The same code under another digest: a new version from the same file.
+    let origin = before.path().expect("loaded from a file").to_path_buf();
+    let mut bytes = std::fs::read(&origin).unwrap();
+    wasm_encoder::ComponentSection::append_to_component(
+        &wasm_encoder::CustomSection {
+            name: "version".into(),
+            data: [2u8][..].into(),
+        },
+        &mut bytes,
+    );
+    let registry = served.registry.clone();
+    let after = tokio::task::spawn_blocking(move || {
+        registry.apply_module(
+            &origin,
+            &bytes,
+            &rekon::plugin::LoadOptions::default(),
+            |_| Ok(()),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("the new version loads");
+    let serving = served.registry.get("widgets").expect("widgets serves");
+    assert!(serving.same_load(&after) && !serving.same_load(&before));
+    assert_eq!(serving.admission_rules(), before.admission_rules());
+    let denied = answer(&served, "/validate/widgets", &widget("w", 11, json!({}))).await;
+    assert_eq!(denied["allowed"], false, "the new load answers");
+}
