@@ -347,3 +347,19 @@ async fn a_new_version_takes_its_admission_over_with_its_reconcile() {
     let denied = answer(&served, "/validate/widgets", &widget("w", 11, json!({}))).await;
     assert_eq!(denied["allowed"], false, "the new load answers");
 }
+
+#[test]
+fn inspect_lists_the_webhooks_of_a_plugin_that_admits_only() {
+    use rekon::commands::inspect::{OutputFormat, inspect_file};
+    let widgets = inspect_file(&test_plugin("widgets.wasm"), OutputFormat::Yaml).unwrap();
+    assert!(
+        widgets.contains("admission:\n- name: size.widgets.rekon.dev\n  kind: validate"),
+        "{widgets}"
+    );
+    assert!(
+        widgets.contains("- name: tier.widgets.rekon.dev\n  kind: mutate"),
+        "{widgets}"
+    );
+    let chaos = inspect_file(&chaos_v1(), OutputFormat::Yaml).unwrap();
+    assert!(!chaos.contains("admission:"), "{chaos}");
+}
