@@ -67,16 +67,18 @@ zoo-plugin: wasm-target
 
 # Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
 # plugin, cm-sync: a third plugin written like one from outside the project;
-# hostile: one that tries to reach what it never declared; the zoo).
+# hostile: one that tries to reach what it never declared; widgets: one
+# that admits its objects (validate, mutate); the zoo).
 # Feature builds overwrite the same target file, hence one build per copy.
 test-plugins: chaos-plugins zoo-plugin
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
-	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync -p rekon-test-hostile
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync -p rekon-test-hostile -p rekon-test-widgets
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 	cp $(WASM_OUT)/rekon_test_hostile.wasm dist/test-plugins/hostile.wasm
 	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
 	cp $(WASM_OUT)/rekon_test_cm_sync.wasm dist/test-plugins/cm-sync.wasm
+	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets.wasm
 
 # The TypeScript and Python SDKs and the seed ports written with them
 # (plugins/test-fanout-ts, plugins/nodepool-py). `npm ci` from the committed

@@ -13,7 +13,10 @@
 mod generated {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "plugin",
+        // Every SDK plugin exports `admission` too; one without
+        // `export_plugin!(P, admission)` declares no rules, which the host
+        // takes as no webhook.
+        world: "admission-plugin",
         // `export_plugin!` in the plugin crate expands to this macro, so it
         // must be public and must find the bindings (and wit-bindgen's
         // runtime) through rekon-sdk rather than through a dependency of the
@@ -338,6 +341,117 @@ impl From<Error> for wit::ReconcileError {
         wit::ReconcileError {
             retryable: e.is_retryable(),
             message: e.message().to_owned(),
+        }
+    }
+}
+
+/// The admission interface's values, to and from the SDK's own.
+mod admission {
+    use super::exports::rekon::plugin::admission as wit;
+    use crate::admission::{
+        AdmissionKind, AdmissionRequest, AdmissionRule, Denial, FailurePolicy, Mutation, Operation,
+        UserInfo, Verdict,
+    };
+
+    impl From<AdmissionRule> for wit::AdmissionRule {
+        fn from(r: AdmissionRule) -> Self {
+            wit::AdmissionRule {
+                name: r.name,
+                kind: match r.kind {
+                    AdmissionKind::Validate => wit::AdmissionKind::Validate,
+                    AdmissionKind::Mutate => wit::AdmissionKind::Mutate,
+                },
+                resources: r.resources.iter().map(Into::into).collect(),
+                operations: r.operations.into_iter().map(Into::into).collect(),
+                failure_policy: match r.failure_policy {
+                    FailurePolicy::Fail => wit::FailurePolicy::Fail,
+                    FailurePolicy::Ignore => wit::FailurePolicy::Ignore,
+                },
+                timeout_seconds: r.timeout_seconds,
+                match_conditions: r
+                    .match_conditions
+                    .into_iter()
+                    .map(|(name, expression)| wit::MatchCondition { name, expression })
+                    .collect(),
+            }
+        }
+    }
+
+    impl From<Operation> for wit::Operation {
+        fn from(o: Operation) -> Self {
+            match o {
+                Operation::Create => wit::Operation::Create,
+                Operation::Update => wit::Operation::Update,
+                Operation::Delete => wit::Operation::Delete,
+                Operation::Connect => wit::Operation::Connect,
+            }
+        }
+    }
+
+    /// A JSON text from the host; text that is not JSON is kept as a
+    /// string value (the plugin's decode then fails with a clear message).
+    fn json(text: Option<String>) -> Option<serde_json::Value> {
+        text.map(|t| serde_json::from_str(&t).unwrap_or(serde_json::Value::String(t)))
+    }
+
+    impl From<wit::AdmissionRequest> for AdmissionRequest {
+        fn from(r: wit::AdmissionRequest) -> Self {
+            AdmissionRequest {
+                uid: r.uid,
+                cluster: r.cluster,
+                resource: r.resource.into(),
+                sub_resource: r.sub_resource,
+                operation: match r.operation {
+                    wit::Operation::Create => Operation::Create,
+                    wit::Operation::Update => Operation::Update,
+                    wit::Operation::Delete => Operation::Delete,
+                    wit::Operation::Connect => Operation::Connect,
+                },
+                namespace: r.namespace,
+                name: r.name,
+                object: json(r.object),
+                old_object: json(r.old_object),
+                user: UserInfo {
+                    username: r.user.username,
+                    uid: r.user.uid,
+                    groups: r.user.groups,
+                },
+                dry_run: r.dry_run,
+            }
+        }
+    }
+
+    fn denial(d: Denial) -> wit::Denial {
+        wit::Denial {
+            message: d.message,
+            code: d.code,
+            field_errors: d
+                .field_errors
+                .into_iter()
+                .map(|(path, message)| wit::FieldError { path, message })
+                .collect(),
+        }
+    }
+
+    impl From<Verdict> for wit::Verdict {
+        fn from(v: Verdict) -> Self {
+            let (denied, warnings) = v.into_parts();
+            wit::Verdict {
+                denied: denied.map(denial),
+                warnings,
+            }
+        }
+    }
+
+    impl From<Mutation> for wit::Mutation {
+        fn from(m: Mutation) -> Self {
+            let (object, verdict) = m.into_parts();
+            let (denied, warnings) = verdict.into_parts();
+            wit::Mutation {
+                object: object.map(|o| o.to_string()),
+                denied: denied.map(denial),
+                warnings,
+            }
         }
     }
 }

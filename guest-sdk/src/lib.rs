@@ -13,6 +13,7 @@
 //! | (root) | the [`Plugin`] trait and [`export_plugin!`] |
 //! | [`registration`] | [`Registration`] builder: primary, watches ([`Mapping`], [`ClusterSet`]), finalizer, permissions, CRDs |
 //! | [`context`] | [`Context`]: typed `get`/`list` from the host caches, clusters, log macros ([`info!`] …), request time; [`Request`] |
+//! | [`admission`] | [`Admission`]: the plugin's webhooks ([`AdmissionRule`]), `validate` → [`Verdict`], `mutate` → [`Mutation`] |
 //! | [`action`] | [`Action`] builders (apply, merge/JSON patch, delete, create-if-absent, event) and [`Outcome`] |
 //! | [`resource`] | [`ResourceType`] derived from any `kube::Resource` ([`Kind`]) |
 //! | [`settings`](mod@settings) | typed plugin [`Settings`] (serde + JSON Schema), validated at every load |
@@ -129,6 +130,7 @@
 extern crate self as rekon_sdk;
 
 pub mod action;
+pub mod admission;
 // Public only so that `export_plugin!` can name it from the plugin crate;
 // hidden, not API. Reached as `rekon_sdk::__private::bindings`.
 #[doc(hidden)]
@@ -146,6 +148,10 @@ pub mod testkit;
 pub use action::{
     Action, ApplyAction, CreateAction, DeleteAction, EventAction, EventType, ObjectRef, Outcome,
     PatchAction, PatchType, Propagation,
+};
+pub use admission::{
+    Admission, AdmissionKind, AdmissionRequest, AdmissionRule, Denial, FailurePolicy, Mutation,
+    Operation, UserInfo, Verdict,
 };
 pub use context::{
     ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request, selector_from_labels,

@@ -175,7 +175,13 @@ pub(crate) fn register_checked<P: Plugin>(
 /// rekon_sdk::export_plugin!(MyPlugin);
 /// ```
 ///
-/// On wasm targets this exports `rekon:plugin/guest@0.3.1`; natively it only
+/// With `export_plugin!(MyPlugin, admission)` the plugin's
+/// [`Admission`](crate::admission::Admission) implementation is exported
+/// too (its webhooks); without it the component's admission declares no
+/// rules and the host serves no webhook for it.
+///
+/// On wasm targets this exports `rekon:plugin/guest@0.3.1` and
+/// `rekon:plugin/admission@0.3.1`; natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
 ///
@@ -183,6 +189,12 @@ pub(crate) fn register_checked<P: Plugin>(
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ty) => {
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>);
+    };
+    ($plugin:ty, admission) => {
+        $crate::export_plugin!(@export $plugin, $plugin);
+    };
+    (@export $plugin:ty, $admission:ty) => {
         const _: () = {
             // Natively the impl is still type-checked, but nothing is
             // exported: the component's export names (`rekon:plugin/...`)
@@ -216,6 +228,24 @@ macro_rules! export_plugin {
                 }
             }
 
+            impl $crate::__private::AdmissionGuest for __RekonGuest {
+                fn rules() -> ::std::vec::Vec<$crate::__private::WitAdmissionRule> {
+                    $crate::__private::rules::<$admission>()
+                }
+
+                fn validate(
+                    request: $crate::__private::WitAdmissionRequest,
+                ) -> $crate::__private::WitVerdict {
+                    $crate::__private::validate::<$admission>(request)
+                }
+
+                fn mutate(
+                    request: $crate::__private::WitAdmissionRequest,
+                ) -> $crate::__private::WitMutation {
+                    $crate::__private::mutate::<$admission>(request)
+                }
+            }
+
             #[cfg(target_arch = "wasm32")]
             $crate::__private::bindings::__export_rekon_plugin_world!(
                 __RekonGuest with_types_in $crate::__private::bindings
@@ -230,6 +260,10 @@ pub mod __private {
     pub use wit_bindgen;
 
     pub use crate::bindings;
+    pub use crate::bindings::exports::rekon::plugin::admission::{
+        AdmissionRequest as WitAdmissionRequest, AdmissionRule as WitAdmissionRule,
+        Guest as AdmissionGuest, Mutation as WitMutation, Verdict as WitVerdict,
+    };
     pub use crate::bindings::exports::rekon::plugin::guest::Guest;
     pub use crate::bindings::rekon::plugin::types::{
         Outcome as WitOutcome, Phase as WitPhase, ReconcileError as WitReconcileError,
@@ -268,6 +302,53 @@ pub mod __private {
             P::reconcile_request(&ctx, &request)
                 .map(Into::into)
                 .map_err(Into::into)
+        })
+    }
+
+    /// The admission of a plugin exported without it: no rules (the host
+    /// serves no webhook for it), and calls that allow and change nothing.
+    pub struct NoAdmission<P>(std::marker::PhantomData<P>);
+
+    impl<P: Plugin> Plugin for NoAdmission<P> {
+        type Primary = P::Primary;
+        fn register() -> Result<Registration, Error> {
+            P::register()
+        }
+        fn reconcile(
+            ctx: &Context,
+            req: &Request,
+            event: Event<Self::Primary>,
+        ) -> Result<crate::action::Outcome, Error> {
+            P::reconcile(ctx, req, event)
+        }
+    }
+
+    impl<P: Plugin> crate::admission::Admission for NoAdmission<P> {
+        fn rules() -> Vec<crate::admission::AdmissionRule> {
+            Vec::new()
+        }
+    }
+
+    /// `rules` of the component.
+    pub fn rules<P: crate::admission::Admission>() -> Vec<WitAdmissionRule> {
+        P::rules().into_iter().map(Into::into).collect()
+    }
+
+    /// `validate` of the component.
+    pub fn validate<P: crate::admission::Admission>(request: WitAdmissionRequest) -> WitVerdict {
+        let ctx = host_context();
+        let request = crate::admission::AdmissionRequest::from(request);
+        crate::settings::with_source(ctx.backend(), || {
+            crate::admission::run_validate::<P>(&ctx, &request).into()
+        })
+    }
+
+    /// `mutate` of the component.
+    pub fn mutate<P: crate::admission::Admission>(request: WitAdmissionRequest) -> WitMutation {
+        let ctx = host_context();
+        let request = crate::admission::AdmissionRequest::from(request);
+        crate::settings::with_source(ctx.backend(), || {
+            crate::admission::run_mutate::<P>(&ctx, &request).into()
         })
     }
 

@@ -1,6 +1,9 @@
 //! `use rekon_sdk::prelude::*;` brings what almost every plugin uses.
 
 pub use crate::action::{Action, EventType, ObjectRef, Outcome, Propagation};
+pub use crate::admission::{
+    Admission, AdmissionRequest, AdmissionRule, FailurePolicy, Mutation, Operation, Verdict,
+};
 pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request};
 pub use crate::error::{Error, ReadError};
 pub use crate::plugin::{Event, Plugin};

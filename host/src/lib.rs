@@ -11,7 +11,7 @@
 //! | 2 | [`cluster`], [`lease`] | the cluster registry; leader election and shards |
 //! | 3 | [`cache`] | shared watches and stores |
 //! | 4 | [`plugin`], [`writer`] | the wasm runtime; performing actions (they meet only in [`action`]) |
-//! | 5 | [`controller`], [`source`] | per-plugin controllers and their manager; where plugins come from (Plugin objects, OCI) |
+//! | 5 | [`controller`], [`source`], [`admission`] | per-plugin controllers and their manager; where plugins come from (Plugin objects, OCI); the webhook server answering plugins' admission |
 //! | 6 | [`change`] | safe change: record, replay, shadow, promote |
 //! | 7 | [`app`], [`explore`] | `rekon run`: the wiring, probes, reporting; `rekon plugin explore`: faults, oracles, reproducers |
 //! | 8 | [`commands`] | one-shot jobs: plan, release, inspect, crds, rbac, scaffold |
@@ -21,6 +21,7 @@
 //! glue there, which calls into these.
 
 pub mod action;
+pub mod admission;
 pub mod app;
 pub mod cache;
 pub mod change;

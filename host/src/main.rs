@@ -21,5 +21,6 @@ fn main() -> anyhow::Result<()> {
         Command::Plugin(command) => cli::plugin::run(command),
         Command::Rbac(args) => cli::manifests::rbac(args),
         Command::Crds(args) => cli::manifests::crds(args),
+        Command::Webhooks(args) => cli::manifests::webhooks(args),
     }
 }

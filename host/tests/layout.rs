@@ -32,6 +32,7 @@ const FLOORS: &[(&str, u32)] = &[
     ("writer", 4),
     ("controller", 5),
     ("source", 5),
+    ("admission", 5),
     ("change", 6),
     ("app", 7),
     ("explore", 7),

@@ -8,6 +8,7 @@
 //! # Layout
 //! | module | rule |
 //! |---|---|
+//! | [`admission`] | what makes a plugin's admission rules valid; its webhooks' names and paths |
 //! | [`selector`] | Kubernetes label selector strings: parsing and matching |
 //! | [`cases`] | which files of a directory are recorded cases |
 //! | [`mapping`] | what makes a declarative mapping valid |
@@ -15,6 +16,7 @@
 //! | [`settings`] | how a plugin refuses its settings; the finalizer of an instance of a module |
 //! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
 
+pub mod admission;
 pub mod cases;
 pub mod mapping;
 pub mod registration;

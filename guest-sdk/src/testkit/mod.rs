@@ -74,6 +74,7 @@
 //!   ([`World::fail_writes`]) or per object ([`World::fail_writes_to`]) and
 //!   lifted with [`World::heal`].
 
+mod admit;
 mod backend;
 mod case;
 mod drive;

@@ -22,6 +22,7 @@ pub mod file_signatures;
 pub mod install_crds;
 pub mod ops;
 pub mod reporting;
+pub mod webhooks;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,6 +71,9 @@ pub enum AppError {
     /// The case directory of `--record` or of the shadow rollout could not be set up.
     #[error(transparent)]
     Record(#[from] crate::change::record::RecordError),
+    /// The admission webhook server could not be set up.
+    #[error(transparent)]
+    Webhooks(#[from] webhooks::WebhookError),
     /// Tracing could not be initialised.
     #[error("failed to initialise logging: {0}")]
     Logging(String),
@@ -186,6 +190,9 @@ pub struct Config {
     /// Signatures plugin files must carry (`--require-signatures`,
     /// `--signature-key`); none by default.
     pub file_signatures: file_signatures::FileSignatures,
+    /// Serve the plugins' admission webhooks (`--webhook-addr`); `None`: no
+    /// webhook server.
+    pub webhooks: Option<webhooks::WebhookOptions>,
 }
 
 /// Where Plugin objects' modules come from, and how they are followed.
@@ -248,6 +255,7 @@ impl Default for Config {
             plugin_objects: None,
             metrics: Metrics::new(),
             file_signatures: file_signatures::FileSignatures::default(),
+            webhooks: None,
         }
     }
 }
@@ -259,6 +267,7 @@ pub struct App {
     registry: PluginRegistry,
     manager: Manager,
     ops: ops::Ops,
+    webhooks: Option<crate::admission::WebhookServer>,
 }
 
 impl std::fmt::Debug for App {
@@ -378,12 +387,26 @@ impl App {
             manager: manager.clone(),
         })
         .await?;
+        let webhooks = match &config.webhooks {
+            Some(options) => Some(
+                webhooks::bind(
+                    options,
+                    clusters.primary(),
+                    registry.clone(),
+                    manager.clone(),
+                    config.metrics.clone(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
         Ok(Self {
             config,
             clusters,
             registry,
             manager,
             ops,
+            webhooks,
         })
     }
 
@@ -391,6 +414,14 @@ impl App {
     #[must_use]
     pub fn clusters(&self) -> &ClusterRegistry {
         &self.clusters
+    }
+
+    /// The webhook server's bound address (`--webhook-addr`), if it serves.
+    #[must_use]
+    pub fn webhook_addr(&self) -> Option<std::net::SocketAddr> {
+        self.webhooks
+            .as_ref()
+            .map(crate::admission::WebhookServer::local_addr)
     }
 
     /// The plugin registry.
@@ -435,6 +466,14 @@ impl App {
             (self.config.probe_interval * 2).min(Duration::from_secs(5)),
             stopped(),
         ));
+        let webhooks = self.webhooks.map(|server| {
+            let stop = stopped();
+            tokio::spawn(async move {
+                if let Err(e) = server.run(stop).await {
+                    tracing::error!(error = %e, "webhook server failed");
+                }
+            })
+        });
         let manager = self.manager.clone();
         let registry = Arc::new(self.registry.clone());
         let run = {
@@ -510,6 +549,9 @@ impl App {
         let _ = stop_tx.send(true);
         let _ = run.await;
         let _ = probes.await;
+        if let Some(webhooks) = webhooks {
+            let _ = webhooks.await;
+        }
         if let Some(objects) = plugin_objects {
             let _ = objects.await;
         }

@@ -1,5 +1,5 @@
-//! `rekon rbac` and `rekon crds`: what the plugins in a directory need in
-//! a cluster.
+//! `rekon rbac`, `rekon crds` and `rekon webhooks`: what the plugins in a
+//! directory need in a cluster.
 
 use std::path::PathBuf;
 
@@ -95,5 +95,66 @@ pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
         None => print!("{}", rekon::commands::manifests::crds_yaml(&registrations)?),
         Some(out) => rekon::commands::manifests::write_crds(&registrations, &out)?,
     }
+    Ok(())
+}
+
+// `rekon webhooks`'s arguments (its help is the `Webhooks` command's).
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("client").args(["service", "url"]).required(true)))]
+pub struct WebhooksArgs {
+    /// Directory of plugin components (`*.wasm`).
+    dir: PathBuf,
+    /// The Service in front of the host's webhook server: NAMESPACE/NAME[:PORT]
+    /// (port 443 unless given).
+    #[arg(long, value_name = "NAMESPACE/NAME[:PORT]")]
+    service: Option<String>,
+    /// The webhook server's base URL instead (`https://host:port`).
+    #[arg(long)]
+    url: Option<String>,
+    /// PEM of the CA that signed the serving certificate, for `caBundle`:
+    /// the `tls.crt` `rekon run --webhook-cert-dir` wrote (self-signed), or
+    /// the CA of the operator's certificate.
+    #[arg(long)]
+    webhook_ca_file: Option<PathBuf>,
+    /// Configuration names are `<prefix>-<plugin>`.
+    #[arg(long, default_value = "rekon")]
+    prefix: String,
+}
+
+fn parse_service(text: &str) -> anyhow::Result<rekon::commands::webhooks::Client> {
+    let (namespace, rest) = text
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("--service {text:?}: give NAMESPACE/NAME[:PORT]"))?;
+    let (name, port) = match rest.split_once(':') {
+        Some((name, port)) => (name, port.parse()?),
+        None => (rest, 443),
+    };
+    Ok(rekon::commands::webhooks::Client::Service {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        port,
+    })
+}
+
+/// `rekon webhooks`: print the webhook configurations.
+pub fn webhooks(args: WebhooksArgs) -> anyhow::Result<()> {
+    use rekon::commands::webhooks as w;
+    let client = match (args.service, args.url) {
+        (Some(service), _) => parse_service(&service)?,
+        (None, Some(url)) => w::Client::Url(url),
+        (None, None) => anyhow::bail!("give --service or --url"),
+    };
+    let ca_bundle = args
+        .webhook_ca_file
+        .as_deref()
+        .map(w::read_ca)
+        .transpose()?;
+    let plugins = w::load_admitting(&args.dir)?;
+    let options = w::WebhookOptions {
+        prefix: args.prefix,
+        client,
+        ca_bundle,
+    };
+    print!("{}", w::webhooks_yaml(&plugins, &options)?);
     Ok(())
 }

@@ -36,4 +36,7 @@ pub enum Command {
     /// plugin in DIR declares (or write one file per CRD plus a
     /// kustomization.yaml with --out-dir).
     Crds(manifests::CrdsArgs),
+    /// Print the Validating- and MutatingWebhookConfigurations of the
+    /// plugins in DIR that admit (served by `rekon run --webhook-addr`).
+    Webhooks(manifests::WebhooksArgs),
 }

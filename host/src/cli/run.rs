@@ -134,6 +134,51 @@ pub struct RunArgs {
     record: RecordArgs,
     #[command(flatten)]
     ops: OpsArgs,
+    #[command(flatten)]
+    webhooks: WebhookArgs,
+}
+
+/// The admission webhook server.
+#[derive(Debug, clap::Args)]
+struct WebhookArgs {
+    /// Serve the plugins' admission webhooks over HTTPS here
+    /// (`/validate/<plugin>`, `/mutate/<plugin>`; conventionally :9443).
+    #[arg(long, env = "REKON_WEBHOOK_ADDR", value_parser = parse_addr, default_value = "off")]
+    webhook_addr: Addr,
+    /// Directory with `tls.crt` and `tls.key` (a mounted TLS Secret),
+    /// re-read when they change; when both are absent a self-signed
+    /// certificate is made and written there (give its `tls.crt` to
+    /// `rekon manifests --webhook-ca-file`). Default: self-signed in memory.
+    #[arg(long, env = "REKON_WEBHOOK_CERT_DIR")]
+    webhook_cert_dir: Option<PathBuf>,
+    /// A DNS name or IP address of the self-signed certificate (repeat;
+    /// default: localhost, 127.0.0.1 and, with POD_NAMESPACE,
+    /// rekon-webhooks.<ns>.svc).
+    #[arg(
+        long = "webhook-cert-name",
+        env = "REKON_WEBHOOK_CERT_NAMES",
+        value_delimiter = ','
+    )]
+    webhook_cert_names: Vec<String>,
+}
+
+impl WebhookArgs {
+    fn into_options(self) -> Option<rekon::app::webhooks::WebhookOptions> {
+        let addr = self.webhook_addr.0?;
+        let mut names = self.webhook_cert_names;
+        if names.is_empty() {
+            names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+            if let Ok(ns) = std::env::var("POD_NAMESPACE") {
+                names.push(format!("rekon-webhooks.{ns}.svc"));
+                names.push(format!("rekon-webhooks.{ns}.svc.cluster.local"));
+            }
+        }
+        Some(rekon::app::webhooks::WebhookOptions {
+            addr,
+            cert_dir: self.webhook_cert_dir,
+            cert_names: names,
+        })
+    }
 }
 
 /// Recording reconciles and shadow versions.
@@ -446,6 +491,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .then(|| std::time::Duration::from_secs(args.resync_period)),
         probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),
         plugins_dir: args.plugins,
+        webhooks: args.webhooks.into_options(),
         ..args.clusters.config()
     };
     block_on(async {

@@ -68,6 +68,62 @@ pub struct InspectReport {
     /// The settings it was inspected with (`--settings`), which it accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings: Option<serde_json::Value>,
+    /// Its admission webhooks (`rules()`), if it admits.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub admission: Vec<AdmissionView>,
+}
+
+/// One admission webhook, as `rekon webhooks` configures it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionView {
+    /// The webhook's name (`<rule>.<plugin>.rekon.dev`).
+    pub name: String,
+    /// `validate` or `mutate`.
+    pub kind: &'static str,
+    /// The resources admitted.
+    pub resources: Vec<ResourceView>,
+    /// `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub operations: Vec<&'static str>,
+    /// `Fail` or `Ignore`.
+    pub failure_policy: &'static str,
+    /// The API server's timeout for one call.
+    pub timeout_seconds: u64,
+    /// CEL match conditions, by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub match_conditions: Vec<(String, String)>,
+}
+
+fn admission_view(plugin: &str, rule: &crate::plugin::AdmissionRule) -> AdmissionView {
+    use crate::plugin::{AdmissionKind, FailurePolicy, Operation};
+    AdmissionView {
+        name: rekon_rules::admission::webhook_name(&rule.name, plugin),
+        kind: match rule.kind {
+            AdmissionKind::Validate => "validate",
+            AdmissionKind::Mutate => "mutate",
+        },
+        resources: rule.resources.iter().map(ResourceView::from).collect(),
+        operations: rule
+            .operations
+            .iter()
+            .map(|o| match o {
+                Operation::Create => "CREATE",
+                Operation::Update => "UPDATE",
+                Operation::Delete => "DELETE",
+                Operation::Connect => "CONNECT",
+            })
+            .collect(),
+        failure_policy: match rule.failure_policy {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        },
+        timeout_seconds: rule.timeout().as_secs(),
+        match_conditions: rule
+            .match_conditions
+            .iter()
+            .map(|c| (c.name.clone(), c.expression.clone()))
+            .collect(),
+    }
 }
 
 /// A resource type, Kubernetes style.
@@ -347,6 +403,11 @@ fn render(
             .collect(),
         settings_schema: plugin.settings_schema().cloned(),
         settings: plugin.settings().and_then(|s| serde_json::from_str(s).ok()),
+        admission: plugin
+            .admission_rules()
+            .iter()
+            .map(|r| admission_view(plugin.name(), r))
+            .collect(),
     };
     match format {
         OutputFormat::Yaml => {

@@ -1,7 +1,7 @@
 //! One-shot jobs that borrow the engine, each behind a `rekon` subcommand:
 //! [`plan`], [`release`], [`inspect`], [`compile`], [`explore`], [`push`],
 //! [`sign`] (`keygen`, `sign`, `verify`), [`manifests`] (`rekon rbac`,
-//! `rekon crds`), [`plugin_manifest`] and [`scaffold`] (`rekon plugin new`).
+//! `rekon crds`), [`webhooks`] (`rekon webhooks`), [`plugin_manifest`] and [`scaffold`] (`rekon plugin new`).
 
 pub mod compile;
 pub mod explore;
@@ -13,3 +13,4 @@ pub mod push;
 pub mod release;
 pub mod scaffold;
 pub mod sign;
+pub mod webhooks;

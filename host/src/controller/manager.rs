@@ -367,6 +367,18 @@ impl Manager {
         v
     }
 
+    /// What plugin `plugin`'s calls outside a reconcile (its admission
+    /// webhooks) may read: the caches its controller reads, as a reconcile
+    /// would. `None` while it has no controller.
+    #[must_use]
+    pub fn reads(&self, plugin: &str) -> Option<Arc<dyn crate::plugin::HostReads>> {
+        self.inner
+            .controllers
+            .lock()
+            .get(plugin)
+            .map(|c| c.shared.reads())
+    }
+
     /// Queue figures of a plugin's controller.
     #[must_use]
     pub fn queue_stats(&self, plugin: &str) -> Option<QueueStats> {

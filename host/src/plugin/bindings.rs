@@ -20,3 +20,25 @@ wasmtime::component::bindgen!({
 // the crate itself (named `rekon`) where it is in the extern prelude (doctests).
 pub(crate) use self::rekon::plugin::host;
 pub(crate) use self::rekon::plugin::types;
+
+/// The world `admission-plugin` (`plugin` plus the `admission` export),
+/// its shared interfaces taken from the bindings above so that one linker
+/// and one set of types serve both worlds.
+mod admission_world {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "admission-plugin",
+        with: {
+            "rekon:plugin/types": super::rekon::plugin::types,
+            "rekon:plugin/host": super::rekon::plugin::host,
+        },
+        additional_derives: [
+            PartialEq,
+            serde::Serialize,
+            serde::Deserialize,
+        ],
+    });
+}
+
+pub(crate) use admission_world::exports::rekon::plugin::admission;
+pub(crate) use admission_world::{AdmissionPlugin, AdmissionPluginPre};

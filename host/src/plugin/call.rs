@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wasmtime::Store;
 
-use super::bindings::{Plugin, PluginPre};
+use super::bindings::{AdmissionPluginPre, PluginPre};
 use super::deadline::DeadlineReached;
 use super::error::CallError;
 use super::host_reads::HostReads;
@@ -46,18 +46,41 @@ pub(super) fn set_deadline(
     store.data_mut().deadline = Some(CallDeadline::after(timeout));
 }
 
+/// What a call instantiates: the world `plugin`'s bindings, or the world
+/// `admission-plugin`'s.
+pub(super) trait Instantiate {
+    /// The instance's bindings.
+    type Instance;
+    /// A fresh instance in `store`.
+    fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Self::Instance>;
+}
+
+impl Instantiate for PluginPre<CallState> {
+    type Instance = super::bindings::Plugin;
+    fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Self::Instance> {
+        PluginPre::instantiate(self, store)
+    }
+}
+
+impl Instantiate for AdmissionPluginPre<CallState> {
+    type Instance = super::bindings::AdmissionPlugin;
+    fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Self::Instance> {
+        AdmissionPluginPre::instantiate(self, store)
+    }
+}
+
 /// One call in a fresh store.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn call<R>(
+pub(super) fn call<P: Instantiate, R>(
     runtime: &RuntimeInner,
-    pre: &PluginPre<CallState>,
+    pre: &P,
     name: &Arc<str>,
     function: &'static str,
     timeout: Duration,
     reads: Arc<dyn HostReads>,
     request_time: Timestamp,
     settings: Option<Arc<str>>,
-    f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
+    f: impl FnOnce(&mut Store<CallState>, &P::Instance) -> wasmtime::Result<R>,
 ) -> Result<R, CallError> {
     let _slot = runtime
         .slots

@@ -85,6 +85,9 @@ pub(crate) struct Fit {
     /// reads them): settings given to a component that cannot read them
     /// are refused rather than silently ignored.
     pub(crate) reads_settings: bool,
+    /// It exports `rekon:plugin/admission` (world `admission-plugin`): the
+    /// host asks for its rules at load and serves them as webhooks.
+    pub(crate) exports_admission: bool,
 }
 
 /// The WASI 0.2 interfaces the host serves: every interface of the
@@ -137,7 +140,7 @@ fn served_wasi(name: &str) -> bool {
 }
 
 /// Checks the component's exports (it must export `rekon:plugin/guest` at a
-/// compatible version) and its imports: of our package only
+/// compatible version, and may export `rekon:plugin/admission`) and its imports: of our package only
 /// `rekon:plugin/host` and `types` at a compatible version, besides them
 /// only the WASI interfaces of [`SERVED_WASI`]; every other import is named.
 pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Mismatch> {
@@ -145,13 +148,16 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
     let mut reads_settings = false;
     let mut unserved = Vec::new();
     let mut guest_found = false;
+    let mut exports_admission = false;
     let mut exports = Vec::new();
     for (name, _) in ty.exports(engine) {
         exports.push(name.to_string());
         if let Some((iface, version)) = our_interface(name) {
             check_version(name, version)?;
-            if iface == "guest" {
-                guest_found = true;
+            match iface {
+                "guest" => guest_found = true,
+                "admission" => exports_admission = true,
+                _ => {}
             }
         }
     }
@@ -197,7 +203,10 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
              (world `{CONTRACT_PACKAGE}/plugin`); {found}"
         )));
     }
-    Ok(Fit { reads_settings })
+    Ok(Fit {
+        reads_settings,
+        exports_admission,
+    })
 }
 
 /// What raw bytes are instead of a component (see [`precheck`]).

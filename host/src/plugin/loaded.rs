@@ -8,10 +8,11 @@ use std::time::{Duration, Instant, SystemTime};
 
 use wasmtime::Store;
 
+use super::admission::PluginAdmission;
 use super::bindings::types as wit;
 use super::bindings::{Plugin, PluginPre};
 use super::bounds;
-use super::call::{call, classify, new_store, panic_text, set_deadline};
+use super::call::{Instantiate, call, classify, new_store, panic_text, set_deadline};
 use super::capability;
 use super::convert::Convert;
 use super::error::{CallError, LoadError};
@@ -107,6 +108,7 @@ impl PluginRuntime {
             digest,
             timings,
             reads_settings,
+            admission,
         } = self.prepare(bytes, digest, &origin, options.precompiled.as_ref())?;
         if options.settings.is_some() && !reads_settings {
             // Never run a plugin without the settings it was given.
@@ -124,6 +126,7 @@ impl PluginRuntime {
                 path,
                 timings,
                 options: options.clone(),
+                admission,
             },
         )
     }
@@ -189,6 +192,8 @@ pub(crate) struct Loading {
     pub(crate) path: Option<PathBuf>,
     pub(crate) timings: LoadTimings,
     pub(crate) options: LoadOptions,
+    /// Its admission export, linked, when it has one.
+    pub(crate) admission: Option<super::bindings::AdmissionPluginPre<CallState>>,
 }
 
 /// The longest settings schema kept (a schema is documentation; a module
@@ -261,6 +266,8 @@ struct Inner {
     /// The name the module registers (differs from `name` for an instance).
     registered_as: String,
     pre: PluginPre<CallState>,
+    /// Its webhooks, when it declares any (asked once, after `register`).
+    admission: Option<PluginAdmission>,
     runtime: Arc<RuntimeInner>,
     /// Its share of the host-wide memory budget (`host_budget.rs`).
     _booking: super::host_budget::Booking,
@@ -325,6 +332,7 @@ impl LoadedPlugin {
             path,
             mut timings,
             options,
+            admission,
         } = loading;
         let started = Instant::now();
         // Until `register` returns, the plugin is named after its file.
@@ -436,6 +444,12 @@ impl LoadedPlugin {
             runtime.slots.per_plugin(),
             runtime.config.memory_limit_bytes,
         );
+        let admission = match admission {
+            Some(pre) => {
+                PluginAdmission::load(&runtime, pre, &name, &origin, options.settings.clone())?
+            }
+            None => None,
+        };
         let booking = book_memory(&runtime, &origin, &registration, limits.instances)?;
         // Its reserve holds from the load on; at most its instances.
         runtime.slots.know(&name, limits.instances);
@@ -456,9 +470,20 @@ impl LoadedPlugin {
                 settings_schema,
                 registered_as,
                 pre,
+                admission,
                 runtime,
             }),
         })
+    }
+
+    /// Its webhooks, when it declares any.
+    pub(super) fn admission(&self) -> Option<&PluginAdmission> {
+        self.inner.admission.as_ref()
+    }
+
+    /// The deadline of its reconciles.
+    pub(super) fn call_timeout(&self) -> std::time::Duration {
+        self.inner.call_timeout
     }
 
     /// Whether a reconcile of this plugin may start now: `Err(wait)` while
@@ -767,15 +792,59 @@ impl LoadedPlugin {
         request_time: SystemTime,
         f: impl FnOnce(&mut Store<CallState>, &Plugin) -> wasmtime::Result<R>,
     ) -> Result<R, CallError> {
+        let timeout = self.inner.call_timeout;
+        self.call_measured(
+            &self.inner.pre,
+            function,
+            metric,
+            timeout,
+            reads,
+            request_time,
+            f,
+        )
+    }
+
+    /// One call of `function` on an instance of `pre` (the admission export's
+    /// bindings) under `timeout`, measured and contained like a reconcile.
+    pub(super) fn call_fresh_with<P: Instantiate, R>(
+        &self,
+        pre: &P,
+        function: &'static str,
+        timeout: std::time::Duration,
+        reads: Arc<dyn HostReads>,
+        f: impl FnOnce(&mut Store<CallState>, &P::Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
+        self.call_measured(
+            pre,
+            function,
+            function,
+            timeout,
+            reads,
+            SystemTime::now(),
+            f,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call_measured<P: Instantiate, R>(
+        &self,
+        pre: &P,
+        function: &'static str,
+        metric: &'static str,
+        timeout: std::time::Duration,
+        reads: Arc<dyn HostReads>,
+        request_time: SystemTime,
+        f: impl FnOnce(&mut Store<CallState>, &P::Instance) -> wasmtime::Result<R>,
+    ) -> Result<R, CallError> {
         let span = tracing::debug_span!("plugin call", plugin = %self.inner.name, function);
         let _entered = span.enter();
         let started = std::time::Instant::now();
         let result = call(
             &self.inner.runtime,
-            &self.inner.pre,
+            pre,
             &self.inner.name,
             function,
-            self.inner.call_timeout,
+            timeout,
             reads,
             timestamp(request_time),
             self.inner.settings.clone(),
@@ -816,7 +885,7 @@ impl LoadedPlugin {
         result
     }
 
-    async fn blocking<R: Send + 'static>(
+    pub(super) async fn blocking<R: Send + 'static>(
         &self,
         function: &'static str,
         f: impl FnOnce() -> Result<R, CallError> + Send + 'static,

@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod artifacts;
 mod bindings;
 mod bounds;
@@ -58,6 +59,10 @@ mod sandbox;
 mod slots;
 mod validation;
 
+pub use admission::{
+    AdmissionKind, AdmissionRule, AdmitError, Answer, Denial, FailurePolicy, FieldError,
+    MatchCondition, Mutation, Operation, Review, UserInfo, Verdict,
+};
 pub use artifacts::host_engine_key;
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
 pub use bounds::{API_SERVER_MAX_REQUEST_BYTES, Contained, OutcomeBounds};

@@ -13,7 +13,7 @@ use sha2::{Digest as _, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{Plugin, PluginPre};
+use super::bindings::{AdmissionPluginPre, Plugin, PluginPre};
 use super::compile_bound::{self, base_config};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
@@ -53,6 +53,8 @@ pub(crate) struct Prepared {
     pub(crate) timings: LoadTimings,
     /// Whether the component can read settings (see `contract::Fit`).
     pub(crate) reads_settings: bool,
+    /// Its admission export, linked, when it has one.
+    pub(crate) admission: Option<AdmissionPluginPre<CallState>>,
 }
 
 /// Counters of a runtime, for metrics and tests.
@@ -257,6 +259,19 @@ impl PluginRuntime {
                     origin: origin.clone(),
                     message: format!("{e:#}"),
                 })?;
+        let admission = if fit.exports_admission {
+            Some(AdmissionPluginPre::new(instance_pre.clone()).map_err(|e| {
+                LoadError::WrongWorld {
+                    origin: origin.clone(),
+                    reason: format!(
+                        "admission exports do not match {}: {e:#}",
+                        contract::host_range()
+                    ),
+                }
+            })?)
+        } else {
+            None
+        };
         let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             origin: origin.clone(),
             reason: format!("exports do not match {}: {e:#}", contract::host_range()),
@@ -267,6 +282,7 @@ impl PluginRuntime {
             digest,
             timings,
             reads_settings: fit.reads_settings,
+            admission,
         })
     }
 

@@ -447,8 +447,8 @@ async fn serve_secure_metrics(
 
 /// TLS connections for `axum::serve`: accepted and handshaken by a task
 /// of their own (a slow client never holds up the next), handed over
-/// through a bounded channel.
-struct TlsListener {
+/// through a bounded channel. Also the admission webhook server's.
+pub(crate) struct TlsListener {
     ready: tokio::sync::mpsc::Receiver<(
         tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
         SocketAddr,
@@ -461,14 +461,18 @@ struct TlsListener {
 const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl TlsListener {
-    fn new(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, addr: SocketAddr) -> Self {
+    pub(crate) fn new(
+        listener: TcpListener,
+        acceptor: tokio_rustls::TlsAcceptor,
+        addr: SocketAddr,
+    ) -> Self {
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         let accepting = tokio::spawn(async move {
             loop {
                 let (tcp, peer) = match listener.accept().await {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        debug!(error = %e, "secure metrics: accept failed");
+                        debug!(error = %e, "tls listener: accept failed");
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                         continue;
                     }
@@ -480,9 +484,9 @@ impl TlsListener {
                             let _ = tx.send((tls, peer)).await;
                         }
                         Ok(Err(e)) => {
-                            debug!(%peer, error = %e, "secure metrics: TLS handshake failed")
+                            debug!(%peer, error = %e, "tls listener: TLS handshake failed")
                         }
-                        Err(_) => debug!(%peer, "secure metrics: TLS handshake timed out"),
+                        Err(_) => debug!(%peer, "tls listener: TLS handshake timed out"),
                     }
                 });
             }

@@ -40,6 +40,15 @@ pub enum CertError {
         #[source]
         source: std::io::Error,
     },
+    /// A file could not be written.
+    #[error("failed to write {path}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
     /// The PEM in a file could not be parsed, or holds nothing usable.
     #[error("failed to parse {path}: {detail}")]
     Parse {
@@ -68,6 +77,7 @@ impl CertError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Read { .. } => "CertificateUnreadable",
+            Self::Write { .. } => "CertificateUnwritable",
             Self::Parse { .. } => "CertificateInvalid",
             Self::Key { .. } => "KeyUnsupported",
             Self::SelfSigned(_) => "SelfSignedFailed",

@@ -129,12 +129,12 @@ async fn hook(
         }
         "/deny" => {
             response["allowed"] = json!(false);
-            response["result"] = json!({"message": "no widgets today"});
+            response["status"] = json!({"message": "no widgets today"});
             response["warnings"] = json!(["denied by the test webhook"]);
         }
         "/deny-403" => {
             response["allowed"] = json!(false);
-            response["result"] =
+            response["status"] =
                 json!({"code": 403, "reason": "Forbidden", "message": "not on fridays"});
         }
         "/bad-uid" => {

@@ -19,6 +19,7 @@
 mod registered;
 mod rekon;
 mod runtime_families;
+mod webhook;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,9 +28,11 @@ use prometheus_client::registry::Registry;
 
 pub use rekon::{Divergence, RECENT_DIVERGENCES};
 pub use runtime_families::{QueueMetrics, ReconcileResult, ReconcileTimer};
+pub use webhook::WebhookTimer;
 
 use rekon::RekonFamilies;
 use runtime_families::RuntimeFamilies;
+use webhook::WebhookFamilies;
 
 /// Content type of [`Metrics::encode`] (OpenMetrics text, which Prometheus scrapes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -39,6 +42,7 @@ struct Inner {
     /// Shared with every [`ReconcileTimer`], which reports to it when done.
     runtime: Arc<RuntimeFamilies>,
     rekon: RekonFamilies,
+    webhook: WebhookFamilies,
 }
 
 /// The host's metrics. Cheap to clone; see the [module docs](self).
@@ -66,11 +70,13 @@ impl Metrics {
         let mut registry = Registry::default();
         let runtime = Arc::new(RuntimeFamilies::register(&mut registry));
         let rekon = RekonFamilies::register(&mut registry);
+        let webhook = WebhookFamilies::register(&mut registry);
         Self {
             inner: Arc::new(Inner {
                 registry,
                 runtime,
                 rekon,
+                webhook,
             }),
         }
     }
@@ -130,6 +136,25 @@ impl Metrics {
         if self.inner.runtime.set_leader(name, leader) {
             self.inner.rekon.leader_transition(name);
         }
+    }
+
+    /// An admission request on `webhook` (the path served) starts: in
+    /// flight until the returned timer is finished with its HTTP code.
+    pub fn webhook_started(&self, webhook: &str) -> WebhookTimer {
+        let (in_flight, latency) = self.inner.webhook.started(webhook);
+        WebhookTimer {
+            webhook: webhook.to_owned(),
+            in_flight,
+            latency,
+            started: std::time::Instant::now(),
+            metrics: self.clone(),
+        }
+    }
+
+    /// `plugin`'s `kind` webhook (`validate`, `mutate`) answered with
+    /// `verdict` (`allowed`, `patched`, `denied`, `failed`).
+    pub fn admission_verdict(&self, plugin: &str, kind: &'static str, verdict: &'static str) {
+        self.inner.webhook.verdict(plugin, kind, verdict)
     }
 
     // ----- rekon's own ------------------------------------------------------

@@ -31,7 +31,6 @@ class Hook(http.server.BaseHTTPRequestHandler):
             if "forbidden" in (obj.get("data") or {}):
                 resp["allowed"] = False
                 resp["status"] = {"code": 403, "message": "python says no"}
-                resp["result"] = resp.pop("status")
         body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

@@ -327,7 +327,7 @@ async fn mutate(
                 Ok(response) => {
                     warnings_of(&response, warnings);
                     if response.get("allowed").and_then(Value::as_bool) != Some(true) {
-                        return Err(denial(name, response.get("result")));
+                        return Err(denial(name, response.get("status")));
                     }
                     match patch(name, &response, object.as_mut()) {
                         Ok(c) => c,
@@ -429,7 +429,7 @@ async fn validate(cs: &ClusterState, call: &Call, warnings: &mut Vec<String>) ->
                 if response.get("allowed").and_then(Value::as_bool) == Some(true) {
                     continue;
                 }
-                denial(name, response.get("result"))
+                denial(name, response.get("status"))
             }
             Err(HookError::Calling(e)) if s(h, "failurePolicy") == Some("Ignore") => {
                 tracing::warn!("Failed calling webhook, failing open {name}: {e}");

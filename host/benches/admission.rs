@@ -1,0 +1,175 @@
+//! Admission benchmark: one validating review of the widgets test plugin
+//! (`make test-plugins`), at concurrency 1 and 16, measured two ways:
+//! - `call`: `LoadedPlugin::review` in process (a fresh instance from the
+//!   pooling allocator, the JSON in and out, the verdict): the plugin's cost;
+//! - `https`: the webhook server over TLS, one connection per review (a
+//!   TLS handshake each: an upper bound; the API server keeps connections
+//!   alive).
+//!
+//! Prints reviews per second and p50/p99 latency per row.
+//!
+//! ```text
+//! cargo bench -p rekon-host --bench admission
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rekon::admission::{WebhookConfig, WebhookServer, review};
+use rekon::plugin::{AdmissionKind, NoReads, PluginRegistry, PluginRuntime, RuntimeConfig};
+use rekon::telemetry::metrics::Metrics;
+use rekon::telemetry::serving_cert::ServingCert;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const REVIEWS: usize = 2_000;
+
+fn widgets() -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/test-plugins/widgets.wasm");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make test-plugins`",
+        path.display()
+    );
+    path
+}
+
+fn body(size: i64) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "kind": {"group": "widgets.rekon.dev", "version": "v1", "kind": "Widget"},
+            "resource": {"group": "widgets.rekon.dev", "version": "v1", "resource": "widgets"},
+            "name": "w", "namespace": "default", "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": {"apiVersion": "widgets.rekon.dev/v1", "kind": "Widget",
+                       "metadata": {"name": "w", "namespace": "default"}, "spec": {"size": size}},
+            "dryRun": false
+        }
+    })
+}
+
+fn row(name: &str, concurrency: usize, elapsed: Duration, mut latencies: Vec<Duration>) {
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
+    println!(
+        "| {name:<5} | {concurrency:>2} | {:>8.0} | {:>8.2} | {:>8.2} |",
+        latencies.len() as f64 / elapsed.as_secs_f64(),
+        at(0.50).as_secs_f64() * 1e3,
+        at(0.99).as_secs_f64() * 1e3,
+    );
+}
+
+async fn post(addr: SocketAddr, connector: &tokio_rustls::TlsConnector, body: &str) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let mut tls = connector.connect(name, tcp).await.expect("handshake");
+    let request = format!(
+        "POST /validate/widgets HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.expect("write");
+    let mut raw = Vec::new();
+    let _ = tls.read_to_end(&mut raw).await;
+    assert!(
+        raw.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+}
+
+async fn run() {
+    let metrics = Metrics::new();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        metrics: metrics.clone(),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(widgets(), dir.path().join("widgets.wasm")).expect("copy");
+    let registry = PluginRegistry::new(runtime);
+    registry.load_dir(dir.path()).expect("widgets loads");
+    let plugin = registry.get("widgets").expect("widgets");
+    let request = review::parse(body(3).to_string().as_bytes()).expect("review");
+    let reviewed = review::to_review(&request, "main");
+
+    println!("| path  |  c | reviews/s | p50 ms | p99 ms |");
+    println!("|---|---|---|---|---|");
+    for concurrency in [1, 16] {
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
+            tasks.spawn(async move {
+                let mut latencies = Vec::new();
+                for _ in 0..REVIEWS / concurrency {
+                    let t = Instant::now();
+                    plugin
+                        .review(AdmissionKind::Validate, reviewed.clone(), Arc::new(NoReads))
+                        .await
+                        .expect("reviewed");
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            });
+        }
+        let latencies = tasks.join_all().await.concat();
+        row("call", concurrency, started.elapsed(), latencies);
+    }
+
+    let cert = ServingCert::self_signed(vec!["localhost".into()]).expect("cert");
+    let anchor = cert.chain()[0].clone();
+    let server = WebhookServer::bind(
+        WebhookConfig {
+            addr: "127.0.0.1:0".parse().expect("addr"),
+            cluster: "main".into(),
+        },
+        Arc::new(cert),
+        Arc::new(registry.clone()),
+        metrics,
+    )
+    .await
+    .expect("binds");
+    let addr = server.local_addr();
+    tokio::spawn(server.run(std::future::pending()));
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(anchor).expect("anchor");
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("tls")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let text = Arc::new(body(3).to_string());
+    for concurrency in [1, 16] {
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let (connector, text) = (connector.clone(), text.clone());
+            tasks.spawn(async move {
+                let mut latencies = Vec::new();
+                for _ in 0..REVIEWS / concurrency {
+                    let t = Instant::now();
+                    post(addr, &connector, &text).await;
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            });
+        }
+        let latencies = tasks.join_all().await.concat();
+        row("https", concurrency, started.elapsed(), latencies);
+    }
+}
+
+fn main() {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(run());
+}

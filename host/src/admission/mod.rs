@@ -1,0 +1,24 @@
+//! The API side of plugins: one HTTPS server answering the AdmissionReviews
+//! the API server sends to the webhooks plugins declare (`wit/admission.wit`).
+//!
+//! `/validate/<plugin>` and `/mutate/<plugin>` call the plugin's current
+//! load (the registry's: a new version's admission takes over with its
+//! reconcile) in a fresh sandbox, reading the caches through what
+//! [`Admitters`] gives, and never writing. A plugin that is unknown or
+//! declares no webhook of that kind answers 404; a call that fails (trap,
+//! timeout, memory, backed off) answers 500, so that the API server applies
+//! the webhook's failure policy.
+//!
+//! # Layout
+//! | module | what |
+//! |---|---|
+//! | `admitters` | [`Admitters`]: where the server finds plugins and their reads |
+//! | [`review`] | an AdmissionReview to a plugin's review, its answer to the response |
+//! | [`server`] | the HTTPS server, its routes and metrics; its serving certificate |
+
+mod admitters;
+pub mod review;
+pub mod server;
+
+pub use admitters::Admitters;
+pub use server::{WebhookConfig, WebhookServer, webhook_cert};

@@ -1,0 +1,435 @@
+//! `rekon webhooks DIR`: the ValidatingWebhookConfiguration and
+//! MutatingWebhookConfiguration of every plugin in a directory that admits
+//! (declares admission rules), pointing at the host's webhook server
+//! (`rekon run --webhook-addr`) through a Service or a URL, with the
+//! certificate it serves as `caBundle`.
+//!
+//! One configuration of each kind per plugin, named `<prefix>-<plugin>` and
+//! labelled `app.kubernetes.io/managed-by: rekon` and `rekon.dev/plugin`,
+//! one webhook per rule (`<rule>.<plugin>.rekon.dev`): `rules` (one per
+//! resource), `failurePolicy`, `timeoutSeconds`, `matchConditions`,
+//! `sideEffects: None` (admission calls never write) and
+//! `admissionReviewVersions: [v1]`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::action::Scope;
+use crate::plugin::{
+    AdmissionKind, AdmissionRule, FailurePolicy, Operation, PluginRuntime, RuntimeConfig,
+};
+
+/// Errors of `rekon webhooks`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The plugin directory could not be read.
+    #[error("failed to read plugin directory {path}")]
+    ReadDir {
+        /// The directory.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The plugin runtime could not start.
+    #[error("failed to start the plugin runtime")]
+    Runtime(#[source] crate::plugin::RuntimeError),
+    /// A plugin failed to load.
+    #[error("failed to load plugin file {path}")]
+    Load {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: crate::plugin::LoadError,
+    },
+    /// The CA file could not be read.
+    #[error("failed to read the webhook CA file {path}")]
+    ReadCa {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A configuration did not serialize.
+    #[error("failed to serialize a webhook configuration")]
+    Json(#[source] serde_json::Error),
+    /// YAML could not be written.
+    #[error("failed to write YAML")]
+    Yaml(#[source] serde_yaml::Error),
+}
+
+/// Result with this module's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How the API server reaches the webhook server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Client {
+    /// A Service in front of the host's pods.
+    Service {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Its port.
+        port: u16,
+    },
+    /// A base URL (`https://host:port`); the route is appended.
+    Url(String),
+}
+
+/// What the configurations say besides the plugins' rules.
+#[derive(Debug, Clone)]
+pub struct WebhookOptions {
+    /// Configuration names are `<prefix>-<plugin>`.
+    pub prefix: String,
+    /// How the API server reaches the host.
+    pub client: Client,
+    /// PEM of the CA that signed the serving certificate (the served
+    /// `tls.crt` for a self-signed one); `None`: no `caBundle` (the API
+    /// server then trusts its own roots only).
+    pub ca_bundle: Option<Vec<u8>>,
+}
+
+/// The plugins of `dir` that admit, with their rules, by plugin name.
+///
+/// # Errors
+/// When the directory cannot be read or a plugin does not load.
+pub fn load_admitting(dir: &Path) -> Result<BTreeMap<String, Vec<AdmissionRule>>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| Error::ReadDir {
+            path: dir.to_owned(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
+        .collect();
+    files.sort();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        pooling: false,
+        ..RuntimeConfig::default()
+    })
+    .map_err(Error::Runtime)?;
+    let mut out = BTreeMap::new();
+    for path in files {
+        let plugin = runtime
+            .load_file(&path)
+            .map_err(|source| Error::Load { path, source })?;
+        if !plugin.admission_rules().is_empty() {
+            out.insert(plugin.name().to_owned(), plugin.admission_rules().to_vec());
+        }
+    }
+    Ok(out)
+}
+
+fn client_config(plugin: &str, mutating: bool, options: &WebhookOptions) -> WebhookClientConfig {
+    let path = rekon_rules::admission::webhook_path(plugin, mutating);
+    let (service, url) = match &options.client {
+        Client::Service {
+            namespace,
+            name,
+            port,
+        } => (
+            Some(ServiceReference {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                path: Some(path),
+                port: Some(i32::from(*port)),
+            }),
+            None,
+        ),
+        Client::Url(base) => (None, Some(format!("{}{path}", base.trim_end_matches('/')))),
+    };
+    WebhookClientConfig {
+        ca_bundle: options.ca_bundle.clone().map(ByteString),
+        service,
+        url,
+    }
+}
+
+fn operation(o: Operation) -> String {
+    match o {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+    .to_owned()
+}
+
+fn rules(rule: &AdmissionRule) -> Vec<RuleWithOperations> {
+    rule.resources
+        .iter()
+        .map(|r| RuleWithOperations {
+            api_groups: Some(vec![r.group.clone()]),
+            api_versions: Some(vec![r.version.clone()]),
+            operations: Some(rule.operations.iter().copied().map(operation).collect()),
+            resources: Some(vec![r.plural.clone()]),
+            scope: Some(
+                match r.scope {
+                    Scope::Namespaced => "Namespaced",
+                    Scope::Cluster => "Cluster",
+                }
+                .to_owned(),
+            ),
+        })
+        .collect()
+}
+
+fn conditions(rule: &AdmissionRule) -> Option<Vec<MatchCondition>> {
+    (!rule.match_conditions.is_empty()).then(|| {
+        rule.match_conditions
+            .iter()
+            .map(|c| MatchCondition {
+                name: c.name.clone(),
+                expression: c.expression.clone(),
+            })
+            .collect()
+    })
+}
+
+fn failure_policy(rule: &AdmissionRule) -> Option<String> {
+    Some(
+        match rule.failure_policy {
+            FailurePolicy::Fail => "Fail",
+            FailurePolicy::Ignore => "Ignore",
+        }
+        .to_owned(),
+    )
+}
+
+fn timeout(rule: &AdmissionRule) -> Option<i32> {
+    i32::try_from(rule.timeout().as_secs()).ok()
+}
+
+fn metadata(plugin: &str, options: &WebhookOptions) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(format!("{}-{plugin}", options.prefix)),
+        labels: Some(
+            [
+                ("app.kubernetes.io/managed-by", "rekon"),
+                ("rekon.dev/plugin", plugin),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        ),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The ValidatingWebhookConfiguration of `plugin`, when it has validating rules.
+#[must_use]
+pub fn validating(
+    plugin: &str,
+    admission: &[AdmissionRule],
+    options: &WebhookOptions,
+) -> Option<ValidatingWebhookConfiguration> {
+    let webhooks: Vec<ValidatingWebhook> = admission
+        .iter()
+        .filter(|r| r.kind == AdmissionKind::Validate)
+        .map(|r| ValidatingWebhook {
+            name: rekon_rules::admission::webhook_name(&r.name, plugin),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: client_config(plugin, false, options),
+            failure_policy: failure_policy(r),
+            match_conditions: conditions(r),
+            rules: Some(rules(r)),
+            side_effects: "None".to_owned(),
+            timeout_seconds: timeout(r),
+            ..ValidatingWebhook::default()
+        })
+        .collect();
+    (!webhooks.is_empty()).then(|| ValidatingWebhookConfiguration {
+        metadata: metadata(plugin, options),
+        webhooks: Some(webhooks),
+    })
+}
+
+/// The MutatingWebhookConfiguration of `plugin`, when it has mutating rules.
+#[must_use]
+pub fn mutating(
+    plugin: &str,
+    admission: &[AdmissionRule],
+    options: &WebhookOptions,
+) -> Option<MutatingWebhookConfiguration> {
+    let webhooks: Vec<MutatingWebhook> = admission
+        .iter()
+        .filter(|r| r.kind == AdmissionKind::Mutate)
+        .map(|r| MutatingWebhook {
+            name: rekon_rules::admission::webhook_name(&r.name, plugin),
+            admission_review_versions: vec!["v1".to_owned()],
+            client_config: client_config(plugin, true, options),
+            failure_policy: failure_policy(r),
+            match_conditions: conditions(r),
+            rules: Some(rules(r)),
+            side_effects: "None".to_owned(),
+            timeout_seconds: timeout(r),
+            ..MutatingWebhook::default()
+        })
+        .collect();
+    (!webhooks.is_empty()).then(|| MutatingWebhookConfiguration {
+        metadata: metadata(plugin, options),
+        webhooks: Some(webhooks),
+    })
+}
+
+/// Every configuration of `plugins`, as one YAML stream (mutating first,
+/// as the API server calls them).
+///
+/// # Errors
+/// When YAML cannot be written.
+pub fn webhooks_yaml(
+    plugins: &BTreeMap<String, Vec<AdmissionRule>>,
+    options: &WebhookOptions,
+) -> Result<String> {
+    let mut docs = Vec::new();
+    for (plugin, admission) in plugins {
+        if let Some(m) = mutating(plugin, admission, options) {
+            docs.push(typed(m)?);
+        }
+        if let Some(v) = validating(plugin, admission, options) {
+            docs.push(typed(v)?);
+        }
+    }
+    Ok(docs
+        .into_iter()
+        .map(|d| format!("---\n{d}"))
+        .collect::<String>())
+}
+
+/// The object with its `apiVersion` and `kind`, as YAML.
+fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> Result<String> {
+    let mut value = serde_json::to_value(&object).map_err(Error::Json)?;
+    if let Some(map) = value.as_object_mut() {
+        map.insert("apiVersion".into(), K::API_VERSION.into());
+        map.insert("kind".into(), K::KIND.into());
+    }
+    serde_yaml::to_string(&value).map_err(Error::Yaml)
+}
+
+/// The PEM of `path` (`--webhook-ca-file`).
+///
+/// # Errors
+/// When it cannot be read.
+pub fn read_ca(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| Error::ReadCa {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::action::Resource;
+    use crate::plugin::MatchCondition as Condition;
+
+    fn rule(name: &str, kind: AdmissionKind) -> AdmissionRule {
+        AdmissionRule {
+            name: name.into(),
+            kind,
+            resources: vec![Resource {
+                group: "widgets.rekon.dev".into(),
+                version: "v1".into(),
+                kind: "Widget".into(),
+                plural: "widgets".into(),
+                scope: Scope::Namespaced,
+            }],
+            operations: vec![Operation::Create, Operation::Update],
+            failure_policy: FailurePolicy::Fail,
+            timeout_seconds: None,
+            match_conditions: vec![Condition {
+                name: "not-system".into(),
+                expression: "object.metadata.namespace != 'kube-system'".into(),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_plugins_rules_become_its_configurations() {
+        let options = WebhookOptions {
+            prefix: "rekon".into(),
+            client: Client::Service {
+                namespace: "rekon-system".into(),
+                name: "rekon-webhooks".into(),
+                port: 443,
+            },
+            ca_bundle: Some(b"PEM".to_vec()),
+        };
+        let admission = [
+            rule("size", AdmissionKind::Validate),
+            rule("tier", AdmissionKind::Mutate),
+        ];
+        let v = validating("widgets", &admission, &options).unwrap();
+        assert_eq!(v.metadata.name.as_deref(), Some("rekon-widgets"));
+        let hook = &v.webhooks.as_ref().unwrap()[0];
+        assert_eq!(hook.name, "size.widgets.rekon.dev");
+        assert_eq!(hook.side_effects, "None");
+        assert_eq!(hook.admission_review_versions, ["v1"]);
+        assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(hook.timeout_seconds, Some(10));
+        let service = hook.client_config.service.as_ref().unwrap();
+        assert_eq!(service.path.as_deref(), Some("/validate/widgets"));
+        assert_eq!(service.port, Some(443));
+        assert_eq!(hook.client_config.ca_bundle.as_ref().unwrap().0, b"PEM");
+        let r = &hook.rules.as_ref().unwrap()[0];
+        assert_eq!(r.resources.as_deref(), Some(&["widgets".to_owned()][..]));
+        assert_eq!(
+            r.operations.as_deref(),
+            Some(&["CREATE".to_owned(), "UPDATE".to_owned()][..])
+        );
+        assert_eq!(r.scope.as_deref(), Some("Namespaced"));
+        assert_eq!(
+            hook.match_conditions.as_ref().unwrap()[0].name,
+            "not-system"
+        );
+        let m = mutating("widgets", &admission, &options).unwrap();
+        assert_eq!(
+            m.webhooks.as_ref().unwrap()[0].name,
+            "tier.widgets.rekon.dev"
+        );
+        assert_eq!(
+            m.webhooks.as_ref().unwrap()[0]
+                .client_config
+                .service
+                .as_ref()
+                .unwrap()
+                .path
+                .as_deref(),
+            Some("/mutate/widgets")
+        );
+        let url = WebhookOptions {
+            client: Client::Url("https://127.0.0.1:9443/".into()),
+            ..options
+        };
+        let v = validating("widgets", &admission, &url).unwrap();
+        assert_eq!(
+            v.webhooks.unwrap()[0].client_config.url.as_deref(),
+            Some("https://127.0.0.1:9443/validate/widgets")
+        );
+        assert!(validating("widgets", &admission[1..], &url).is_none());
+        let yaml =
+            webhooks_yaml(&[("widgets".to_owned(), admission.to_vec())].into(), &url).unwrap();
+        assert!(
+            yaml.contains("kind: MutatingWebhookConfiguration"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("kind: ValidatingWebhookConfiguration"),
+            "{yaml}"
+        );
+        assert!(
+            yaml.contains("apiVersion: admissionregistration.k8s.io/v1"),
+            "{yaml}"
+        );
+    }
+}

@@ -1,0 +1,365 @@
+//! The API side of a plugin (issue 38): the webhook server over real HTTPS
+//! (its self-signed certificate written to the certificate directory and
+//! trusted from there, as the API server trusts the caBundle), answering
+//! AdmissionReview v1 JSON with the widgets test plugin (`make
+//! test-plugins`): allowed, denied with message, code and field causes,
+//! defaulted through a base64 JSON Patch, a trap and a timeout answered 500
+//! (the API server then applies the failure policy) while the plugin keeps
+//! serving, and 404 for a plugin without admission.
+
+mod plugin_support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use plugin_support::*;
+use rekon::admission::{WebhookConfig, WebhookServer, webhook_cert};
+use rekon::plugin::{AdmissionKind, FailurePolicy, PluginRegistry, PluginRuntime, RuntimeConfig};
+use rekon::telemetry::metrics::Metrics;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::timeout;
+
+/// Far beyond any answer below: a request still open then is stuck.
+const STUCK: Duration = Duration::from_secs(60);
+
+struct Served {
+    addr: SocketAddr,
+    anchor: rustls::pki_types::CertificateDer<'static>,
+    metrics: Metrics,
+    registry: PluginRegistry,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+/// widgets and chaos (no admission) loaded, the server on a free port.
+async fn serve() -> Served {
+    let metrics = Metrics::new();
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: 64 << 20,
+        call_timeout: Duration::from_millis(800),
+        max_concurrent_instances: 8,
+        metrics: metrics.clone(),
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let plugins = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        test_plugin("widgets.wasm"),
+        plugins.path().join("widgets.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(chaos_v1(), plugins.path().join("chaos.wasm")).unwrap();
+    let registry = PluginRegistry::new(runtime);
+    registry.load_dir(plugins.path()).expect("plugins load");
+    let certs = tempfile::tempdir().unwrap();
+    let cert = webhook_cert(Some(certs.path()), vec!["localhost".into()]).expect("cert made");
+    let server = WebhookServer::bind(
+        WebhookConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            cluster: "main".into(),
+        },
+        Arc::new(cert),
+        Arc::new(registry.clone()),
+        metrics.clone(),
+    )
+    .await
+    .expect("server binds");
+    let addr = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    // Trust what was written, as `rekon manifests` puts it in the caBundle.
+    let pem = std::fs::read(certs.path().join("tls.crt")).expect("tls.crt written");
+    let anchor = rustls_pemfile_first(&pem);
+    Served {
+        addr,
+        anchor,
+        metrics,
+        registry,
+        _dirs: (plugins, certs),
+        _stop: stop,
+    }
+}
+
+fn rustls_pemfile_first(pem: &[u8]) -> rustls::pki_types::CertificateDer<'static> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .next()
+        .expect("a certificate in tls.crt")
+        .expect("it parses")
+}
+
+/// POST `body` to `path` over TLS, trusting only the served certificate.
+async fn post(served: &Served, path: &str, body: &Value) -> anyhow::Result<(u16, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(served.anchor.clone())?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(served.addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let mut tls = connector.connect(name, tcp).await?;
+    let body = body.to_string();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    let _ = timeout(STUCK, tls.read_to_end(&mut raw))
+        .await
+        .expect("the answer came; likely deadlocked");
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no header end in {text:?}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .ok_or_else(|| anyhow::anyhow!("no status"))?
+        .parse()?;
+    Ok((code, body.to_owned()))
+}
+
+fn widget(name: &str, size: i64, labels: Value) -> Value {
+    json!({
+        "apiVersion": "widgets.rekon.dev/v1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default", "uid": "w-uid", "labels": labels},
+        "spec": {"size": size}
+    })
+}
+
+fn review(uid: &str, object: &Value) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "widgets.rekon.dev", "version": "v1", "kind": "Widget"},
+            "resource": {"group": "widgets.rekon.dev", "version": "v1", "resource": "widgets"},
+            "name": object["metadata"]["name"], "namespace": "default",
+            "operation": "CREATE",
+            "userInfo": {"username": "alice", "uid": "a-1", "groups": ["dev", "system:authenticated"]},
+            "object": object, "oldObject": null, "dryRun": false
+        }
+    })
+}
+
+async fn answer(served: &Served, path: &str, object: &Value) -> Value {
+    let (code, body) = post(served, path, &review("uid-1", object)).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let json: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(json["kind"], "AdmissionReview");
+    assert_eq!(json["response"]["uid"], "uid-1", "uid echoed");
+    json["response"].clone()
+}
+
+#[tokio::test]
+async fn the_rules_are_kept_with_the_load() {
+    let served = serve().await;
+    let widgets = served.registry.get("widgets").expect("widgets loaded");
+    let rules = widgets.admission_rules();
+    let names: Vec<(&str, AdmissionKind)> =
+        rules.iter().map(|r| (r.name.as_str(), r.kind)).collect();
+    assert_eq!(
+        names,
+        [
+            ("size", AdmissionKind::Validate),
+            ("tier", AdmissionKind::Mutate)
+        ]
+    );
+    assert_eq!(rules[0].resources[0].plural, "widgets");
+    assert_eq!(rules[0].failure_policy, FailurePolicy::Fail);
+    assert_eq!(rules[0].timeout_seconds, Some(5));
+    let chaos = served.registry.get("chaos").expect("chaos loaded");
+    assert!(
+        chaos.admission_rules().is_empty(),
+        "a plugin without admission has no rule"
+    );
+}
+
+#[tokio::test]
+async fn a_valid_widget_is_allowed_and_a_large_one_denied_with_code_and_field() {
+    let served = serve().await;
+    let allowed = answer(&served, "/validate/widgets", &widget("w", 10, json!({}))).await;
+    assert_eq!(allowed["allowed"], true);
+    // Its quota reads the host's cache through the host imports; with no
+    // engine behind this server the read fails, and the plugin says so.
+    let warning = allowed["warnings"][0].as_str().unwrap_or_default();
+    assert!(
+        warning.starts_with("the widget quota was not checked: "),
+        "{allowed}"
+    );
+    let denied = answer(&served, "/validate/widgets", &widget("w", 11, json!({}))).await;
+    assert_eq!(denied["allowed"], false);
+    assert_eq!(denied["status"]["code"], 422);
+    assert_eq!(denied["status"]["reason"], "Invalid");
+    assert_eq!(
+        denied["status"]["message"],
+        "a widget's size is at most 10, not 11"
+    );
+    assert_eq!(
+        denied["status"]["details"]["causes"],
+        json!([{"reason": "FieldValueInvalid", "message": "must be at most 10", "field": "spec.size"}])
+    );
+    let text = served.metrics.encode();
+    assert!(
+        text.contains(
+            "controller_runtime_webhook_requests_total{webhook=\"/validate/widgets\",code=\"200\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "rekon_admission_verdicts_total{plugin=\"widgets\",kind=\"validate\",verdict=\"denied\"} 1"
+    ));
+    assert!(text.contains(
+        "controller_runtime_webhook_requests_in_flight{webhook=\"/validate/widgets\"} 0"
+    ));
+    assert!(text.contains(
+        "controller_runtime_webhook_latency_seconds_count{webhook=\"/validate/widgets\"} 2"
+    ));
+}
+
+#[tokio::test]
+async fn mutate_defaults_the_tier_through_a_json_patch_and_warns() {
+    let served = serve().await;
+    let object = widget("w", 7, json!({"app": "shop"}));
+    let response = answer(&served, "/mutate/widgets", &object).await;
+    assert_eq!(response["allowed"], true);
+    assert_eq!(response["patchType"], "JSONPatch");
+    assert_eq!(
+        response["warnings"],
+        json!(["a widget above size 5 is large"])
+    );
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(response["patch"].as_str().expect("patch is base64 text"))
+        .unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).expect("the patch applies to the object sent");
+    assert_eq!(
+        patched["metadata"]["labels"],
+        json!({"app": "shop", "widgets.rekon.dev/tier": "standard"})
+    );
+    // Everything else is as sent: the patch changes only what mutate did.
+    patched["metadata"]["labels"] = object["metadata"]["labels"].clone();
+    assert_eq!(patched, object);
+    let labelled = widget("w", 1, json!({"widgets.rekon.dev/tier": "gold"}));
+    let unchanged = answer(&served, "/mutate/widgets", &labelled).await;
+    assert_eq!(unchanged["allowed"], true);
+    assert!(unchanged.get("patch").is_none(), "{unchanged}");
+}
+
+#[tokio::test]
+async fn a_trap_or_a_timeout_answers_500_and_the_plugin_keeps_serving() {
+    let served = serve().await;
+    let (code, body) = post(
+        &served,
+        "/validate/widgets",
+        &review("t", &widget("trap", 1, json!({}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("admission by plugin widgets failed"),
+        "{body}"
+    );
+    assert!(body.contains("widgets: asked to trap"), "{body}");
+    let (code, body) = post(
+        &served,
+        "/validate/widgets",
+        &review("s", &widget("spin", 1, json!({}))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.contains("timed out") || body.contains("deadline"),
+        "{body}"
+    );
+    // The next request is served by a fresh instance.
+    let allowed = answer(&served, "/validate/widgets", &widget("w", 1, json!({}))).await;
+    assert_eq!(allowed["allowed"], true);
+    let text = served.metrics.encode();
+    assert!(
+        text.contains(
+            "controller_runtime_webhook_requests_total{webhook=\"/validate/widgets\",code=\"500\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "rekon_admission_verdicts_total{plugin=\"widgets\",kind=\"validate\",verdict=\"failed\"} 2"
+    ));
+}
+
+#[tokio::test]
+async fn a_plugin_without_admission_or_unknown_answers_404() {
+    let served = serve().await;
+    let object = widget("w", 1, json!({}));
+    for path in ["/validate/chaos", "/mutate/chaos", "/validate/nobody"] {
+        let (code, body) = post(&served, path, &review("u", &object)).await.unwrap();
+        assert_eq!(code, 404, "{path}: {body}");
+    }
+    let (code, _) = post(&served, "/validate/widgets", &json!({"kind": "Nonsense"}))
+        .await
+        .unwrap();
+    assert_eq!(code, 400);
+}
+
+#[tokio::test]
+async fn a_new_version_takes_its_admission_over_with_its_reconcile() {
+    let served = serve().await;
+    let before = served.registry.get("widgets").expect("widgets loaded");
+    // The same code under another digest: a new version from the same file.
+    let origin = before.path().expect("loaded from a file").to_path_buf();
+    let mut bytes = std::fs::read(&origin).unwrap();
+    wasm_encoder::ComponentSection::append_to_component(
+        &wasm_encoder::CustomSection {
+            name: "version".into(),
+            data: [2u8][..].into(),
+        },
+        &mut bytes,
+    );
+    let registry = served.registry.clone();
+    let after = tokio::task::spawn_blocking(move || {
+        registry.apply_module(
+            &origin,
+            &bytes,
+            &rekon::plugin::LoadOptions::default(),
+            |_| Ok(()),
+        )
+    })
+    .await
+    .unwrap()
+    .expect("the new version loads");
+    let serving = served.registry.get("widgets").expect("widgets serves");
+    assert!(serving.same_load(&after) && !serving.same_load(&before));
+    assert_eq!(serving.admission_rules(), before.admission_rules());
+    let denied = answer(&served, "/validate/widgets", &widget("w", 11, json!({}))).await;
+    assert_eq!(denied["allowed"], false, "the new load answers");
+}
+
+#[test]
+fn inspect_lists_the_webhooks_of_a_plugin_that_admits_only() {
+    use rekon::commands::inspect::{OutputFormat, inspect_file};
+    let widgets = inspect_file(&test_plugin("widgets.wasm"), OutputFormat::Yaml).unwrap();
+    assert!(
+        widgets.contains("admission:\n- name: size.widgets.rekon.dev\n  kind: validate"),
+        "{widgets}"
+    );
+    assert!(
+        widgets.contains("- name: tier.widgets.rekon.dev\n  kind: mutate"),
+        "{widgets}"
+    );
+    let chaos = inspect_file(&chaos_v1(), OutputFormat::Yaml).unwrap();
+    assert!(!chaos.contains("admission:"), "{chaos}");
+}
