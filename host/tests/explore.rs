@@ -35,7 +35,8 @@ fn options(
 ) -> ExploreOptions {
     ExploreOptions {
         plugin: plugin.to_path_buf(),
-        scenario: scenario.to_path_buf(),
+        scenario: Some(scenario.to_path_buf()),
+        generate: 0,
         settings,
         // Generous: every plan of a zoo scenario runs well inside it; the
         // budget only bounds a machine much slower than expected.

@@ -10,25 +10,32 @@ use std::time::Duration;
 
 use crate::explore::{ExploreOptions, Progress, explore};
 
-/// `rekon plugin explore PLUGIN.wasm --scenario FILE`.
+/// `rekon plugin explore PLUGIN.wasm [--scenario FILE] [--generate N]`.
 #[derive(Debug, clap::Args)]
 pub struct ExploreArgs {
     /// The plugin component (`*.wasm`, any language).
     pub plugin: PathBuf,
-    /// The scenario (YAML): clusters, CRDs, steps.
+    /// The scenario (YAML): clusters, CRDs, steps. Without it, a scenario
+    /// is generated from the plugin's registration and its primary's
+    /// schema (written to OUT/scenario.yaml).
     #[arg(long)]
-    pub scenario: PathBuf,
+    pub scenario: Option<PathBuf>,
+    /// Append N generated steps (changes of the objects the scenario
+    /// applied, each followed by a settle) to the scenario.
+    #[arg(long, default_value_t = 0, requires = "scenario")]
+    pub generate: usize,
     /// The plugin's settings (a JSON file).
     #[arg(long)]
     pub settings: Option<PathBuf>,
     /// Seconds for the plans (the reference run is not counted).
     #[arg(long, default_value_t = 60)]
     pub budget: u64,
-    /// Seed of the plans' order and of shuffled lists.
+    /// Seed of the plans' order, of shuffled lists and of generated steps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Where plans, findings and reproducers are written (default:
-    /// `rekon-explore/<scenario file stem>` in the current directory).
+    /// `rekon-explore/<scenario file stem>` in the current directory, or
+    /// `rekon-explore/<plugin file stem>` without a scenario).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print the report as one JSON document.
@@ -46,6 +53,8 @@ pub fn run(args: ExploreArgs) -> i32 {
     let out = args.out.clone().unwrap_or_else(|| {
         let stem = args
             .scenario
+            .as_deref()
+            .unwrap_or(&args.plugin)
             .file_stem()
             .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
         PathBuf::from("rekon-explore").join(stem)
@@ -69,6 +78,7 @@ pub fn run(args: ExploreArgs) -> i32 {
     let opts = ExploreOptions {
         plugin: args.plugin,
         scenario: args.scenario,
+        generate: args.generate,
         settings: args.settings,
         budget,
         seed: args.seed,

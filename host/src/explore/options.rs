@@ -16,8 +16,14 @@ pub type Progress = Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>;
 pub struct ExploreOptions {
     /// The component.
     pub plugin: PathBuf,
-    /// The scenario file.
-    pub scenario: PathBuf,
+    /// The scenario file (none: a scenario is generated from the plugin's
+    /// registration and its primary's schema, and written to
+    /// `out/scenario.yaml`).
+    pub scenario: Option<PathBuf>,
+    /// Generated steps (changes, each followed by a settle) appended to
+    /// the scenario's; with no scenario, ignored (the whole scenario is
+    /// generated).
+    pub generate: usize,
     /// The plugin's settings (a JSON file).
     pub settings: Option<PathBuf>,
     /// Time for the plans (the reference is not counted).
@@ -39,6 +45,7 @@ impl std::fmt::Debug for ExploreOptions {
             .field("scenario", &self.scenario)
             .field("budget", &self.budget)
             .field("seed", &self.seed)
+            .field("generate", &self.generate)
             .finish_non_exhaustive()
     }
 }

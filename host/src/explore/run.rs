@@ -64,6 +64,18 @@ pub struct RunOutcome {
     /// run whose set differs from the reference's did not get the same
     /// inputs, so its end state is not compared with the reference's.
     pub applied_on_terminating: BTreeSet<usize>,
+    /// The state after each settle of [`Runner::checkpoints`] that
+    /// quiesced (fault-free runs only), with how many reconciles had run.
+    pub snapshots: BTreeMap<usize, Snapshot>,
+}
+
+/// What the clusters held after one settle.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Every object of the plugin's kinds per cluster.
+    pub state: BTreeMap<String, Vec<Value>>,
+    /// Reconciles run until then.
+    pub reconciles: usize,
 }
 
 /// Runs a plugin through a scenario.
@@ -76,6 +88,13 @@ pub struct Runner {
     pub crds: Vec<Value>,
     /// The kinds the plugin reads or writes.
     pub resources: Vec<Resource>,
+    /// Settle steps after which a fault-free run keeps a [`Snapshot`]
+    /// (the consistency and differential oracles compare them).
+    pub checkpoints: BTreeSet<usize>,
+    /// Whether a fault-free run checks that the plugin decides the same on
+    /// the same reads (the reference does; a run of the fault-free oracles
+    /// need not do it again).
+    pub determinism: bool,
 }
 
 impl Runner {
@@ -89,7 +108,7 @@ impl Runner {
             self.plugin.clone(),
             ProbeConfig {
                 fault: fault.cloned(),
-                check_determinism: fault.is_none(),
+                check_determinism: fault.is_none() && self.determinism,
             },
             world.board.clone(),
         ));
@@ -98,6 +117,7 @@ impl Runner {
         let mut unsettled = None;
         let mut fired = false;
         let mut applied_on_terminating = BTreeSet::new();
+        let mut snapshots = BTreeMap::new();
         let held = match fault {
             Some(Fault::Unobserved { from, to }) => Some((*from, *to)),
             _ => None,
@@ -126,8 +146,20 @@ impl Runner {
                     world.set_unsynced(c, true);
                     fired = true;
                 }
-                if let Err(why) = settle(&world, &probe).await {
-                    unsettled.get_or_insert(Unsettled { step: i, why });
+                match settle(&world, &probe).await {
+                    Err(why) => {
+                        unsettled.get_or_insert(Unsettled { step: i, why });
+                    }
+                    Ok(()) if fault.is_none() && self.checkpoints.contains(&i) => {
+                        snapshots.insert(
+                            i,
+                            Snapshot {
+                                state: world.snapshot(&self.resources).await,
+                                reconciles: probe.trace().len(),
+                            },
+                        );
+                    }
+                    Ok(()) => {}
                 }
                 if let Some(c) = down {
                     world.set_down(c, false);
@@ -149,6 +181,7 @@ impl Runner {
                         nondeterministic: Vec::new(),
                         unreachable: Some(why),
                         applied_on_terminating,
+                        snapshots: BTreeMap::new(),
                     });
                 }
                 if world.perform(i, step, fault.is_none()).await? {
@@ -195,6 +228,7 @@ impl Runner {
             nondeterministic,
             unreachable: None,
             applied_on_terminating,
+            snapshots,
         })
     }
 }

@@ -45,7 +45,9 @@ pub mod list_order;
 pub mod orphaned_child;
 pub mod pod_token;
 pub mod refused_write;
+pub mod rollback_skipped;
 pub mod status_every_reconcile;
+pub mod status_not_applied;
 pub mod transient_cleanup;
 
 /// The plugin's name (field manager `rekon.zoo`).
@@ -76,7 +78,9 @@ pub fn owner_labels() -> OwnerLabels {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WidgetSpec {
-    /// `transient-cleanup`: how many numbered children.
+    /// `transient-cleanup`: how many numbered children;
+    /// `rollback-skipped`, `status-not-applied`: the child's `data.replicas`
+    /// (1 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u32>,
     /// `finalizer-by-index`: each hold keeps a finalizer `zoo.rekon.dev/hold-<name>`.
@@ -112,6 +116,9 @@ pub struct WidgetStatus {
     /// `status-every-reconcile` (buggy): how many reconciles ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciles: Option<u64>,
+    /// `status-not-applied`: the replicas the Widget reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
 
 /// The seeded bugs (the names of their folders under `tests/zoo/`).
@@ -142,6 +149,10 @@ pub enum Bug {
     OrphanedChild,
     /// [`refused_write`]
     RefusedWrite,
+    /// [`rollback_skipped`]
+    RollbackSkipped,
+    /// [`status_not_applied`]
+    StatusNotApplied,
     /// [`finalizer_child`]: a correct plugin (no bug; `fixed` changes
     /// nothing).
     FinalizerChild,
@@ -151,7 +162,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every bug, in the order of `docs/plugins/exploring.md`.
-    pub const ALL: [Bug; 12] = [
+    pub const ALL: [Bug; 14] = [
         Bug::IntermediateStatus,
         Bug::FinalizerUnreachable,
         Bug::GenerateNameLag,
@@ -164,6 +175,8 @@ impl Bug {
         Bug::ListOrder,
         Bug::OrphanedChild,
         Bug::RefusedWrite,
+        Bug::RollbackSkipped,
+        Bug::StatusNotApplied,
     ];
 
     /// The correct plugins that must stay clean (`tests/zoo/correct/`).
@@ -296,6 +309,10 @@ impl Plugin for Zoo {
             Bug::OrphanedChild => orphaned_child::reconcile(ctx, req, event.primary(), fixed),
             Bug::PodToken => pod_token::reconcile(ctx, req, event.primary()),
             Bug::RefusedWrite => refused_write::reconcile(ctx, req, event.primary(), fixed),
+            Bug::RollbackSkipped => rollback_skipped::reconcile(ctx, req, event.primary(), fixed),
+            Bug::StatusNotApplied => {
+                status_not_applied::reconcile(ctx, req, event.primary(), fixed)
+            }
         }
     }
 }
