@@ -40,6 +40,7 @@ fn run_with(
         generate: 0,
         settings,
         budget,
+        max_plans: None,
         seed: 1,
         out: out.path().to_path_buf(),
         replay: None,

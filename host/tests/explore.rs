@@ -41,6 +41,7 @@ fn options(
         // Generous: every plan of a zoo scenario runs well inside it; the
         // budget only bounds a machine much slower than expected.
         budget: Duration::from_secs(120),
+        max_plans: None,
         seed: 1,
         out: out.to_path_buf(),
         replay: None,

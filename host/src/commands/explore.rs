@@ -30,6 +30,10 @@ pub struct ExploreArgs {
     /// Seconds for the plans (the reference run is not counted).
     #[arg(long, default_value_t = 60)]
     pub budget: u64,
+    /// Run at most N plans (the first in schedule order): a campaign
+    /// bounded by count runs the same plans on any machine.
+    #[arg(long)]
+    pub max_plans: Option<usize>,
     /// Seed of the plans' order, of shuffled lists and of generated steps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -81,6 +85,7 @@ pub fn run(args: ExploreArgs) -> i32 {
         generate: args.generate,
         settings: args.settings,
         budget,
+        max_plans: args.max_plans,
         seed: args.seed,
         out,
         replay: args.replay,

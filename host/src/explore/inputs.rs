@@ -4,7 +4,9 @@
 //!
 //! - **consistency**: after the final settle — the objects as the scenario
 //!   left them (its last applies, its deletes done, every cluster up)
-//!   applied to fresh clusters reach the same end state. A status that
+//!   applied to fresh clusters reach the same end state (for a scenario
+//!   that ends deleting its object for good: the last settle while it
+//!   lived). A status that
 //!   reports a spec its children never got, or a child made once and never
 //!   updated, shows here.
 //! - **differential**: after every settle reached by a sequence of changes
@@ -15,8 +17,12 @@
 //!
 //! Both compare end states exactly as the end-state oracle does
 //! ([`super::oracle::end_state_diff`]: server-set fields, times and the
-//! server's random names masked), and leave out what echoes the
-//! generation (which counts changes by design). They need no fault plan;
+//! server's random names masked), and leave out what differs between two
+//! histories by design ([`super::oracle::without_history`]: what echoes
+//! the generation, the order of finalizers). States after a delete whose
+//! object is not applied again, and states after a re-apply that landed on
+//! a still-terminating object, are not judged: a fresh run has no history
+//! to leave anything behind. They need no fault plan;
 //! each distinct set of inputs costs one fresh run.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,7 +30,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use super::oracle::{end_state_diff, without_observed_generation};
+use super::oracle::{end_state_diff, without_history};
 use super::report::Finding;
 use super::run::{RunOutcome, Runner};
 use super::scenario::{Scenario, Step};
@@ -85,6 +91,11 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
     let mut objects: Vec<(String, String, Value)> = Vec::new();
     let mut statuses: Vec<(String, String, Value)> = Vec::new();
     let mut down: BTreeSet<&str> = BTreeSet::new();
+    // Objects deleted and not applied again: what a delete leaves behind
+    // (children without an owner reference, a finalizer the plugin holds)
+    // is the business of the end-state oracle under faults; a fresh run
+    // has no history to leave anything, so such a state is not judged.
+    let mut gone: BTreeSet<String> = BTreeSet::new();
     let mut changed = false;
     let mut mutations = 0usize;
     let mut out = Vec::new();
@@ -127,6 +138,7 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
                 objects: list,
             } => {
                 for o in list {
+                    gone.remove(&key_of(cluster, o));
                     upsert(&mut objects, cluster, o);
                     mutations += 1;
                 }
@@ -153,6 +165,7 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
                 );
                 objects.retain(|(k, _, _)| *k != key);
                 statuses.retain(|(k, _, _)| *k != key);
+                gone.insert(key);
                 mutations += 1;
                 changed = true;
             }
@@ -166,7 +179,7 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
             Step::Settle => {
                 // A sequence: more changes than the objects there now.
                 let sequence = mutations > objects.len() + statuses.len();
-                if changed && down.is_empty() && sequence {
+                if changed && down.is_empty() && sequence && gone.is_empty() {
                     out.push(Checkpoint {
                         step: i,
                         oracle: DIFFERENTIAL,
@@ -187,12 +200,16 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
     {
         out.pop();
     }
-    if !objects.is_empty() || !statuses.is_empty() {
+    if (!objects.is_empty() || !statuses.is_empty()) && gone.is_empty() {
         out.push(Checkpoint {
             step: scenario.steps.len(),
             oracle: CONSISTENCY,
             inputs: inputs(&objects, &statuses),
         });
+    } else if let Some(last) = out.last_mut() {
+        // A scenario that ends deleting: its final inputs are those of the
+        // last state judged, while its objects lived.
+        last.oracle = CONSISTENCY;
     }
     out
 }
@@ -278,6 +295,12 @@ pub fn judge(
     // Per oracle: the failing checkpoints, the first with its diff.
     let mut failing: BTreeMap<&'static str, Vec<(&Checkpoint, String)>> = BTreeMap::new();
     for p in points {
+        // After a re-apply that landed on a still-terminating object (a
+        // finalizer held across the delete) the reference's inputs do not
+        // mean what they say: nothing after it is judged.
+        if reference.applied_on_terminating.iter().any(|s| *s < p.step) {
+            continue;
+        }
         let state = if p.step >= runner.scenario.steps.len() {
             Some(&reference.end_state)
         } else {
@@ -314,10 +337,7 @@ pub fn judge(
             None => continue,
         };
         *judged.checked.entry(p.oracle).or_default() += 1;
-        let diff = end_state_diff(
-            &without_observed_generation(state),
-            &without_observed_generation(&fresh.end_state),
-        );
+        let diff = end_state_diff(&without_history(state), &without_history(&fresh.end_state));
         if !diff.is_empty() {
             failing.entry(p.oracle).or_default().push((p, diff));
         }
@@ -401,25 +421,31 @@ mod tests {
         let points = checkpoints(&s);
         let at: Vec<(usize, &str)> = points.iter().map(|p| (p.step, p.oracle)).collect();
         // Not the first settle (one apply, no sequence), not while edge is
-        // down; the final one after the last apply.
-        assert_eq!(
-            at,
-            [
-                (3, DIFFERENTIAL),
-                (7, DIFFERENTIAL),
-                (9, DIFFERENTIAL),
-                (11, CONSISTENCY)
-            ]
-        );
+        // down, not after the delete (the deleted object is not applied
+        // again); the scenario ends with `a` deleted and gone: its last
+        // judged state is the consistency oracle's.
+        assert_eq!(at, [(3, DIFFERENTIAL), (7, CONSISTENCY)]);
         let Step::Apply { objects, .. } = &points[0].inputs[0] else {
             panic!("{:?}", points[0].inputs)
         };
         assert_eq!(objects[0]["data"]["v"], "2", "the last version");
-        assert_eq!(points[2].inputs.len(), 0, "a deleted object is no input");
-        let Step::Apply { objects, .. } = &points[3].inputs[0] else {
+        // Applied again: judged, the final settle by consistency.
+        let mut s = s;
+        s.steps.push(Step::Apply {
+            cluster: "main".into(),
+            objects: vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "a", "namespace": "d"}, "data": {"v": "3"}})],
+        });
+        let points = checkpoints(&s);
+        let last = points.last().unwrap();
+        assert_eq!((last.step, last.oracle), (12, CONSISTENCY));
+        let Step::Apply { objects, .. } = &last.inputs[0] else {
             panic!()
         };
-        assert_eq!(objects.len(), 1);
-        assert_eq!(objects[0]["metadata"]["name"], "b");
+        let names: Vec<&str> = objects
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["b", "a"], "in the order last made");
     }
 }

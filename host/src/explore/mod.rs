@@ -66,20 +66,27 @@ fn scenario_for(
     opts: &ExploreOptions,
     plugin: &LoadedPlugin,
     plugin_crds: &[Value],
-) -> Result<(Scenario, usize), ExploreError> {
+) -> Result<(Scenario, Vec<String>, usize), ExploreError> {
     let reg = plugin.registration();
-    let (mut scenario, generated) = match &opts.scenario {
+    let (mut scenario, notes, generated) = match &opts.scenario {
         Some(path) => {
             let mut s = Scenario::load(path)?;
             let before = s.steps.len();
-            generate::extend(&mut s, plugin_crds, &reg.primary, opts.generate, opts.seed);
+            let mut notes = vec![String::new(); before];
+            notes.extend(generate::extend(
+                &mut s,
+                plugin_crds,
+                &reg.primary,
+                opts.generate,
+                opts.seed,
+            ));
             let n = s.steps.len() - before;
-            (s, n)
+            (s, notes, n)
         }
         None => {
-            let s = generate::scenario(reg, plugin_crds, opts.seed);
-            let n = s.steps.len();
-            (s, n)
+            let g = generate::scenario(reg, plugin_crds, opts.seed);
+            let n = g.scenario.steps.len();
+            (g.scenario, g.notes, n)
         }
     };
     if generated > 0 {
@@ -93,19 +100,23 @@ fn scenario_for(
                 p.display()
             ))
         );
-        scenario.path = generate::write(&scenario, &opts.out, &header).map_err(|source| {
-            ExploreError::Write {
-                path: opts.out.join("scenario.yaml"),
-                source,
-            }
-        })?;
+        scenario.path =
+            generate::write(&scenario, &notes, &opts.out, &header).map_err(|source| {
+                ExploreError::Write {
+                    path: opts.out.join("scenario.yaml"),
+                    source,
+                }
+            })?;
     }
-    Ok((scenario, generated))
+    Ok((scenario, notes, generated))
 }
 
-fn load(
-    opts: &ExploreOptions,
-) -> Result<(Scenario, usize, LoadedPlugin, Vec<Value>), ExploreError> {
+/// What [`load`] gives: the scenario, a note per step (what a generated
+/// step changes), how many steps were generated, the plugin and the CRDs
+/// to install.
+type Loaded = (Scenario, Vec<String>, usize, LoadedPlugin, Vec<Value>);
+
+fn load(opts: &ExploreOptions) -> Result<Loaded, ExploreError> {
     let settings: Option<Value> = match &opts.settings {
         None => None,
         Some(path) => {
@@ -145,7 +156,7 @@ fn load(
         .map(|crd| serde_json::from_str::<Value>(crd))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| load_err(format!("a CRD it declares is not JSON: {e}")))?;
-    let (scenario, generated) = scenario_for(opts, &plugin, &plugin_crds)?;
+    let (scenario, notes, generated) = scenario_for(opts, &plugin, &plugin_crds)?;
     let mut crds = scenario.crds.clone();
     for v in plugin_crds {
         if !crds
@@ -155,7 +166,7 @@ fn load(
             crds.push(v);
         }
     }
-    Ok((scenario, generated, plugin, crds))
+    Ok((scenario, notes, generated, plugin, crds))
 }
 
 /// Explores: the reference, then every plan within the budget.
@@ -165,7 +176,7 @@ fn load(
 /// reference cannot perform the scenario, or the output cannot be written
 /// (exit code 2). Findings are not errors: they are in the report.
 pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
-    let (scenario, generated_steps, plugin, crds) = load(opts)?;
+    let (scenario, notes, generated_steps, plugin, crds) = load(opts)?;
     let replay: Option<Plan> = match &opts.replay {
         None => None,
         Some(path) => {
@@ -214,6 +225,12 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     let mut report = Report::new(&plugin, &runner.scenario, opts, &reference);
     report.kinds = runner.resources.iter().map(describe_resource).collect();
     report.generated_steps = generated_steps;
+    for (label, note) in report.steps.iter_mut().zip(&notes) {
+        if !note.is_empty() {
+            label.push_str(": ");
+            label.push_str(note);
+        }
+    }
     let mut findings = report::reference_findings(&runner.scenario, &reference);
     if !findings.is_empty() {
         report.time_to_first_finding = Some(started.elapsed());
@@ -257,7 +274,11 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     // A reference that never settles: every plan would say the same.
     let plans = match replay {
         Some(p) => vec![p],
-        None if reference.unsettled.is_none() => plan::schedule(&by_strategy, opts.seed),
+        None if reference.unsettled.is_none() => {
+            let mut all = plan::schedule(&by_strategy, opts.seed);
+            all.truncate(opts.max_plans.unwrap_or(usize::MAX));
+            all
+        }
         None => Vec::new(),
     };
     let plans_started = Instant::now();

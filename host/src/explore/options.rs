@@ -28,6 +28,10 @@ pub struct ExploreOptions {
     pub settings: Option<PathBuf>,
     /// Time for the plans (the reference is not counted).
     pub budget: Duration,
+    /// At most this many plans, the first in schedule order (none: every
+    /// plan the budget allows). A campaign bounded by count, not by time,
+    /// runs the same plans on any machine.
+    pub max_plans: Option<usize>,
     /// Seed of the plans' order and of shuffled lists.
     pub seed: u64,
     /// Where plans, findings and reproducers are written.

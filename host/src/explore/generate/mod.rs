@@ -16,13 +16,14 @@
 
 pub mod values;
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use rand::SeedableRng as _;
 use rand::seq::{IndexedRandom as _, SliceRandom as _};
 use serde_json::{Value, json};
 
-use crate::action::{ClusterSet, Registration, Resource, Scope};
+use crate::action::{ClusterSet, Mapping, Registration, Resource, Scope};
 
 use super::scenario::{Scenario, Step, Target};
 use values::Change;
@@ -152,10 +153,20 @@ fn seeded_changes(schema: &Value, object: &Value, seed: u64, max: usize) -> Vec<
     out
 }
 
+/// A generated scenario, with a note per step saying what it changes
+/// (empty for a step that needs none).
+#[derive(Clone, Debug)]
+pub struct Generated {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// One note per step.
+    pub notes: Vec<String>,
+}
+
 /// A scenario for `reg`'s plugin from nothing but its registration and the
 /// schema of its primary (among `crds`). Deterministic per `seed`.
 #[must_use]
-pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Scenario {
+pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
     let clusters = clusters_of(reg);
     let av = api_version(&reg.primary);
     let kind = &reg.primary.kind;
@@ -181,14 +192,32 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Scenario {
         map.insert("metadata".into(), metadata);
     }
     let mut steps = Vec::new();
-    let apply = |steps: &mut Vec<Step>, object: &Value| {
+    let mut notes: Vec<String> = Vec::new();
+    let apply = |steps: &mut Vec<Step>, notes: &mut Vec<String>, object: &Value, note: String| {
         steps.push(Step::Apply {
             cluster: MAIN.to_owned(),
             objects: vec![object.clone()],
         });
         steps.push(Step::Settle);
+        notes.push(note);
+        notes.push(String::new());
     };
-    apply(&mut steps, &first);
+    // Objects of the kinds it watches that name the primary (someone
+    // else's members), made before it, so its first reconcile sees them
+    // together, in an order that is not their names'.
+    for m in members(reg, crds, &name, namespace) {
+        steps.push(Step::Apply {
+            cluster: MAIN.to_owned(),
+            objects: vec![m],
+        });
+        notes.push("a watched object whose owner labels name the primary".into());
+    }
+    apply(
+        &mut steps,
+        &mut notes,
+        &first,
+        "create: a valid object from the schema".into(),
+    );
     // Each field changed in turn, the changes adding up.
     let mut versions = vec![first.clone()];
     for change in seeded_changes(&schema, &first, seed, MAX_CHANGES) {
@@ -196,29 +225,52 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Scenario {
         if versions.last() == Some(&next) {
             continue;
         }
-        apply(&mut steps, &next);
+        apply(
+            &mut steps,
+            &mut notes,
+            &next,
+            format!("change: {}", change.describe()),
+        );
         versions.push(next);
     }
     let last = versions.last().cloned().unwrap_or_else(|| first.clone());
     // A rollback to an earlier spec (the first, or one drawn by the seed).
     if versions.len() > 2 {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_add(1));
-        let earlier = versions[..versions.len() - 2]
+        let n = versions.len() - 2;
+        let i = (0..n)
+            .collect::<Vec<_>>()
             .choose(&mut rng)
-            .cloned()
-            .unwrap_or_else(|| first.clone());
-        apply(&mut steps, &earlier);
+            .copied()
+            .unwrap_or(0);
+        let note = format!("rollback to the spec of change {i} (0: as created)");
+        apply(&mut steps, &mut notes, &versions[i], note);
     } else if versions.len() == 2 {
-        apply(&mut steps, &first);
+        apply(
+            &mut steps,
+            &mut notes,
+            &first,
+            "rollback to the spec as created".into(),
+        );
     }
     // Labels that take it out of the plugin's selector, then back in.
     if let Some((select, unselect)) = &labels {
         let mut out = first.clone();
         out["metadata"]["labels"] = Value::Object(unselect.clone());
-        apply(&mut steps, &out);
+        apply(
+            &mut steps,
+            &mut notes,
+            &out,
+            "labels: out of the primary selector".into(),
+        );
         let mut back = first.clone();
         back["metadata"]["labels"] = Value::Object(select.clone());
-        apply(&mut steps, &back);
+        apply(
+            &mut steps,
+            &mut notes,
+            &back,
+            "labels: selected again".into(),
+        );
     }
     // Every other cluster drops out and comes back.
     for c in clusters.iter().skip(1) {
@@ -226,26 +278,108 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Scenario {
         steps.push(Step::Settle);
         steps.push(Step::ClusterUp(c.clone()));
         steps.push(Step::Settle);
+        notes.extend([
+            format!("{c} drops out"),
+            String::new(),
+            format!("{c} comes back"),
+            String::new(),
+        ]);
     }
     // A delete and a re-create, then one more change.
-    steps.push(Step::Delete(Target {
+    let target = Target {
         cluster: MAIN.to_owned(),
         api_version: av,
         kind: kind.clone(),
         namespace: namespace.map(str::to_owned),
         name,
-    }));
+    };
+    steps.push(Step::Delete(target.clone()));
     steps.push(Step::Settle);
-    apply(&mut steps, &first);
+    notes.extend(["delete".to_owned(), String::new()]);
+    apply(
+        &mut steps,
+        &mut notes,
+        &first,
+        "re-create as first created".into(),
+    );
     if last != first {
-        apply(&mut steps, &last);
+        apply(
+            &mut steps,
+            &mut notes,
+            &last,
+            "change: to the last spec of the changes".into(),
+        );
     }
-    Scenario {
-        path: PathBuf::new(),
-        clusters,
-        crds: Vec::new(),
-        steps,
+    // The end: deleted for good, so that what a delete leaves behind (a
+    // child without an owner, a copy in a cluster the cleanup missed)
+    // stays in the end state the oracles compare.
+    steps.push(Step::Delete(target));
+    steps.push(Step::Settle);
+    notes.extend(["delete for good".to_owned(), String::new()]);
+    Generated {
+        scenario: Scenario {
+            path: PathBuf::new(),
+            clusters,
+            crds: Vec::new(),
+            steps,
+        },
+        notes,
     }
+}
+
+/// Objects of the kinds `reg` watches by owner labels in the primary
+/// cluster, two per kind, labelled for the primary `name` (and for the
+/// watch's selector): members someone else made. Only kinds whose valid
+/// object is known (a CRD's schema, a ConfigMap, a Secret); named in
+/// reverse order so that list order and name order differ.
+fn members(reg: &Registration, crds: &[Value], name: &str, namespace: Option<&str>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for w in &reg.watches {
+        let Mapping::OwnerLabels(keys) = &w.mapping else {
+            continue;
+        };
+        let in_main = match &w.clusters {
+            ClusterSet::Primary | ClusterSet::All => true,
+            ClusterSet::Others => false,
+            ClusterSet::Named(n) => n.iter().any(|c| c == MAIN),
+        };
+        let av = api_version(&w.resource);
+        let known = values::crd_schema(crds, &av, &w.resource.kind).is_some()
+            || matches!(
+                (av.as_str(), w.resource.kind.as_str()),
+                ("v1", "ConfigMap" | "Secret")
+            );
+        if !in_main || !known || w.resource.kind == reg.primary.kind {
+            continue;
+        }
+        let schema = schema_of(crds, &av, &w.resource.kind);
+        let mut labels = serde_json::Map::new();
+        if let Some((select, _)) = w.label_selector.as_deref().and_then(selector_labels) {
+            labels.extend(select);
+        }
+        labels.insert(keys.cluster.clone(), json!(MAIN));
+        if let Some(ns) = namespace {
+            labels.insert(keys.namespace.clone(), json!(ns));
+        }
+        labels.insert(keys.name.clone(), json!(name));
+        for (i, suffix) in ["b", "a"].iter().enumerate() {
+            let Some(mut m) = values::valid(&schema, i) else {
+                continue;
+            };
+            let mut metadata = json!({"name": format!("{name}-member-{suffix}"), "labels": labels});
+            if w.resource.scope == Scope::Namespaced {
+                metadata["namespace"] = json!(namespace.unwrap_or("default"));
+            }
+            if let Some(map) = m.as_object_mut() {
+                map.remove("status");
+                map.insert("apiVersion".into(), json!(av));
+                map.insert("kind".into(), json!(w.resource.kind));
+                map.insert("metadata".into(), metadata);
+            }
+            out.push(m);
+        }
+    }
+    out
 }
 
 /// A key naming one object of a scenario.
@@ -263,8 +397,15 @@ fn key_of(cluster: &str, o: &Value) -> String {
 /// `scenario`: changes of the objects it applied that are still there at
 /// its end (the primary kind's first), field by field, with a rollback to
 /// an object's first version when its changes run out. Deterministic per
-/// `seed`.
-pub fn extend(scenario: &mut Scenario, crds: &[Value], primary: &Resource, n: usize, seed: u64) {
+/// `seed`. Returns a note per appended step.
+pub fn extend(
+    scenario: &mut Scenario,
+    crds: &[Value],
+    primary: &Resource,
+    n: usize,
+    seed: u64,
+) -> Vec<String> {
+    let mut notes = Vec::new();
     // (key, cluster, first version, last version) of live objects, in the
     // order first applied.
     let mut live: Vec<(String, String, Value, Value)> = Vec::new();
@@ -310,9 +451,14 @@ pub fn extend(scenario: &mut Scenario, crds: &[Value], primary: &Resource, n: us
                 last["kind"].as_str().unwrap_or_default(),
             );
             let changes = seeded_changes(&schema, last, seed.wrapping_add(round), usize::MAX);
-            let mut next: Vec<Value> = changes.iter().map(|c| c.applied(last)).collect();
-            next.push(first.clone());
-            for v in next {
+            let mut next: Vec<(Value, String)> = Vec::new();
+            let mut at = last.clone();
+            for c in &changes {
+                at = c.applied(&at);
+                next.push((at.clone(), format!("change: {}", c.describe())));
+            }
+            next.push((first.clone(), "rollback to the first version".to_owned()));
+            for (v, note) in next {
                 if made >= n {
                     break;
                 }
@@ -324,6 +470,7 @@ pub fn extend(scenario: &mut Scenario, crds: &[Value], primary: &Resource, n: us
                     objects: vec![v.clone()],
                 });
                 scenario.steps.push(Step::Settle);
+                notes.extend([note, String::new()]);
                 *last = v;
                 made += 1;
             }
@@ -333,6 +480,7 @@ pub fn extend(scenario: &mut Scenario, crds: &[Value], primary: &Resource, n: us
             break;
         }
     }
+    notes
 }
 
 /// Writes `scenario` as `out/scenario.yaml` (in the format `--scenario`
@@ -342,7 +490,12 @@ pub fn extend(scenario: &mut Scenario, crds: &[Value], primary: &Resource, n: us
 ///
 /// # Errors
 /// When a file cannot be written.
-pub fn write(scenario: &Scenario, out: &Path, header: &str) -> std::io::Result<PathBuf> {
+pub fn write(
+    scenario: &Scenario,
+    notes: &[String],
+    out: &Path,
+    header: &str,
+) -> std::io::Result<PathBuf> {
     std::fs::create_dir_all(out)?;
     let to_yaml = |v: &Value| serde_yaml::to_string(v).unwrap_or_default();
     let mut doc = serde_json::Map::new();
@@ -352,7 +505,7 @@ pub fn write(scenario: &Scenario, out: &Path, header: &str) -> std::io::Result<P
         std::fs::write(out.join("scenario-crds.yaml"), text.join("---\n"))?;
         doc.insert("crds".into(), json!(["scenario-crds.yaml"]));
     }
-    let mut steps = Vec::new();
+    let mut steps = String::from("steps:\n");
     for (i, step) in scenario.steps.iter().enumerate() {
         let objects_of = |objects: &[Value]| -> std::io::Result<Value> {
             if let [one] = objects {
@@ -369,7 +522,10 @@ pub fn write(scenario: &Scenario, out: &Path, header: &str) -> std::io::Result<P
             body["cluster"] = json!(cluster);
             body
         };
-        steps.push(match step {
+        if let Some(note) = notes.get(i).filter(|n| !n.is_empty()) {
+            let _ = writeln!(steps, "# step {}: {note}", i + 1);
+        }
+        let step = match step {
             Step::Apply { cluster, objects } => {
                 json!({"apply": with_cluster(objects_of(objects)?, cluster)})
             }
@@ -387,19 +543,22 @@ pub fn write(scenario: &Scenario, out: &Path, header: &str) -> std::io::Result<P
             Step::Settle => json!({"settle": {}}),
             Step::ClusterDown(c) => json!({"cluster-down": {"cluster": c}}),
             Step::ClusterUp(c) => json!({"cluster-up": {"cluster": c}}),
-        });
+        };
+        steps.push_str(&to_yaml(&json!([step])));
     }
-    doc.insert("steps".into(), Value::Array(steps));
     let comments: String = header.lines().map(|l| format!("# {l}\n")).collect();
     let path = out.join("scenario.yaml");
-    std::fs::write(&path, format!("{comments}{}", to_yaml(&Value::Object(doc))))?;
+    std::fs::write(
+        &path,
+        format!("{comments}{}{steps}", to_yaml(&Value::Object(doc))),
+    )?;
     Ok(path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::{Mapping, Watch};
+    use crate::action::Watch;
 
     fn registration(clusters: ClusterSet, selector: Option<&str>) -> Registration {
         let widget = Resource {
@@ -467,11 +626,14 @@ mod tests {
 
     #[test]
     fn a_generated_scenario_changes_rolls_back_drops_a_cluster_and_recreates() {
-        let s = scenario(
+        let g = scenario(
             &registration(ClusterSet::All, Some("tier=gold")),
             &[crd()],
             1,
         );
+        let s = &g.scenario;
+        assert_eq!(g.notes.len(), s.steps.len());
+        assert!(g.notes.iter().any(|n| n.starts_with("rollback")));
         let labels: Vec<String> = s.steps.iter().map(Step::label).collect();
         assert!(matches!(s.steps[0], Step::Apply { .. }));
         assert!(matches!(s.steps[1], Step::Settle));
@@ -512,14 +674,45 @@ mod tests {
             &registration(ClusterSet::All, Some("tier=gold")),
             &[crd()],
             1,
-        );
+        )
+        .scenario;
         assert_eq!(format!("{:?}", s.steps), format!("{:?}", again.steps));
         let other = (2..10).any(|seed| {
-            let o = scenario(&registration(ClusterSet::All, None), &[crd()], seed);
-            let first = scenario(&registration(ClusterSet::All, None), &[crd()], 1);
+            let o = scenario(&registration(ClusterSet::All, None), &[crd()], seed).scenario;
+            let first = scenario(&registration(ClusterSet::All, None), &[crd()], 1).scenario;
             format!("{:?}", o.steps) != format!("{:?}", first.steps)
         });
         assert!(other, "the seed orders the fields");
+    }
+
+    #[test]
+    fn members_named_by_owner_labels_come_before_the_primary() {
+        let mut reg = registration(ClusterSet::Primary, None);
+        reg.watches[0].mapping = Mapping::OwnerLabels(crate::action::OwnerLabels {
+            cluster: "o/cluster".into(),
+            namespace: "o/namespace".into(),
+            name: "o/name".into(),
+        });
+        let s = scenario(&reg, &[crd()], 1).scenario;
+        let applied: Vec<Value> = s
+            .steps
+            .iter()
+            .take(3)
+            .filter_map(|st| match st {
+                Step::Apply { objects, .. } => Some(objects[0].clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            applied.len(),
+            3,
+            "two members, then the Widget, no settle between"
+        );
+        assert_eq!(applied[0]["metadata"]["name"], "widget-1-member-b");
+        assert_eq!(applied[1]["metadata"]["labels"]["o/name"], "widget-1");
+        assert_eq!(applied[1]["metadata"]["labels"]["o/cluster"], "main");
+        assert_eq!(applied[1]["data"], json!({"key": "value"}));
+        assert_eq!(applied[2]["kind"], "Widget");
     }
 
     #[test]
@@ -532,7 +725,7 @@ mod tests {
             plural: "configmaps".into(),
             scope: Scope::Namespaced,
         };
-        let s = scenario(&reg, &[], 1);
+        let s = scenario(&reg, &[], 1).scenario;
         let Step::Apply { objects, .. } = &s.steps[0] else {
             unreachable!()
         };
@@ -542,18 +735,28 @@ mod tests {
 
     #[test]
     fn extend_changes_what_the_scenario_left_and_the_written_file_parses() {
-        let mut s = scenario(&registration(ClusterSet::Primary, None), &[crd()], 1);
+        let Generated {
+            scenario: mut s,
+            mut notes,
+        } = scenario(&registration(ClusterSet::Primary, None), &[crd()], 1);
+        // Without the delete for good: the Widget is there to change.
+        s.steps.truncate(s.steps.len() - 2);
+        notes.truncate(s.steps.len());
         let before = s.steps.len();
-        extend(
+        notes.extend(extend(
             &mut s,
             &[crd()],
             &registration(ClusterSet::Primary, None).primary,
             4,
             3,
-        );
+        ));
         assert_eq!(s.steps.len(), before + 8);
+        assert_eq!(notes.len(), s.steps.len());
         let tmp = tempfile::tempdir().unwrap();
-        let path = write(&s, tmp.path(), "generated").unwrap();
+        let path = write(&s, &notes, tmp.path(), "generated").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# generated\n"), "{text}");
+        assert!(text.contains(": change: spec.replicas = 0\n"), "{text}");
         let back = Scenario::load(&path).unwrap();
         assert_eq!(back.clusters, s.clusters);
         let a: Vec<String> = s.steps.iter().map(Step::label).collect();
