@@ -202,22 +202,27 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
         notes.push(note);
         notes.push(String::new());
     };
-    // Objects of the kinds it watches that name the primary (someone
-    // else's members), made before it, so its first reconcile sees them
-    // together, in an order that is not their names'.
-    for m in members(reg, crds, &name, namespace) {
-        steps.push(Step::Apply {
-            cluster: MAIN.to_owned(),
-            objects: vec![m],
-        });
-        notes.push("a watched object whose owner labels name the primary".into());
-    }
     apply(
         &mut steps,
         &mut notes,
         &first,
         "create: a valid object from the schema".into(),
     );
+    // Objects of the kinds it watches that name the primary (someone
+    // else's members), made together once it has done its own first work,
+    // in an order that is not their names'.
+    let members = members(reg, crds, &name, namespace);
+    if !members.is_empty() {
+        for m in members {
+            steps.push(Step::Apply {
+                cluster: MAIN.to_owned(),
+                objects: vec![m],
+            });
+            notes.push("a watched object whose owner labels name the primary".into());
+        }
+        steps.push(Step::Settle);
+        notes.push(String::new());
+    }
     // Each field changed in turn, the changes adding up.
     let mut versions = vec![first.clone()];
     for change in seeded_changes(&schema, &first, seed, MAX_CHANGES) {
@@ -686,7 +691,7 @@ mod tests {
     }
 
     #[test]
-    fn members_named_by_owner_labels_come_before_the_primary() {
+    fn members_named_by_owner_labels_come_after_the_primary() {
         let mut reg = registration(ClusterSet::Primary, None);
         reg.watches[0].mapping = Mapping::OwnerLabels(crate::action::OwnerLabels {
             cluster: "o/cluster".into(),
@@ -697,22 +702,20 @@ mod tests {
         let applied: Vec<Value> = s
             .steps
             .iter()
-            .take(3)
+            .take(5)
             .filter_map(|st| match st {
                 Step::Apply { objects, .. } => Some(objects[0].clone()),
                 _ => None,
             })
             .collect();
-        assert_eq!(
-            applied.len(),
-            3,
-            "two members, then the Widget, no settle between"
-        );
-        assert_eq!(applied[0]["metadata"]["name"], "widget-1-member-b");
-        assert_eq!(applied[1]["metadata"]["labels"]["o/name"], "widget-1");
-        assert_eq!(applied[1]["metadata"]["labels"]["o/cluster"], "main");
-        assert_eq!(applied[1]["data"], json!({"key": "value"}));
-        assert_eq!(applied[2]["kind"], "Widget");
+        assert_eq!(applied.len(), 3, "the Widget, then two members together");
+        assert_eq!(applied[0]["kind"], "Widget");
+        assert!(matches!(s.steps[1], Step::Settle));
+        assert!(matches!(s.steps[4], Step::Settle));
+        assert_eq!(applied[1]["metadata"]["name"], "widget-1-member-b");
+        assert_eq!(applied[2]["metadata"]["labels"]["o/name"], "widget-1");
+        assert_eq!(applied[2]["metadata"]["labels"]["o/cluster"], "main");
+        assert_eq!(applied[2]["data"], json!({"key": "value"}));
     }
 
     #[test]

@@ -284,6 +284,11 @@ impl Plugin for Zoo {
         match settings.bug()? {
             Bug::FinalizerUnreachable => finalizer_unreachable::reconcile(ctx, req, &event, fixed),
             Bug::FinalizerChild => finalizer_child::reconcile(ctx, req, event.primary()),
+            // Its own hold finalizers are released while the Widget is
+            // deleted, whatever the phase.
+            Bug::FinalizerByIndex => {
+                finalizer_by_index::reconcile(ctx, req, event.primary(), fixed)
+            }
             // The other bugs register no finalizer: a Widget is never
             // reconciled in cleanup.
             _ if event.is_cleanup() => Ok(Outcome::done()),
@@ -300,9 +305,6 @@ impl Plugin for Zoo {
             Bug::TransientCleanup => transient_cleanup::reconcile(ctx, req, event.primary(), fixed),
             Bug::StatusEveryReconcile => {
                 status_every_reconcile::reconcile(ctx, req, event.primary(), fixed)
-            }
-            Bug::FinalizerByIndex => {
-                finalizer_by_index::reconcile(ctx, req, event.primary(), fixed)
             }
             Bug::FullObjectWrite => full_object_write::reconcile(ctx, req, event.primary(), fixed),
             Bug::ListOrder => list_order::reconcile(ctx, req, event.primary(), fixed),
