@@ -48,8 +48,10 @@ pub struct Checkpoint {
     pub step: usize,
     /// The oracle that judges it.
     pub oracle: &'static str,
-    /// The inputs then: per cluster, the objects applied (their last
-    /// version, in the order first applied) and the statuses applied.
+    /// The inputs then: the objects applied (their last version), created
+    /// in the order and the settles the scenario first made them in (what
+    /// was made between two settles is made together, then a settle), and
+    /// the statuses applied.
     pub inputs: Vec<Step>,
 }
 
@@ -87,9 +89,9 @@ fn key_of(cluster: &str, o: &Value) -> String {
 /// (consistency).
 #[must_use]
 pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
-    // (key, cluster, object) in the order first applied.
-    let mut objects: Vec<(String, String, Value)> = Vec::new();
-    let mut statuses: Vec<(String, String, Value)> = Vec::new();
+    let mut objects: Vec<(String, String, Value, usize)> = Vec::new();
+    let mut statuses: Vec<(String, String, Value, usize)> = Vec::new();
+    let mut settles = 0usize;
     let mut down: BTreeSet<&str> = BTreeSet::new();
     // Objects deleted and not applied again: what a delete leaves behind
     // (children without an owner reference, a finalizer the plugin holds)
@@ -99,22 +101,38 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
     let mut changed = false;
     let mut mutations = 0usize;
     let mut out = Vec::new();
-    let inputs = |objects: &[(String, String, Value)], statuses: &[(String, String, Value)]| {
+    // Per object: (key, cluster, last version, the settles before it was
+    // made).
+    let inputs = |objects: &[(String, String, Value, usize)],
+                  statuses: &[(String, String, Value, usize)]| {
+        let mut epochs: Vec<usize> = objects.iter().map(|o| o.3).collect();
+        epochs.sort_unstable();
+        epochs.dedup();
         let mut steps = Vec::new();
-        for c in &scenario.clusters {
-            let of = |list: &[(String, String, Value)]| -> Vec<Value> {
-                list.iter()
-                    .filter(|(_, cl, _)| cl == c)
-                    .map(|(_, _, o)| o.clone())
-                    .collect()
-            };
-            let (applied, status) = (of(objects), of(statuses));
-            if !applied.is_empty() {
-                steps.push(Step::Apply {
-                    cluster: c.clone(),
-                    objects: applied,
-                });
+        for (n, epoch) in epochs.iter().enumerate() {
+            if n > 0 {
+                steps.push(Step::Settle);
             }
+            for c in &scenario.clusters {
+                let applied: Vec<Value> = objects
+                    .iter()
+                    .filter(|(_, cl, _, e)| cl == c && e == epoch)
+                    .map(|(_, _, o, _)| o.clone())
+                    .collect();
+                if !applied.is_empty() {
+                    steps.push(Step::Apply {
+                        cluster: c.clone(),
+                        objects: applied,
+                    });
+                }
+            }
+        }
+        for c in &scenario.clusters {
+            let status: Vec<Value> = statuses
+                .iter()
+                .filter(|(_, cl, _, _)| cl == c)
+                .map(|(_, _, o, _)| o.clone())
+                .collect();
             if !status.is_empty() {
                 steps.push(Step::ApplyStatus {
                     cluster: c.clone(),
@@ -124,13 +142,14 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
         }
         steps
     };
-    let upsert = |list: &mut Vec<(String, String, Value)>, cluster: &str, o: &Value| {
-        let key = key_of(cluster, o);
-        match list.iter_mut().find(|(k, _, _)| *k == key) {
-            Some(entry) => entry.2 = o.clone(),
-            None => list.push((key, cluster.to_owned(), o.clone())),
-        }
-    };
+    let upsert =
+        |list: &mut Vec<(String, String, Value, usize)>, cluster: &str, o: &Value, epoch: usize| {
+            let key = key_of(cluster, o);
+            match list.iter_mut().find(|(k, _, _, _)| *k == key) {
+                Some(entry) => entry.2 = o.clone(),
+                None => list.push((key, cluster.to_owned(), o.clone(), epoch)),
+            }
+        };
     for (i, step) in scenario.steps.iter().enumerate() {
         match step {
             Step::Apply {
@@ -139,7 +158,7 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
             } => {
                 for o in list {
                     gone.remove(&key_of(cluster, o));
-                    upsert(&mut objects, cluster, o);
+                    upsert(&mut objects, cluster, o, settles);
                     mutations += 1;
                 }
                 changed = true;
@@ -149,7 +168,7 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
                 objects: list,
             } => {
                 for o in list {
-                    upsert(&mut statuses, cluster, o);
+                    upsert(&mut statuses, cluster, o, settles);
                     mutations += 1;
                 }
                 changed = true;
@@ -163,8 +182,8 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
                     t.namespace.as_deref().unwrap_or_default(),
                     t.name
                 );
-                objects.retain(|(k, _, _)| *k != key);
-                statuses.retain(|(k, _, _)| *k != key);
+                objects.retain(|(k, _, _, _)| *k != key);
+                statuses.retain(|(k, _, _, _)| *k != key);
                 gone.insert(key);
                 mutations += 1;
                 changed = true;
@@ -177,6 +196,7 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
                 changed = true;
             }
             Step::Settle => {
+                settles += 1;
                 // A sequence: more changes than the objects there now.
                 let sequence = mutations > objects.len() + statuses.len();
                 if changed && down.is_empty() && sequence && gone.is_empty() {
@@ -439,13 +459,46 @@ mod tests {
         let points = checkpoints(&s);
         let last = points.last().unwrap();
         assert_eq!((last.step, last.oracle), (12, CONSISTENCY));
+        // `b` and `a`, made again between the same two settles: together.
+        let names: Vec<String> = last
+            .inputs
+            .iter()
+            .map(|st| match st {
+                Step::Apply { objects, .. } => objects
+                    .iter()
+                    .map(|o| o["metadata"]["name"].as_str().unwrap().to_owned())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                other => other.label(),
+            })
+            .collect();
+        assert_eq!(names, ["b,a"], "in the order last made");
+        // Objects made between other settles are made so again.
+        let s = Scenario::parse(
+            "clusters: [main]\nsteps:\n\
+             - apply: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: d}, data: {v: '1'}}}\n\
+             - settle: {}\n\
+             - apply: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: y, namespace: d}}}\n\
+             - settle: {}\n\
+             - apply: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: x, namespace: d}, data: {v: '2'}}}\n\
+             - settle: {}\n",
+            Path::new("."),
+        )
+        .unwrap();
+        let points = checkpoints(&s);
+        let last = points.last().unwrap();
+        let shape: Vec<String> = last.inputs.iter().map(Step::label).collect();
+        assert_eq!(
+            shape,
+            [
+                "apply main (ConfigMap x)",
+                "settle",
+                "apply main (ConfigMap y)"
+            ]
+        );
         let Step::Apply { objects, .. } = &last.inputs[0] else {
             panic!()
         };
-        let names: Vec<&str> = objects
-            .iter()
-            .map(|o| o["metadata"]["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["b", "a"], "in the order last made");
+        assert_eq!(objects[0]["data"]["v"], "2");
     }
 }

@@ -224,7 +224,17 @@ impl Runner {
         let counts = world.board.counts();
         let mut trace = probe.trace();
         attach_writes(&mut trace, &world.board, &probe.refused());
-        let failing = failing(&trace);
+        // A reconcile of a primary that is gone, failed on the object's
+        // absence (a late or time-travelled write answered 404 NotFound):
+        // nothing is left to converge for it, the host drops the key. Any
+        // other failure stays (a write refused while it lived).
+        let primary = &self.plugin.registration().primary;
+        let failing = failing(&trace)
+            .into_iter()
+            .filter(|(key, why)| {
+                primary_exists(&end_state, primary, key) || !why.contains("NotFound")
+            })
+            .collect();
         let fired = fired || probe.fired();
         let nondeterministic = probe.nondeterministic();
         world.stop().await;
@@ -273,6 +283,21 @@ async fn held_reapply(
         }
     }
     None
+}
+
+/// Whether the primary of `key` (`cluster/namespace/name`) is in `state`.
+fn primary_exists(state: &BTreeMap<String, Vec<Value>>, primary: &Resource, key: &str) -> bool {
+    let mut parts = key.splitn(3, '/');
+    let (Some(cluster), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return true;
+    };
+    state.get(cluster).is_none_or(|objects| {
+        objects.iter().any(|o| {
+            o["kind"] == primary.kind.as_str()
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"].as_str().unwrap_or_default() == ns
+        })
+    })
 }
 
 /// Keys whose last reconcile failed: the plugin's call, an outcome the

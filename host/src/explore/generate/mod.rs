@@ -8,8 +8,10 @@
 //! added and removed, booleans flipped), with a settle after every change;
 //! then a rollback to an earlier spec, labels that unselect and select
 //! again under the plugin's primary selector, a non-primary cluster
-//! dropping out and coming back, a delete and a re-create, and one last
-//! change. Everything is deterministic per seed (the order of the fields,
+//! dropping out and coming back, for a plugin holding a finalizer a delete
+//! and a re-create and one last change, and a delete for good. Objects of
+//! the kinds it watches by owner labels are made after its first settle.
+//! Everything is deterministic per seed (the order of the fields,
 //! the spec rolled back to). The fault strategies then cross these steps
 //! like any scenario's, and the consistency and differential oracles
 //! ([`super::inputs`]) judge them without a fault.
@@ -290,7 +292,6 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
             String::new(),
         ]);
     }
-    // A delete and a re-create, then one more change.
     let target = Target {
         cluster: MAIN.to_owned(),
         api_version: av,
@@ -298,22 +299,29 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
         namespace: namespace.map(str::to_owned),
         name,
     };
-    steps.push(Step::Delete(target.clone()));
-    steps.push(Step::Settle);
-    notes.extend(["delete".to_owned(), String::new()]);
-    apply(
-        &mut steps,
-        &mut notes,
-        &first,
-        "re-create as first created".into(),
-    );
-    if last != first {
+    // A delete and a re-create of the same name, then one more change —
+    // for a plugin that holds a finalizer: its cleanup and the new
+    // object's first reconcile race (Sieve's recreate bugs). Without one,
+    // a re-create only adopts what the delete left behind and hides the
+    // intermediate states of the first object from the end state.
+    if reg.finalizer.is_some() {
+        steps.push(Step::Delete(target.clone()));
+        steps.push(Step::Settle);
+        notes.extend(["delete".to_owned(), String::new()]);
         apply(
             &mut steps,
             &mut notes,
-            &last,
-            "change: to the last spec of the changes".into(),
+            &first,
+            "re-create as first created".into(),
         );
+        if last != first {
+            apply(
+                &mut steps,
+                &mut notes,
+                &last,
+                "change: to the last spec of the changes".into(),
+            );
+        }
     }
     // The end: deleted for good, so that what a delete leaves behind (a
     // child without an owner, a copy in a cluster the cleanup missed)
@@ -666,8 +674,20 @@ mod tests {
         assert!(unselected, "{labels:?}");
         assert!(labels.contains(&"cluster-down edge".to_owned()));
         assert!(labels.contains(&"cluster-up edge".to_owned()));
+        // No finalizer: one delete, at the end.
         let delete = labels.iter().position(|l| l.starts_with("delete")).unwrap();
-        assert!(matches!(s.steps[delete + 2], Step::Apply { .. }));
+        assert_eq!(delete, s.steps.len() - 2, "{labels:?}");
+        let mut with_finalizer = registration(ClusterSet::All, None);
+        with_finalizer.finalizer = Some("zoo.rekon.dev/cleanup".into());
+        let f = scenario(&with_finalizer, &[crd()], 1).scenario;
+        let labels: Vec<String> = f.steps.iter().map(Step::label).collect();
+        let delete = labels.iter().position(|l| l.starts_with("delete")).unwrap();
+        assert!(
+            matches!(f.steps[delete + 2], Step::Apply { .. }),
+            "re-created"
+        );
+        assert!(labels.last().is_some_and(|l| l == "settle"));
+        assert!(labels[labels.len() - 2].starts_with("delete"));
         // A settle after every change.
         for (i, st) in s.steps.iter().enumerate() {
             if st.mutates() {
