@@ -23,13 +23,14 @@ fn run(
     run_with(plugin, Some(scenario), settings, Duration::from_secs(60))
 }
 
-/// One `explore`; no scenario: scenario-free mode.
+/// One `explore`; no scenario: scenario-free mode (at most 40 plans).
 fn run_with(
     plugin: &Path,
     scenario: Option<&Path>,
     settings: Option<PathBuf>,
     budget: Duration,
 ) -> Result<(Report, Duration), String> {
+    let max_plans = scenario.is_none().then_some(40);
     if !plugin.is_file() {
         return Err(format!("{} missing", plugin.display()));
     }
@@ -40,7 +41,7 @@ fn run_with(
         generate: 0,
         settings,
         budget,
-        max_plans: None,
+        max_plans,
         seed: 1,
         out: out.path().to_path_buf(),
         replay: None,
@@ -123,7 +124,7 @@ fn main() {
         );
     }
 
-    println!("\n## Scenario-free mode on the zoo (no scenario, 10 s budget)\n");
+    println!("\n## Scenario-free mode on the zoo (no scenario, at most 40 plans)\n");
     println!(
         "| bug | buggy: findings | oracles | first finding | plans | plans/s | fixed: findings | plans |"
     );
@@ -133,7 +134,7 @@ fn main() {
         let bug = dir
             .file_name()
             .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let budget = Duration::from_secs(10);
+        let budget = Duration::from_secs(300);
         let buggy = run_with(&zoo, None, Some(dir.join("buggy.json")), budget);
         let fixed = run_with(&zoo, None, Some(dir.join("fixed.json")), budget);
         match (buggy, fixed) {
