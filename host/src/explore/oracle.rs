@@ -118,7 +118,16 @@ fn mask_random(v: &mut Value, names: &BTreeMap<String, String>) {
 pub fn keyed(objects: &[Value]) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let mut generated: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let names = generated_names(objects);
+    let mut names = generated_names(objects);
+    // A value that is an object's uid, wherever it appears (a Job's
+    // `controller-uid` label and selector, a status naming its child by
+    // uid): the server draws uids, two runs get others.
+    for o in objects {
+        // (UUIDs: long enough never to be a value a plugin wrote.)
+        if let Some(uid) = o["metadata"]["uid"].as_str().filter(|u| u.len() >= 16) {
+            names.insert(uid.to_owned(), "<uid>".to_owned());
+        }
+    }
     for o in objects {
         let kind = o["kind"].as_str().unwrap_or("?");
         let ns = o["metadata"]["namespace"]
@@ -328,6 +337,22 @@ mod tests {
             vec![pod("zz9kd"), owner("w-fghjk"), child("w-fghjk")],
         );
         assert_eq!(end_state_diff(&a, &b), "");
+        // Uids are masked wherever they appear.
+        let job = |uid: &str| {
+            json!({"kind": "Job", "metadata": {"name": "j", "namespace": "d", "uid": uid,
+            "labels": {"batch.kubernetes.io/controller-uid": uid}}})
+        };
+        let mut ja = BTreeMap::new();
+        ja.insert(
+            "main".to_owned(),
+            vec![job("9485f562-67fa-4315-9059-4173c8cd5eb7")],
+        );
+        let mut jb = BTreeMap::new();
+        jb.insert(
+            "main".to_owned(),
+            vec![job("de4af2b1-ef4e-4c05-8db8-bcf9c77c5b8f")],
+        );
+        assert_eq!(end_state_diff(&ja, &jb), "");
         // A name the plugin chose is not masked.
         b.insert(
             "main".to_owned(),
