@@ -64,13 +64,13 @@ fn resources_of(plugin: &LoadedPlugin) -> Vec<Resource> {
 /// scenario with generated steps is written to `out/scenario.yaml`.
 fn scenario_for(
     opts: &ExploreOptions,
+    given: Option<Scenario>,
     plugin: &LoadedPlugin,
     plugin_crds: &[Value],
 ) -> Result<(Scenario, Vec<String>, usize), ExploreError> {
     let reg = plugin.registration();
-    let (mut scenario, notes, generated) = match &opts.scenario {
-        Some(path) => {
-            let mut s = Scenario::load(path)?;
+    let (mut scenario, notes, generated) = match given {
+        Some(mut s) => {
             let before = s.steps.len();
             let mut notes = vec![String::new(); before];
             notes.extend(generate::extend(
@@ -117,6 +117,8 @@ fn scenario_for(
 type Loaded = (Scenario, Vec<String>, usize, LoadedPlugin, Vec<Value>);
 
 fn load(opts: &ExploreOptions) -> Result<Loaded, ExploreError> {
+    // The scenario first: a wrong one is named before the plugin loads.
+    let given = opts.scenario.as_deref().map(Scenario::load).transpose()?;
     let settings: Option<Value> = match &opts.settings {
         None => None,
         Some(path) => {
@@ -156,7 +158,7 @@ fn load(opts: &ExploreOptions) -> Result<Loaded, ExploreError> {
         .map(|crd| serde_json::from_str::<Value>(crd))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| load_err(format!("a CRD it declares is not JSON: {e}")))?;
-    let (scenario, notes, generated) = scenario_for(opts, &plugin, &plugin_crds)?;
+    let (scenario, notes, generated) = scenario_for(opts, given, &plugin, &plugin_crds)?;
     let mut crds = scenario.crds.clone();
     for v in plugin_crds {
         if !crds

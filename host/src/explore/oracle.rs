@@ -208,9 +208,10 @@ pub fn end_state_diff(
 /// `state` without what differs between two histories of the same inputs
 /// by design: the values that echo `metadata.generation`
 /// (`observedGeneration`, in a status or its conditions — the generation
-/// counts an object's spec changes) and the order of `metadata.finalizers`
-/// (finalizers added one change at a time or all at once; the API server
-/// keeps their order, but what they hold is a set). For the oracles that
+/// counts an object's spec changes), the order of `metadata.finalizers`
+/// and of a spec's lists keyed by `key` (a Node's taints: entries added
+/// one change at a time or all at once; the API server keeps their order,
+/// but what they hold is a set). For the oracles that
 /// compare such runs (consistency, differential); the end state of a plan
 /// and the reference's have the same changes and keep both.
 #[must_use]
@@ -222,6 +223,24 @@ pub fn without_history(state: &BTreeMap<String, Vec<Value>>) -> BTreeMap<String,
                 map.values_mut().for_each(strip);
             }
             Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    // Lists of entries keyed by `key` (a Node's taints, tolerations): one
+    // entry per key, in the order they were added.
+    fn sort_keyed(v: &mut Value) {
+        match v {
+            Value::Object(map) => map.values_mut().for_each(sort_keyed),
+            Value::Array(items) => {
+                items.iter_mut().for_each(sort_keyed);
+                if !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|i| i.get("key").is_some_and(Value::is_string))
+                {
+                    items.sort_by_key(Value::to_string);
+                }
+            }
             _ => {}
         }
     }
@@ -237,6 +256,9 @@ pub fn without_history(state: &BTreeMap<String, Vec<Value>>) -> BTreeMap<String,
                     }
                     if let Some(Value::Array(f)) = o.pointer_mut("/metadata/finalizers") {
                         f.sort_by_key(Value::to_string);
+                    }
+                    if let Some(spec) = o.get_mut("spec") {
+                        sort_keyed(spec);
                     }
                     o
                 })
@@ -369,7 +391,12 @@ mod tests {
             } else {
                 json!(["a", "b"])
             };
-            json!({"kind": "Widget", "metadata": {"name": "w", "namespace": "d", "generation": generation, "finalizers": finalizers},
+            let taints = if generation > 1 {
+                json!([{"key": "b"}, {"key": "a"}])
+            } else {
+                json!([{"key": "a"}, {"key": "b"}])
+            };
+            json!({"kind": "Widget", "metadata": {"name": "w", "namespace": "d", "generation": generation, "finalizers": finalizers}, "spec": {"taints": taints},
                 "status": {"observedGeneration": observed, "conditions": [{"type": "Ready", "observedGeneration": observed}], "size": 1}})
         };
         let mut a = BTreeMap::new();
