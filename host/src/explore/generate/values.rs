@@ -52,10 +52,10 @@ impl Change {
         };
         let mut at = &mut out;
         for p in parents {
-            if !at.get(p).is_some_and(Value::is_object) {
-                if let Some(map) = at.as_object_mut() {
-                    map.insert(p.clone(), json!({}));
-                }
+            if !at.get(p).is_some_and(Value::is_object)
+                && let Some(map) = at.as_object_mut()
+            {
+                map.insert(p.clone(), json!({}));
             }
             at = &mut at[p.as_str()];
         }
@@ -366,8 +366,8 @@ fn field(
                 .map_or(usize::MAX, |m| m as usize);
             let min = schema["minItems"].as_u64().unwrap_or(0) as usize;
             // Add an item, add another, remove the first.
-            let mut k = list.len();
-            for _ in 0..2 {
+            let from = list.len();
+            for k in from..from + 2 {
                 if list.len() >= max {
                     break;
                 }
@@ -377,7 +377,6 @@ fn field(
                 else {
                     break;
                 };
-                k += 1;
                 list.push(v);
                 mine.push(set(Value::Array(list.clone())));
             }

@@ -802,7 +802,7 @@ fn prune(v: &mut Value, last: &FieldSet, keep: Option<&FieldSet>, schema: &Schem
                 // Kept when anything at or under it is owned (an empty map
                 // applied before, fields of it applied now: structured-
                 // merge-diff adds owned items back with their parents).
-                if lc.is_member() && !kc.is_some_and(|k| !k.is_empty()) {
+                if lc.is_member() && kc.is_none_or(FieldSet::is_empty) {
                     m.shift_remove(name);
                 } else if let Some(child) = m.get_mut(name) {
                     prune(child, lc, kc, schema.field(name).0);
@@ -818,7 +818,7 @@ fn prune(v: &mut Value, last: &FieldSet, keep: Option<&FieldSet>, schema: &Schem
             for (i, (pe, item)) in pes.iter().zip(items.iter_mut()).enumerate() {
                 let Some(lc) = last.child(pe) else { continue };
                 let kc = keep.and_then(|k| k.child(pe));
-                if lc.is_member() && !kc.is_some_and(|k| !k.is_empty()) {
+                if lc.is_member() && kc.is_none_or(FieldSet::is_empty) {
                     remove[i] = true;
                 } else {
                     prune(item, lc, kc, item_schema);
