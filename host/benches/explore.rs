@@ -20,15 +20,29 @@ fn run(
     scenario: &Path,
     settings: Option<PathBuf>,
 ) -> Result<(Report, Duration), String> {
+    run_with(plugin, Some(scenario), settings, Duration::from_secs(60))
+}
+
+/// One `explore`; no scenario: scenario-free mode (at most 40 plans).
+fn run_with(
+    plugin: &Path,
+    scenario: Option<&Path>,
+    settings: Option<PathBuf>,
+    budget: Duration,
+) -> Result<(Report, Duration), String> {
+    let max_plans = scenario.is_none().then_some(40);
     if !plugin.is_file() {
         return Err(format!("{} missing", plugin.display()));
     }
     let out = tempfile::tempdir().map_err(|e| e.to_string())?;
     let opts = ExploreOptions {
         plugin: plugin.to_path_buf(),
-        scenario: scenario.to_path_buf(),
+        from_recording: None,
+        scenario: scenario.map(Path::to_path_buf),
+        generate: 0,
         settings,
-        budget: Duration::from_secs(60),
+        budget,
+        max_plans,
         seed: 1,
         out: out.path().to_path_buf(),
         replay: None,
@@ -122,6 +136,48 @@ fn main() {
             minutes
         );
     }
+
+    println!("\n## Scenario-free mode on the zoo (no scenario, at most 40 plans)\n");
+    println!(
+        "| bug | buggy: findings | oracles | first finding | plans | plans/s | fixed: findings | plans |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    let mut found = 0;
+    for dir in &bugs {
+        let bug = dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let budget = Duration::from_secs(300);
+        let buggy = run_with(&zoo, None, Some(dir.join("buggy.json")), budget);
+        let fixed = run_with(&zoo, None, Some(dir.join("fixed.json")), budget);
+        match (buggy, fixed) {
+            (Ok((b, _)), Ok((f, _))) => {
+                let mut oracles: Vec<&str> = b.findings.iter().map(|x| x.oracle).collect();
+                oracles.sort_unstable();
+                oracles.dedup();
+                found += usize::from(!b.findings.is_empty());
+                println!(
+                    "| {bug} | {} | {} | {} | {} | {:.0} | {} | {} |",
+                    b.findings.len(),
+                    oracles.join(", "),
+                    ms(b.time_to_first_finding),
+                    b.plans_run,
+                    b.plans_per_second(),
+                    f.findings.len(),
+                    f.plans_run
+                );
+            }
+            (b, f) => println!(
+                "| {bug} | {} | | | | | {} | |",
+                b.err().unwrap_or_default(),
+                f.err().unwrap_or_default()
+            ),
+        }
+    }
+    println!(
+        "\nscenario-free mode found {found} of {} zoo bugs",
+        bugs.len()
+    );
 
     println!("\n## Correct plugins (tests/zoo/correct): must stay clean\n");
     println!("| folder | findings | plans | pruned | unreachable | plans/s |");

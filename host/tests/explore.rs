@@ -35,11 +35,14 @@ fn options(
 ) -> ExploreOptions {
     ExploreOptions {
         plugin: plugin.to_path_buf(),
-        scenario: scenario.to_path_buf(),
+        from_recording: None,
+        scenario: Some(scenario.to_path_buf()),
+        generate: 0,
         settings,
         // Generous: every plan of a zoo scenario runs well inside it; the
         // budget only bounds a machine much slower than expected.
         budget: Duration::from_secs(120),
+        max_plans: None,
         seed: 1,
         out: out.to_path_buf(),
         replay: None,

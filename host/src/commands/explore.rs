@@ -10,25 +10,42 @@ use std::time::Duration;
 
 use crate::explore::{ExploreOptions, Progress, explore};
 
-/// `rekon plugin explore PLUGIN.wasm --scenario FILE`.
+/// `rekon plugin explore PLUGIN.wasm [--scenario FILE] [--generate N]`.
 #[derive(Debug, clap::Args)]
 pub struct ExploreArgs {
     /// The plugin component (`*.wasm`, any language).
     pub plugin: PathBuf,
-    /// The scenario (YAML): clusters, CRDs, steps.
-    #[arg(long)]
-    pub scenario: PathBuf,
+    /// The scenario (YAML): clusters, CRDs, steps. Without it, a scenario
+    /// is generated from the plugin's registration and its primary's
+    /// schema (written to OUT/scenario.yaml).
+    #[arg(long, conflicts_with = "from_recording")]
+    pub scenario: Option<PathBuf>,
+    /// Explore what ran in production: the cases `rekon run --record DIR`
+    /// wrote for this plugin (DIR or DIR/<plugin>) turned into a scenario
+    /// — the inputs as they were read and changed, statuses others wrote,
+    /// member clusters down and up, deletes — written to OUT/scenario.yaml.
+    #[arg(long, value_name = "DIR")]
+    pub from_recording: Option<PathBuf>,
+    /// Append N generated steps (changes of the objects the scenario
+    /// applied, each followed by a settle) to the scenario.
+    #[arg(long, default_value_t = 0, requires = "scenario")]
+    pub generate: usize,
     /// The plugin's settings (a JSON file).
     #[arg(long)]
     pub settings: Option<PathBuf>,
     /// Seconds for the plans (the reference run is not counted).
     #[arg(long, default_value_t = 60)]
     pub budget: u64,
-    /// Seed of the plans' order and of shuffled lists.
+    /// Run at most N plans (the first in schedule order): a campaign
+    /// bounded by count runs the same plans on any machine.
+    #[arg(long)]
+    pub max_plans: Option<usize>,
+    /// Seed of the plans' order, of shuffled lists and of generated steps.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Where plans, findings and reproducers are written (default:
-    /// `rekon-explore/<scenario file stem>` in the current directory).
+    /// `rekon-explore/<scenario file stem>` in the current directory, or
+    /// `rekon-explore/<plugin file stem>` without a scenario).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Print the report as one JSON document.
@@ -46,6 +63,9 @@ pub fn run(args: ExploreArgs) -> i32 {
     let out = args.out.clone().unwrap_or_else(|| {
         let stem = args
             .scenario
+            .as_deref()
+            .or(args.from_recording.as_deref())
+            .unwrap_or(&args.plugin)
             .file_stem()
             .map_or_else(|| "scenario".into(), |s| s.to_string_lossy().into_owned());
         PathBuf::from("rekon-explore").join(stem)
@@ -68,9 +88,12 @@ pub fn run(args: ExploreArgs) -> i32 {
     });
     let opts = ExploreOptions {
         plugin: args.plugin,
+        from_recording: args.from_recording,
         scenario: args.scenario,
+        generate: args.generate,
         settings: args.settings,
         budget,
+        max_plans: args.max_plans,
         seed: args.seed,
         out,
         replay: args.replay,

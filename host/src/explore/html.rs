@@ -27,7 +27,7 @@ th{background:#f3f3f3}td.n{text-align:right}\
 tr.fault td{background:#fff1f0;font-weight:600}\
 pre{background:#f7f7f7;padding:.8em;overflow-x:auto}\
 section.finding{border-top:2px solid #c33;margin-top:2em}\
-.ok{color:#26734d}.bad{color:#b3261e}";
+.ok{color:#26734d}.bad{color:#b3261e}li.generated{color:#35507a}";
 
 /// Escapes text for HTML element content and attribute values.
 fn esc(text: &str) -> String {
@@ -93,7 +93,8 @@ pub fn render(report: &Report, out: &Path) -> String {
         report.budget_exhausted
     );
     strategies_table(&mut page, &json);
-    oracles_table(&mut page, &report.findings);
+    oracles_table(&mut page, report);
+    steps_list(&mut page, report);
     for e in &report.errors {
         let _ = writeln!(page, "<p class=\"bad\">plan error: {}</p>", esc(e));
     }
@@ -139,25 +140,63 @@ fn strategies_table(page: &mut String, json: &Value) {
     page.push_str("</table>\n");
 }
 
-fn oracles_table(page: &mut String, findings: &[Finding]) {
-    let mut by: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
-    for f in findings {
+/// One row per oracle that failed or ran fault-free checks: findings it
+/// failed first, findings it failed too, and for the fault-free oracles
+/// (consistency, differential) the checkpoints it checked.
+fn oracles_table(page: &mut String, report: &Report) {
+    let mut by: BTreeMap<&str, (usize, usize, Option<usize>)> = BTreeMap::new();
+    for (oracle, counts) in &report.oracles {
+        by.entry(oracle).or_default().2 = Some(counts.checked);
+    }
+    for f in &report.findings {
         by.entry(f.oracle).or_default().0 += 1;
         for o in &f.also {
             by.entry(o).or_default().1 += 1;
         }
     }
     page.push_str(
-        "<h2>Oracles</h2>\n<table id=\"oracles\"><tr><th>oracle</th><th>first to fail</th><th>also failed</th></tr>\n",
+        "<h2>Oracles</h2>\n<table id=\"oracles\"><tr><th>oracle</th><th>first to fail</th><th>also failed</th><th>fault-free checks</th></tr>\n",
     );
-    for (oracle, (first, also)) in &by {
+    for (oracle, (first, also, checked)) in &by {
         let _ = writeln!(
             page,
-            "<tr><td>{}</td><td class=\"n\">{first}</td><td class=\"n\">{also}</td></tr>",
-            esc(oracle)
+            "<tr data-oracle=\"{}\"><td>{}</td><td class=\"n\">{first}</td><td class=\"n\">{also}</td><td class=\"n\">{}</td></tr>",
+            esc(oracle),
+            esc(oracle),
+            checked.map_or("-".to_owned(), |n| n.to_string())
         );
     }
     page.push_str("</table>\n");
+}
+
+/// The scenario's steps, the generated ones marked (a generated scenario
+/// is written beside the page as `scenario.yaml`).
+fn steps_list(page: &mut String, report: &Report) {
+    let from = report.steps.len() - report.generated_steps.min(report.steps.len());
+    let _ = write!(
+        page,
+        "<h2>Scenario</h2>\n<p>{} step(s), {} generated{}</p>\n<ol id=\"steps\">",
+        report.steps.len(),
+        report.generated_steps,
+        if report.generated_steps > 0 {
+            " (written to <a href=\"scenario.yaml\">scenario.yaml</a>; replay with <code>--scenario</code>)"
+        } else {
+            ""
+        }
+    );
+    for (i, label) in report.steps.iter().enumerate() {
+        let _ = write!(
+            page,
+            "<li{}>{}</li>",
+            if i >= from {
+                " class=\"generated\""
+            } else {
+                ""
+            },
+            esc(label)
+        );
+    }
+    page.push_str("</ol>\n");
 }
 
 fn finding_section(page: &mut String, i: usize, f: &Finding, out: &Path) {

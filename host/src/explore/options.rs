@@ -16,12 +16,26 @@ pub type Progress = Arc<dyn Fn(usize, usize, usize, Duration) + Send + Sync>;
 pub struct ExploreOptions {
     /// The component.
     pub plugin: PathBuf,
-    /// The scenario file.
-    pub scenario: PathBuf,
+    /// The scenario file (none: a scenario is generated from the plugin's
+    /// registration and its primary's schema, and written to
+    /// `out/scenario.yaml`).
+    pub scenario: Option<PathBuf>,
+    /// A directory of recorded cases (`rekon run --record`) turned into
+    /// the scenario instead (`recording.rs`), written to
+    /// `out/scenario.yaml`.
+    pub from_recording: Option<PathBuf>,
+    /// Generated steps (changes, each followed by a settle) appended to
+    /// the scenario's; with no scenario, ignored (the whole scenario is
+    /// generated).
+    pub generate: usize,
     /// The plugin's settings (a JSON file).
     pub settings: Option<PathBuf>,
     /// Time for the plans (the reference is not counted).
     pub budget: Duration,
+    /// At most this many plans, the first in schedule order (none: every
+    /// plan the budget allows). A campaign bounded by count, not by time,
+    /// runs the same plans on any machine.
+    pub max_plans: Option<usize>,
     /// Seed of the plans' order and of shuffled lists.
     pub seed: u64,
     /// Where plans, findings and reproducers are written.
@@ -39,6 +53,7 @@ impl std::fmt::Debug for ExploreOptions {
             .field("scenario", &self.scenario)
             .field("budget", &self.budget)
             .field("seed", &self.seed)
+            .field("generate", &self.generate)
             .finish_non_exhaustive()
     }
 }
@@ -49,6 +64,9 @@ pub enum ExploreError {
     /// The scenario is wrong.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
+    /// The recording gives no scenario.
+    #[error(transparent)]
+    Recording(#[from] super::recording::RecordingError),
     /// The settings file is not JSON.
     #[error("failed to read settings {path}: {message}")]
     Settings {
@@ -96,6 +114,7 @@ impl ExploreError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Scenario(e) => e.reason(),
+            Self::Recording(_) => "RecordingInvalid",
             Self::Settings { .. } => "SettingsInvalid",
             Self::Load { .. } => "LoadFailed",
             Self::Plan { .. } => "PlanInvalid",

@@ -118,7 +118,16 @@ fn mask_random(v: &mut Value, names: &BTreeMap<String, String>) {
 pub fn keyed(objects: &[Value]) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let mut generated: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    let names = generated_names(objects);
+    let mut names = generated_names(objects);
+    // A value that is an object's uid, wherever it appears (a Job's
+    // `controller-uid` label and selector, a status naming its child by
+    // uid): the server draws uids, two runs get others.
+    for o in objects {
+        // (UUIDs: long enough never to be a value a plugin wrote.)
+        if let Some(uid) = o["metadata"]["uid"].as_str().filter(|u| u.len() >= 16) {
+            names.insert(uid.to_owned(), "<uid>".to_owned());
+        }
+    }
     for o in objects {
         let kind = o["kind"].as_str().unwrap_or("?");
         let ns = o["metadata"]["namespace"]
@@ -194,6 +203,69 @@ pub fn end_state_diff(
         }
     }
     out
+}
+
+/// `state` without what differs between two histories of the same inputs
+/// by design: the values that echo `metadata.generation`
+/// (`observedGeneration`, in a status or its conditions — the generation
+/// counts an object's spec changes), the order of `metadata.finalizers`
+/// and of a spec's lists keyed by `key` (a Node's taints: entries added
+/// one change at a time or all at once; the API server keeps their order,
+/// but what they hold is a set). For the oracles that
+/// compare such runs (consistency, differential); the end state of a plan
+/// and the reference's have the same changes and keep both.
+#[must_use]
+pub fn without_history(state: &BTreeMap<String, Vec<Value>>) -> BTreeMap<String, Vec<Value>> {
+    fn strip(v: &mut Value) {
+        match v {
+            Value::Object(map) => {
+                map.remove("observedGeneration");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    // Lists of entries keyed by `key` (a Node's taints, tolerations): one
+    // entry per key, in the order they were added.
+    fn sort_keyed(v: &mut Value) {
+        match v {
+            Value::Object(map) => map.values_mut().for_each(sort_keyed),
+            Value::Array(items) => {
+                items.iter_mut().for_each(sort_keyed);
+                if !items.is_empty()
+                    && items
+                        .iter()
+                        .all(|i| i.get("key").is_some_and(Value::is_string))
+                {
+                    items.sort_by_key(Value::to_string);
+                }
+            }
+            _ => {}
+        }
+    }
+    state
+        .iter()
+        .map(|(cluster, objects)| {
+            let objects = objects
+                .iter()
+                .map(|o| {
+                    let mut o = o.clone();
+                    if let Some(status) = o.get_mut("status") {
+                        strip(status);
+                    }
+                    if let Some(Value::Array(f)) = o.pointer_mut("/metadata/finalizers") {
+                        f.sort_by_key(Value::to_string);
+                    }
+                    if let Some(spec) = o.get_mut("spec") {
+                        sort_keyed(spec);
+                    }
+                    o
+                })
+                .collect();
+            (cluster.clone(), objects)
+        })
+        .collect()
 }
 
 /// Per object created or deleted more often than in the reference:
@@ -287,12 +359,58 @@ mod tests {
             vec![pod("zz9kd"), owner("w-fghjk"), child("w-fghjk")],
         );
         assert_eq!(end_state_diff(&a, &b), "");
+        // Uids are masked wherever they appear.
+        let job = |uid: &str| {
+            json!({"kind": "Job", "metadata": {"name": "j", "namespace": "d", "uid": uid,
+            "labels": {"batch.kubernetes.io/controller-uid": uid}}})
+        };
+        let mut ja = BTreeMap::new();
+        ja.insert(
+            "main".to_owned(),
+            vec![job("9485f562-67fa-4315-9059-4173c8cd5eb7")],
+        );
+        let mut jb = BTreeMap::new();
+        jb.insert(
+            "main".to_owned(),
+            vec![job("de4af2b1-ef4e-4c05-8db8-bcf9c77c5b8f")],
+        );
+        assert_eq!(end_state_diff(&ja, &jb), "");
         // A name the plugin chose is not masked.
         b.insert(
             "main".to_owned(),
             vec![pod("zz9kd"), owner("w-other"), child("w-fghjk")],
         );
         assert!(end_state_diff(&a, &b).contains("Widget d/w differs"));
+    }
+
+    #[test]
+    fn observed_generations_are_left_out_for_runs_of_other_histories() {
+        let w = |generation: u64, observed: u64| {
+            let finalizers = if generation > 1 {
+                json!(["b", "a"])
+            } else {
+                json!(["a", "b"])
+            };
+            let taints = if generation > 1 {
+                json!([{"key": "b"}, {"key": "a"}])
+            } else {
+                json!([{"key": "a"}, {"key": "b"}])
+            };
+            json!({"kind": "Widget", "metadata": {"name": "w", "namespace": "d", "generation": generation, "finalizers": finalizers}, "spec": {"taints": taints},
+                "status": {"observedGeneration": observed, "conditions": [{"type": "Ready", "observedGeneration": observed}], "size": 1}})
+        };
+        let mut a = BTreeMap::new();
+        a.insert("main".to_owned(), vec![w(5, 5)]);
+        let mut b = BTreeMap::new();
+        b.insert("main".to_owned(), vec![w(1, 1)]);
+        assert!(
+            !end_state_diff(&a, &b).is_empty(),
+            "a plan's end state keeps them"
+        );
+        assert_eq!(
+            end_state_diff(&without_history(&a), &without_history(&b)),
+            ""
+        );
     }
 
     #[test]

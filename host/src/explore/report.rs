@@ -41,6 +41,16 @@ pub struct StrategyCount {
     pub findings: usize,
 }
 
+/// Checks of one fault-free oracle (consistency, differential).
+#[derive(Clone, Debug, Default)]
+pub struct OracleCount {
+    /// Checkpoints compared with a fresh run of their inputs.
+    pub checked: usize,
+    /// Findings (one per oracle at most; it names its other failing
+    /// checkpoints).
+    pub findings: usize,
+}
+
 /// One finding.
 #[derive(Clone, Debug)]
 pub struct Finding {
@@ -49,7 +59,7 @@ pub struct Finding {
     /// What the fault did.
     pub fault: String,
     /// The oracle that failed first: `end-state`, `counts`, `fixed-point`,
-    /// `determinism`.
+    /// `determinism`, `consistency`, `differential`.
     pub oracle: &'static str,
     /// Other oracles that failed too.
     pub also: Vec<&'static str>,
@@ -74,6 +84,13 @@ pub struct Report {
     pub scenario: PathBuf,
     /// The seed.
     pub seed: u64,
+    /// The scenario's steps (labels), in order.
+    pub steps: Vec<String>,
+    /// How many of them were generated (the last ones; all of them
+    /// without `--scenario`).
+    pub generated_steps: usize,
+    /// The fault-free oracles' checks.
+    pub oracles: BTreeMap<String, OracleCount>,
     /// Reconciles in the reference run.
     pub reference_reconciles: usize,
     /// The kinds compared.
@@ -110,6 +127,16 @@ impl Report {
             version: plugin.version().to_owned(),
             scenario: scenario.path.clone(),
             seed: opts.seed,
+            steps: scenario
+                .steps
+                .iter()
+                .map(super::scenario::Step::label)
+                .collect(),
+            generated_steps: 0,
+            oracles: [super::inputs::CONSISTENCY, super::inputs::DIFFERENTIAL]
+                .iter()
+                .map(|o| ((*o).to_owned(), OracleCount::default()))
+                .collect(),
             reference_reconciles: reference.trace.len(),
             kinds: Vec::new(),
             strategies: STRATEGIES
@@ -131,6 +158,10 @@ impl Report {
         self.strategies.entry(s.to_owned()).or_default()
     }
 
+    pub(super) fn oracle(&mut self, o: &str) -> &mut OracleCount {
+        self.oracles.entry(o.to_owned()).or_default()
+    }
+
     /// Plans per second over the plans' time.
     #[must_use]
     pub fn plans_per_second(&self) -> f64 {
@@ -149,7 +180,12 @@ impl Report {
             "plugin": {"name": self.plugin, "version": self.version},
             "scenario": self.scenario.display().to_string(),
             "seed": self.seed,
+            "steps": self.steps,
+            "generatedSteps": self.generated_steps,
             "reference": {"reconciles": self.reference_reconciles},
+            "oracles": self.oracles.iter().map(|(k, v)| (k.clone(), json!({
+                "checked": v.checked, "findings": v.findings,
+            }))).collect::<serde_json::Map<_, _>>(),
             "kinds": self.kinds,
             "strategies": self.strategies.iter().map(|(k, v)| (k.clone(), json!({
                 "generated": v.generated, "pruned": v.pruned, "run": v.run, "notReached": v.not_reached,
@@ -209,6 +245,26 @@ impl Report {
                 "  {k:<13} {:>9} {:>6} {:>5} {:>11} {:>11} {:>8}",
                 v.generated, v.pruned, v.run, v.not_reached, v.unreachable, v.findings
             );
+        }
+        let _ = writeln!(
+            out,
+            "\n  {:<13} {:>9} {:>8}",
+            "ORACLE", "CHECKED", "FINDINGS"
+        );
+        for (k, v) in &self.oracles {
+            let _ = writeln!(out, "  {k:<13} {:>9} {:>8}", v.checked, v.findings);
+        }
+        if self.generated_steps > 0 {
+            let from = self.steps.len() - self.generated_steps;
+            let _ = writeln!(
+                out,
+                "\nscenario: {} generated step(s), written to {} (replay with --scenario):",
+                self.generated_steps,
+                shown(&self.scenario)
+            );
+            for (i, label) in self.steps.iter().enumerate().skip(from) {
+                let _ = writeln!(out, "  {:>3}. {label}", i + 1);
+            }
         }
         for e in &self.errors {
             let _ = writeln!(out, "\nplan error: {e}");

@@ -64,6 +64,18 @@ pub struct RunOutcome {
     /// run whose set differs from the reference's did not get the same
     /// inputs, so its end state is not compared with the reference's.
     pub applied_on_terminating: BTreeSet<usize>,
+    /// The state after each settle of [`Runner::checkpoints`] that
+    /// quiesced (fault-free runs only), with how many reconciles had run.
+    pub snapshots: BTreeMap<usize, Snapshot>,
+}
+
+/// What the clusters held after one settle.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Every object of the plugin's kinds per cluster.
+    pub state: BTreeMap<String, Vec<Value>>,
+    /// Reconciles run until then.
+    pub reconciles: usize,
 }
 
 /// Runs a plugin through a scenario.
@@ -76,6 +88,13 @@ pub struct Runner {
     pub crds: Vec<Value>,
     /// The kinds the plugin reads or writes.
     pub resources: Vec<Resource>,
+    /// Settle steps after which a fault-free run keeps a [`Snapshot`]
+    /// (the consistency and differential oracles compare them).
+    pub checkpoints: BTreeSet<usize>,
+    /// Whether a fault-free run checks that the plugin decides the same on
+    /// the same reads (the reference does; a run of the fault-free oracles
+    /// need not do it again).
+    pub determinism: bool,
 }
 
 impl Runner {
@@ -89,7 +108,7 @@ impl Runner {
             self.plugin.clone(),
             ProbeConfig {
                 fault: fault.cloned(),
-                check_determinism: fault.is_none(),
+                check_determinism: fault.is_none() && self.determinism,
             },
             world.board.clone(),
         ));
@@ -98,6 +117,7 @@ impl Runner {
         let mut unsettled = None;
         let mut fired = false;
         let mut applied_on_terminating = BTreeSet::new();
+        let mut snapshots = BTreeMap::new();
         let held = match fault {
             Some(Fault::Unobserved { from, to }) => Some((*from, *to)),
             _ => None,
@@ -109,6 +129,12 @@ impl Runner {
             }
             if matches!(step, Step::Settle) {
                 if held.is_some_and(|(from, to)| from < i && i < to) {
+                    continue;
+                }
+                // A fault-free run that did not settle once is a finding
+                // already, and no plan runs after it: the later settles
+                // would each wait out their limits for nothing.
+                if fault.is_none() && unsettled.is_some() {
                     continue;
                 }
                 let (down, unsynced) = match fault {
@@ -126,8 +152,20 @@ impl Runner {
                     world.set_unsynced(c, true);
                     fired = true;
                 }
-                if let Err(why) = settle(&world, &probe).await {
-                    unsettled.get_or_insert(Unsettled { step: i, why });
+                match settle(&world, &probe).await {
+                    Err(why) => {
+                        unsettled.get_or_insert(Unsettled { step: i, why });
+                    }
+                    Ok(()) if fault.is_none() && self.checkpoints.contains(&i) => {
+                        snapshots.insert(
+                            i,
+                            Snapshot {
+                                state: world.snapshot(&self.resources).await,
+                                reconciles: probe.trace().len(),
+                            },
+                        );
+                    }
+                    Ok(()) => {}
                 }
                 if let Some(c) = down {
                     world.set_down(c, false);
@@ -149,6 +187,7 @@ impl Runner {
                         nondeterministic: Vec::new(),
                         unreachable: Some(why),
                         applied_on_terminating,
+                        snapshots: BTreeMap::new(),
                     });
                 }
                 if world.perform(i, step, fault.is_none()).await? {
@@ -170,7 +209,11 @@ impl Runner {
             world.set_down(c, false);
         }
         world.manager.set_suspended(&name, false);
-        let final_settle = settle(&world, &probe).await;
+        let final_settle = if fault.is_none() && unsettled.is_some() {
+            Ok(())
+        } else {
+            settle(&world, &probe).await
+        };
         if let Err(why) = final_settle {
             unsettled = Some(Unsettled {
                 step: self.scenario.steps.len(),
@@ -181,7 +224,17 @@ impl Runner {
         let counts = world.board.counts();
         let mut trace = probe.trace();
         attach_writes(&mut trace, &world.board, &probe.refused());
-        let failing = failing(&trace);
+        // A reconcile of a primary that is gone, failed on the object's
+        // absence (a late or time-travelled write answered 404 NotFound):
+        // nothing is left to converge for it, the host drops the key. Any
+        // other failure stays (a write refused while it lived).
+        let primary = &self.plugin.registration().primary;
+        let failing = failing(&trace)
+            .into_iter()
+            .filter(|(key, why)| {
+                primary_exists(&end_state, primary, key) || !why.contains("NotFound")
+            })
+            .collect();
         let fired = fired || probe.fired();
         let nondeterministic = probe.nondeterministic();
         world.stop().await;
@@ -195,6 +248,7 @@ impl Runner {
             nondeterministic,
             unreachable: None,
             applied_on_terminating,
+            snapshots,
         })
     }
 }
@@ -229,6 +283,21 @@ async fn held_reapply(
         }
     }
     None
+}
+
+/// Whether the primary of `key` (`cluster/namespace/name`) is in `state`.
+fn primary_exists(state: &BTreeMap<String, Vec<Value>>, primary: &Resource, key: &str) -> bool {
+    let mut parts = key.splitn(3, '/');
+    let (Some(cluster), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return true;
+    };
+    state.get(cluster).is_none_or(|objects| {
+        objects.iter().any(|o| {
+            o["kind"] == primary.kind.as_str()
+                && o["metadata"]["name"] == name
+                && o["metadata"]["namespace"].as_str().unwrap_or_default() == ns
+        })
+    })
 }
 
 /// Keys whose last reconcile failed: the plugin's call, an outcome the

@@ -363,46 +363,6 @@ impl Scenario {
         })
     }
 
-    /// The scenario as a file that parses back to it: CRDs and objects
-    /// inline, so it stands alone (`--out DIR/scenario.yaml` of a scenario
-    /// the explorer made, from a recording or generated).
-    #[must_use]
-    pub fn to_yaml(&self) -> String {
-        use serde_json::json;
-        let steps: Vec<Value> = self
-            .steps
-            .iter()
-            .flat_map(|step| -> Vec<Value> {
-                match step {
-                    Step::Apply { cluster, objects } => objects
-                        .iter()
-                        .map(|o| json!({"apply": {"cluster": cluster, "object": o}}))
-                        .collect(),
-                    Step::ApplyStatus { cluster, objects } => objects
-                        .iter()
-                        .map(|o| json!({"apply-status": {"cluster": cluster, "object": o}}))
-                        .collect(),
-                    Step::Delete(t) => {
-                        let mut body = json!({"cluster": t.cluster, "apiVersion": t.api_version,
-                            "kind": t.kind, "name": t.name});
-                        if let Some(ns) = &t.namespace {
-                            body["namespace"] = json!(ns);
-                        }
-                        vec![json!({ "delete": body })]
-                    }
-                    Step::Settle => vec![json!({"settle": {}})],
-                    Step::ClusterDown(c) => vec![json!({"cluster-down": {"cluster": c}})],
-                    Step::ClusterUp(c) => vec![json!({"cluster-up": {"cluster": c}})],
-                }
-            })
-            .collect();
-        let mut doc = json!({"clusters": self.clusters, "steps": steps});
-        if !self.crds.is_empty() {
-            doc["crds"] = json!(self.crds);
-        }
-        serde_yaml::to_string(&doc).unwrap_or_default()
-    }
-
     /// The primary cluster.
     #[must_use]
     pub fn primary(&self) -> &str {
@@ -666,24 +626,16 @@ mod tests {
     }
 
     #[test]
-    fn a_scenario_written_out_parses_back_to_itself() {
+    fn inline_crds_parse() {
         let s = parse(
-            "clusters: [main, edge]\n\
+            "clusters: [main]\n\
              crds: [{apiVersion: apiextensions.k8s.io/v1, kind: CustomResourceDefinition, metadata: {name: ws.x.io}}]\n\
-             steps:\n\
-             - apply: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: default}}}\n\
-             - apply-status: {cluster: main, object: {apiVersion: v1, kind: ConfigMap, metadata: {name: a}}}\n\
-             - settle:\n\
-             - cluster-down: {cluster: edge}\n\
-             - delete: {cluster: main, apiVersion: v1, kind: ConfigMap, namespace: default, name: a}\n\
-             - cluster-up: {cluster: edge}\n",
+             steps: []\n",
         )
         .unwrap();
-        let again = parse(&s.to_yaml()).unwrap();
-        assert_eq!(again.clusters, s.clusters);
-        assert_eq!(again.crds, s.crds);
-        assert_eq!(again.to_yaml(), s.to_yaml());
-        assert_eq!(again.steps.len(), 6);
+        assert_eq!(s.crds[0]["metadata"]["name"], "ws.x.io");
+        let e = parse("clusters: [main]\ncrds: [{kind: X}]\nsteps: []\n").unwrap_err();
+        assert!(e.contains("`crds`: an object without `apiVersion`"), "{e}");
     }
 
     #[test]

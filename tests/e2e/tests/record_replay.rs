@@ -4,7 +4,8 @@
 //! the same build and reports exactly the differing cases of a build that
 //! behaves differently (the chaos test plugin's `v2` feature); a
 //! `*.shadow.wasm` version runs beside the serving one, counts and keeps
-//! its divergences and writes nothing; `rekon plugin promote` makes it serve.
+//! its divergences and writes nothing; `rekon plugin promote` makes it serve;
+//! `rekon plugin explore --from-recording` explores what was recorded.
 //!
 //! Needs `cargo build -p rekon-host`, `make plugins` and `make test-plugins`.
 
@@ -153,6 +154,42 @@ async fn recorded_seed_reconciles_replay_identically_with_the_same_build() {
             let n = cases(&recorded.path().join(name)).len();
             assert_eq!(report.matches("identical  ").count(), n, "{report}");
             assert!(!report.contains("DIFFERS") && !report.contains("INVALID"), "{report}");
+        }
+
+        // What ran in production, explored: the recording becomes the
+        // scenario (written beside the findings, runnable again), and the
+        // seed plugin, correct, has no finding under its faults.
+        for (file, name, input) in [
+            ("nodepool.wasm", "nodepool", "kind: NodePool"),
+            ("test_fanout.wasm", "test-fanout", "kind: Test"),
+        ] {
+            let plugin = env.paths.plugins.join(file).display().to_string();
+            let dir = recorded.path().join(name).display().to_string();
+            let out_dir = recorded.path().join(format!("explore-{name}"));
+            let out = rekon(
+                &env,
+                &[
+                    "plugin", "explore", &plugin, "--from-recording", &dir, "--budget", "20",
+                    "--json", "--out", &out_dir.display().to_string(),
+                ],
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert_eq!(out.status.code(), Some(0), "{name}: {stdout}\n{}", text(&out));
+            let report: Value = serde_json::from_str(&stdout).expect("--json prints JSON");
+            assert!(report["plansRun"].as_u64() > Some(0), "{name}: {report}");
+            let scenario = std::fs::read_to_string(out_dir.join("scenario.yaml"))
+                .expect("the recording's scenario is written");
+            assert!(scenario.contains(input), "{name}: {scenario}");
+            assert!(scenario.contains("settle"), "{name}: {scenario}");
+            let again = rekon(
+                &env,
+                &[
+                    "plugin", "explore", &plugin, "--scenario",
+                    &out_dir.join("scenario.yaml").display().to_string(), "--budget", "5",
+                    "--out", &recorded.path().join(format!("again-{name}")).display().to_string(),
+                ],
+            );
+            assert_eq!(again.status.code(), Some(0), "{name}: {}", text(&again));
         }
     })
     .await

@@ -165,6 +165,7 @@ pip install -e .                             # rekon_sdk from {sdk}, componentiz
 pytest                                       # native, with the SDK's test kit
 rekon-py-build {module} -o {wasm}    # -> {wasm}
 rekon plugin inspect {wasm}
+rekon plugin explore {wasm}                    # no scenario: inputs generated from its schema
 rekon plugin explore {wasm} --scenario explore/scenario.yaml   # its bugs under faults
 ```
 

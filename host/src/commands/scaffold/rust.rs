@@ -235,6 +235,7 @@ rustup target add wasm32-wasip2                  # once: the component target
 cargo test                                       # native, with the SDK's test kit
 cargo build --target wasm32-wasip2 --release     # -> {file}
 rekon plugin inspect {file}
+rekon plugin explore {file}                    # no scenario: inputs generated from its schema
 rekon plugin explore {file} --scenario explore/scenario.yaml   # its bugs under faults
 ```
 

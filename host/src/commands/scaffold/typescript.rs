@@ -130,6 +130,7 @@ npm install                          # @rekon/sdk copied from {sdk} (.npmrc: ins
 npm test                             # native, with the SDK's test kit (node --test)
 npm run build                        # -> {wasm}, on QuickJS
 rekon plugin inspect {wasm}
+rekon plugin explore {wasm}                    # no scenario: inputs generated from its schema
 rekon plugin explore {wasm} --scenario explore/scenario.yaml   # its bugs under faults
 ```
 

@@ -799,7 +799,10 @@ fn prune(v: &mut Value, last: &FieldSet, keep: Option<&FieldSet>, schema: &Schem
                     continue;
                 };
                 let kc = keep.and_then(|k| k.child(pe));
-                if lc.is_member() && !kc.is_some_and(FieldSet::is_member) {
+                // Kept when anything at or under it is owned (an empty map
+                // applied before, fields of it applied now: structured-
+                // merge-diff adds owned items back with their parents).
+                if lc.is_member() && kc.is_none_or(FieldSet::is_empty) {
                     m.shift_remove(name);
                 } else if let Some(child) = m.get_mut(name) {
                     prune(child, lc, kc, schema.field(name).0);
@@ -815,7 +818,7 @@ fn prune(v: &mut Value, last: &FieldSet, keep: Option<&FieldSet>, schema: &Schem
             for (i, (pe, item)) in pes.iter().zip(items.iter_mut()).enumerate() {
                 let Some(lc) = last.child(pe) else { continue };
                 let kc = keep.and_then(|k| k.child(pe));
-                if lc.is_member() && !kc.is_some_and(FieldSet::is_member) {
+                if lc.is_member() && kc.is_none_or(FieldSet::is_empty) {
                     remove[i] = true;
                 } else {
                     prune(item, lc, kc, item_schema);
@@ -985,6 +988,17 @@ mod tests {
                 "fieldsV1": {"f:data": {"f:k": {}}, "f:metadata": {"f:labels": {"f:app": {}}}}
             }])
         );
+    }
+
+    #[test]
+    fn an_empty_map_applied_then_filled_keeps_the_map() {
+        let m = mgr("m", Operation::Apply, 1);
+        let first = ssa(None, &cm(json!({})), &m);
+        let second = ssa(Some(&first), &cm(json!({"k": "v"})), &m);
+        assert_eq!(second["data"], json!({"k": "v"}));
+        // ... and emptied again: the key goes, the map stays.
+        let third = ssa(Some(&second), &cm(json!({})), &m);
+        assert_eq!(third["data"], json!({}));
     }
 
     #[test]

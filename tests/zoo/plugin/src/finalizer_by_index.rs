@@ -40,11 +40,15 @@ pub fn reconcile(
 ) -> Result<Outcome, Error> {
     let target = ObjectRef::for_request::<Widget>(req);
     let current = widget.metadata.finalizers.clone().unwrap_or_default();
+    // A Widget being deleted holds nothing: its holds end with it (else
+    // its own finalizers would keep it terminating forever).
+    let deleting = widget.metadata.deletion_timestamp.is_some();
     let wanted: Vec<String> = widget
         .spec
         .holds
         .iter()
         .flatten()
+        .filter(|_| !deleting)
         .map(|h| format!("{HOLD_PREFIX}{h}"))
         .collect();
     let missing: Vec<&String> = wanted.iter().filter(|f| !current.contains(f)).collect();

@@ -47,7 +47,9 @@ pub mod orphaned_child;
 pub mod pod_token;
 pub mod refused_write;
 pub mod resize_restart;
+pub mod rollback_skipped;
 pub mod status_every_reconcile;
+pub mod status_not_applied;
 pub mod transient_cleanup;
 
 /// The plugin's name (field manager `rekon.zoo`).
@@ -78,7 +80,9 @@ pub fn owner_labels() -> OwnerLabels {
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WidgetSpec {
-    /// `transient-cleanup`: how many numbered children.
+    /// `transient-cleanup`: how many numbered children;
+    /// `rollback-skipped`, `status-not-applied`: the child's `data.replicas`
+    /// (1 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<u32>,
     /// `finalizer-by-index`: each hold keeps a finalizer `zoo.rekon.dev/hold-<name>`.
@@ -117,6 +121,9 @@ pub struct WidgetStatus {
     /// `status-every-reconcile` (buggy): how many reconciles ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciles: Option<u64>,
+    /// `status-not-applied`: the replicas the Widget reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
 }
 
 /// The seeded bugs (the names of their folders under `tests/zoo/`).
@@ -151,6 +158,10 @@ pub enum Bug {
     ResizeRestart,
     /// [`cleanup_lag`]
     CleanupLag,
+    /// [`rollback_skipped`]
+    RollbackSkipped,
+    /// [`status_not_applied`]
+    StatusNotApplied,
     /// [`finalizer_child`]: a correct plugin (no bug; `fixed` changes
     /// nothing).
     FinalizerChild,
@@ -160,7 +171,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every bug, in the order of `docs/plugins/exploring.md`.
-    pub const ALL: [Bug; 14] = [
+    pub const ALL: [Bug; 16] = [
         Bug::IntermediateStatus,
         Bug::FinalizerUnreachable,
         Bug::GenerateNameLag,
@@ -175,6 +186,8 @@ impl Bug {
         Bug::RefusedWrite,
         Bug::ResizeRestart,
         Bug::CleanupLag,
+        Bug::RollbackSkipped,
+        Bug::StatusNotApplied,
     ];
 
     /// The correct plugins that must stay clean (`tests/zoo/correct/`).
@@ -283,6 +296,11 @@ impl Plugin for Zoo {
             Bug::FinalizerUnreachable => finalizer_unreachable::reconcile(ctx, req, &event, fixed),
             Bug::FinalizerChild => finalizer_child::reconcile(ctx, req, event.primary()),
             Bug::CleanupLag => cleanup_lag::reconcile(ctx, req, &event, fixed),
+            // Its own hold finalizers are released while the Widget is
+            // deleted, whatever the phase.
+            Bug::FinalizerByIndex => {
+                finalizer_by_index::reconcile(ctx, req, event.primary(), fixed)
+            }
             // The other bugs register no finalizer: a Widget is never
             // reconciled in cleanup.
             _ if event.is_cleanup() => Ok(Outcome::done()),
@@ -300,15 +318,16 @@ impl Plugin for Zoo {
             Bug::StatusEveryReconcile => {
                 status_every_reconcile::reconcile(ctx, req, event.primary(), fixed)
             }
-            Bug::FinalizerByIndex => {
-                finalizer_by_index::reconcile(ctx, req, event.primary(), fixed)
-            }
             Bug::FullObjectWrite => full_object_write::reconcile(ctx, req, event.primary(), fixed),
             Bug::ListOrder => list_order::reconcile(ctx, req, event.primary(), fixed),
             Bug::OrphanedChild => orphaned_child::reconcile(ctx, req, event.primary(), fixed),
             Bug::PodToken => pod_token::reconcile(ctx, req, event.primary()),
             Bug::RefusedWrite => refused_write::reconcile(ctx, req, event.primary(), fixed),
             Bug::ResizeRestart => resize_restart::reconcile(ctx, req, event.primary(), fixed),
+            Bug::RollbackSkipped => rollback_skipped::reconcile(ctx, req, event.primary(), fixed),
+            Bug::StatusNotApplied => {
+                status_not_applied::reconcile(ctx, req, event.primary(), fixed)
+            }
         }
     }
 }

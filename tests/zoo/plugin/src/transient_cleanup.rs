@@ -28,7 +28,7 @@ pub fn child_name(req: &Request, index: u32) -> String {
 /// One reconcile of a Widget.
 ///
 /// # Errors
-/// A failed cache read.
+/// A failed cache read; a Widget without a uid.
 pub fn reconcile(
     ctx: &Context,
     req: &Request,
@@ -47,13 +47,18 @@ pub fn reconcile(
         .collect();
     seen.sort_by_key(|(i, _)| *i);
     let mut outcome = Outcome::done();
+    // Children are owned (both variants): when the Widget goes, garbage
+    // collection takes them, whatever the last count the plugin saw.
+    let mut owner = widget
+        .controller_owner_ref(&())
+        .ok_or_else(|| Error::retry("the widget has no uid yet"))?;
+    owner.block_owner_deletion = None;
     for index in 0..replicas {
         if !seen.iter().any(|(i, _)| *i == index) {
             let name = child_name(req, index);
-            outcome.push(Action::create(
-                &req.cluster,
-                &child(req, &name, &[("index", &index.to_string())]),
-            ));
+            let mut kid = child(req, &name, &[("index", &index.to_string())]);
+            kid.metadata.owner_references = Some(vec![owner.clone()]);
+            outcome.push(Action::create(&req.cluster, &kid));
         }
     }
     for (index, target) in seen {

@@ -227,6 +227,22 @@ fn play(bug: Bug, w: &mut World) {
             set_spec(w, json!({"size": 2}));
             converge(w);
         }
+        // Input bugs: the buggy and the fixed variant differ with no
+        // fault (see their tests).
+        Bug::RollbackSkipped => {
+            insert_widget(w, json!({"replicas": 1}), &[]);
+            converge(w);
+            set_spec(w, json!({"replicas": 4}));
+            converge(w);
+            set_spec(w, json!({"replicas": 1}));
+            converge(w);
+        }
+        Bug::StatusNotApplied => {
+            insert_widget(w, json!({"replicas": 1}), &[]);
+            converge(w);
+            set_spec(w, json!({"replicas": 3}));
+            converge(w);
+        }
         Bug::ListOrder => {
             for m in ["m-c", "m-a", "m-e", "m-b", "m-d"] {
                 insert_member(w, m, &[], json!({}));
@@ -650,5 +666,41 @@ fn refused_write() {
             fixed,
             "fixed={fixed}"
         );
+    }
+}
+
+fn child_replicas(w: &World) -> Value {
+    let cm = w.get_ref(&cm_ref("main", "w-child")).expect("w-child");
+    cm["data"]["replicas"].clone()
+}
+
+#[test]
+fn rollback_skipped() {
+    // No fault: a rollback to a value rolled out before is skipped by the
+    // buggy variant; the child keeps the newer value.
+    for fixed in [false, true] {
+        let mut w = world(Bug::RollbackSkipped, fixed);
+        play(Bug::RollbackSkipped, &mut w);
+        let expected = if fixed { "1" } else { "4" };
+        assert_eq!(child_replicas(&w), json!(expected), "fixed={fixed}");
+        // The same spec applied alone: the child says 1 either way.
+        let mut fresh = world(Bug::RollbackSkipped, fixed);
+        insert_widget(&mut fresh, json!({"replicas": 1}), &[]);
+        converge(&mut fresh);
+        assert_eq!(child_replicas(&fresh), json!("1"));
+        w.assert_no_writes::<Zoo>(&req());
+    }
+}
+
+#[test]
+fn status_not_applied() {
+    // No fault: the buggy status says 3 while the child still holds 1.
+    for fixed in [false, true] {
+        let mut w = world(Bug::StatusNotApplied, fixed);
+        play(Bug::StatusNotApplied, &mut w);
+        assert_eq!(status(&w)["replicas"], json!(3));
+        let expected = if fixed { "3" } else { "1" };
+        assert_eq!(child_replicas(&w), json!(expected), "fixed={fixed}");
+        w.assert_no_writes::<Zoo>(&req());
     }
 }
