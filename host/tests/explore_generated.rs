@@ -192,10 +192,12 @@ fn the_input_bugs_are_found_on_their_scenarios_too() {
 /// settle, among 15 `cluster-down` and `unsynced` plans each).
 const FOUND_WITHOUT_A_SCENARIO: &[&str] = &[
     "already-exists-forever",
+    "cleanup-lag",
     "generate-name-lag",
     "intermediate-status",
     "orphaned-child",
     "refused-write",
+    "resize-restart",
     "rollback-skipped",
     "status-every-reconcile",
     "status-not-applied",

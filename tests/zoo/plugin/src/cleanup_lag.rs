@@ -65,7 +65,14 @@ pub fn reconcile(
         return Ok(outcome);
     }
     for cluster in &clusters {
-        if children(ctx, req, &cluster.name)?.is_empty() {
+        // Its copy, by name among what the owner labels select (others may
+        // carry them too); a cache behind that misses it makes the create
+        // an AlreadyExists, which create-if-absent takes as done.
+        let copies = children(ctx, req, &cluster.name)?;
+        if !copies
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some(req.name.as_str()))
+        {
             outcome.push(Action::create(
                 &cluster.name,
                 &child(req, &req.name, &[("cluster", &cluster.name)]),
