@@ -26,6 +26,18 @@ pub struct Resource {
     pub scope: Scope,
 }
 
+impl Resource {
+    /// Its `apiVersion`: `v1`, `batch/v1`.
+    #[must_use]
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
 /// A set of clusters, resolved against the engaged ones.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ClusterSet {

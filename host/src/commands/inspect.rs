@@ -144,11 +144,7 @@ pub struct ResourceView {
 impl From<&Resource> for ResourceView {
     fn from(r: &Resource) -> Self {
         Self {
-            api_version: if r.group.is_empty() {
-                r.version.clone()
-            } else {
-                format!("{}/{}", r.group, r.version)
-            },
+            api_version: r.api_version(),
             kind: r.kind.clone(),
             plural: r.plural.clone(),
             scope: match r.scope {

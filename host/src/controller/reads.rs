@@ -34,11 +34,7 @@ impl PluginReads {
             return Err(ReadError::UnknownCluster(cluster.to_owned()));
         }
         let cache = self.caches.get(&WatchKey::of(cluster, r)).ok_or_else(|| {
-            let api = if r.group.is_empty() {
-                r.version.clone()
-            } else {
-                format!("{}/{}", r.group, r.version)
-            };
+            let api = r.api_version();
             ReadError::NotWatched(format!(
                 "{api} {} is not watched by this plugin in cluster {cluster}",
                 r.kind

@@ -209,14 +209,9 @@ fn observed(case: &Case) -> BTreeMap<Key, Option<Value>> {
                     }
                 }
                 ReadResult::Object(None) => {
-                    let api_version = if resource.group.is_empty() {
-                        resource.version.clone()
-                    } else {
-                        format!("{}/{}", resource.group, resource.version)
-                    };
                     let k = (
                         cluster.clone(),
-                        api_version,
+                        resource.api_version(),
                         resource.kind.clone(),
                         namespace.clone(),
                         name.clone(),
@@ -380,6 +375,29 @@ pub fn from_cases(cases: &[Case], finalizer: Option<&str>) -> Scenario {
     for c in down {
         steps.push(Step::ClusterUp(c));
         steps.push(Step::Settle);
+    }
+    // The namespaces the recorded objects live in, made first in every
+    // cluster (the plugin never read them, so no case holds them; a
+    // fresh cluster has only `default`).
+    let namespaces: BTreeSet<String> = cases
+        .iter()
+        .flat_map(|c| observed(c).into_keys())
+        .filter_map(|k| k.3)
+        .filter(|ns| ns != "default")
+        .collect();
+    if !namespaces.is_empty() {
+        let objects: Vec<Value> = namespaces
+            .iter()
+            .map(|ns| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))
+            .collect();
+        let first: Vec<Step> = clusters
+            .iter()
+            .map(|c| Step::Apply {
+                cluster: c.clone(),
+                objects: objects.clone(),
+            })
+            .collect();
+        steps.splice(0..0, first);
     }
     Scenario {
         path: PathBuf::new(),
@@ -589,6 +607,7 @@ mod tests {
         let s = from_cases(&sorted, Some("zoo.rekon.dev/cleanup"));
         assert_eq!(s.clusters, ["main", "edge"]);
         let labels: Vec<String> = s.steps.iter().map(Step::label).collect();
+        // Everything lives in `default`: no namespace to make.
         assert_eq!(
             labels,
             [
@@ -624,5 +643,31 @@ mod tests {
         let again = Scenario::load(&path).unwrap();
         let again: Vec<String> = again.steps.iter().map(Step::label).collect();
         assert_eq!(again, labels);
+    }
+
+    #[test]
+    fn the_namespaces_of_the_recorded_objects_are_made_first_everywhere() {
+        let cm = resource("", "ConfigMap", Scope::Namespaced);
+        let source = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "src", "namespace": "team", "uid": "u"}, "data": {"a": "1"}});
+        let read = Read::Get {
+            cluster: "main".into(),
+            resource: cm,
+            namespace: Some("team".into()),
+            name: "src".into(),
+            result: ReadResult::Object(Some(source)),
+        };
+        let s = from_cases(&[case(1, ClusterHealth::Ready, vec![read], vec![])], None);
+        let labels: Vec<String> = s.steps.iter().map(Step::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "apply main (Namespace team)",
+                "apply edge (Namespace team)",
+                "apply main (ConfigMap src)",
+                "settle",
+            ],
+            "{labels:#?}"
+        );
     }
 }

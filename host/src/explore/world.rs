@@ -359,11 +359,7 @@ impl World {
                 if r.kind == "Event" {
                     continue;
                 }
-                let api_version = if r.group.is_empty() {
-                    r.version.clone()
-                } else {
-                    format!("{}/{}", r.group, r.version)
-                };
+                let api_version = r.api_version();
                 let Ok((ar, _)) = self.kind(name, &api_version, &r.kind).await else {
                     continue;
                 };

@@ -38,15 +38,6 @@ pub const EDGE: &str = "edge";
 /// and a settle; every reconcile they cause is a place for faults).
 const MAX_CHANGES: usize = 10;
 
-/// `apiVersion` of a resource.
-fn api_version(r: &Resource) -> String {
-    if r.group.is_empty() {
-        r.version.clone()
-    } else {
-        format!("{}/{}", r.group, r.version)
-    }
-}
-
 /// Whether a cluster set reaches beyond the primary cluster.
 fn beyond_primary(set: &ClusterSet) -> bool {
     match set {
@@ -170,7 +161,7 @@ pub struct Generated {
 #[must_use]
 pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
     let clusters = clusters_of(reg);
-    let av = api_version(&reg.primary);
+    let av = reg.primary.api_version();
     let kind = &reg.primary.kind;
     let schema = schema_of(crds, &av, kind);
     let name = format!("{}-1", kind.to_lowercase());
@@ -356,7 +347,7 @@ fn members(reg: &Registration, crds: &[Value], name: &str, namespace: Option<&st
             ClusterSet::Others => false,
             ClusterSet::Named(n) => n.iter().any(|c| c == MAIN),
         };
-        let av = api_version(&w.resource);
+        let av = w.resource.api_version();
         let known = values::crd_schema(crds, &av, &w.resource.kind).is_some()
             || matches!(
                 (av.as_str(), w.resource.kind.as_str()),
