@@ -85,7 +85,7 @@ pub enum AdmissionKind {
 }
 
 /// One webhook of the plugin (an entry of the webhook configuration
-/// `rekon manifests` writes, named `<name>.<plugin>.rekon.dev`).
+/// `rekon webhooks` writes, named `<name>.<plugin>.rekon.dev`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionRule {
     /// A DNS label, unique among the plugin's rules of its kind.

@@ -72,7 +72,7 @@ async fn serve() -> Served {
     tokio::spawn(server.run(async move {
         let _ = stopped.await;
     }));
-    // Trust what was written, as `rekon manifests` puts it in the caBundle.
+    // Trust what was written, as `rekon webhooks` puts it in the caBundle.
     let pem = std::fs::read(certs.path().join("tls.crt")).expect("tls.crt written");
     let anchor = rustls_pemfile_first(&pem);
     Served {

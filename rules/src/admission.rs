@@ -1,5 +1,5 @@
 //! What makes a plugin's admission rules valid, and the names the host and
-//! `rekon manifests` derive from them (the SDK's test kit checks the same).
+//! `rekon webhooks` derive from them (the SDK's test kit checks the same).
 
 /// The API server's bounds of a webhook's `timeoutSeconds`.
 pub const TIMEOUT_SECONDS: std::ops::RangeInclusive<u32> = 1..=30;

@@ -1,6 +1,6 @@
 //! The webhook server: HTTPS with a [`ServingCert`] (the operator's files,
 //! re-read on change, or a self-signed certificate written to the
-//! certificate directory so that `rekon manifests` can put it in the
+//! certificate directory so that `rekon webhooks` can put it in the
 //! configurations' `caBundle`), routes per plugin and kind, and
 //! controller-runtime's webhook metrics.
 

@@ -148,7 +148,7 @@ struct WebhookArgs {
     /// Directory with `tls.crt` and `tls.key` (a mounted TLS Secret),
     /// re-read when they change; when both are absent a self-signed
     /// certificate is made and written there (give its `tls.crt` to
-    /// `rekon manifests --webhook-ca-file`). Default: self-signed in memory.
+    /// `rekon webhooks --webhook-ca-file`). Default: self-signed in memory.
     #[arg(long, env = "REKON_WEBHOOK_CERT_DIR")]
     webhook_cert_dir: Option<PathBuf>,
     /// A DNS name or IP address of the self-signed certificate (repeat;
