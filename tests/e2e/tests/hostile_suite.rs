@@ -22,12 +22,16 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(600);
 /// `--plugin-memory-budget` of the runs, MiB.
 const PLUGIN_BUDGET_MIB: u64 = 128;
 /// What the host may hold beyond its peak with chaos behaving and the
-/// hostile plugin's budget: one more instance's memory (a freed pool slot
-/// keeps the pages its instance dirtied resident for the next one, so a
-/// plugin that filled its memory leaves up to 64 MiB behind in a warm slot
-/// it is not using), and 64 MiB for outcomes lifted into the host before
-/// they are refused and allocator slack.
-const MARGIN_MIB: u64 = 128;
+/// hostile plugin's budget — the two things the budget does not count yet
+/// (docs/plugins/limits.md, "Not yet bounded"): one more instance's memory
+/// (a freed pool slot keeps the pages its instance dirtied resident for
+/// the next one, so a plugin that filled its memory leaves up to 64 MiB
+/// behind in a warm slot it is not using), and the outcomes of its two
+/// concurrent instances lifted into the host before they are refused (up
+/// to one instance's memory each: 2 × 64 MiB), with allocator slack. A
+/// 100,000-action outcome once peaked at 337 MiB with 128 MiB of margin
+/// (alone 72).
+const MARGIN_MIB: u64 = 192;
 /// Hostile ConfigMaps per run (more than the budget's instances).
 const HOSTILE: usize = 8;
 
