@@ -33,7 +33,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 
 use crate::action::{ClusterSet, Registration, Resource};
-use crate::plugin::{PluginRuntime, Policy, RuntimeConfig};
+use crate::plugin::{LoadedPlugin, PluginRuntime, Policy, RuntimeConfig};
 use kube::CustomResourceExt;
 
 /// Errors of manifest generation.
@@ -125,6 +125,25 @@ pub fn load_registrations_with_policy(
     policy: Option<Arc<Policy>>,
     primary: Option<&str>,
 ) -> Result<Vec<Registration>> {
+    Ok(load_plugins(dir, policy)?
+        .iter()
+        .map(|p| match p.policy() {
+            // Narrowed again with the primary known.
+            Some(policy) => policy.narrow_registration(p.registration(), primary),
+            None => p.registration().clone(),
+        })
+        .collect())
+}
+
+/// Every `*.wasm` of `dir` (sorted by file name), loaded under `policy`
+/// on a runtime of its own (what `rekon rbac`, `rekon crds` and
+/// `rekon webhooks` read). Any file that fails to load fails the whole
+/// call.
+///
+/// # Errors
+/// When the directory cannot be read, the runtime does not start, or a
+/// plugin fails to load.
+pub fn load_plugins(dir: &Path, policy: Option<Arc<Policy>>) -> Result<Vec<LoadedPlugin>> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|source| Error::ReadDir {
             path: dir.to_owned(),
@@ -146,11 +165,6 @@ pub fn load_registrations_with_policy(
         .map(|path| {
             runtime
                 .load_file(&path)
-                .map(|p| match p.policy() {
-                    // Narrowed again with the primary known.
-                    Some(policy) => policy.narrow_registration(p.registration(), primary),
-                    None => p.registration().clone(),
-                })
                 .map_err(|source| Error::Load { path, source })
         })
         .collect()

@@ -22,34 +22,14 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::action::Scope;
-use crate::plugin::{
-    AdmissionKind, AdmissionRule, FailurePolicy, Operation, PluginRuntime, RuntimeConfig,
-};
+use crate::plugin::{AdmissionKind, AdmissionRule, FailurePolicy, Operation};
 
 /// Errors of `rekon webhooks`.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The plugin directory could not be read.
-    #[error("failed to read plugin directory {path}")]
-    ReadDir {
-        /// The directory.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The plugin runtime could not start.
-    #[error("failed to start the plugin runtime")]
-    Runtime(#[source] crate::plugin::RuntimeError),
-    /// A plugin failed to load.
-    #[error("failed to load plugin file {path}")]
-    Load {
-        /// The file.
-        path: PathBuf,
-        /// Cause.
-        #[source]
-        source: crate::plugin::LoadError,
-    },
+    /// The plugins could not be loaded (as for `rekon rbac`).
+    #[error(transparent)]
+    Plugins(#[from] super::manifests::Error),
     /// The CA file could not be read.
     #[error("failed to read the webhook CA file {path}")]
     ReadCa {
@@ -104,30 +84,11 @@ pub struct WebhookOptions {
 /// # Errors
 /// When the directory cannot be read or a plugin does not load.
 pub fn load_admitting(dir: &Path) -> Result<BTreeMap<String, Vec<AdmissionRule>>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|source| Error::ReadDir {
-            path: dir.to_owned(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
-        .collect();
-    files.sort();
-    let runtime = PluginRuntime::new(RuntimeConfig {
-        pooling: false,
-        ..RuntimeConfig::default()
-    })
-    .map_err(Error::Runtime)?;
-    let mut out = BTreeMap::new();
-    for path in files {
-        let plugin = runtime
-            .load_file(&path)
-            .map_err(|source| Error::Load { path, source })?;
-        if !plugin.admission_rules().is_empty() {
-            out.insert(plugin.name().to_owned(), plugin.admission_rules().to_vec());
-        }
-    }
-    Ok(out)
+    Ok(super::manifests::load_plugins(dir, None)?
+        .iter()
+        .filter(|p| !p.admission_rules().is_empty())
+        .map(|p| (p.name().to_owned(), p.admission_rules().to_vec()))
+        .collect())
 }
 
 fn client_config(plugin: &str, mutating: bool, options: &WebhookOptions) -> WebhookClientConfig {
