@@ -30,6 +30,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
+use super::generate::{key_of, object_key};
 use super::oracle::{end_state_diff, without_history};
 use super::report::Finding;
 use super::run::{RunOutcome, Runner};
@@ -71,16 +72,6 @@ impl Checkpoint {
             .unwrap_or_default();
         format!("at step {}{change}", self.step + 1)
     }
-}
-
-fn key_of(cluster: &str, o: &Value) -> String {
-    format!(
-        "{cluster} {} {} {}/{}",
-        o["apiVersion"].as_str().unwrap_or_default(),
-        o["kind"].as_str().unwrap_or_default(),
-        o["metadata"]["namespace"].as_str().unwrap_or_default(),
-        o["metadata"]["name"].as_str().unwrap_or_default()
-    )
 }
 
 /// The checkpoints of `scenario`: every settle after a change (an apply, a
@@ -174,13 +165,12 @@ pub fn checkpoints(scenario: &Scenario) -> Vec<Checkpoint> {
                 changed = true;
             }
             Step::Delete(t) => {
-                let key = format!(
-                    "{} {} {} {}/{}",
-                    t.cluster,
-                    t.api_version,
-                    t.kind,
-                    t.namespace.as_deref().unwrap_or_default(),
-                    t.name
+                let key = object_key(
+                    &t.cluster,
+                    &t.api_version,
+                    &t.kind,
+                    t.namespace.as_deref(),
+                    &t.name,
                 );
                 objects.retain(|(k, _, _, _)| *k != key);
                 statuses.retain(|(k, _, _, _)| *k != key);

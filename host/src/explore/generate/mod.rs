@@ -386,14 +386,29 @@ fn members(reg: &Registration, crds: &[Value], name: &str, namespace: Option<&st
     out
 }
 
-/// A key naming one object of a scenario.
-fn key_of(cluster: &str, o: &Value) -> String {
-    format!(
-        "{cluster}/{}/{}/{}/{}",
+/// A key naming one object of a scenario (the generator's and the input
+/// oracles' one spelling).
+pub(super) fn key_of(cluster: &str, o: &Value) -> String {
+    object_key(
+        cluster,
         o["apiVersion"].as_str().unwrap_or_default(),
         o["kind"].as_str().unwrap_or_default(),
-        o["metadata"]["namespace"].as_str().unwrap_or_default(),
-        o["metadata"]["name"].as_str().unwrap_or_default()
+        o["metadata"]["namespace"].as_str(),
+        o["metadata"]["name"].as_str().unwrap_or_default(),
+    )
+}
+
+/// [`key_of`] from its parts (a `delete` step's target).
+pub(super) fn object_key(
+    cluster: &str,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> String {
+    format!(
+        "{cluster}/{api_version}/{kind}/{}/{name}",
+        namespace.unwrap_or_default()
     )
 }
 
