@@ -170,6 +170,7 @@ async fn bounds_follow_the_runtime_configuration() {
     let plugin = PluginRuntime::new(RuntimeConfig {
         outcome_bounds: OutcomeBounds {
             max_actions: 5,
+            max_outcome_bytes: 1 << 20,
             ..OutcomeBounds::default()
         },
         memory_limit_bytes: 32 << 20,
@@ -188,6 +189,31 @@ async fn bounds_follow_the_runtime_configuration() {
         "{err}"
     );
     assert_eq!(counted(&metrics, "TooManyActions"), 1);
+    // Beyond what the host copies out of a guest at all (1 MiB of bodies
+    // and 5 actions' names): refused while being copied, before the host
+    // holds it — a 2 MiB body, and 20,000 actions.
+    let max = (OutcomeBounds {
+        max_actions: 5,
+        max_outcome_bytes: 1 << 20,
+        ..OutcomeBounds::default()
+    })
+    .lift_bytes();
+    for mode in ["big-2048", "flood-20000"] {
+        let err = reconcile(&plugin, mode).await.unwrap_err();
+        match &err {
+            CallError::Contained { bound, .. } => {
+                assert_eq!(bound.reason(), "OutcomeTooLarge", "{mode}: {err}");
+            }
+            other => panic!("{mode}: expected OutcomeTooLarge, got {other:?}"),
+        }
+        assert!(err.is_retryable(), "{mode}");
+        assert!(
+            err.to_string()
+                .contains(&format!("returned more than {max} bytes to copy")),
+            "{mode}: {err}"
+        );
+    }
+    assert_eq!(counted(&metrics, "OutcomeTooLarge"), 2);
 }
 
 /// A plugin that takes the whole pool (sleeping on as many objects as the
@@ -331,14 +357,17 @@ fn a_load_past_the_host_memory_budget_is_refused_with_its_reason() {
     })
     .expect("runtime starts");
     let chaos = runtime.load_file(chaos_v1()).expect("chaos v1 fits");
-    assert_eq!(runtime.memory_booked(), 64 << 20);
+    // Each instance also books what one call may copy out of it.
+    let booked = 2 * ((32 << 20) + OutcomeBounds::default().lift_bytes());
+    assert!(booked < 100 << 20, "the test's premise");
+    assert_eq!(runtime.memory_booked(), booked);
     let refused = runtime
         .load_file(test_plugin("cm-sync.wasm"))
         .expect_err("past the budget");
     assert_eq!(refused.reason(), "HostMemoryBudget");
     let text = refused.to_string();
     assert!(
-        text.contains("64 MiB")
+        text.contains("2 instances of 32 MiB")
             && text.contains("of the host's 100 MiB")
             && text.contains("a test's budget"),
         "{text}"
@@ -347,7 +376,7 @@ fn a_load_past_the_host_memory_budget_is_refused_with_its_reason() {
     let again = runtime
         .load_file(chaos_v1())
         .expect("chaos again: same origin");
-    assert_eq!(runtime.memory_booked(), 64 << 20);
+    assert_eq!(runtime.memory_booked(), booked);
     drop((chaos, again));
     assert_eq!(runtime.memory_booked(), 0, "given back when dropped");
     runtime
@@ -385,7 +414,9 @@ async fn a_plugins_own_limits_narrow_the_hosts_and_never_widen_them() {
         },
         "narrow",
     );
-    assert_eq!(runtime.memory_booked(), 32 << 20, "one instance of 32 MiB");
+    // An instance books its 32 MiB and what a call may copy out of it.
+    let instance = (32 << 20) + OutcomeBounds::default().lift_bytes();
+    assert_eq!(runtime.memory_booked(), instance, "one instance of 32 MiB");
     match reconcile(&narrow, "loop").await {
         Err(CallError::Timeout { timeout, .. }) => {
             assert_eq!(timeout, Duration::from_millis(100));
@@ -401,8 +432,8 @@ async fn a_plugins_own_limits_narrow_the_hosts_and_never_widen_them() {
     );
     assert_eq!(
         runtime.memory_booked(),
-        (32 << 20) + (128 << 20),
-        "the host's budget: 4 instances of 32 MiB"
+        5 * instance,
+        "and the host's budget: 4 instances of 32 MiB"
     );
     match reconcile(&wide, "loop").await {
         Err(CallError::Timeout { timeout, .. }) => {

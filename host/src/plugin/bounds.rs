@@ -24,7 +24,10 @@ pub struct OutcomeBounds {
     /// request; a larger body could only fail there, later and again on
     /// every retry.
     pub max_object_bytes: usize,
-    /// Bytes of all bodies and Event notes of one outcome. Default 32 MiB.
+    /// Bytes of all bodies and Event notes of one outcome. Default 8 MiB
+    /// (the API server takes at most 3 MiB per request). With
+    /// `max_actions` it also bounds what the host copies out of the guest
+    /// at all ([`OutcomeBounds::lift_bytes`]).
     pub max_outcome_bytes: usize,
     /// Nesting of objects and arrays in one body. Default 100: Kubernetes
     /// objects nest a dozen levels; the host's JSON parser refuses beyond
@@ -37,9 +40,30 @@ impl Default for OutcomeBounds {
         Self {
             max_actions: 10_000,
             max_object_bytes: API_SERVER_MAX_REQUEST_BYTES,
-            max_outcome_bytes: 32 << 20,
+            max_outcome_bytes: 8 << 20,
             max_json_depth: 100,
         }
+    }
+}
+
+/// What one action may take in host memory once copied out of the guest,
+/// besides its body: the value itself and its names (cluster, resource,
+/// namespace, name: a few hundred bytes in any real object reference).
+const LIFT_BYTES_PER_ACTION: usize = size_of::<super::bindings::types::Action>() + 512;
+
+impl OutcomeBounds {
+    /// The most bytes one call may copy from the guest into the host: its
+    /// bodies (`max_outcome_bytes`) and `max_actions` actions with their
+    /// names. Set as the store's hostcall fuel (`call::new_store`): wasmtime
+    /// counts every list and string it lifts against it *before* it
+    /// allocates them, so an outcome beyond it is refused without being
+    /// copied ([`Contained::LiftTooLarge`]); the checks of [`check`] then
+    /// run on what fits. Also what a guest may pass to one host call, and
+    /// what the host-wide budget books per instance (`loaded::book_memory`).
+    #[must_use]
+    pub fn lift_bytes(&self) -> usize {
+        self.max_outcome_bytes
+            .saturating_add(self.max_actions.saturating_mul(LIFT_BYTES_PER_ACTION))
     }
 }
 
@@ -80,6 +104,15 @@ pub enum Contained {
         /// The bound.
         max: usize,
     },
+    /// More data than [`OutcomeBounds::lift_bytes`] to copy out of the guest
+    /// (found while copying, before the copy is made).
+    #[error(
+        "the plugin returned more than {max} bytes to copy into the host (its actions, bodies and names)"
+    )]
+    LiftTooLarge {
+        /// The bound.
+        max: usize,
+    },
     /// A body that is not JSON.
     #[error("{action} has a body that is not JSON: {error}")]
     InvalidJson {
@@ -97,7 +130,7 @@ impl Contained {
         match self {
             Self::TooManyActions { .. } => "TooManyActions",
             Self::ObjectTooLarge { .. } => "ObjectTooLarge",
-            Self::OutcomeTooLarge { .. } => "OutcomeTooLarge",
+            Self::OutcomeTooLarge { .. } | Self::LiftTooLarge { .. } => "OutcomeTooLarge",
             Self::TooDeep { .. } => "TooDeep",
             Self::InvalidJson { .. } => "InvalidJson",
         }
@@ -349,6 +382,17 @@ mod tests {
         ]);
         assert_eq!(check(&ok, &SMALL), Ok(()));
         assert_eq!(check(&outcome(Vec::new()), &SMALL), Ok(()));
+    }
+
+    /// What the host may copy out of a guest per call, with the defaults:
+    /// 8 MiB of bodies and 10,000 actions with their names, well under one
+    /// instance's 64 MiB (it is booked per instance in the host budget).
+    #[test]
+    fn the_default_lift_bound_is_the_bodies_and_the_actions_names() {
+        let bounds = OutcomeBounds::default();
+        let per_action = size_of::<crate::plugin::bindings::types::Action>() + 512;
+        assert_eq!(bounds.lift_bytes(), (8 << 20) + 10_000 * per_action);
+        assert!(bounds.lift_bytes() < 16 << 20, "{}", bounds.lift_bytes());
     }
 
     /// A string's brackets and escaped quotes are not nesting; a body

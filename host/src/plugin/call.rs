@@ -31,6 +31,9 @@ pub(super) fn new_store(
     );
     let mut store = Store::new(&runtime.engine, state);
     store.limiter(|state| &mut state.limiter);
+    // What the host copies out of the guest in one go (an outcome, or the
+    // data of one host call) is bounded before it is copied (`bounds.rs`).
+    store.set_hostcall_fuel(runtime.config.outcome_bounds.lift_bytes());
     store.epoch_deadline_trap();
     store
 }
@@ -115,6 +118,14 @@ pub(super) fn classify(
             plugin,
             function,
             limit_bytes: state.limiter.memory_bytes,
+        };
+    }
+    if is_lift_too_large(error) {
+        return CallError::Contained {
+            plugin,
+            bound: super::bounds::Contained::LiftTooLarge {
+                max: store.hostcall_fuel(),
+            },
         };
     }
     if matches!(
@@ -214,6 +225,17 @@ pub(super) fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
         .map(|s| (*s).to_string())
         .or_else(|| payload.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "non-string panic payload".to_string())
+}
+
+/// Whether wasmtime refused to copy more data out of the guest than the
+/// store's hostcall fuel allows. Its error type (`HostcallFuelExhausted`)
+/// is private to wasmtime, so its message is matched (wasmtime is pinned;
+/// `tests::lift_too_large_is_recognised` fails if the wording changes).
+fn is_lift_too_large(error: &wasmtime::Error) -> bool {
+    error.chain().any(|e| {
+        e.to_string()
+            .contains("fuel allocated for hostcalls has been exhausted")
+    })
 }
 
 #[cfg(test)]
