@@ -39,6 +39,18 @@ test("the host reads the built component's rules as declared", () => {
   }
 });
 
+test("a rule the host refuses is refused when the host loads the component", () => {
+  const out = mkdtempSync(join(tmpdir(), "widgets-ts-"));
+  try {
+    const wasm = join(out, "bad.wasm");
+    const built = spawnSync("npx", ["rekon-build", "test/fixtures/bad-rules.ts", "-o", wasm], { encoding: "utf8" });
+    assert.equal(built.status, 0, built.stderr);
+    assert.throws(() => inspectComponent(wasm), /admission rule "size": timeout of 31 s is outside the API server's 1 to 30 s/);
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});
+
 test("a widget too large is denied with a field error", () => {
   const world = new World().primary("main");
   const denial = world.validate(widgetsAdmission, create(widget("w", 11)), widgets).denial;
