@@ -6,7 +6,8 @@
 //! the host wrote to `--webhook-cert-dir`) applied to kube-sim, and
 //! `kubectl` as the client: an invalid Widget is refused with the plugin's
 //! message as the API server words it (or, for a 422 with field errors, as
-//! kubectl prints an invalid object), a valid one is stored defaulted by
+//! kubectl prints an invalid object), a trapping call fails the request
+//! (failure policy `Fail`) and the plugin keeps serving, a valid one is stored defaulted by
 //! `mutate` and then reconciled, and a quota read from the host's cache
 //! refuses a fourth Widget in a namespace.
 
@@ -217,6 +218,17 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
         );
         assert!(get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), "huge").is_none());
 
+        // A trap (Rust: a panic; TypeScript, Python: an exception that is
+        // not an admission error) is a failed call: the host answers 500
+        // and the API server applies the rule's failure policy (Fail).
+        let (ok, text) = kubectl_apply(&env, &widget("trap", 1));
+        assert!(!ok, "a widget was stored past a trapping webhook: {text}");
+        assert!(
+            text.contains("failed calling webhook \"size.widgets.rekon.dev\""),
+            "{text}"
+        );
+
+        // The plugin keeps serving.
         let (ok, text) = kubectl_apply(&env, &widget("big", 7));
         assert!(ok, "{text}");
         assert!(text.contains("Warning: a widget above size 5 is large"), "{text}");

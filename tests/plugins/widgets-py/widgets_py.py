@@ -6,7 +6,9 @@ runs the same kubectl cases against all three languages):
 - **validate** (``size``): ``spec.size`` is at most ``MAX_SIZE``; a larger one
   is denied with 422 and a field error on ``spec.size``, a negative one with
   a plain message (403). On a create, a namespace already holding
-  ``MAX_PER_NAMESPACE`` widgets in the host's cache refuses another.
+  ``MAX_PER_NAMESPACE`` widgets in the host's cache refuses another. A
+  Widget named ``TRAP_NAME`` makes it raise ``RuntimeError`` (not an
+  ``AdmissionError``): the component traps, the host answers 500.
 - **mutate** (``tier``, creates): a Widget without ``TIER_LABEL`` gets
   ``standard``; a size above ``MAX_SIZE`` / 2 warns.
 - **reconcile**: ``status.observedSize`` follows ``spec.size``.
@@ -39,6 +41,7 @@ from rekon_sdk import (
 MAX_SIZE = 10
 TIER_LABEL = "widgets.rekon.dev/tier"
 MAX_PER_NAMESPACE = 3
+TRAP_NAME = "trap"
 
 WIDGET = ResourceType("widgets.rekon.dev", "v1", "Widget", "widgets", "namespaced")
 CRD = json.loads((Path(__file__).parent / "crd.json").read_text())
@@ -89,6 +92,8 @@ def size(ctx: Context, req) -> Verdict | None:
     verdict = quota(ctx, req) if req.operation == "create" else Verdict.allow()
     if not verdict.allowed:
         return verdict
+    if req.object["metadata"].get("name") == TRAP_NAME:
+        raise RuntimeError("widgets: asked to trap")
     value = req.object["spec"]["size"]
     if value < 0:
         # No field and no code: a plain refusal (403).

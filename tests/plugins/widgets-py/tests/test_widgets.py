@@ -5,9 +5,11 @@ checked once, by the host)."""
 import subprocess
 import sys
 
+import pytest
 from rekon_sdk import AdmissionRequest, Request
 from rekon_sdk.testkit import World, inspect_component
-from widgets_py import MAX_SIZE, TIER_LABEL, WIDGET, admission, plugin
+
+from widgets_py import MAX_SIZE, TIER_LABEL, TRAP_NAME, WIDGET, admission, plugin
 
 
 def widget(name, size):
@@ -38,6 +40,11 @@ def test_a_widget_too_large_is_denied_with_a_field_error():
     negative = world.validate(admission, create(widget("w", -1)), plugin).denial
     assert (negative.code, negative.field_errors) == (403, [])
     assert world.validate(admission, create(widget("w", 10)), plugin).allowed
+
+
+def test_an_exception_other_than_admission_error_propagates_the_component_traps():
+    with pytest.raises(RuntimeError, match="widgets: asked to trap"):
+        World().primary("main").validate(admission, create(widget(TRAP_NAME, 1)), plugin)
 
 
 def test_mutate_defaults_the_tier_keeps_a_given_one_and_warns_about_a_large_widget():

@@ -9,6 +9,8 @@
  *   one is denied with 422 and a field error on `spec.size`, a negative one
  *   with a plain message (403). On a create, a namespace already holding
  *   {@link MAX_PER_NAMESPACE} widgets in the host's cache refuses another.
+ *   A Widget named {@link TRAP_NAME} makes `validate` throw a plain `Error`
+ *   (not an `AdmissionError`): the component traps, the host answers 500.
  * - **mutate** (`tier`, creates): a Widget without {@link TIER_LABEL} gets
  *   `standard`; a size above {@link MAX_SIZE} / 2 warns.
  * - **reconcile**: `status.observedSize` follows `spec.size`.
@@ -38,6 +40,8 @@ export const MAX_SIZE = 10;
 export const TIER_LABEL = "widgets.rekon.dev/tier";
 /** The most widgets one namespace may hold (counted in the host's cache). */
 export const MAX_PER_NAMESPACE = 3;
+/** A Widget with this name makes `validate` throw (a trap). */
+export const TRAP_NAME = "trap";
 
 export interface Widget extends KubeObject {
   spec: { size: number };
@@ -99,6 +103,7 @@ export const widgetsAdmission: Admission = {
     if (widget === undefined) return Verdict.allow();
     const verdict = req.operation === "create" ? quota(ctx, req) : Verdict.allow();
     if (!verdict.allowed) return verdict;
+    if (widget.metadata?.name === TRAP_NAME) throw new Error("widgets: asked to trap");
     const size = widget.spec.size;
     // No field and no code: a plain refusal (403).
     if (size < 0) return Verdict.deny("a widget's size cannot be negative");

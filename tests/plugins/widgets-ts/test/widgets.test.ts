@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { admissionRequest, namespaced } from "@rekon/sdk";
 import { World, inspectComponent } from "@rekon/sdk/testkit";
-import { MAX_SIZE, TIER_LABEL, type Widget, WidgetKind, widgets, widgetsAdmission } from "../src/plugin.js";
+import { MAX_SIZE, TIER_LABEL, TRAP_NAME, type Widget, WidgetKind, widgets, widgetsAdmission } from "../src/plugin.js";
 
 function widget(name: string, size: number): Widget {
   return { apiVersion: "widgets.rekon.dev/v1", kind: "Widget", metadata: { name, namespace: "default" }, spec: { size } };
@@ -62,6 +62,11 @@ test("a widget too large is denied with a field error", () => {
   const negative = world.validate(widgetsAdmission, create(widget("w", -1)), widgets).denial;
   assert.deepEqual([negative?.code, negative?.fieldErrors.length], [403, 0]);
   assert.ok(world.validate(widgetsAdmission, create(widget("w", 10)), widgets).allowed);
+});
+
+test("a plain Error is not a denial: it propagates (the component traps)", () => {
+  const world = new World().primary("main");
+  assert.throws(() => world.validate(widgetsAdmission, create(widget(TRAP_NAME, 1)), widgets), /widgets: asked to trap/);
 });
 
 test("mutate defaults the tier, keeps a given one, and warns about a large widget", () => {
