@@ -80,11 +80,13 @@ test-plugins: chaos-plugins zoo-plugin
 	cp $(WASM_OUT)/rekon_test_cm_sync.wasm dist/test-plugins/cm-sync.wasm
 	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets.wasm
 
-# The TypeScript and Python SDKs and the seed ports written with them
-# (plugins/test-fanout-ts, plugins/nodepool-py). `npm ci` from the committed
-# lock files; the Python SDK and componentize-py/pytest from pyproject.toml.
-TS_PACKAGES := sdk/typescript plugins/test-fanout-ts
-PY_PACKAGES := sdk/python plugins/nodepool-py
+# The TypeScript and Python SDKs, the seed ports written with them
+# (plugins/test-fanout-ts, plugins/nodepool-py) and the widgets test plugin
+# in both (tests/plugins/widgets-ts, widgets-py: admission). `npm ci` from
+# the committed lock files; the Python SDK and componentize-py/pytest from
+# pyproject.toml.
+TS_PACKAGES := sdk/typescript plugins/test-fanout-ts tests/plugins/widgets-ts
+PY_PACKAGES := sdk/python plugins/nodepool-py tests/plugins/widgets-py
 
 sdk-deps:
 	@for d in $(TS_PACKAGES); do \
@@ -98,13 +100,18 @@ sdk-test: sdk-deps build
 	@for d in $(PY_PACKAGES); do (cd $$d && REKON=$(abspath $(REKON_BIN)) python3 -m pytest -q) || exit 1; done
 
 # The ports' components -> dist/sdk-plugins/ (tests/e2e/tests/sdk_ports.rs
-# replays the Rust seeds' recorded cases against them).
+# replays the Rust seeds' recorded cases against them; tests/e2e/tests/
+# admission.rs runs its kubectl cases against the widgets in each language).
 sdk-plugins: sdk-deps
 	@mkdir -p dist/sdk-plugins
 	cd plugins/test-fanout-ts && npm run build
 	cp plugins/test-fanout-ts/dist/test_fanout_ts.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-ts && npm run build
+	cp tests/plugins/widgets-ts/dist/widgets_ts.wasm dist/sdk-plugins/
 	cd plugins/nodepool-py && rekon-py-build nodepool_py -o dist/nodepool_py.wasm
 	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-py && rekon-py-build widgets_py -o dist/widgets_py.wasm
+	cp tests/plugins/widgets-py/dist/widgets_py.wasm dist/sdk-plugins/
 
 # The e2e seed scenarios with the ports loaded in place of the Rust builds.
 # The ports are compiled into the default compiled-plugin cache first (what

@@ -2,6 +2,8 @@
 //! (`make test-plugins`), at concurrency 1 and 16, measured two ways:
 //! - `call`: `LoadedPlugin::review` in process (a fresh instance from the
 //!   pooling allocator, the JSON in and out, the verdict): the plugin's cost;
+//!   also for the same plugin written in TypeScript and Python
+//!   (`make sdk-plugins`: rows `call-ts`, `call-py`), side by side;
 //! - `https`: the webhook server over TLS, one connection per review (a
 //!   TLS handshake each: an upper bound; the API server keeps connections
 //!   alive).
@@ -26,14 +28,27 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REVIEWS: usize = 2_000;
 
-fn widgets() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/test-plugins/widgets.wasm");
+/// The widgets component at `dist/<file>`, built by `make <target>`.
+fn widgets(file: &str, target: &str) -> PathBuf {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../dist")
+        .join(file);
     assert!(
         path.is_file(),
-        "{} is missing: run `make test-plugins`",
+        "{} is missing: run `make {target}`",
         path.display()
     );
     path
+}
+
+/// A registry with the widgets component `file` loaded (from the directory
+/// returned with it).
+fn load(runtime: &PluginRuntime, file: &str, target: &str) -> (tempfile::TempDir, PluginRegistry) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::copy(widgets(file, target), dir.path().join("widgets.wasm")).expect("copy");
+    let registry = PluginRegistry::new(runtime.clone());
+    registry.load_dir(dir.path()).expect("widgets loads");
+    (dir, registry)
 }
 
 fn body(size: i64) -> Value {
@@ -56,7 +71,7 @@ fn row(name: &str, concurrency: usize, elapsed: Duration, mut latencies: Vec<Dur
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     println!(
-        "| {name:<5} | {concurrency:>2} | {:>8.0} | {:>8.2} | {:>8.2} |",
+        "| {name:<7} | {concurrency:>2} | {:>8.0} | {:>8.2} | {:>8.2} |",
         latencies.len() as f64 / elapsed.as_secs_f64(),
         at(0.50).as_secs_f64() * 1e3,
         at(0.99).as_secs_f64() * 1e3,
@@ -88,37 +103,44 @@ async fn run() {
         ..RuntimeConfig::default()
     })
     .expect("runtime starts");
-    let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(widgets(), dir.path().join("widgets.wasm")).expect("copy");
-    let registry = PluginRegistry::new(runtime);
-    registry.load_dir(dir.path()).expect("widgets loads");
-    let plugin = registry.get("widgets").expect("widgets");
     let request = review::parse(body(3).to_string().as_bytes()).expect("review");
     let reviewed = review::to_review(&request, "main");
 
-    println!("| path  |  c | reviews/s | p50 ms | p99 ms |");
+    println!("| path    |  c | reviews/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|---|");
-    for concurrency in [1, 16] {
-        let started = Instant::now();
-        let mut tasks = tokio::task::JoinSet::new();
-        for _ in 0..concurrency {
-            let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
-            tasks.spawn(async move {
-                let mut latencies = Vec::new();
-                for _ in 0..REVIEWS / concurrency {
-                    let t = Instant::now();
-                    plugin
-                        .review(AdmissionKind::Validate, reviewed.clone(), Arc::new(NoReads))
-                        .await
-                        .expect("reviewed");
-                    latencies.push(t.elapsed());
-                }
-                latencies
-            });
+    let rows = [
+        ("call", "test-plugins/widgets.wasm", "test-plugins"),
+        ("call-ts", "sdk-plugins/widgets_ts.wasm", "sdk-plugins"),
+        ("call-py", "sdk-plugins/widgets_py.wasm", "sdk-plugins"),
+    ];
+    let mut registry = None;
+    for (name, file, target) in rows {
+        let (dir, loaded) = load(&runtime, file, target);
+        let plugin = loaded.get("widgets").expect("widgets");
+        registry.get_or_insert((dir, loaded));
+        for concurrency in [1, 16] {
+            let started = Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for _ in 0..concurrency {
+                let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
+                tasks.spawn(async move {
+                    let mut latencies = Vec::new();
+                    for _ in 0..REVIEWS / concurrency {
+                        let t = Instant::now();
+                        plugin
+                            .review(AdmissionKind::Validate, reviewed.clone(), Arc::new(NoReads))
+                            .await
+                            .expect("reviewed");
+                        latencies.push(t.elapsed());
+                    }
+                    latencies
+                });
+            }
+            let latencies = tasks.join_all().await.concat();
+            row(name, concurrency, started.elapsed(), latencies);
         }
-        let latencies = tasks.join_all().await.concat();
-        row("call", concurrency, started.elapsed(), latencies);
     }
+    let (_dir, registry) = registry.expect("the Rust build loaded");
 
     let cert = ServingCert::self_signed(vec!["localhost".into()]).expect("cert");
     let anchor = cert.chain()[0].clone();

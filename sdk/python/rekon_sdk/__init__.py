@@ -13,12 +13,15 @@ structural finalizer, retryable vs terminal ``ReconcileError``.
 | ``action`` | action builders, ``Outcome`` |
 | ``plugin`` | ``Plugin``, ``Apply``/``Cleanup``, ``dispatch`` |
 | ``errors`` | ``ReconcileError``, ``ReadError`` |
+| ``admission`` | ``AdmissionHandlers`` (``@admission.validate``/``@admission.mutate``), ``Verdict``, ``Mutation``, ``AdmissionError``, ``AdmissionRequest`` |
 | ``settings`` | typed plugin settings: ``dataclass_settings``, ``settings`` |
 | ``component`` | ``export_plugin``: the component's ``Guest`` (componentize-py) |
+| ``component_admission`` | ``export_admission``: the component's ``Admission`` (world ``admission-plugin``) |
 | ``testkit`` | ``World`` and recorded-case replay under pytest |
 | ``build`` | ``rekon-py-build``: the component build |
 """
 from . import action, kinds
+from .admission import AdmissionError, AdmissionHandlers, AdmissionRequest, AdmissionRule, Mutation, UserInfo, Verdict
 from .action import ObjectRef, Outcome
 from .context import Context, canonical, status_changed
 from .errors import ReadError, ReconcileError
@@ -50,4 +53,5 @@ __all__ = [
     "ALL_PRIMARIES", "CUSTOM", "ITSELF", "OTHERS", "OWNER_REFERENCE", "PRIMARY", "ClusterInfo",
     "ClusterSet", "Mapping", "OwnerLabels", "Registration", "Request", "ResourceType", "Timestamp",
     "format_time", "named", "SETTINGS_REFUSAL_PREFIX", "dataclass_settings", "settings",
+    "AdmissionError", "AdmissionHandlers", "AdmissionRequest", "AdmissionRule", "Mutation", "UserInfo", "Verdict",
 ]

@@ -1,6 +1,7 @@
 """The native test kit (pytest): ``World`` and recorded-case replay.
 
-``World`` runs a plugin as the host would: the host's rule for whether and
+``World`` runs a plugin (and its admission handlers: ``validate``,
+``mutate``) as the host would: the host's rule for whether and
 in which phase a request is reconciled (finalizer first, ``deleting``,
 ``leaving``), only the reads the registration declares, permissions checked
 before anything is written, actions performed (create-if-absent, apply,
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from . import action as a
+from .admission import AdmissionHandlers, AdmissionRequest, Mutation, Verdict
 from .context import Context, canonical
 from .errors import ReadError, ReconcileError, to_reconcile_error
 from .plugin import Plugin, dispatch
@@ -506,6 +508,21 @@ class World:
 
     def context(self, phase: str = "live") -> Context:
         return Context(self._backend(None), phase)  # type: ignore[arg-type]
+
+    def validate(self, admission: AdmissionHandlers, req: AdmissionRequest, plugin: Optional[Plugin] = None) -> Verdict:
+        """``validate`` for ``req`` as the host calls it: every matching handler, reading this
+        world (only what ``plugin`` declares, when given, as the host serves a plugin's own
+        caches), with its settings. An ``AdmissionError``, ``ReadError`` or ``ReconcileError``
+        denies; anything else raised propagates (the host's 500: the rule's failure policy)."""
+        backend = self._backend(self.register(plugin) if plugin is not None else None)
+        with with_backend(backend):
+            return admission.run_validate(Context(backend), req)  # type: ignore[arg-type]
+
+    def mutate(self, admission: AdmissionHandlers, req: AdmissionRequest, plugin: Optional[Plugin] = None) -> Mutation:
+        """``mutate`` for ``req`` as the host calls it (see ``validate``)."""
+        backend = self._backend(self.register(plugin) if plugin is not None else None)
+        with with_backend(backend):
+            return admission.run_mutate(Context(backend), req)  # type: ignore[arg-type]
 
     def _step_for(self, reg: Registration, req: Request):
         o = self.get(reg.primary, req.cluster, req.namespace, req.name)

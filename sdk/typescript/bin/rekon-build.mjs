@@ -18,6 +18,10 @@
 //
 // The SDK's component glue (src/component.ts) speaks both bindings'
 // conventions; `__REKON_ENGINE__` tells it which one it was built for.
+//
+// The world is `plugin`, or `admission-plugin` when the entry module also
+// exports `admission` (`exportAdmission(...)`): read from esbuild's
+// metafile, so a plugin without admission builds exactly as before.
 import { build } from "esbuild";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -64,7 +68,8 @@ const started = Date.now();
 const work = await mkdtemp(join(tmpdir(), "rekon-build-"));
 try {
   const bundle = join(work, "plugin.js");
-  await build({
+  const built = await build({
+    metafile: true,
     entryPoints: [entry],
     bundle: true,
     format: "esm",
@@ -75,6 +80,12 @@ try {
     define: { __REKON_ENGINE__: JSON.stringify(engine) },
     logLevel: "warning",
   });
+  const exported = Object.values(built.metafile.outputs).flatMap((o) => (o.entryPoint ? o.exports : []));
+  if (!exported.includes("guest")) {
+    console.error(`rekon-build: ${entry} exports no \`guest\` (export const guest = exportPlugin(plugin))`);
+    process.exit(2);
+  }
+  const world = exported.includes("admission") ? "admission-plugin" : "plugin";
   let component;
   if (engine === "quickjs") {
     const { componentize } = await import("componentize-qjs");
@@ -82,7 +93,7 @@ try {
       witPath: resolve(wit),
       jsSource: await readFile(bundle, "utf8"),
       jsPath: bundle,
-      world: "plugin",
+      world,
       sync: true,
       stubWasi: true,
     }));
@@ -91,14 +102,14 @@ try {
     ({ component } = await componentize({
       sourcePath: bundle,
       witPath: resolve(wit),
-      worldName: "plugin",
+      worldName: world,
       disableFeatures: ["stdio", "random", "clocks", "http", "fetch-event"],
     }));
   }
   await mkdir(dirname(resolve(out)), { recursive: true });
   await writeFile(out, component);
   console.error(
-    `rekon-build: ${out} (${engine}, ${(component.length / 1048576).toFixed(1)} MiB) in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+    `rekon-build: ${out} (${engine}, world ${world}, ${(component.length / 1048576).toFixed(1)} MiB) in ${((Date.now() - started) / 1000).toFixed(1)} s`,
   );
 } finally {
   await rm(work, { recursive: true, force: true });

@@ -2,10 +2,15 @@
 /**
  * The component glue: `export const guest = exportPlugin(plugin)` in a
  * plugin's entry module makes it the `rekon:plugin/guest@0.3.1` export
- * componentize-js builds. The only module that imports the host; plugin
- * code and tests never see the WIT representation.
+ * componentize-js builds; `export const admission =
+ * exportAdmission(admission)` beside it adds the optional
+ * `rekon:plugin/admission@0.3.1` export (world `admission-plugin`, chosen
+ * by `rekon-build` when the entry exports `admission`). The only module
+ * that imports the host; plugin code and tests never see the WIT
+ * representation.
  */
 import * as host from "rekon:plugin/host@0.3.1";
+import { type Admission, type AdmissionRequest, type AdmissionRule, type Mutation, type Operation, type Verdict, runMutate, runValidate } from "./admission.js";
 import type { Action, ObjectRef } from "./action.js";
 import { type Backend, Context } from "./context.js";
 import { ReadError, type ReadErrorKind, toReconcileError } from "./errors.js";
@@ -169,6 +174,82 @@ export function exportPlugin<T extends KubeObject>(plugin: Plugin<T>) {
         ctx.warn(`failed to map the object: ${e instanceof Error ? e.message : String(e)}`, { cluster });
         return [];
       }
+    },
+  };
+}
+
+function witRule(r: AdmissionRule) {
+  return {
+    name: r.name,
+    kind: r.kind,
+    resources: r.resources,
+    operations: r.operations,
+    failurePolicy: r.failurePolicy,
+    timeoutSeconds: r.timeoutSeconds,
+    matchConditions: r.matchConditions,
+  };
+}
+
+/** The WIT `admission-request` (jco's representation; null or undefined for an absent option). */
+interface WitAdmissionRequest {
+  uid: string;
+  cluster: string;
+  resource: ResourceType;
+  subResource?: string | null;
+  operation: Operation;
+  namespace?: string | null;
+  name: string;
+  object?: string | null;
+  oldObject?: string | null;
+  user: { username: string; uid: string; groups: string[] };
+  dryRun: boolean;
+}
+
+function fromWitRequest(r: WitAdmissionRequest): AdmissionRequest {
+  const parse = (t: string | null | undefined) => (t === null || t === undefined ? undefined : (JSON.parse(t) as KubeObject));
+  return {
+    uid: r.uid,
+    cluster: r.cluster,
+    resource: r.resource,
+    subResource: r.subResource ?? undefined,
+    operation: r.operation,
+    namespace: r.namespace ?? undefined,
+    name: r.name,
+    object: parse(r.object),
+    oldObject: parse(r.oldObject),
+    user: r.user,
+    dryRun: r.dryRun,
+  };
+}
+
+function witDenial(v: Verdict) {
+  const d = v.denial;
+  return d === undefined ? undefined : { message: d.message, code: d.code, fieldErrors: d.fieldErrors.map((f) => ({ path: f.path, message: f.message })) };
+}
+
+/**
+ * The `admission` export of a component serving `admission`. What
+ * `validate`/`mutate` throw denies or traps as `runValidate`/`runMutate`
+ * say; a throwing `rules()` traps the load.
+ */
+export function exportAdmission(admission: Admission) {
+  return {
+    rules() {
+      return withBackend(hostBackend, () => admission.rules()).map(witRule);
+    },
+    validate(request: WitAdmissionRequest) {
+      const ctx = new Context(hostBackend);
+      const v = withBackend(hostBackend, () => runValidate(admission, ctx, fromWitRequest(request)));
+      return { denied: witDenial(v), warnings: v.warnings };
+    },
+    mutate(request: WitAdmissionRequest) {
+      const ctx = new Context(hostBackend);
+      const m: Mutation = withBackend(hostBackend, () => runMutate(admission, ctx, fromWitRequest(request)));
+      return {
+        object: m.object === undefined ? undefined : JSON.stringify(m.object),
+        denied: witDenial(m.verdict),
+        warnings: m.warnings,
+      };
     },
   };
 }

@@ -17,7 +17,8 @@
  * | `action` | {@link Action} builders, {@link Outcome} |
  * | `plugin` | {@link Plugin}, {@link dispatch} |
  * | `errors` | {@link ReconcileError}, {@link ReadError} |
- * | `@rekon/sdk/component` | `exportPlugin`: the component's `guest` export |
+ * | `admission` | {@link Admission}, {@link AdmissionRule}, {@link Verdict}, {@link Mutation}, {@link AdmissionError}, {@link admissionRequest} |
+ * | `@rekon/sdk/component` | `exportPlugin`, `exportAdmission`: the component's `guest` and `admission` exports |
  * | `@rekon/sdk/testkit` | `World` (in-memory clusters) and recorded-case replay, under node |
  */
 export * from "./types.js";
@@ -27,4 +28,5 @@ export * from "./registration.js";
 export * from "./context.js";
 export * from "./action.js";
 export * from "./plugin.js";
+export * from "./admission.js";
 export { SETTINGS_REFUSAL_PREFIX, type SettingsType, settings } from "./settings.js";

@@ -1,13 +1,17 @@
 //! The API side of a plugin, end to end (issue 38): the real `rekon run
-//! --webhook-addr` with the widgets test plugin (`make test-plugins`), its
-//! webhook configurations from `rekon webhooks` (caBundle: the certificate
+//! --webhook-addr` with the widgets test plugin in each language — Rust
+//! (`tests/plugins/widgets`, `make test-plugins`), TypeScript and Python
+//! (`tests/plugins/widgets-ts`, `widgets-py`, `make sdk-plugins`), the same
+//! cases run against each — its webhook configurations from `rekon webhooks` (caBundle: the certificate
 //! the host wrote to `--webhook-cert-dir`) applied to kube-sim, and
 //! `kubectl` as the client: an invalid Widget is refused with the plugin's
 //! message as the API server words it (or, for a 422 with field errors, as
-//! kubectl prints an invalid object), a valid one is stored defaulted by
+//! kubectl prints an invalid object), a trapping call fails the request
+//! (failure policy `Fail`) and the plugin keeps serving, a valid one is stored defaulted by
 //! `mutate` and then reconciled, and a quota read from the host's cache
 //! refuses a fourth Widget in a namespace.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -15,7 +19,42 @@ use rekon_e2e::{Env, EnvOptions, free_local_addr, get, output_text, rekon_cli};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(40);
-const TEST_TIMEOUT: Duration = Duration::from_secs(240);
+/// A debug host compiles a JavaScript or Python component in tens of
+/// seconds; it is compiled into the cache before `rekon run` starts, and
+/// the first load still gets this long.
+const LOAD_WAIT: Duration = Duration::from_secs(180);
+const TEST_TIMEOUT: Duration = Duration::from_secs(420);
+
+/// The widgets plugin built in one language.
+#[derive(Debug, Clone, Copy)]
+enum Lang {
+    Rust,
+    TypeScript,
+    Python,
+}
+
+impl Lang {
+    /// Its component and the make target that builds it.
+    fn component(self, paths: &rekon_e2e::Paths) -> PathBuf {
+        let (path, target) = match self {
+            Lang::Rust => (paths.test_plugins.join("widgets.wasm"), "test-plugins"),
+            Lang::TypeScript => (
+                paths.root.join("dist/sdk-plugins/widgets_ts.wasm"),
+                "sdk-plugins",
+            ),
+            Lang::Python => (
+                paths.root.join("dist/sdk-plugins/widgets_py.wasm"),
+                "sdk-plugins",
+            ),
+        };
+        assert!(
+            path.is_file(),
+            "{} is missing: run `make {target}` first",
+            path.display()
+        );
+        path
+    }
+}
 
 async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -60,7 +99,58 @@ fn widget(name: &str, size: i64) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_sees_the_plugins_verdicts_and_defaults() {
+async fn kubectl_sees_the_rust_plugins_verdicts_and_defaults() {
+    kubectl_sees_the_plugins_verdicts_and_defaults(Lang::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_the_typescript_plugins_verdicts_and_defaults() {
+    kubectl_sees_the_plugins_verdicts_and_defaults(Lang::TypeScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_the_python_plugins_verdicts_and_defaults() {
+    kubectl_sees_the_plugins_verdicts_and_defaults(Lang::Python).await;
+}
+
+/// The host reads the same registration and the same webhooks from the
+/// three builds (the cases below then hold for the same declared rules).
+#[test]
+fn the_three_languages_declare_the_same_plugin_and_webhooks() {
+    let paths = rekon_e2e::Paths::discover().unwrap();
+    let inspect = |lang: Lang| {
+        let wasm = lang.component(&paths);
+        let out = rekon_cli(
+            &paths,
+            &[
+                "plugin",
+                "inspect",
+                "-o",
+                "json",
+                &wasm.display().to_string(),
+            ],
+        );
+        assert!(out.status.success(), "{lang:?}: {}", output_text(&out));
+        let mut v: Value = serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
+        v.as_object_mut().map(|o| o.remove("digest"));
+        v
+    };
+    let rust = inspect(Lang::Rust);
+    assert_eq!(
+        rust["admission"].as_array().map(Vec::len),
+        Some(2),
+        "{rust}"
+    );
+    for lang in [Lang::TypeScript, Lang::Python] {
+        assert_eq!(
+            inspect(lang),
+            rust,
+            "{lang:?} declares what the Rust build declares"
+        );
+    }
+}
+
+async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let addr = free_local_addr().unwrap();
         let certs = tempfile::tempdir().unwrap();
@@ -76,12 +166,13 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults() {
         })
         .await
         .unwrap();
-        std::fs::copy(
-            env.paths.test_plugins.join("widgets.wasm"),
-            env.plugin_dir.join("widgets.wasm"),
-        )
-        .expect("widgets.wasm is built by `make test-plugins`");
-        env.wait_for("the Widget CRD to be served", WAIT, |env| {
+        let component = lang.component(&env.paths);
+        // Into the compiled-plugin cache `rekon run` maps (a JavaScript or
+        // Python component would otherwise be compiled at load).
+        let out = rekon_cli(&env.paths, &["plugin", "compile", &component.display().to_string()]);
+        assert!(out.status.success(), "{}", output_text(&out));
+        std::fs::copy(&component, env.plugin_dir.join("widgets.wasm")).expect("copied");
+        env.wait_for("the Widget CRD to be served", LOAD_WAIT, |env| {
             env.main()
                 .list("widgets.rekon.dev/v1", "widgets", Some("default"), "")
                 .ok()
@@ -127,6 +218,17 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults() {
         );
         assert!(get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), "huge").is_none());
 
+        // A trap (Rust: a panic; TypeScript, Python: an exception that is
+        // not an admission error) is a failed call: the host answers 500
+        // and the API server applies the rule's failure policy (Fail).
+        let (ok, text) = kubectl_apply(&env, &widget("trap", 1));
+        assert!(!ok, "a widget was stored past a trapping webhook: {text}");
+        assert!(
+            text.contains("failed calling webhook \"size.widgets.rekon.dev\""),
+            "{text}"
+        );
+
+        // The plugin keeps serving.
         let (ok, text) = kubectl_apply(&env, &widget("big", 7));
         assert!(ok, "{text}");
         assert!(text.contains("Warning: a widget above size 5 is large"), "{text}");
@@ -167,5 +269,5 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults() {
         );
     })
     .await
-    .expect("the admission e2e finished; likely deadlocked");
+    .unwrap_or_else(|_| panic!("the admission e2e of {lang:?} finished; likely deadlocked"));
 }

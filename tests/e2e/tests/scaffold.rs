@@ -1,6 +1,8 @@
 //! The plugin author's loop, out of tree: `rekon plugin new` scaffolds a
-//! crate into a temporary directory (outside this workspace), its own
-//! native test passes with plain `cargo test`, plain `cargo build --target
+//! crate into a temporary directory (outside this workspace) — with
+//! `--admission` for the built-in primary, so its webhooks are built and
+//! tested too, and without for the custom resource — its own
+//! native tests pass with plain `cargo test`, plain `cargo build --target
 //! wasm32-wasip2 --release` builds the component, and a running `rekon`
 //! against kube-sim loads it and reconciles with it.
 //!
@@ -66,6 +68,7 @@ async fn a_scaffolded_plugin_builds_out_of_tree_and_reconciles() {
             .arg(outside.path())
             .arg("--sdk-path")
             .arg(paths.root.join("guest-sdk"))
+            .arg("--admission")
             .output()
             .expect("rekon runs");
         let scaffold = started.elapsed();
@@ -100,6 +103,17 @@ async fn a_scaffolded_plugin_builds_out_of_tree_and_reconciles() {
         let size = std::fs::metadata(&component)
             .unwrap_or_else(|e| panic!("{} missing: {e}", component.display()))
             .len();
+
+        // Its webhooks, as the host reads them (and checks them) at load.
+        let inspected = Command::new(&paths.rekon)
+            .args(["plugin", "inspect"])
+            .arg(&component)
+            .output()
+            .expect("rekon runs");
+        let inspected = String::from_utf8_lossy(&inspected.stdout);
+        for webhook in ["owner.cm-stamper.rekon.dev", "default-owner.cm-stamper.rekon.dev"] {
+            assert!(inspected.contains(&format!("name: {webhook}")), "{inspected}");
+        }
 
         // 4. The README's explore step: its own scenario, no finding.
         let explored = std::process::Command::new(&paths.rekon)

@@ -1,5 +1,7 @@
-//! `rekon plugin new --lang typescript|python`, out of tree, as on a fresh
-//! machine: the generated project's README commands work as written —
+//! `rekon plugin new --lang typescript|python --admission`, out of tree, as
+//! on a fresh machine: the generated project's README commands work as
+//! written (its reconcile and its webhooks tested natively, the component
+//! of world `admission-plugin` built, its webhooks read by the host) —
 //! `npm install && npm test && npm run build`, or (in a fresh venv) `pip
 //! install -e . && pytest && rekon-py-build ...` — and `rekon plugin
 //! inspect` accepts the component (for TypeScript, built on each engine
@@ -169,6 +171,7 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
                 "widgets.example.com/v1/Widget",
                 "--sdk-path",
                 &sdk("sdk/typescript"),
+                "--admission",
             ],
         );
         let install = run(
@@ -191,6 +194,11 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
         assert!(
             reg.contains("name: widget-ts") && reg.contains("kind: CustomResourceDefinition"),
             "{reg}"
+        );
+        assert!(
+            reg.contains("name: owner.widget-ts.rekon.dev")
+                && reg.contains("name: default-owner.widget-ts.rekon.dev"),
+            "the webhooks of src/admission.ts: {reg}"
         );
         // The other engine, from the same installed SDK.
         let build_sm = run(
@@ -236,6 +244,7 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
                 "v1/Node",
                 "--sdk-path",
                 &sdk("sdk/python"),
+                "--admission",
             ],
         );
         run(&py, "python3", &["-m", "venv", ".venv"], &[]);
@@ -260,6 +269,11 @@ async fn typescript_and_python_scaffolds_test_build_and_load() {
         assert!(
             reg.contains("name: pool-py") && reg.contains("kind: Node"),
             "{reg}"
+        );
+        assert!(
+            reg.contains("name: owner.pool-py.rekon.dev")
+                && reg.contains("name: default-owner.pool-py.rekon.dev"),
+            "the webhooks of pool_py.py: {reg}"
         );
         eprintln!("python: pip install {install:?}, pytest {test:?}, build {build:?}");
 

@@ -26,6 +26,11 @@ pub struct NewArgs {
     /// Depend on the Rust SDK from this git repository (rust only).
     #[arg(long)]
     sdk_git: Option<String>,
+    /// Also serve admission webhooks: a mutating one that defaults a label
+    /// and a validating one that checks it, with a test (see the
+    /// project's README and docs/plugins/admission.md).
+    #[arg(long)]
+    admission: bool,
 }
 
 /// `rekon plugin new --lang`.
@@ -71,6 +76,7 @@ pub fn run(args: NewArgs) -> anyhow::Result<()> {
     };
     let dir = Scaffold::new(&args.name, sdk)
         .lang(lang)
+        .admission(args.admission)
         .primary(&args.primary)?
         .write(&args.dir)?;
     let next = match lang {

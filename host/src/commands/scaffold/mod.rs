@@ -1,7 +1,8 @@
 //! `rekon plugin new`: a plugin project that builds outside this
 //! repository with its language's own tools — a Rust crate (`rust.rs`), a
 //! TypeScript package (`typescript.rs`) or a Python project (`python.rs`),
-//! each generated from the same plugin name and primary (`project.rs`).
+//! each generated from the same plugin name and primary (`project.rs`),
+//! with admission webhooks on request (`admission.rs`).
 //!
 //! ```no_run
 //! use rekon::commands::scaffold::{Scaffold, SdkSource};
@@ -12,6 +13,7 @@
 //! # Ok::<(), rekon::commands::scaffold::ScaffoldError>(())
 //! ```
 
+mod admission;
 mod project;
 mod python;
 mod rust;
@@ -96,6 +98,7 @@ impl Scaffold {
             project: Project {
                 name: name.to_owned(),
                 primary: Primary::parse("v1/ConfigMap").expect("ConfigMap is built in"),
+                admission: false,
             },
             sdk,
             lang: Lang::Rust,
@@ -106,6 +109,14 @@ impl Scaffold {
     #[must_use]
     pub fn lang(mut self, lang: Lang) -> Self {
         self.lang = lang;
+        self
+    }
+
+    /// Whether the plugin also admits its objects (a validating and a
+    /// mutating webhook, with a test).
+    #[must_use]
+    pub fn admission(mut self, admission: bool) -> Self {
+        self.project.admission = admission;
         self
     }
 
@@ -245,6 +256,60 @@ mod tests {
         let git =
             Scaffold::new("x", SdkSource::Git("https://example.com/r".into())).lang(Lang::Python);
         assert!(matches!(git.write(dir.path()), Err(ScaffoldError::Sdk(_))));
+    }
+
+    #[test]
+    fn admission_adds_the_webhooks_and_their_test_in_each_language() {
+        let dir = tempfile::tempdir().unwrap();
+        let sdk = |d: &str| SdkSource::Path(format!("/rekon/{d}").into());
+        let read = |p: PathBuf| std::fs::read_to_string(p).unwrap();
+        for admission in [false, true] {
+            let rs = Scaffold::new(&format!("rs-{admission}"), sdk("guest-sdk"))
+                .admission(admission)
+                .write(dir.path())
+                .unwrap();
+            let lib = read(rs.join("src/lib.rs"));
+            assert_eq!(lib.contains("impl Admission for"), admission, "{lib}");
+            let export = if admission {
+                "Plugin, admission);"
+            } else {
+                "Plugin);"
+            };
+            assert!(lib.contains(export), "{lib}");
+            assert_eq!(rs.join("tests/admission.rs").is_file(), admission);
+
+            let ts = Scaffold::new(&format!("ts-{admission}"), sdk("sdk/typescript"))
+                .lang(Lang::TypeScript)
+                .admission(admission)
+                .write(dir.path())
+                .unwrap();
+            let component = read(ts.join("src/component.ts"));
+            assert_eq!(
+                component.contains("export const admission = exportAdmission(handlers);"),
+                admission,
+                "{component}"
+            );
+            assert_eq!(ts.join("src/admission.ts").is_file(), admission);
+            assert_eq!(ts.join("test/admission.test.ts").is_file(), admission);
+
+            let py = Scaffold::new(&format!("py-{admission}"), sdk("sdk/python"))
+                .lang(Lang::Python)
+                .admission(admission)
+                .write(dir.path())
+                .unwrap();
+            let module = read(py.join(format!("py_{admission}.py")));
+            assert_eq!(
+                module.contains("    Admission = export_admission(admission)\n"),
+                admission,
+                "{module}"
+            );
+            assert_eq!(module.contains("@admission.mutate(KIND"), admission);
+            assert_eq!(py.join("tests/test_admission.py").is_file(), admission);
+            assert_eq!(
+                read(py.join("README.md")).contains("## Admission"),
+                admission
+            );
+        }
     }
 
     #[test]

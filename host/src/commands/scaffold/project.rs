@@ -86,6 +86,9 @@ impl Primary {
 pub(super) struct Project {
     pub(super) name: String,
     pub(super) primary: Primary,
+    /// `--admission`: the plugin also serves admission webhooks
+    /// (`admission.rs`).
+    pub(super) admission: bool,
 }
 
 impl Project {

@@ -90,7 +90,7 @@ pythonpath = ["."]
 import json
 from pathlib import Path
 
-from rekon_sdk import PRIMARY, Apply, ObjectRef, Outcome, Registration, ResourceType, action
+from rekon_sdk import {imports}
 
 SEEN_LABEL = "{label}"
 KIND = {kind_expr}
@@ -117,15 +117,30 @@ class Plugin:
 
 plugin = Plugin()
 _ = (json, Path)
-
-try:  # the component's export; wit_world exists only inside componentize-py
+{admission}
+try:  # the component's exports; wit_world exists only inside componentize-py
     from rekon_sdk.component import export_plugin
-
+{export}
     Guest = export_plugin(plugin)
 except ImportError:
     pass
 "#,
                     name = self.name,
+                    imports = if self.admission {
+                        "PRIMARY, AdmissionError, AdmissionHandlers, Apply, ObjectRef, Outcome, Registration, ResourceType, Verdict, action"
+                    } else {
+                        "PRIMARY, Apply, ObjectRef, Outcome, Registration, ResourceType, action"
+                    },
+                    admission = if self.admission {
+                        self.python_admission()
+                    } else {
+                        String::new()
+                    },
+                    export = if self.admission {
+                        "    from rekon_sdk.component_admission import export_admission\n\n    Admission = export_admission(admission)"
+                    } else {
+                        ""
+                    },
                     label = self.label(),
                     kind = p.kind
                 ),
@@ -188,6 +203,16 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
         ];
         if p.builtin.is_none() {
             files.push(("crd.json".to_owned(), self.crd_json()));
+        }
+        if self.admission {
+            let (object, _, _) = self.sample_object();
+            files.push((
+                "tests/test_admission.py".to_owned(),
+                self.python_admission_test(&object),
+            ));
+            if let Some((_, readme)) = files.iter_mut().find(|(path, _)| path == "README.md") {
+                readme.push_str(&self.admission_readme(&format!("The handlers in `{module}.py` (exported as `Admission`, tested in `tests/test_admission.py`)")));
+            }
         }
         files
     }

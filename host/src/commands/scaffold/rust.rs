@@ -13,14 +13,18 @@ use super::project::Project;
 /// The files of the crate, relative to its directory; `sdk` is the
 /// `rekon-sdk` dependency's TOML value (`{ path = "…" }`, `{ git = "…" }`).
 pub(super) fn files(project: &Project, sdk: &str) -> Vec<(&'static str, String)> {
-    vec![
+    let mut files = vec![
         ("Cargo.toml", project.cargo_toml(sdk)),
         ("src/lib.rs", project.lib_rs()),
         ("tests/reconcile.rs", project.test_rs()),
         ("README.md", project.readme()),
         ("explore/scenario.yaml", project.scenario_yaml()),
         (".gitignore", "/target\n".to_owned()),
-    ]
+    ];
+    if project.admission {
+        files.push(("tests/admission.rs", project.admission_test_rs()));
+    }
+    files
 }
 
 impl Project {
@@ -114,6 +118,11 @@ pub struct {kind}Spec {{
         } else {
             String::new()
         };
+        let (admission, export) = if self.admission {
+            (self.rust_admission(&kind), ", admission")
+        } else {
+            (String::new(), "")
+        };
         format!(
             r#"//! {name}: a rekon plugin. It stamps the label `{label}` on
 //! every {kind} it reconciles, once. Replace `reconcile` with your logic.
@@ -152,8 +161,8 @@ impl Plugin for {ty} {{
         )))
     }}
 }}
-
-rekon_sdk::export_plugin!({ty});
+{admission}
+rekon_sdk::export_plugin!({ty}{export});
 "#,
             name = self.name,
             label = self.label(),
@@ -222,6 +231,16 @@ fn stamps_the_label_once() {{
         )
     }
 
+    fn admission_test_rs(&self) -> String {
+        let kind = &self.primary.kind;
+        let import = match self.primary.builtin {
+            Some(module) => format!("use rekon_sdk::k8s_openapi::api::{module}::{kind};"),
+            None => format!("use {}::{kind};", self.crate_ident()),
+        };
+        let (sample, _, _) = self.sample_object();
+        self.rust_admission_test(kind, &sample, &import)
+    }
+
     fn readme(&self) -> String {
         let file = format!("target/wasm32-wasip2/release/{}.wasm", self.crate_ident());
         format!(
@@ -265,6 +284,12 @@ tagged with the plugin and the request (set `RUST_LOG=info` or more).
                     self.primary.group, self.primary.version, self.primary.kind
                 )
             },
-        )
+        ) + &if self.admission {
+            self.admission_readme(
+                "`impl Admission` in `src/lib.rs` (tested in `tests/admission.rs`)",
+            )
+        } else {
+            String::new()
+        }
     }
 }

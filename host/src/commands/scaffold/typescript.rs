@@ -99,7 +99,11 @@ export const plugin: Plugin = {{
 void customKind;
 void kinds;
 "#, name = self.name, label = self.label(), kind = p.kind)),
-            ("src/component.ts".to_owned(), "// The component's entry: `npm run build` bundles it into the .wasm.\nimport { exportPlugin } from \"@rekon/sdk/component\";\nimport { plugin } from \"./plugin.js\";\n\nexport const guest = exportPlugin(plugin);\n".to_owned()),
+            ("src/component.ts".to_owned(), if self.admission {
+                "// The component's entry: `npm run build` bundles it into the .wasm.\n// Exporting `admission` too makes it a component of world\n// `admission-plugin` (rekon-build reads the exports).\nimport { exportAdmission, exportPlugin } from \"@rekon/sdk/component\";\nimport { admission as handlers } from \"./admission.js\";\nimport { plugin } from \"./plugin.js\";\n\nexport const guest = exportPlugin(plugin);\nexport const admission = exportAdmission(handlers);\n".to_owned()
+            } else {
+                "// The component's entry: `npm run build` bundles it into the .wasm.\nimport { exportPlugin } from \"@rekon/sdk/component\";\nimport { plugin } from \"./plugin.js\";\n\nexport const guest = exportPlugin(plugin);\n".to_owned()
+            }),
             ("test/plugin.test.ts".to_owned(), format!(r#"// The plugin against the SDK's test kit: no wasm, no cluster.
 import assert from "node:assert/strict";
 import {{ test }} from "node:test";
@@ -160,6 +164,16 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
         ];
         if p.builtin.is_none() {
             files.push(("crd.json".to_owned(), self.crd_json()));
+        }
+        if self.admission {
+            files.push(("src/admission.ts".to_owned(), self.typescript_admission()));
+            files.push((
+                "test/admission.test.ts".to_owned(),
+                self.typescript_admission_test(&object),
+            ));
+            if let Some((_, readme)) = files.iter_mut().find(|(path, _)| path == "README.md") {
+                readme.push_str(&self.admission_readme("`src/admission.ts` (exported in `src/component.ts`, tested in `test/admission.test.ts`)"));
+            }
         }
         files
     }

@@ -1,6 +1,6 @@
 /**
  * {@link World}: an in-memory set of clusters and objects that runs a
- * plugin natively as the host would — deciding with the host's rule
+ * plugin (and its admission: `validate`, `mutate`) natively as the host would — deciding with the host's rule
  * whether a request is reconciled and in which phase (add the finalizer
  * first, `deleting`, `leaving`), serving only the reads the registration
  * declares, checking every action against the permissions, performing the
@@ -9,6 +9,7 @@
  * releasing the finalizer after a finalized cleanup.
  */
 import { type Action, type ObjectRef, Outcome, actionCluster, actionTarget } from "../action.js";
+import { type Admission, type AdmissionRequest, type Mutation, type Verdict, runMutate, runValidate } from "../admission.js";
 import { Context, type Backend, canonical } from "../context.js";
 import { ReadError, toReconcileError } from "../errors.js";
 import { type Plugin, dispatch } from "../plugin.js";
@@ -305,6 +306,24 @@ export class World {
   /** A context over the whole world (no read restrictions), for helpers. */
   context(phase: Phase = "live"): Context {
     return new Context(this.backend(undefined), phase);
+  }
+
+  /**
+   * Calls `admission.validate` for `req` as the host would: reading this
+   * world (only what `plugin` declares, when given, as the host serves a
+   * plugin's own caches), with its settings; a thrown `AdmissionError`,
+   * `ReadError` or `ReconcileError` denies, anything else is thrown (the
+   * host's 500: the rule's failure policy).
+   */
+  validate<T extends KubeObject>(admission: Admission, req: AdmissionRequest, plugin?: Plugin<T>): Verdict {
+    const backend = this.backend(plugin ? this.register(plugin) : undefined);
+    return withBackend(backend, () => runValidate(admission, new Context(backend), req));
+  }
+
+  /** Calls `admission.mutate` for `req` as the host would (see {@link validate}). */
+  mutate<T extends KubeObject>(admission: Admission, req: AdmissionRequest, plugin?: Plugin<T>): Mutation {
+    const backend = this.backend(plugin ? this.register(plugin) : undefined);
+    return withBackend(backend, () => runMutate(admission, new Context(backend), req));
   }
 
   private stepFor(reg: Registration, req: Request): Step | undefined {

@@ -1,0 +1,79 @@
+"""widgets (Python) through rekon_sdk's native test kit: the cases of the Rust
+plugin's tests (tests/plugins/widgets/tests/widgets.rs), and the host's own
+reading of the built component (``rekon plugin inspect``: the rules are
+checked once, by the host)."""
+import subprocess
+import sys
+
+import pytest
+from rekon_sdk import AdmissionRequest, Request
+from rekon_sdk.testkit import World, inspect_component
+
+from widgets_py import MAX_SIZE, TIER_LABEL, TRAP_NAME, WIDGET, admission, plugin
+
+
+def widget(name, size):
+    return {"apiVersion": "widgets.rekon.dev/v1", "kind": "Widget", "metadata": {"name": name, "namespace": "default"}, "spec": {"size": size}}
+
+
+def create(w):
+    return AdmissionRequest.create(WIDGET, "main", w)
+
+
+def test_the_host_reads_the_built_components_rules_as_declared(tmp_path):
+    wasm = tmp_path / "widgets_py.wasm"
+    built = subprocess.run([sys.executable, "-m", "rekon_sdk.build", "widgets_py", "-o", str(wasm)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    assert "world admission-plugin" in built.stderr
+    inspected = inspect_component(str(wasm))
+    assert [(r["name"], r["kind"], r["operations"], r["failurePolicy"], r["timeoutSeconds"]) for r in inspected["admission"]] == [
+        ("size.widgets.rekon.dev", "validate", ["CREATE", "UPDATE"], "Fail", 5),
+        ("tier.widgets.rekon.dev", "mutate", ["CREATE"], "Fail", 10),
+    ]
+
+
+def test_a_widget_too_large_is_denied_with_a_field_error():
+    world = World().primary("main")
+    denial = world.validate(admission, create(widget("w", 11)), plugin).denial
+    assert (denial.message, denial.code, denial.field_errors) == (
+        "a widget's size is at most 10, not 11", 422, [("spec.size", f"must be at most {MAX_SIZE}")])
+    negative = world.validate(admission, create(widget("w", -1)), plugin).denial
+    assert (negative.code, negative.field_errors) == (403, [])
+    assert world.validate(admission, create(widget("w", 10)), plugin).allowed
+
+
+def test_an_exception_other_than_admission_error_propagates_the_component_traps():
+    with pytest.raises(RuntimeError, match="widgets: asked to trap"):
+        World().primary("main").validate(admission, create(widget(TRAP_NAME, 1)), plugin)
+
+
+def test_mutate_defaults_the_tier_keeps_a_given_one_and_warns_about_a_large_widget():
+    world = World().primary("main")
+    m = world.mutate(admission, create(widget("w", 1)), plugin)
+    assert (m.object["metadata"]["labels"][TIER_LABEL], m.warnings) == ("standard", [])
+    gold = widget("w", 1)
+    gold["metadata"]["labels"] = {TIER_LABEL: "gold"}
+    assert world.mutate(admission, create(gold), plugin).object is None
+    large = world.mutate(admission, create(widget("w", 7)), plugin)
+    assert large.warnings == ["a widget above size 5 is large"]
+    assert large.object["metadata"]["labels"][TIER_LABEL] == "standard"
+
+
+def test_reconcile_reports_the_size():
+    world = World().primary("main")
+    world.insert("main", widget("w", 3))
+    world.converge(plugin, Request.namespaced("main", "default", "w"))
+    assert world.get(WIDGET, "main", "default", "w")["status"]["observedSize"] == 3
+
+
+def test_a_namespace_holds_at_most_three_widgets_as_the_cache_shows():
+    world = World().primary("main")
+    for name in ["a", "b"]:
+        world.insert("main", widget(name, 1))
+    assert world.validate(admission, create(widget("c", 1)), plugin).allowed
+    world.insert("main", widget("c", 1))
+    assert world.validate(admission, create(widget("d", 1)), plugin).denial.message == (
+        "namespace default already holds 3 widgets, the most it may hold")
+    # An update of one of them is not a new widget.
+    update = AdmissionRequest.update(WIDGET, "main", widget("c", 1), widget("c", 2))
+    assert world.validate(admission, update, plugin).allowed
