@@ -48,6 +48,11 @@ pub struct ResourceInfo {
     pub schema: Option<Arc<Value>>,
     /// Representation conversion needed between stored and served objects.
     pub conversion: Conversion,
+    /// A CRD's `spec.conversion.webhook` when its strategy is `Webhook`
+    /// (`clientConfig`, `conversionReviewVersions`): objects of another
+    /// version than the storage version are converted by calling it
+    /// (`admission::webhook::conversion`).
+    pub conversion_webhook: Option<Arc<Value>>,
     /// A CRD version's `additionalPrinterColumns`.
     pub printer_columns: Option<Arc<Value>>,
     /// The `/scale` subresource (autoscaling/v1 Scale), if served.
@@ -172,6 +177,23 @@ impl ResourceInfo {
     /// Whether objects served at this endpoint need rewriting from storage.
     pub fn needs_conversion(&self) -> bool {
         self.version != self.storage_version || self.conversion != Conversion::None
+    }
+
+    /// Whether objects at this version are converted to and from the
+    /// storage version by the CRD's conversion webhook.
+    pub fn webhook_converted(&self) -> bool {
+        self.conversion_webhook.is_some() && self.version != self.storage_version
+    }
+
+    /// The apiVersion a write at this version carries until it is stored:
+    /// the storage version's, unless a conversion webhook converts it
+    /// (then the request's, until the conversion before storing).
+    pub fn write_api_version(&self) -> String {
+        if self.webhook_converted() {
+            self.api_version()
+        } else {
+            self.storage_api_version()
+        }
     }
 }
 
@@ -567,6 +589,7 @@ impl Registry {
                     ("autoscaling", "v1", "HorizontalPodAutoscaler") => Conversion::HpaV1,
                     _ => Conversion::None,
                 },
+                conversion_webhook: None,
                 type_info: Arc::default(),
                 builtin_schema: Arc::default(),
                 crd_rules: Arc::default(),
@@ -901,6 +924,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         );
     }
     let storage_version = storage[0].to_string();
+    let conversion_webhook = crd_conversion_webhook(spec)?;
     let mut out = Vec::new();
     for v in versions {
         let Some(vname) = v.get("name").and_then(Value::as_str) else {
@@ -934,6 +958,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             delete_returns_object: false,
             schema,
             conversion: Conversion::None,
+            conversion_webhook: conversion_webhook.clone(),
             type_info: Arc::default(),
             builtin_schema: Arc::default(),
             crd_rules: Arc::default(),
@@ -955,6 +980,66 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         return Err("spec.versions: Invalid value: at least one version must be served".into());
     }
     Ok(out)
+}
+
+/// `spec.conversion` of a CRD as the server validates it: strategy `None`
+/// (the default) or `Webhook` with a `webhook` holding exactly one of
+/// `clientConfig.url` and `clientConfig.service`, and
+/// `conversionReviewVersions` naming `v1` (the only version kube-sim
+/// speaks; the server also speaks `v1beta1`).
+fn crd_conversion_webhook(spec: &Value) -> Result<Option<Arc<Value>>, String> {
+    let Some(conv) = spec.get("conversion").filter(|c| !c.is_null()) else {
+        return Ok(None);
+    };
+    match conv.get("strategy").and_then(Value::as_str) {
+        None | Some("None") => {
+            if conv.get("webhook").is_some_and(|w| !w.is_null()) {
+                return Err("spec.conversion.webhook: Forbidden: should not be set when strategy is not set to Webhook".into());
+            }
+            Ok(None)
+        }
+        Some("Webhook") => {
+            let Some(hook) = conv.get("webhook").filter(|w| w.is_object()) else {
+                return Err(
+                    "spec.conversion.webhook: Required value: required when strategy is set to Webhook"
+                        .into(),
+                );
+            };
+            let cc = hook.get("clientConfig").filter(|c| c.is_object()).ok_or(
+                "spec.conversion.webhook.clientConfig: Required value: required when strategy is set to Webhook",
+            )?;
+            match (cc.get("url").is_some(), cc.get("service").is_some()) {
+                (true, true) | (false, false) => {
+                    return Err("spec.conversion.webhook.clientConfig: Required value: exactly one of url or service is required".into());
+                }
+                _ => {}
+            }
+            let versions = strings_of(hook.get("conversionReviewVersions"));
+            if versions.is_empty() {
+                return Err("spec.conversion.webhook.conversionReviewVersions: Required value: must specify one of v1, v1beta1".into());
+            }
+            if !versions.iter().any(|v| v == "v1") {
+                return Err(format!(
+                    "spec.conversion.webhook.conversionReviewVersions: Unsupported value: {versions:?}: kube-sim speaks ConversionReview v1 only"
+                ));
+            }
+            Ok(Some(Arc::new(hook.clone())))
+        }
+        Some(other) => Err(format!(
+            "spec.conversion.strategy: Unsupported value: \"{other}\": supported values: \"None\", \"Webhook\""
+        )),
+    }
+}
+
+fn strings_of(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Renames between core v1 Event fields and events.k8s.io/v1 Event fields.
@@ -989,13 +1074,15 @@ pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
     out
 }
 
-/// Converts an object written at `res` into its stored representation.
+/// Converts an object written at `res` into its stored representation
+/// (a webhook-converted version keeps its own until the conversion point
+/// before storing).
 pub fn to_storage(res: &ResourceInfo, obj: &mut Value) {
     if res.conversion == Conversion::HpaV1 {
         hpa_v1_to_v2(obj);
     }
     if let Some(o) = obj.as_object_mut() {
-        o.insert("apiVersion".into(), res.storage_api_version().into());
+        o.insert("apiVersion".into(), res.write_api_version().into());
         if res.conversion == Conversion::EventsV1 {
             for (core, v1) in EVENT_RENAMES {
                 if let Some(x) = o.remove(*v1) {

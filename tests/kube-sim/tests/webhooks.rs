@@ -10,18 +10,15 @@ mod common;
 
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine as _;
+use common::hooks::{ca_b64, certs, kubectl};
 use common::{raw, req, within};
 use kube_sim::{Sim, SimCluster};
 use parking_lot::Mutex;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 const JSON: &str = "application/json";
@@ -29,53 +26,6 @@ const MERGE: &str = "application/merge-patch+json";
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
 const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
-
-/// A CA and a serving certificate for 127.0.0.1 and `hook.default.svc`.
-struct Certs {
-    ca_pem: String,
-    server: rustls::ServerConfig,
-    /// The serving certificate and its key (PEM), for other servers.
-    cert_pem: String,
-    key_pem: String,
-}
-
-fn certs() -> Certs {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    // Each CA its own name, as two clusters' CAs have.
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(
-        rcgen::DnType::CommonName,
-        format!("webhook-ca-{}", uuid::Uuid::new_v4()),
-    );
-    ca.distinguished_name = dn;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let leaf = CertificateParams::new(vec![
-        "127.0.0.1".to_string(),
-        "hook.default.svc".to_string(),
-    ])
-    .unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf_cert = leaf
-        .signed_by(&leaf_key, &Issuer::from_params(&ca, &ca_key))
-        .unwrap();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![CertificateDer::from(leaf_cert.der().to_vec())], key)
-    .unwrap();
-    Certs {
-        ca_pem: ca_cert.pem(),
-        server,
-        cert_pem: leaf_cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
-    }
-}
 
 /// What the webhook server saw and how its `/slow` path is held.
 #[derive(Default)]
@@ -170,10 +120,6 @@ async fn webhook_server() -> (String, String, Arc<Seen>) {
     (addr, c.ca_pem, seen)
 }
 
-fn ca_b64(pem: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(pem)
-}
-
 /// One webhook of a configuration: `url` (https://addr/path), rules on
 /// configmaps CREATE/UPDATE unless `extra` overrides.
 fn webhook(name: &str, url: &str, ca: &str, extra: Value) -> Value {
@@ -204,38 +150,6 @@ async fn register(c: &SimCluster, path: &str, kind: &str, name: &str, hooks: Vec
 
 fn cm(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"a": "1"}})
-}
-
-async fn kubectl(sim: &Sim, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let cache = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(sim.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .arg("--request-timeout=20s")
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kubectl is installed");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).await.unwrap();
-    }
-    drop(input);
-    let out = tokio::time::timeout(Duration::from_secs(40), child.wait_with_output())
-        .await
-        .expect("kubectl finishes")
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

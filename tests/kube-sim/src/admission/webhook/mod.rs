@@ -33,6 +33,7 @@
 
 mod client;
 mod config;
+pub(crate) mod conversion;
 mod dispatch;
 
 use std::sync::Arc;
@@ -79,6 +80,12 @@ pub struct Carry {
     mutated: Option<Value>,
     /// The object the validating webhooks admitted (stored version).
     validated: Option<Value>,
+    /// The live object converted to the request's version by a CRD's
+    /// conversion webhook, with the resourceVersion it was converted at.
+    live_view: Option<(Option<String>, Value)>,
+    /// The object to store converted to the storage version, with the
+    /// resourceVersion of the live object it replaces.
+    stored_form: Option<(Option<String>, Value)>,
 }
 
 impl Pass {
@@ -318,14 +325,25 @@ pub(crate) async fn drive<T>(
         let mut warnings: Vec<String> = Vec::new();
         loop {
             let pass = Pass::Run(Box::new(carry.clone()));
-            let (out, w, call) = cs.store.write(|i| {
+            let (out, w, call, converting) = cs.store.write(|i| {
                 let out = write(i, pass);
-                (out, i.warnings.take(), i.suspended.take())
+                (
+                    out,
+                    i.warnings.take(),
+                    i.suspended.take(),
+                    i.converting.take(),
+                )
             });
             add(&mut warnings, w);
             match out {
                 Ok(t) => return Ok((t, warnings)),
                 Err(e) if e.reason == RETRY => break,
+                Err(e) if e.reason == conversion::CONVERT => {
+                    let r = converting.ok_or_else(|| ApiError::internal("lost conversion"))?;
+                    if let Err(e) = conversion::run(cs, r, &mut carry).await {
+                        return failed(e, warnings);
+                    }
+                }
                 Err(e) if e.reason == SUSPEND => {
                     let call = call.ok_or_else(|| ApiError::internal("lost webhook call"))?;
                     let mut w = Vec::new();
