@@ -92,6 +92,7 @@ async fn hook(
         }
         "/warn" => {
             response["warnings"] = json!(["this configmap is watched"]);
+            response["auditAnnotations"] = json!({"watched": "yes"});
         }
         "/slow" if !seen.open.load(std::sync::atomic::Ordering::SeqCst) => {
             seen.arrived.notify_one();
@@ -226,6 +227,19 @@ async fn kubectl_sees_mutations_denials_and_warnings() {
         let (ok, out, err) = kubectl(&sim, &["label", "configmap", "one", "x=y"], None).await;
         assert!(ok, "{out}{err}");
         assert_eq!(err.trim(), "Warning: this configmap is watched");
+        // Its auditAnnotations are recorded, keyed by the webhook's name.
+        let audit: Vec<_> = c
+            .admission_audit()
+            .into_iter()
+            .filter(|r| r.name == "one")
+            .collect();
+        assert_eq!(audit.len(), 1, "{audit:?}");
+        assert_eq!(audit[0].operation, "UPDATE");
+        assert_eq!(audit[0].resource, "/v1/configmaps");
+        assert_eq!(
+            audit[0].annotations,
+            vec![("warn.example.com/watched".to_string(), "yes".to_string())]
+        );
         let updates = seen.on("/label");
         // one, two (then denied by the validating webhook), the label.
         assert_eq!(updates.len(), 3);

@@ -323,10 +323,15 @@ async fn conversion_cost(n: usize, items: usize) -> anyhow::Result<[f64; 5]> {
                 {"name": "v1", "served": true, "storage": true, "schema": schema(json!({"replicas": {"type": "integer"}}))}]}}))
         .map_err(fail)?;
     for i in 0..items {
-        sim.create("example.com/v1", "widgets", Some("default"), json!({
+        sim.create(
+            "example.com/v1",
+            "widgets",
+            Some("default"),
+            json!({
             "apiVersion": "example.com/v1", "kind": "Widget",
-            "metadata": {"name": format!("w{i}")}, "spec": {"replicas": i}}))
-            .map_err(fail)?;
+            "metadata": {"name": format!("w{i}")}, "spec": {"replicas": i}}),
+        )
+        .map_err(fail)?;
     }
     let url = sim.url();
     let one = |v: &str| format!("/apis/example.com/{v}/namespaces/default/widgets/w0");
@@ -335,11 +340,20 @@ async fn conversion_cost(n: usize, items: usize) -> anyhow::Result<[f64; 5]> {
     let get_converted = us_per_http_get(&url, &one("v1alpha1"), n).await?;
     let lists = (n / items).max(10);
     let list_stored = us_per_http_get(&url, &all("v1"), lists).await? / items as f64;
-    let h0 = (handler_ns.load(Ordering::Relaxed), converted.load(Ordering::Relaxed));
+    let h0 = (
+        handler_ns.load(Ordering::Relaxed),
+        converted.load(Ordering::Relaxed),
+    );
     let list_converted = us_per_http_get(&url, &all("v1alpha1"), lists).await? / items as f64;
-    let (h1, c1) = (handler_ns.load(Ordering::Relaxed), converted.load(Ordering::Relaxed));
+    let (h1, c1) = (
+        handler_ns.load(Ordering::Relaxed),
+        converted.load(Ordering::Relaxed),
+    );
     if c1 - h0.1 < (lists * items) as u64 {
-        bail!("the conversion webhook converted {} objects for {lists} lists of {items}", c1 - h0.1);
+        bail!(
+            "the conversion webhook converted {} objects for {lists} lists of {items}",
+            c1 - h0.1
+        );
     }
     let own = (h1 - h0.0) as f64 / 1e3 / (c1 - h0.1) as f64;
     server.abort();

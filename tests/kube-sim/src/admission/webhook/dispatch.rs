@@ -255,6 +255,21 @@ async fn call_hook(
     Ok(response.clone())
 }
 
+/// A webhook's `auditAnnotations`, keyed `<webhook name>/<key>` as the
+/// dispatchers add them to the request's audit event.
+fn audit_of(name: &str, response: &Value, out: &mut Vec<(String, String)>) {
+    for (k, v) in response
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(v) = v.as_str() {
+            out.push((format!("{name}/{k}"), v.to_string()));
+        }
+    }
+}
+
 fn warnings_of(response: &Value, out: &mut Vec<String>) {
     for w in response
         .get("warnings")
@@ -286,15 +301,17 @@ fn ordered(call: &Call) -> Vec<(String, Value)> {
 
 /// Runs the webhooks a suspended write waits for; returns the object as
 /// the mutating webhooks left it (`None` for DELETE). The webhooks'
-/// warnings go to `warnings`, also when the request fails.
+/// warnings go to `warnings` and their audit annotations to `audit`, also
+/// when the request fails.
 pub(super) async fn run(
     cs: &ClusterState,
     call: &Call,
     warnings: &mut Vec<String>,
+    audit: &mut Vec<(String, String)>,
 ) -> ApiResult<Option<Value>> {
     match call.stage {
-        Stage::Mutating => mutate(cs, call, warnings).await,
-        Stage::Validating => validate(cs, call, warnings).await.map(|()| None),
+        Stage::Mutating => mutate(cs, call, warnings, audit).await,
+        Stage::Validating => validate(cs, call, warnings, audit).await.map(|()| None),
     }
 }
 
@@ -302,6 +319,7 @@ async fn mutate(
     cs: &ClusterState,
     call: &Call,
     warnings: &mut Vec<String>,
+    audit: &mut Vec<(String, String)>,
 ) -> ApiResult<Option<Value>> {
     let hooks = ordered(call);
     let mut object = call.object.clone();
@@ -326,6 +344,7 @@ async fn mutate(
             let changed = match call_hook(cs, h, call, object.as_ref()).await {
                 Ok(response) => {
                     warnings_of(&response, warnings);
+                    audit_of(name, &response, audit);
                     if response.get("allowed").and_then(Value::as_bool) != Some(true) {
                         return Err(denial(name, response.get("status")));
                     }
@@ -406,7 +425,12 @@ fn patch(name: &str, response: &Value, object: Option<&mut Value>) -> Result<boo
     Ok(*object != before)
 }
 
-async fn validate(cs: &ClusterState, call: &Call, warnings: &mut Vec<String>) -> ApiResult<()> {
+async fn validate(
+    cs: &ClusterState,
+    call: &Call,
+    warnings: &mut Vec<String>,
+    audit: &mut Vec<(String, String)>,
+) -> ApiResult<()> {
     let mut selected = Vec::new();
     for (_, h) in ordered(call) {
         if should_call(&h, call, call.object.as_ref())? {
@@ -426,6 +450,7 @@ async fn validate(cs: &ClusterState, call: &Call, warnings: &mut Vec<String>) ->
         let err = match answer {
             Ok(response) => {
                 warnings_of(&response, warnings);
+                audit_of(name, &response, audit);
                 if response.get("allowed").and_then(Value::as_bool) == Some(true) {
                     continue;
                 }

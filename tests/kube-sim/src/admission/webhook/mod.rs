@@ -347,8 +347,10 @@ pub(crate) async fn drive<T>(
                 Err(e) if e.reason == SUSPEND => {
                     let call = call.ok_or_else(|| ApiError::internal("lost webhook call"))?;
                     let mut w = Vec::new();
-                    let object = dispatch::run(cs, &call, &mut w).await;
+                    let mut audit = Vec::new();
+                    let object = dispatch::run(cs, &call, &mut w, &mut audit).await;
                     add(&mut warnings, w);
+                    record_audit(cs, &call, audit);
                     let object = match object {
                         Ok(o) => o,
                         Err(e) => return failed(e, warnings),
@@ -370,6 +372,32 @@ pub(crate) async fn drive<T>(
         "Conflict",
         "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again",
     ))
+}
+
+/// Records the webhooks' `auditAnnotations` of one call where kube-sim
+/// keeps admission audit annotations (`SimCluster::admission_audit`), as
+/// the server adds them to the request's audit event.
+fn record_audit(cs: &crate::server::ClusterState, call: &Call, annotations: Vec<(String, String)>) {
+    if annotations.is_empty() {
+        return;
+    }
+    let record = crate::admission::AuditRecord {
+        operation: call.operation.into(),
+        resource: format!(
+            "{}/{}/{}",
+            call.res.group, call.res.version, call.res.plural
+        ),
+        namespace: call.namespace.clone(),
+        name: call.name.clone(),
+        annotations,
+    };
+    cs.store.write(|i| {
+        let mut log = i.admission_audit.borrow_mut();
+        if log.len() >= 10_000 {
+            log.pop_front();
+        }
+        log.push_back(record);
+    });
 }
 
 /// DELETE of a collection with webhooks registered: each listed item is
