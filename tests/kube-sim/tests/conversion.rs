@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use common::hooks::{ca_b64, certs, kubectl};
-use common::{req, require_python_client, within};
+use common::{raw, req, require_python_client, within};
 use kube_sim::Sim;
 use serde_json::{Value, json};
 
@@ -109,6 +109,11 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         let sim = Sim::start(&["main"]).await.unwrap();
         let c = sim.cluster("main");
         c.map_webhook_service("hook.default:8443", &format!("127.0.0.1:{port}"));
+        // Strategy Webhook without a webhook is refused as the server does.
+        let no_hook = crd(&ca, "/convert").replace("    webhook:\n", "    nowebhook:\n");
+        let (ok, _, err) = kubectl(&sim, &["create", "--validate=false", "-f", "-"], Some(&no_hook)).await;
+        assert!(!ok);
+        assert_eq!(err.trim(), "The CustomResourceDefinition \"widgets.example.com\" is invalid: spec.conversion.webhook: Required value: required when strategy is set to Webhook");
         let (ok, out, err) = kubectl(&sim, &["apply", "-f", "-"], Some(&crd(&ca, "/convert"))).await;
         assert!(ok, "{out}{err}");
 
@@ -167,6 +172,14 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         assert!(ok, "{out}{err}");
         let v1 = get_json(&sim, &["widgets.v1.example.com", "w"]).await;
         assert_eq!(v1["spec"], json!({"replicas": 4, "color": "blue"}));
+        // Writing back what was read at v1alpha1 changes nothing: the
+        // conversion round trip is exact, so nothing is stored.
+        let before = c.get("example.com/v1", "widgets", Some("default"), "w").unwrap();
+        let read = get_json(&sim, &["widgets.v1alpha1.example.com", "w"]).await;
+        let (ok, out, err) = kubectl(&sim, &["replace", "-f", "-"], Some(&read.to_string())).await;
+        assert!(ok, "{out}{err}");
+        let after = c.get("example.com/v1", "widgets", Some("default"), "w").unwrap();
+        assert_eq!(before["metadata"]["resourceVersion"], after["metadata"]["resourceVersion"]);
         // Deleted at v1alpha1.
         let (ok, out, err) = kubectl(&sim, &["delete", "widgets.v1alpha1.example.com", "other"], None).await;
         assert!(ok, "{out}{err}");
@@ -224,6 +237,21 @@ async fn a_failing_webhook_fails_reads_and_writes_at_the_other_version() {
         assert_eq!(code, 500, "{v}");
         assert_eq!(v["message"], "conversion webhook for example.com/v1, Kind=Widget failed: no converter for that");
         assert!(v.get("reason").is_none(), "{v}");
+        // A watch at v1alpha1 ends with an ERROR event carrying it; at v1
+        // it streams.
+        let path = "/apis/example.com/v1alpha1/namespaces/default/widgets?watch=1&timeoutSeconds=3";
+        let w = raw(&c.url(), "GET", path, &[], None).await;
+        assert_eq!(w.status, 200);
+        let lines = w.lines();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["type"], "ERROR");
+        assert_eq!(lines[0]["object"]["code"], 500);
+        assert_eq!(lines[0]["object"]["message"], "conversion webhook for example.com/v1, Kind=Widget failed: no converter for that");
+        let path = "/apis/example.com/v1/namespaces/default/widgets?watch=1&timeoutSeconds=1";
+        let w = raw(&c.url(), "GET", path, &[], None).await;
+        let lines = w.lines();
+        assert_eq!(lines[0]["type"], "ADDED", "{lines:?}");
+        assert_eq!(lines[0]["object"]["spec"]["replicas"], 1);
         // A webhook that renames the object.
         let (ok, ..) = kubectl(&sim, &["patch", "crd", "widgets.example.com", "--type=merge", "-p", &set_path("/rename")], None).await;
         assert!(ok);
