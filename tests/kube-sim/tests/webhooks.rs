@@ -372,7 +372,15 @@ async fn selectors_match_conditions_dry_run_and_reinvocation() {
             webhook("cond-ignore.example.com", &url("/none"), &ca, json!({"failurePolicy": "Ignore",
                 "objectSelector": {"matchLabels": {"cond": "ignore"}},
                 "matchConditions": [{"name": "bad", "expression": "object.data.nope == '1'"}]})),
+            // kube-cel has no authorizer: such a condition fails closed,
+            // even under Ignore.
+            webhook("cond-authz.example.com", &url("/none"), &ca, json!({"failurePolicy": "Ignore",
+                "objectSelector": {"matchLabels": {"cond": "authz"}},
+                "matchConditions": [{"name": "authz", "expression": "authorizer.requestResource.check('get').allowed()"}]})),
         ]).await;
+        let (code, v) = req(&c.url(), "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(cm("authz", json!({"cond": "authz"})))).await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["message"], "configmaps \"authz\" is forbidden: expression 'authorizer.requestResource.check('get').allowed()' resulted in error: kube-sim does not evaluate the authorizer variable (kube-cel has no authorization library)");
         // A match condition that fails to evaluate: Fail forbids, Ignore skips.
         let (code, v) = req(&c.url(), "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(cm("boom", json!({"cond": "fail"})))).await;
         assert_eq!(code, 403, "{v}");

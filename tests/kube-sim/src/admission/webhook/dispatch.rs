@@ -102,6 +102,12 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
         let result = expr::compile(src)
             .map_err(|e| format!("compilation error: {e}"))
             .and_then(|p| {
+                if expr::uses(&p, "authorizer") {
+                    return Err(format!(
+                        "expression '{src}' resulted in error: {}",
+                        expr::NO_AUTHORIZER
+                    ));
+                }
                 expr::run(&p, &vars).map_err(|e| {
                     format!(
                         "expression '{src}' resulted in error: {}",
@@ -121,7 +127,12 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
     if errors.is_empty() {
         return Ok(true);
     }
-    if s(h, "failurePolicy") == Some("Ignore") {
+    // A condition using `authorizer` (which kube-cel does not provide)
+    // fails closed: its error answers whatever the failure policy says.
+    let authorizer = conds
+        .iter()
+        .any(|c| expr::uses_authorizer(s(c, "expression").unwrap_or_default()));
+    if s(h, "failurePolicy") == Some("Ignore") && !authorizer {
         return Ok(false);
     }
     // generic/webhook.go: `NewForbidden(resource, name, aggregate)`.
