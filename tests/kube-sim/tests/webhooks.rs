@@ -683,3 +683,58 @@ async fn a_python_standard_library_webhook_is_called() {
     })
     .await;
 }
+
+/// `matchPolicy: Equivalent`: webhooks registered for v1 of a CRD see a
+/// write at v1alpha1 converted to v1 (`kind` and `resource` at v1,
+/// `requestKind` and `requestResource` at v1alpha1); the mutating one's
+/// patch applies to the v1 object and comes back at v1alpha1. `Exact`
+/// skips the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equivalent_match_policy_converts_to_the_webhooks_version() {
+    within(60, "equivalent webhooks", async {
+        let (addr, ca, seen) = webhook_server().await;
+        let c = SimCluster::start("equivalent").await.unwrap();
+        let schema = json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+        let (code, v) = req(&c.url(), "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", JSON, Some(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [
+                    {"name": "v1alpha1", "served": true, "storage": false, "schema": schema},
+                    {"name": "v1", "served": true, "storage": true, "schema": schema}]}}))).await;
+        assert_eq!(code, 201, "{v}");
+        let url = |p: &str| format!("https://{addr}{p}");
+        let v1_rules = json!({"rules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"],
+            "operations": ["CREATE"], "resources": ["widgets"]}]});
+        register(&c, MWC, "MutatingWebhookConfiguration", "eq", vec![
+            webhook("label.example.com", &url("/label"), &ca, v1_rules.clone()),
+        ]).await;
+        let mut exact = v1_rules.clone();
+        exact["matchPolicy"] = json!("Exact");
+        register(&c, VWC, "ValidatingWebhookConfiguration", "eq", vec![
+            webhook("record.example.com", &url("/record-eq"), &ca, v1_rules.clone()),
+            webhook("exact.example.com", &url("/exact"), &ca, exact),
+        ]).await;
+        let (code, v) = req(&c.url(), "POST", "/apis/example.com/v1alpha1/namespaces/default/widgets", JSON,
+            Some(json!({"apiVersion": "example.com/v1alpha1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"a": 1}}))).await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["apiVersion"], "example.com/v1alpha1");
+        assert_eq!(v["metadata"]["labels"]["webhook"], "seen", "{v}");
+        for path in ["/label", "/record-eq"] {
+            let calls = seen.on(path);
+            assert_eq!(calls.len(), 1, "{path}");
+            let r = &calls[0];
+            assert_eq!(r["kind"], json!({"group": "example.com", "version": "v1", "kind": "Widget"}), "{path}");
+            assert_eq!(r["resource"], json!({"group": "example.com", "version": "v1", "resource": "widgets"}));
+            assert_eq!(r["requestKind"], json!({"group": "example.com", "version": "v1alpha1", "kind": "Widget"}));
+            assert_eq!(r["requestResource"], json!({"group": "example.com", "version": "v1alpha1", "resource": "widgets"}));
+            assert_eq!(r["object"]["apiVersion"], "example.com/v1", "{path}");
+        }
+        // The validating webhook saw the mutation (converted both ways).
+        assert_eq!(seen.on("/record-eq")[0]["object"]["metadata"]["labels"]["webhook"], "seen");
+        assert!(seen.on("/exact").is_empty(), "Exact does not match v1alpha1");
+        c.shutdown().await;
+    })
+    .await;
+}

@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use kube_cel::cel::Value as Cel;
 use serde_json::{Value, json};
 
-use super::client;
 use super::{Call, Stage};
+use super::{client, equivalent};
 use crate::admission::expr;
 use crate::admission::policy::{self, Attributes};
 use crate::error::{ApiError, ApiResult};
@@ -46,7 +46,7 @@ pub(super) fn rules_match(
         })
 }
 
-fn attrs<'a>(call: &'a Call, object: Option<&'a Value>) -> Attributes<'a> {
+pub(super) fn attrs<'a>(call: &'a Call, object: Option<&'a Value>) -> Attributes<'a> {
     Attributes {
         res: &call.res,
         operation: call.operation,
@@ -194,12 +194,16 @@ enum HookError {
     Status(ApiError),
 }
 
-/// Calls one webhook; the answer's `response` on success.
+/// Calls one webhook with `object` and `old` (at `at`, the version the
+/// webhook matched, when not the request's); the answer's `response` on
+/// success.
 async fn call_hook(
     cs: &ClusterState,
     h: &Value,
     call: &Call,
     object: Option<&Value>,
+    old: Option<&Value>,
+    at: Option<&crate::resources::ResourceInfo>,
 ) -> Result<Value, HookError> {
     let name = s(h, "name").unwrap_or_default();
     dry_run_check(h, name, call)?;
@@ -214,7 +218,10 @@ async fn call_hook(
             }
         }
         r.insert("object".into(), object.cloned().unwrap_or(Value::Null));
-        r.insert("oldObject".into(), call.old.clone().unwrap_or(Value::Null));
+        r.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
+    }
+    if let Some(to) = at {
+        equivalent::retarget(&mut request, to);
     }
     let review =
         json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request});
@@ -352,14 +359,34 @@ async fn mutate(
             }
             let name = s(h, "name").unwrap_or_default();
             let ignore = s(h, "failurePolicy") == Some("Ignore");
-            let changed = match call_hook(cs, h, call, object.as_ref()).await {
+            // matchPolicy Equivalent: the object at the webhook's version.
+            let at = match equivalent::version_for(h, call) {
+                Some(v) => Some(equivalent::resource_at(cs, call, &v)?),
+                None => None,
+            };
+            let (mut sent, sent_old) = match &at {
+                Some(to) => (
+                    match &object {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, to, o).await?),
+                        None => None,
+                    },
+                    match &call.old {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, to, o).await?),
+                        None => None,
+                    },
+                ),
+                None => (object.clone(), call.old.clone()),
+            };
+            let answer =
+                call_hook(cs, h, call, sent.as_ref(), sent_old.as_ref(), at.as_deref()).await;
+            let changed = match answer {
                 Ok(response) => {
                     warnings_of(&response, warnings);
                     audit_of(name, &response, audit);
                     if response.get("allowed").and_then(Value::as_bool) != Some(true) {
                         return Err(denial(name, response.get("status")));
                     }
-                    match patch(name, &response, object.as_mut()) {
+                    match patch(name, &response, sent.as_mut()) {
                         Ok(c) => c,
                         Err(HookError::Calling(e)) if ignore => {
                             tracing::warn!("Failed calling webhook, failing open {name}: {e}");
@@ -377,6 +404,11 @@ async fn mutate(
                 Err(HookError::Status(e)) => return Err(e),
             };
             if changed {
+                // Back at the request's version for the next webhook.
+                object = match (&at, sent) {
+                    (Some(to), Some(o)) => Some(equivalent::convert(cs, to, &call.res, &o).await?),
+                    (_, sent) => sent,
+                };
                 any_change = true;
                 reinvoke.extend(previously.iter().cloned());
             }
@@ -445,18 +477,32 @@ async fn validate(
     let mut selected = Vec::new();
     for (_, h) in ordered(call) {
         if should_call(&h, call, call.object.as_ref())? {
-            selected.push(h);
+            // matchPolicy Equivalent: the objects at the webhook's version.
+            let (at, object, old) = match equivalent::version_for(&h, call) {
+                Some(v) => {
+                    let to = equivalent::resource_at(cs, call, &v)?;
+                    let object = match &call.object {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, &to, o).await?),
+                        None => None,
+                    };
+                    let old = match &call.old {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, &to, o).await?),
+                        None => None,
+                    };
+                    (Some(to), object, old)
+                }
+                None => (None, call.object.clone(), call.old.clone()),
+            };
+            selected.push((h, at, object, old));
         }
     }
     // All at once, as the validating dispatcher's goroutines.
-    let answers = futures::future::join_all(
-        selected
-            .iter()
-            .map(|h| call_hook(cs, h, call, call.object.as_ref())),
-    )
+    let answers = futures::future::join_all(selected.iter().map(|(h, at, object, old)| {
+        call_hook(cs, h, call, object.as_ref(), old.as_ref(), at.as_deref())
+    }))
     .await;
     let mut first: Option<ApiError> = None;
-    for (h, answer) in selected.iter().zip(answers) {
+    for ((h, ..), answer) in selected.iter().zip(answers) {
         let name = s(h, "name").unwrap_or_default();
         let err = match answer {
             Ok(response) => {

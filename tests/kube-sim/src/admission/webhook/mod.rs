@@ -35,6 +35,7 @@ mod client;
 mod config;
 pub(crate) mod conversion;
 mod dispatch;
+mod equivalent;
 
 use std::sync::Arc;
 
