@@ -5,17 +5,21 @@ conversion tests register it in a CRD and read and write through it.
 Widget example.com: v1 (storage) has spec.replicas (integer) and
 spec.color; v1alpha1 has spec.size (a string) and spec.colour.
 
-Usage: conversion_webhook.py CERT_PEM KEY_PEM. Prints the port it listens
-on, then serves until killed.
+Usage: conversion_webhook.py CERT_PEM KEY_PEM [GATE_DIR]. Prints the port
+it listens on, then serves until killed.
   /convert  converts between v1alpha1 and v1 (ConversionReview v1)
   /fail     answers result.status Failure with a message
   /bad-uid  answers with another uid
   /rename   converts, but changes metadata.name (the server refuses that)
+  /gate     converts once GATE_DIR/open exists; until then it writes
+            GATE_DIR/arrived and waits (a test holds a write there)
 """
 import http.server
 import json
+import os
 import ssl
 import sys
+import time
 
 
 def convert(obj, desired):
@@ -44,6 +48,11 @@ class Hook(http.server.BaseHTTPRequestHandler):
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         req = review["request"]
         resp = {"uid": req["uid"], "result": {"status": "Success"}}
+        if self.path.startswith("/gate"):
+            gate = sys.argv[3]
+            while not os.path.exists(os.path.join(gate, "open")):
+                open(os.path.join(gate, "arrived"), "w").close()
+                time.sleep(0.01)
         if self.path.startswith("/fail"):
             resp["result"] = {"status": "Failure", "message": "no converter for that"}
         else:
