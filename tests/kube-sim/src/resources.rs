@@ -924,7 +924,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         );
     }
     let storage_version = storage[0].to_string();
-    let conversion_webhook = crd_conversion_webhook(spec)?;
+    let conversion_webhook = crate::admission::webhook::conversion::crd_webhook(spec)?;
     let mut out = Vec::new();
     for v in versions {
         let Some(vname) = v.get("name").and_then(Value::as_str) else {
@@ -980,66 +980,6 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         return Err("spec.versions: Invalid value: at least one version must be served".into());
     }
     Ok(out)
-}
-
-/// `spec.conversion` of a CRD as the server validates it: strategy `None`
-/// (the default) or `Webhook` with a `webhook` holding exactly one of
-/// `clientConfig.url` and `clientConfig.service`, and
-/// `conversionReviewVersions` naming `v1` (the only version kube-sim
-/// speaks; the server also speaks `v1beta1`).
-fn crd_conversion_webhook(spec: &Value) -> Result<Option<Arc<Value>>, String> {
-    let Some(conv) = spec.get("conversion").filter(|c| !c.is_null()) else {
-        return Ok(None);
-    };
-    match conv.get("strategy").and_then(Value::as_str) {
-        None | Some("None") => {
-            if conv.get("webhook").is_some_and(|w| !w.is_null()) {
-                return Err("spec.conversion.webhook: Forbidden: should not be set when strategy is not set to Webhook".into());
-            }
-            Ok(None)
-        }
-        Some("Webhook") => {
-            let Some(hook) = conv.get("webhook").filter(|w| w.is_object()) else {
-                return Err(
-                    "spec.conversion.webhook: Required value: required when strategy is set to Webhook"
-                        .into(),
-                );
-            };
-            let cc = hook.get("clientConfig").filter(|c| c.is_object()).ok_or(
-                "spec.conversion.webhook.clientConfig: Required value: required when strategy is set to Webhook",
-            )?;
-            match (cc.get("url").is_some(), cc.get("service").is_some()) {
-                (true, true) | (false, false) => {
-                    return Err("spec.conversion.webhook.clientConfig: Required value: exactly one of url or service is required".into());
-                }
-                _ => {}
-            }
-            let versions = strings_of(hook.get("conversionReviewVersions"));
-            if versions.is_empty() {
-                return Err("spec.conversion.webhook.conversionReviewVersions: Required value: must specify one of v1, v1beta1".into());
-            }
-            if !versions.iter().any(|v| v == "v1") {
-                return Err(format!(
-                    "spec.conversion.webhook.conversionReviewVersions: Unsupported value: {versions:?}: kube-sim speaks ConversionReview v1 only"
-                ));
-            }
-            Ok(Some(Arc::new(hook.clone())))
-        }
-        Some(other) => Err(format!(
-            "spec.conversion.strategy: Unsupported value: \"{other}\": supported values: \"None\", \"Webhook\""
-        )),
-    }
-}
-
-fn strings_of(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Renames between core v1 Event fields and events.k8s.io/v1 Event fields.

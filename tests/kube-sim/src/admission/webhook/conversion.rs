@@ -400,6 +400,66 @@ fn go_type(v: &Value) -> &'static str {
     }
 }
 
+/// `spec.conversion` of a CRD as the server validates it: strategy `None`
+/// (the default) or `Webhook` with a `webhook` holding exactly one of
+/// `clientConfig.url` and `clientConfig.service`, and
+/// `conversionReviewVersions` naming `v1` (the only version kube-sim
+/// speaks; the server also speaks `v1beta1`).
+pub(crate) fn crd_webhook(spec: &Value) -> Result<Option<Arc<Value>>, String> {
+    let Some(conv) = spec.get("conversion").filter(|c| !c.is_null()) else {
+        return Ok(None);
+    };
+    match conv.get("strategy").and_then(Value::as_str) {
+        None | Some("None") => {
+            if conv.get("webhook").is_some_and(|w| !w.is_null()) {
+                return Err("spec.conversion.webhook: Forbidden: should not be set when strategy is not set to Webhook".into());
+            }
+            Ok(None)
+        }
+        Some("Webhook") => {
+            let Some(hook) = conv.get("webhook").filter(|w| w.is_object()) else {
+                return Err(
+                    "spec.conversion.webhook: Required value: required when strategy is set to Webhook"
+                        .into(),
+                );
+            };
+            let cc = hook.get("clientConfig").filter(|c| c.is_object()).ok_or(
+                "spec.conversion.webhook.clientConfig: Required value: required when strategy is set to Webhook",
+            )?;
+            match (cc.get("url").is_some(), cc.get("service").is_some()) {
+                (true, true) | (false, false) => {
+                    return Err("spec.conversion.webhook.clientConfig: Required value: exactly one of url or service is required".into());
+                }
+                _ => {}
+            }
+            let versions = strings_of(hook.get("conversionReviewVersions"));
+            if versions.is_empty() {
+                return Err("spec.conversion.webhook.conversionReviewVersions: Required value: must specify one of v1, v1beta1".into());
+            }
+            if !versions.iter().any(|v| v == "v1") {
+                return Err(format!(
+                    "spec.conversion.webhook.conversionReviewVersions: Unsupported value: {versions:?}: kube-sim speaks ConversionReview v1 only"
+                ));
+            }
+            Ok(Some(Arc::new(hook.clone())))
+        }
+        Some(other) => Err(format!(
+            "spec.conversion.strategy: Unsupported value: \"{other}\": supported values: \"None\", \"Webhook\""
+        )),
+    }
+}
+
+fn strings_of(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,6 +477,38 @@ mod tests {
         assert_eq!(
             restore_meta(&original, &mut bad).unwrap_err(),
             "metadata.labels[n] must be a string, but is int64 in converted object"
+        );
+    }
+
+    #[test]
+    fn crd_conversion_is_validated_as_the_server_validates_it() {
+        let hook = json!({"clientConfig": {"url": "https://127.0.0.1:1/"}, "conversionReviewVersions": ["v1"]});
+        assert!(crd_webhook(&json!({})).unwrap().is_none());
+        assert!(
+            crd_webhook(&json!({"conversion": {"strategy": "None"}}))
+                .unwrap()
+                .is_none()
+        );
+        assert_eq!(
+            *crd_webhook(&json!({"conversion": {"strategy": "Webhook", "webhook": hook}}))
+                .unwrap()
+                .unwrap(),
+            hook
+        );
+        assert_eq!(
+            crd_webhook(&json!({"conversion": {"strategy": "Webhook"}})).unwrap_err(),
+            "spec.conversion.webhook: Required value: required when strategy is set to Webhook"
+        );
+        assert!(
+            crd_webhook(&json!({"conversion": {"strategy": "Webhook", "webhook": {
+                "clientConfig": {"url": "https://x/"}, "conversionReviewVersions": ["v1beta1"]}}}))
+            .unwrap_err()
+            .contains("kube-sim speaks ConversionReview v1 only")
+        );
+        assert!(
+            crd_webhook(&json!({"conversion": {"strategy": "Sometimes"}}))
+                .unwrap_err()
+                .starts_with("spec.conversion.strategy: Unsupported value: \"Sometimes\"")
         );
     }
 
