@@ -1177,8 +1177,9 @@ async fn resource(
     }
 }
 
-/// Turns the current Scale into the one a PUT or PATCH asks for.
-type ScaleEdit = dyn FnOnce(&Value) -> ApiResult<Option<Value>>;
+/// Turns the current Scale into the one a PUT or PATCH asks for (once per
+/// admission pass).
+type ScaleEdit = dyn Fn(&Value) -> ApiResult<Option<Value>> + Send + Sync;
 
 /// `GET`, `PUT` and `PATCH` of `/scale` (autoscaling/v1 Scale).
 async fn scale(
@@ -1193,9 +1194,15 @@ async fn scale(
     let method = req.method().clone();
     let user = req.extensions().get::<crate::auth::UserInfo>().cloned();
     if method == Method::GET {
-        let scale = cs
-            .store
-            .write(|i| i.scale(res, ns, name, |_| Ok(None), &WriteOpts::default()))?;
+        // Driven like a write: the live object may need a conversion webhook.
+        let (scale, _) = webhook::drive(cs, |i, pass| {
+            let opts = WriteOpts {
+                webhooks: pass,
+                ..WriteOpts::default()
+            };
+            i.scale(res, ns, name, |_| Ok(None), &opts)
+        })
+        .await?;
         return Ok(json_response(200, &scale));
     }
     let (headers, _, body) = read_body(req).await?;
@@ -1212,7 +1219,7 @@ async fn scale(
                     "the kind in the data ({k}) does not match the expected kind (Scale)"
                 )));
             }
-            Box::new(move |_| Ok(Some(body)))
+            Box::new(move |_| Ok(Some(body.clone())))
         }
         Method::PATCH => {
             let patch: Value = match ct.as_str() {
@@ -1240,8 +1247,15 @@ async fn scale(
         }
         _ => return Err(ApiError::method_not_allowed()),
     };
-    let scale = cs.store.write(|i| i.scale(res, ns, name, edit, &opts))?;
-    Ok(json_response(200, &scale))
+    let (scale, warnings) = webhook::drive(cs, |i, pass| {
+        let opts = WriteOpts {
+            webhooks: pass,
+            ..opts.clone()
+        };
+        i.scale(res, ns, name, |cur| edit(cur), &opts)
+    })
+    .await?;
+    Ok(with_warnings(json_response(200, &scale), &warnings))
 }
 
 /// Runs the namespace controller once the delay after a namespace's

@@ -139,7 +139,13 @@ impl WriteOpts {
             dry_run: self.dry_run,
             user: self.user.as_ref(),
             pass: &self.webhooks,
+            scale: None,
         }
+    }
+
+    /// Whether this is a write of the `/scale` subresource.
+    fn is_scale(&self) -> bool {
+        self.subresource.as_deref() == Some("scale")
     }
 }
 
@@ -191,6 +197,7 @@ impl DeleteOpts {
             dry_run: self.dry_run,
             user: self.user.as_ref(),
             pass: &self.webhooks,
+            scale: None,
         }
     }
 }
@@ -1529,11 +1536,14 @@ impl Inner {
         }
         let name = meta_str(old, "name").unwrap_or_default().to_string();
         let ns_of = meta_str(old, "namespace").unwrap_or_default().to_string();
-        webhook::mutation_point(
-            self,
-            &opts.point(res, "UPDATE", &ns_of, &name, Some(old)),
-            Some(&mut new),
-        )?;
+        // A `/scale` write met the mutating webhooks with its Scale.
+        if !opts.is_scale() {
+            webhook::mutation_point(
+                self,
+                &opts.point(res, "UPDATE", &ns_of, &name, Some(old)),
+                Some(&mut new),
+            )?;
+        }
         validate_meta(res, &new)?;
         crate::resources::to_storage(res, &mut new);
         set_type(&mut new, res);
@@ -1687,11 +1697,25 @@ impl Inner {
                 opts.user.as_ref(),
             )?;
         }
-        webhook::validation_point(
-            self,
-            &opts.point(res, "UPDATE", &key.0, &key.1, Some(view)),
-            Some(&mut new),
-        )?;
+        match res.scale.as_deref().filter(|_| opts.is_scale()) {
+            // A `/scale` write: the validating webhooks see the Scales.
+            Some(paths) => {
+                let served = if res.needs_conversion() {
+                    crate::resources::to_served(res, &new)
+                } else {
+                    new.clone()
+                };
+                let mut scale = crate::scale::to_scale(paths, &served);
+                let mut point = opts.point(res, "UPDATE", &key.0, &key.1, Some(view));
+                point.scale = Some(paths);
+                webhook::validation_point(self, &point, Some(&mut scale))?;
+            }
+            None => webhook::validation_point(
+                self,
+                &opts.point(res, "UPDATE", &key.0, &key.1, Some(view)),
+                Some(&mut new),
+            )?,
+        }
         webhook::conversion::storage_point(self, res, Some(&old), &mut new, &opts.webhooks)?;
         let dry_run = opts.dry_run;
         // No-op detection: RV and managedFields timestamps do not count.
@@ -1790,9 +1814,15 @@ impl Inner {
             (*view).clone()
         };
         let current = crate::scale::to_scale(&paths, &served);
-        let Some(wanted) = f(&current)? else {
+        let Some(mut wanted) = f(&current)? else {
             return Ok(current);
         };
+        // Admission webhooks see the Scales (autoscaling/v1, subResource
+        // scale), as the server admits a `/scale` write.
+        let (ns_of, _) = Self::obj_key(res, ns, name);
+        let mut point = opts.point(res, "UPDATE", &ns_of, name, Some(&view));
+        point.scale = Some(&paths);
+        webhook::mutation_point(self, &point, Some(&mut wanted))?;
         if let Some(rv) = meta_str(&wanted, "resourceVersion")
             && !rv.is_empty()
             && Some(rv) != meta_str(&old, "resourceVersion")

@@ -87,6 +87,11 @@ async fn hook(
             response["status"] =
                 json!({"code": 403, "reason": "Forbidden", "message": "not on fridays"});
         }
+        "/scale-four" => {
+            let ops = json!([{"op": "replace", "path": "/spec/replicas", "value": 4}]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(patch_b64(&ops));
+        }
         "/bad-uid" => {
             response["uid"] = json!("nope");
         }
@@ -734,6 +739,59 @@ async fn equivalent_match_policy_converts_to_the_webhooks_version() {
         // The validating webhook saw the mutation (converted both ways).
         assert_eq!(seen.on("/record-eq")[0]["object"]["metadata"]["labels"]["webhook"], "seen");
         assert!(seen.on("/exact").is_empty(), "Exact does not match v1alpha1");
+        c.shutdown().await;
+    })
+    .await;
+}
+
+/// A `/scale` write reaches the webhooks as the server admits it: an
+/// autoscaling/v1 Scale (`kind`, `requestKind`), the workload's resource,
+/// `subResource: scale`; a mutating webhook's patch to the Scale is what
+/// gets stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_writes_reach_the_webhooks_as_scales() {
+    within(60, "scale webhooks", async {
+        let (addr, ca, seen) = webhook_server().await;
+        let c = SimCluster::start("scale-hooks").await.unwrap();
+        let deploys = "/apis/apps/v1/namespaces/default/deployments";
+        let (code, v) = req(&c.url(), "POST", deploys, JSON, Some(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))).await;
+        assert_eq!(code, 201, "{v}");
+        let url = |p: &str| format!("https://{addr}{p}");
+        let rules = json!({"rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["UPDATE"], "resources": ["deployments/scale"]}]});
+        register(&c, MWC, "MutatingWebhookConfiguration", "scale", vec![
+            webhook("four.example.com", &url("/scale-four"), &ca, rules.clone()),
+        ]).await;
+        register(&c, VWC, "ValidatingWebhookConfiguration", "scale", vec![
+            webhook("see.example.com", &url("/scale-seen"), &ca, rules),
+        ]).await;
+        let (code, v) = req(&c.url(), "PATCH", &format!("{deploys}/d/scale"), MERGE, Some(json!({"spec": {"replicas": 2}}))).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["kind"], "Scale");
+        assert_eq!(v["spec"]["replicas"], 4, "the mutating webhook's Scale is stored");
+        let stored = c.get("apps/v1", "deployments", Some("default"), "d").unwrap();
+        assert_eq!(stored["spec"]["replicas"], 4);
+        let scale_kind = json!({"group": "autoscaling", "version": "v1", "kind": "Scale"});
+        let m = seen.on("/scale-four");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0]["kind"], scale_kind);
+        assert_eq!(m[0]["requestKind"], scale_kind);
+        assert_eq!(m[0]["resource"], json!({"group": "apps", "version": "v1", "resource": "deployments"}));
+        assert_eq!(m[0]["subResource"], "scale");
+        assert_eq!(m[0]["object"]["kind"], "Scale");
+        assert_eq!(m[0]["object"]["spec"]["replicas"], 2);
+        assert_eq!(m[0]["oldObject"]["kind"], "Scale");
+        assert_eq!(m[0]["oldObject"]["spec"]["replicas"], 1);
+        let v = seen.on("/scale-seen");
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0]["object"]["kind"], "Scale");
+        assert_eq!(v[0]["object"]["spec"]["replicas"], 4);
+        // The Deployment's own writes do not match deployments/scale.
+        let (code, _) = req(&c.url(), "PATCH", &format!("{deploys}/d"), MERGE, Some(json!({"spec": {"replicas": 3}}))).await;
+        assert_eq!(code, 200);
+        assert_eq!(seen.on("/scale-four").len(), 1);
         c.shutdown().await;
     })
     .await;

@@ -223,6 +223,10 @@ async fn call_hook(
     if let Some(to) = at {
         equivalent::retarget(&mut request, to);
     }
+    if let Some(k) = &call.kind {
+        request["kind"] = k.clone();
+        request["requestKind"] = k.clone();
+    }
     let review =
         json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request});
     let timeout = h

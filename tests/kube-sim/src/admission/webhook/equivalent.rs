@@ -23,6 +23,10 @@ use crate::server::ClusterState;
 /// equivalence: the first served version its rules name (None when its
 /// rules name the request's own version, or do not match).
 pub(super) fn version_for(h: &Value, call: &Call) -> Option<String> {
+    if call.kind.is_some() {
+        // A `/scale` write: the Scale has one version.
+        return None;
+    }
     let own = super::dispatch::attrs(call, call.object.as_ref());
     if rules_match_exact(h, &own) {
         return None;

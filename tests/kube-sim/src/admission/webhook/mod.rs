@@ -63,7 +63,7 @@ const RETRY: &str = "kube-sim:webhook-retry";
 /// Where a write is in its admission passes (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub enum Pass {
-    /// No webhooks: in-process helpers, `/scale` and the API server's own
+    /// No webhooks: in-process helpers and the API server's own
     /// writes (garbage collection, namespace contents).
     #[default]
     Off,
@@ -129,6 +129,9 @@ pub(crate) struct Call {
     pub namespace_obj: Option<Value>,
     /// Versions the resource is served at (`matchPolicy: Equivalent`).
     pub versions: Vec<String>,
+    /// `kind` and `requestKind` when they are not the resource's: a
+    /// `/scale` write is admitted as an autoscaling/v1 Scale.
+    pub kind: Option<Value>,
 }
 
 /// One admission point of a write.
@@ -143,6 +146,10 @@ pub(crate) struct Point<'a> {
     pub dry_run: bool,
     pub user: Option<&'a crate::auth::UserInfo>,
     pub pass: &'a Pass,
+    /// A `/scale` write: the webhooks see autoscaling/v1 Scales (the old
+    /// one made from `old` with these paths; the object is the Scale the
+    /// write asks for).
+    pub scale: Option<&'a crate::resources::ScalePaths>,
 }
 
 fn suspend() -> ApiError {
@@ -228,7 +235,13 @@ fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Ca
         name: p.name.to_string(),
         subresource: p.subresource.unwrap_or_default().to_string(),
         object: None,
-        old: p.old.map(|o| served(p.res, o)),
+        old: p.old.map(|o| {
+            let o = served(p.res, o);
+            match p.scale {
+                Some(paths) => crate::scale::to_scale(paths, &o),
+                None => o,
+            }
+        }),
         old_rv: rv(p.old),
         stored: None,
         dry_run: p.dry_run,
@@ -236,6 +249,9 @@ fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Ca
         configs,
         namespace_obj,
         versions: versions(),
+        kind: p
+            .scale
+            .map(|_| serde_json::json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})),
     })
 }
 
@@ -292,7 +308,11 @@ pub(crate) fn validation_point(
         return Ok(());
     }
     if let Some(mut call) = capture(inner, p, Stage::Validating, VALIDATING) {
-        call.object = obj.as_deref().map(|o| served(p.res, o));
+        call.object = obj.as_deref().map(|o| match p.scale {
+            // The Scale the write asks for, as it is.
+            Some(_) => o.clone(),
+            None => served(p.res, o),
+        });
         call.stored = obj.map(|o| o.clone());
         *inner.suspended.borrow_mut() = Some(call);
         return Err(suspend());
