@@ -526,12 +526,23 @@ impl SimCluster {
         self.state.store.read(|i| i.object_count())
     }
 
+    /// The resource the helpers read and write. A version a CRD's
+    /// conversion webhook converts is refused: the helpers run under the
+    /// store's lock, where no webhook is called (use the storage version).
     fn resource(&self, api_version: &str, plural: &str) -> Result<Arc<ResourceInfo>, ApiError> {
         let (g, v) = split_api_version(api_version);
-        self.state
+        let res = self
+            .state
             .store
             .read(|i| i.registry.get(g, v, plural))
-            .ok_or_else(ApiError::unknown_path)
+            .ok_or_else(ApiError::unknown_path)?;
+        if res.webhook_converted() {
+            return Err(ApiError::bad_request(format!(
+                "kube-sim: {plural}.{g} {v} is converted by a webhook; the in-process helpers take the storage version {}",
+                res.storage_version
+            )));
+        }
+        Ok(res)
     }
 
     fn served(res: &ResourceInfo, obj: &Value) -> Value {

@@ -70,9 +70,13 @@
 //!   ValidatingWebhookConfiguration) are called over HTTPS outside the
 //!   store's lock; services resolve through `KUBE_SIM_WEBHOOK_SERVICES` /
 //!   [`SimCluster::map_webhook_service`] (README, "Admission").
-//! - Not served: protobuf responses, CBOR, aggregated discovery, CRD
-//!   conversion webhooks, workload controllers (no Pods for Jobs, no status updates),
-//!   conversion between CRD versions (only `apiVersion` is rewritten).
+//! - CRD conversion webhooks (`conversion.strategy: Webhook`): reads,
+//!   writes, lists and watches at a version other than the storage version
+//!   are converted by calling the webhook outside the store's lock (README,
+//!   "Conversion webhooks"); with strategy `None` only `apiVersion` is
+//!   rewritten.
+//! - Not served: protobuf responses, CBOR, aggregated discovery, workload
+//!   controllers (no Pods for Jobs, no status updates).
 //!
 //! # Security (off by default)
 //!

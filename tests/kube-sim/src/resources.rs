@@ -48,6 +48,11 @@ pub struct ResourceInfo {
     pub schema: Option<Arc<Value>>,
     /// Representation conversion needed between stored and served objects.
     pub conversion: Conversion,
+    /// A CRD's `spec.conversion.webhook` when its strategy is `Webhook`
+    /// (`clientConfig`, `conversionReviewVersions`): objects of another
+    /// version than the storage version are converted by calling it
+    /// (`admission::webhook::conversion`).
+    pub conversion_webhook: Option<Arc<Value>>,
     /// A CRD version's `additionalPrinterColumns`.
     pub printer_columns: Option<Arc<Value>>,
     /// The `/scale` subresource (autoscaling/v1 Scale), if served.
@@ -172,6 +177,23 @@ impl ResourceInfo {
     /// Whether objects served at this endpoint need rewriting from storage.
     pub fn needs_conversion(&self) -> bool {
         self.version != self.storage_version || self.conversion != Conversion::None
+    }
+
+    /// Whether objects at this version are converted to and from the
+    /// storage version by the CRD's conversion webhook.
+    pub fn webhook_converted(&self) -> bool {
+        self.conversion_webhook.is_some() && self.version != self.storage_version
+    }
+
+    /// The apiVersion a write at this version carries until it is stored:
+    /// the storage version's, unless a conversion webhook converts it
+    /// (then the request's, until the conversion before storing).
+    pub fn write_api_version(&self) -> String {
+        if self.webhook_converted() {
+            self.api_version()
+        } else {
+            self.storage_api_version()
+        }
     }
 }
 
@@ -567,6 +589,7 @@ impl Registry {
                     ("autoscaling", "v1", "HorizontalPodAutoscaler") => Conversion::HpaV1,
                     _ => Conversion::None,
                 },
+                conversion_webhook: None,
                 type_info: Arc::default(),
                 builtin_schema: Arc::default(),
                 crd_rules: Arc::default(),
@@ -901,6 +924,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
         );
     }
     let storage_version = storage[0].to_string();
+    let conversion_webhook = crate::admission::webhook::conversion::crd_webhook(spec)?;
     let mut out = Vec::new();
     for v in versions {
         let Some(vname) = v.get("name").and_then(Value::as_str) else {
@@ -934,6 +958,7 @@ pub fn crd_resources(crd: &Value) -> Result<Vec<ResourceInfo>, String> {
             delete_returns_object: false,
             schema,
             conversion: Conversion::None,
+            conversion_webhook: conversion_webhook.clone(),
             type_info: Arc::default(),
             builtin_schema: Arc::default(),
             crd_rules: Arc::default(),
@@ -989,13 +1014,15 @@ pub fn to_served(res: &ResourceInfo, obj: &Value) -> Value {
     out
 }
 
-/// Converts an object written at `res` into its stored representation.
+/// Converts an object written at `res` into its stored representation
+/// (a webhook-converted version keeps its own until the conversion point
+/// before storing).
 pub fn to_storage(res: &ResourceInfo, obj: &mut Value) {
     if res.conversion == Conversion::HpaV1 {
         hpa_v1_to_v2(obj);
     }
     if let Some(o) = obj.as_object_mut() {
-        o.insert("apiVersion".into(), res.storage_api_version().into());
+        o.insert("apiVersion".into(), res.write_api_version().into());
         if res.conversion == Conversion::EventsV1 {
             for (core, v1) in EVENT_RENAMES {
                 if let Some(x) = o.remove(*v1) {

@@ -17,6 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::admission::webhook;
+use crate::admission::webhook::conversion;
 use crate::error::{ApiError, ApiResult};
 use crate::faults::{FaultRule, Faults};
 use crate::protobuf::ProtoError;
@@ -891,6 +892,7 @@ async fn resource(
         }
         (Method::GET, Some(name)) => {
             let obj = cs.store.read(|i| i.get(&res, nsr, &name))?;
+            let obj = conversion::served_one(cs, &res, obj).await?;
             Ok(object_response(200, &res, shape, &obj))
         }
         (Method::GET, None) => {
@@ -972,7 +974,8 @@ async fn resource(
             let lr = cs
                 .store
                 .read(|i| i.list(&res, nsr, &label, &field, &opts))?;
-            Ok(list_response(&res, shape, &lr.items, lr.rv, lr.cont))
+            let items = conversion::served(cs, &res, lr.items).await?;
+            Ok(list_response(&res, shape, &items, lr.rv, lr.cont))
         }
         (Method::POST, None) => {
             if sub.is_some() {
@@ -994,6 +997,7 @@ async fn resource(
                 Ok((o, b))
             })
             .await?;
+            let created = conversion::served_one(cs, &res, created).await?;
             Ok(with_warnings(
                 written_response(201, &res, shape, &created, cached),
                 &warnings,
@@ -1016,6 +1020,7 @@ async fn resource(
                 Ok((o, b))
             })
             .await?;
+            let updated = conversion::served_one(cs, &res, updated).await?;
             Ok(with_warnings(
                 written_response(200, &res, shape, &updated, cached),
                 &warnings,
@@ -1070,6 +1075,7 @@ async fn resource(
                 Ok((o, created, b))
             })
             .await?;
+            let obj = conversion::served_one(cs, &res, obj).await?;
             Ok(with_warnings(
                 written_response(if created { 201 } else { 200 }, &res, shape, &obj, cached),
                 &warnings,
@@ -1116,8 +1122,9 @@ async fn resource(
                             &warnings,
                         ))
                     } else {
+                        let obj = conversion::served_one(cs, &res, d.obj).await?;
                         Ok(with_warnings(
-                            object_response(200, &res, shape, &d.obj),
+                            object_response(200, &res, shape, &obj),
                             &warnings,
                         ))
                     }
@@ -1134,6 +1141,7 @@ async fn resource(
                     if cs.store.read(|i| webhook::configured(i)) {
                         let (items, rv, warnings) =
                             webhook::delete_each(cs, &res, nsr, &label, &field, &dopts).await?;
+                        let items = conversion::served(cs, &res, items).await?;
                         return Ok(with_warnings(
                             list_response(&res, shape, &items, rv, None),
                             &warnings,
@@ -1160,6 +1168,7 @@ async fn resource(
                         }
                         Ok((out, i.rv))
                     })?;
+                    let items = conversion::served(cs, &res, items).await?;
                     Ok(list_response(&res, shape, &items, rv, None))
                 }
             }
@@ -1168,8 +1177,9 @@ async fn resource(
     }
 }
 
-/// Turns the current Scale into the one a PUT or PATCH asks for.
-type ScaleEdit = dyn FnOnce(&Value) -> ApiResult<Option<Value>>;
+/// Turns the current Scale into the one a PUT or PATCH asks for (once per
+/// admission pass).
+type ScaleEdit = dyn Fn(&Value) -> ApiResult<Option<Value>> + Send + Sync;
 
 /// `GET`, `PUT` and `PATCH` of `/scale` (autoscaling/v1 Scale).
 async fn scale(
@@ -1184,9 +1194,15 @@ async fn scale(
     let method = req.method().clone();
     let user = req.extensions().get::<crate::auth::UserInfo>().cloned();
     if method == Method::GET {
-        let scale = cs
-            .store
-            .write(|i| i.scale(res, ns, name, |_| Ok(None), &WriteOpts::default()))?;
+        // Driven like a write: the live object may need a conversion webhook.
+        let (scale, _) = webhook::drive(cs, |i, pass| {
+            let opts = WriteOpts {
+                webhooks: pass,
+                ..WriteOpts::default()
+            };
+            i.scale(res, ns, name, |_| Ok(None), &opts)
+        })
+        .await?;
         return Ok(json_response(200, &scale));
     }
     let (headers, _, body) = read_body(req).await?;
@@ -1203,7 +1219,7 @@ async fn scale(
                     "the kind in the data ({k}) does not match the expected kind (Scale)"
                 )));
             }
-            Box::new(move |_| Ok(Some(body)))
+            Box::new(move |_| Ok(Some(body.clone())))
         }
         Method::PATCH => {
             let patch: Value = match ct.as_str() {
@@ -1231,8 +1247,15 @@ async fn scale(
         }
         _ => return Err(ApiError::method_not_allowed()),
     };
-    let scale = cs.store.write(|i| i.scale(res, ns, name, edit, &opts))?;
-    Ok(json_response(200, &scale))
+    let (scale, warnings) = webhook::drive(cs, |i, pass| {
+        let opts = WriteOpts {
+            webhooks: pass,
+            ..opts.clone()
+        };
+        i.scale(res, ns, name, |cur| edit(cur), &opts)
+    })
+    .await?;
+    Ok(with_warnings(json_response(200, &scale), &warnings))
 }
 
 /// Runs the namespace controller once the delay after a namespace's

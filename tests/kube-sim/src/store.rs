@@ -139,7 +139,13 @@ impl WriteOpts {
             dry_run: self.dry_run,
             user: self.user.as_ref(),
             pass: &self.webhooks,
+            scale: None,
         }
+    }
+
+    /// Whether this is a write of the `/scale` subresource.
+    fn is_scale(&self) -> bool {
+        self.subresource.as_deref() == Some("scale")
     }
 }
 
@@ -191,6 +197,7 @@ impl DeleteOpts {
             dry_run: self.dry_run,
             user: self.user.as_ref(),
             pass: &self.webhooks,
+            scale: None,
         }
     }
 }
@@ -287,6 +294,10 @@ pub(crate) struct Inner {
     pub(crate) admission_audit: std::cell::RefCell<VecDeque<crate::admission::AuditRecord>>,
     /// A write stopped for its webhooks (`admission::webhook`).
     pub(crate) suspended: std::cell::RefCell<Option<crate::admission::webhook::Call>>,
+    /// A write stopped for a CRD conversion webhook
+    /// (`admission::webhook::conversion`).
+    pub(crate) converting:
+        std::cell::RefCell<Option<crate::admission::webhook::conversion::Request>>,
 }
 
 /// The store of one cluster.
@@ -415,16 +426,14 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Sets `kind` and the storage `apiVersion`, first in the object as the
+/// Sets `kind` and the storage `apiVersion` (the request's, for a version a
+/// conversion webhook converts before storing), first in the object as the
 /// apiserver serializes them.
 fn set_type(obj: &mut Value, res: &ResourceInfo) {
     let Some(o) = obj.as_object_mut() else { return };
     let rest = std::mem::take(o);
     o.insert("kind".into(), Value::String(res.kind.clone()));
-    o.insert(
-        "apiVersion".into(),
-        Value::String(res.storage_api_version()),
-    );
+    o.insert("apiVersion".into(), Value::String(res.write_api_version()));
     for (k, v) in rest {
         if k != "kind" && k != "apiVersion" {
             o.insert(k, v);
@@ -739,6 +748,7 @@ impl Inner {
             policy_cache: std::cell::RefCell::default(),
             admission_audit: std::cell::RefCell::default(),
             suspended: std::cell::RefCell::default(),
+            converting: std::cell::RefCell::default(),
             ns_due: HashMap::new(),
             ns_delay: DEFAULT_NAMESPACE_DELAY,
         };
@@ -1497,6 +1507,7 @@ impl Inner {
             &opts.point(res, "CREATE", &key.0, &key.1, None),
             Some(obj),
         )?;
+        webhook::conversion::storage_point(self, res, None, obj, &opts.webhooks)?;
         let name = meta_str(obj, "name").unwrap_or_default().to_string();
         if name != key.1
             && self
@@ -1525,11 +1536,14 @@ impl Inner {
         }
         let name = meta_str(old, "name").unwrap_or_default().to_string();
         let ns_of = meta_str(old, "namespace").unwrap_or_default().to_string();
-        webhook::mutation_point(
-            self,
-            &opts.point(res, "UPDATE", &ns_of, &name, Some(old)),
-            Some(&mut new),
-        )?;
+        // A `/scale` write met the mutating webhooks with its Scale.
+        if !opts.is_scale() {
+            webhook::mutation_point(
+                self,
+                &opts.point(res, "UPDATE", &ns_of, &name, Some(old)),
+                Some(&mut new),
+            )?;
+        }
         validate_meta(res, &new)?;
         crate::resources::to_storage(res, &mut new);
         set_type(&mut new, res);
@@ -1656,12 +1670,17 @@ impl Inner {
         Ok(new)
     }
 
-    /// Persists an update unless it changes nothing. Returns the object.
+    /// Persists an update of `old` (stored) unless it changes nothing.
+    /// `view` is `old` at the request's version (`old` itself unless a
+    /// conversion webhook converts it), what admission sees; `new` is at
+    /// the request's version until the storage conversion point. Returns
+    /// the stored object.
     fn commit_update(
         &mut self,
         res: &ResourceInfo,
         key: ObjKey,
         old: Arc<Value>,
+        view: &Value,
         mut new: Value,
         opts: &WriteOpts,
     ) -> ApiResult<Arc<Value>> {
@@ -1673,16 +1692,31 @@ impl Inner {
                 &key,
                 opts.subresource.as_deref(),
                 Some(&new),
-                Some(&old),
+                Some(view),
                 opts.dry_run,
                 opts.user.as_ref(),
             )?;
         }
-        webhook::validation_point(
-            self,
-            &opts.point(res, "UPDATE", &key.0, &key.1, Some(&old)),
-            Some(&mut new),
-        )?;
+        match res.scale.as_deref().filter(|_| opts.is_scale()) {
+            // A `/scale` write: the validating webhooks see the Scales.
+            Some(paths) => {
+                let served = if res.needs_conversion() {
+                    crate::resources::to_served(res, &new)
+                } else {
+                    new.clone()
+                };
+                let mut scale = crate::scale::to_scale(paths, &served);
+                let mut point = opts.point(res, "UPDATE", &key.0, &key.1, Some(view));
+                point.scale = Some(paths);
+                webhook::validation_point(self, &point, Some(&mut scale))?;
+            }
+            None => webhook::validation_point(
+                self,
+                &opts.point(res, "UPDATE", &key.0, &key.1, Some(view)),
+                Some(&mut new),
+            )?,
+        }
+        webhook::conversion::storage_point(self, res, Some(&old), &mut new, &opts.webhooks)?;
         let dry_run = opts.dry_run;
         // No-op detection: RV and managedFields timestamps do not count.
         if let Some(rv) = meta_str(&old, "resourceVersion") {
@@ -1753,9 +1787,10 @@ impl Inner {
         {
             return Err(ApiError::conflict(res, name));
         }
-        let new = self.prepare_update(res, &old, new, opts, true)?;
+        let view = webhook::conversion::view(self, res, &old, &opts.webhooks)?;
+        let new = self.prepare_update(res, &view, new, opts, true)?;
         let key = Self::obj_key(res, ns, name);
-        self.commit_update(res, key, old, new, opts)
+        self.commit_update(res, key, old, &view, new, opts)
     }
 
     /// Reads and writes the `/scale` subresource: `f` turns the current
@@ -1772,15 +1807,22 @@ impl Inner {
             return Err(ApiError::not_found(res, name));
         };
         let old = self.get(res, ns, name)?;
+        let view = webhook::conversion::view(self, res, &old, &opts.webhooks)?;
         let served = if res.needs_conversion() {
-            crate::resources::to_served(res, &old)
+            crate::resources::to_served(res, &view)
         } else {
-            (*old).clone()
+            (*view).clone()
         };
         let current = crate::scale::to_scale(&paths, &served);
-        let Some(wanted) = f(&current)? else {
+        let Some(mut wanted) = f(&current)? else {
             return Ok(current);
         };
+        // Admission webhooks see the Scales (autoscaling/v1, subResource
+        // scale), as the server admits a `/scale` write.
+        let (ns_of, _) = Self::obj_key(res, ns, name);
+        let mut point = opts.point(res, "UPDATE", &ns_of, name, Some(&view));
+        point.scale = Some(&paths);
+        webhook::mutation_point(self, &point, Some(&mut wanted))?;
         if let Some(rv) = meta_str(&wanted, "resourceVersion")
             && !rv.is_empty()
             && Some(rv) != meta_str(&old, "resourceVersion")
@@ -1790,9 +1832,9 @@ impl Inner {
         let replicas = crate::scale::replicas(name, &wanted)?;
         let mut new = served;
         crate::scale::set_replicas(&paths, &mut new, replicas);
-        let new = self.prepare_update(res, &old, new, opts, true)?;
+        let new = self.prepare_update(res, &view, new, opts, true)?;
         let key = Self::obj_key(res, ns, name);
-        let stored = self.commit_update(res, key, old, new, opts)?;
+        let stored = self.commit_update(res, key, old, &view, new, opts)?;
         let served = if res.needs_conversion() {
             crate::resources::to_served(res, &stored)
         } else {
@@ -1833,10 +1875,11 @@ impl Inner {
             let Some(old) = old else {
                 return Err(ApiError::not_found(res, name));
             };
+            let view = webhook::conversion::view(self, res, &old, &opts.webhooks)?;
             let served = if res.needs_conversion() {
-                crate::resources::to_served(res, &old)
+                crate::resources::to_served(res, &view)
             } else {
-                (*old).clone()
+                (*view).clone()
             };
             let patched = match kind {
                 PatchKind::Merge => {
@@ -1873,8 +1916,8 @@ impl Inner {
                     meta_str(&patched, "name").unwrap_or_default()
                 )));
             }
-            let new = self.prepare_update(res, &old, patched, opts, true)?;
-            return Ok((self.commit_update(res, key, old, new, opts)?, false));
+            let new = self.prepare_update(res, &view, patched, opts, true)?;
+            return Ok((self.commit_update(res, key, old, &view, new, opts)?, false));
         };
         // Server-side apply.
         if !body.is_object() {
@@ -1931,10 +1974,11 @@ impl Inner {
                 Ok((self.persist(&sk, key, None, applied), true))
             }
             Some(old) => {
+                let view = webhook::conversion::view(self, res, &old, &opts.webhooks)?;
                 let served = if res.needs_conversion() {
-                    crate::resources::to_served(res, &old)
+                    crate::resources::to_served(res, &view)
                 } else {
-                    (*old).clone()
+                    (*view).clone()
                 };
                 let applied = if opts.subresource.as_deref() == Some("status") {
                     // Scope the apply to what /status may change.
@@ -1956,8 +2000,8 @@ impl Inner {
                     patch::apply(Some(&served), body, &manager, force, res.type_info())
                         .map_err(map_err)?
                 };
-                let new = self.prepare_update(res, &old, applied, opts, false)?;
-                Ok((self.commit_update(res, key, old, new, opts)?, false))
+                let new = self.prepare_update(res, &view, applied, opts, false)?;
+                Ok((self.commit_update(res, key, old, &view, new, opts)?, false))
             }
         }
     }
@@ -2010,7 +2054,13 @@ impl Inner {
                 "this namespace may not be deleted",
             ));
         }
-        let point = opts.point(res, &key.0, &key.1, Some(&obj));
+        // Admission sees the object at the request's version (converted by
+        // a CRD's conversion webhook for a DELETE of the API).
+        let view = match &opts.webhooks {
+            webhook::Pass::Run(_) => webhook::conversion::view(self, res, &obj, &opts.webhooks)?,
+            webhook::Pass::Off => obj.clone(),
+        };
+        let point = opts.point(res, &key.0, &key.1, Some(&view));
         webhook::mutation_point(self, &point, None)?;
         if !opts.webhooks.validated() {
             self.admit(
@@ -2019,7 +2069,7 @@ impl Inner {
                 &key,
                 None,
                 None,
-                Some(&obj),
+                Some(&view),
                 opts.dry_run,
                 opts.user.as_ref(),
             )?;

@@ -146,6 +146,17 @@ struct Watcher {
     buf: BytesMut,
     select_all: bool,
     fast: bool,
+    /// The events of a watch at a version a CRD's conversion webhook
+    /// converts, in order, until the next flush converts their objects
+    /// in one review (`None` for other watches).
+    pending: Option<Vec<Pending>>,
+}
+
+/// A watch event waiting for its object's conversion, or a line (bookmark,
+/// error) that must stay behind the events before it.
+enum Pending {
+    Event(&'static str, Arc<Value>),
+    Line(Vec<u8>),
 }
 
 enum Next {
@@ -158,7 +169,15 @@ impl Watcher {
         self.select_all || (self.spec.label.matches(obj) && self.spec.field.matches(obj))
     }
 
-    fn push_line(&mut self, etype: &str, obj: &Value) {
+    fn push_line(&mut self, etype: &'static str, obj: &Value) {
+        if let Some(p) = &mut self.pending {
+            p.push(Pending::Event(etype, Arc::new(obj.clone())));
+            return;
+        }
+        self.render_line(etype, obj);
+    }
+
+    fn render_line(&mut self, etype: &str, obj: &Value) {
         let rendered = render(&self.spec.res, self.spec.shape, obj);
         self.buf.extend_from_slice(b"{\"type\":\"");
         self.buf.extend_from_slice(etype.as_bytes());
@@ -242,18 +261,65 @@ impl Watcher {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let obj = json!({"kind": kind, "apiVersion": av, "metadata": metadata});
-        self.buf
-            .extend_from_slice(b"{\"type\":\"BOOKMARK\",\"object\":");
-        self.buf
-            .extend_from_slice(&serde_json::to_vec(&obj).unwrap_or_default());
-        self.buf.extend_from_slice(b"}\n");
+        let mut line = b"{\"type\":\"BOOKMARK\",\"object\":".to_vec();
+        line.extend_from_slice(&serde_json::to_vec(&obj).unwrap_or_default());
+        line.extend_from_slice(b"}\n");
+        self.push_raw(line);
     }
 
     fn push_error(&mut self, e: &ApiError) {
-        let line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()}))
+        let mut line = serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()}))
             .unwrap_or_default();
-        self.buf.extend_from_slice(&line);
-        self.buf.extend_from_slice(b"\n");
+        line.push(b'\n');
+        self.push_raw(line);
+    }
+
+    fn push_raw(&mut self, line: Vec<u8>) {
+        match &mut self.pending {
+            Some(p) => p.push(Pending::Line(line)),
+            None => self.buf.extend_from_slice(&line),
+        }
+    }
+
+    /// Converts the pending events' objects (one ConversionReview) and
+    /// renders them in order. A failed conversion ends the watch with an
+    /// ERROR event carrying the server's message; returns false then.
+    async fn convert_pending(&mut self) -> bool {
+        let Some(p) = self.pending.as_mut().filter(|p| !p.is_empty()) else {
+            return true;
+        };
+        let pending = std::mem::take(p);
+        let objects: Vec<Arc<Value>> = pending
+            .iter()
+            .filter_map(|x| match x {
+                Pending::Event(_, o) => Some(o.clone()),
+                Pending::Line(_) => None,
+            })
+            .collect();
+        let converted =
+            crate::admission::webhook::conversion::served(&self.cs, &self.spec.res, objects).await;
+        let mut converted = match converted {
+            Ok(c) => c.into_iter(),
+            Err(e) => {
+                let mut line =
+                    serde_json::to_vec(&json!({"type": "ERROR", "object": e.to_status()}))
+                        .unwrap_or_default();
+                line.push(b'\n');
+                self.buf.extend_from_slice(&line);
+                return false;
+            }
+        };
+        for x in pending {
+            match x {
+                Pending::Event(etype, _) => {
+                    if let Some(o) = converted.next() {
+                        self.render_line(etype, &o);
+                    }
+                }
+                Pending::Line(l) => self.buf.extend_from_slice(&l),
+            }
+        }
+        true
     }
 
     /// Re-subscribes from the history after falling behind.
@@ -299,11 +365,12 @@ impl Watcher {
     }
 
     async fn flush(&mut self, tx: &mpsc::Sender<Bytes>) -> bool {
+        let converted = self.convert_pending().await;
         if self.buf.is_empty() {
-            return true;
+            return converted;
         }
         let chunk = self.buf.split().freeze();
-        tx.send(chunk).await.is_ok()
+        tx.send(chunk).await.is_ok() && converted
     }
 }
 
@@ -330,7 +397,11 @@ async fn run(cs: Arc<ClusterState>, spec: WatchSpec, start: WatchStart, tx: mpsc
         buf: BytesMut::with_capacity(8192),
         select_all,
         fast,
+        pending: None,
     };
+    if w.spec.res.webhook_converted() {
+        w.pending = Some(Vec::new());
+    }
     for obj in &initial {
         if w.fast {
             let bytes = serde_json::to_vec(&**obj).unwrap_or_default();

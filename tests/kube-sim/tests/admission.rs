@@ -377,3 +377,40 @@ async fn params_variables_match_conditions_and_reasons() {
     })
     .await;
 }
+
+/// kube-cel has no `authorizer` library: a policy using it fails closed
+/// (refused even under `failurePolicy: Ignore`), where the server would
+/// have evaluated it; a policy without it under Ignore still admits.
+#[tokio::test]
+async fn a_policy_using_the_authorizer_fails_closed() {
+    within(30, "vap authorizer", async {
+        let c = SimCluster::start("vap-authz").await.expect("sim starts");
+        let u = c.url();
+        let policy = |name: &str, expression: &str| {
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {"failurePolicy": "Ignore",
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["deployments"]}]},
+                "validations": [{"expression": expression}]}})
+        };
+        let binding = |name: &str| {
+            json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name}, "spec": {"policyName": name, "validationActions": ["Deny"]}})
+        };
+        // Ignore admits a failing expression that does not use it.
+        post(&u, POLICIES, policy("broken", "object.spec.nope.deeper == 1")).await;
+        post(&u, BINDINGS, binding("broken")).await;
+        post(&u, DEPLOYS, deployment("first", 1)).await;
+        post(&u, POLICIES, policy("authz", "authorizer.group('apps').resource('deployments').check('create').allowed()")).await;
+        post(&u, BINDINGS, binding("authz")).await;
+        let (code, v) = req(&u, "POST", DEPLOYS, JSON, Some(deployment("second", 1))).await;
+        assert_ne!(code, 201, "{v}");
+        let message = v["message"].as_str().unwrap_or_default();
+        assert_eq!(
+            message,
+            "deployments.apps \"second\" is forbidden: ValidatingAdmissionPolicy 'authz' with binding 'authz' denied request: expression 'authorizer.group('apps').resource('deployments').check('create').allowed()' resulted in error: kube-sim does not evaluate the authorizer variable (kube-cel has no authorization library)"
+        );
+    })
+    .await;
+}

@@ -10,18 +10,15 @@ mod common;
 
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine as _;
+use common::hooks::{ca_b64, certs, kubectl};
 use common::{raw, req, within};
 use kube_sim::{Sim, SimCluster};
 use parking_lot::Mutex;
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::Notify;
 
 const JSON: &str = "application/json";
@@ -29,53 +26,6 @@ const MERGE: &str = "application/merge-patch+json";
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const MWC: &str = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations";
 const VWC: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
-
-/// A CA and a serving certificate for 127.0.0.1 and `hook.default.svc`.
-struct Certs {
-    ca_pem: String,
-    server: rustls::ServerConfig,
-    /// The serving certificate and its key (PEM), for other servers.
-    cert_pem: String,
-    key_pem: String,
-}
-
-fn certs() -> Certs {
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-    // Each CA its own name, as two clusters' CAs have.
-    let mut dn = rcgen::DistinguishedName::new();
-    dn.push(
-        rcgen::DnType::CommonName,
-        format!("webhook-ca-{}", uuid::Uuid::new_v4()),
-    );
-    ca.distinguished_name = dn;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_key = KeyPair::generate().unwrap();
-    let ca_cert = ca.self_signed(&ca_key).unwrap();
-    let leaf = CertificateParams::new(vec![
-        "127.0.0.1".to_string(),
-        "hook.default.svc".to_string(),
-    ])
-    .unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf_cert = leaf
-        .signed_by(&leaf_key, &Issuer::from_params(&ca, &ca_key))
-        .unwrap();
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der()));
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(vec![CertificateDer::from(leaf_cert.der().to_vec())], key)
-    .unwrap();
-    Certs {
-        ca_pem: ca_cert.pem(),
-        server,
-        cert_pem: leaf_cert.pem(),
-        key_pem: leaf_key.serialize_pem(),
-    }
-}
 
 /// What the webhook server saw and how its `/slow` path is held.
 #[derive(Default)]
@@ -137,11 +87,17 @@ async fn hook(
             response["status"] =
                 json!({"code": 403, "reason": "Forbidden", "message": "not on fridays"});
         }
+        "/scale-four" => {
+            let ops = json!([{"op": "replace", "path": "/spec/replicas", "value": 4}]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] = json!(patch_b64(&ops));
+        }
         "/bad-uid" => {
             response["uid"] = json!("nope");
         }
         "/warn" => {
             response["warnings"] = json!(["this configmap is watched"]);
+            response["auditAnnotations"] = json!({"watched": "yes"});
         }
         "/slow" if !seen.open.load(std::sync::atomic::Ordering::SeqCst) => {
             seen.arrived.notify_one();
@@ -168,10 +124,6 @@ async fn webhook_server() -> (String, String, Arc<Seen>) {
         let _ = axum::serve(listener, app).await;
     });
     (addr, c.ca_pem, seen)
-}
-
-fn ca_b64(pem: &str) -> String {
-    base64::engine::general_purpose::STANDARD.encode(pem)
 }
 
 /// One webhook of a configuration: `url` (https://addr/path), rules on
@@ -204,38 +156,6 @@ async fn register(c: &SimCluster, path: &str, kind: &str, name: &str, hooks: Vec
 
 fn cm(name: &str, labels: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"a": "1"}})
-}
-
-async fn kubectl(sim: &Sim, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    let cache = tempfile::tempdir().unwrap();
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(sim.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(cache.path())
-        .arg("--request-timeout=20s")
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("kubectl is installed");
-    let mut input = child.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        input.write_all(s.as_bytes()).await.unwrap();
-    }
-    drop(input);
-    let out = tokio::time::timeout(Duration::from_secs(40), child.wait_with_output())
-        .await
-        .expect("kubectl finishes")
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,6 +232,19 @@ async fn kubectl_sees_mutations_denials_and_warnings() {
         let (ok, out, err) = kubectl(&sim, &["label", "configmap", "one", "x=y"], None).await;
         assert!(ok, "{out}{err}");
         assert_eq!(err.trim(), "Warning: this configmap is watched");
+        // Its auditAnnotations are recorded, keyed by the webhook's name.
+        let audit: Vec<_> = c
+            .admission_audit()
+            .into_iter()
+            .filter(|r| r.name == "one")
+            .collect();
+        assert_eq!(audit.len(), 1, "{audit:?}");
+        assert_eq!(audit[0].operation, "UPDATE");
+        assert_eq!(audit[0].resource, "/v1/configmaps");
+        assert_eq!(
+            audit[0].annotations,
+            vec![("warn.example.com/watched".to_string(), "yes".to_string())]
+        );
         let updates = seen.on("/label");
         // one, two (then denied by the validating webhook), the label.
         assert_eq!(updates.len(), 3);
@@ -444,7 +377,15 @@ async fn selectors_match_conditions_dry_run_and_reinvocation() {
             webhook("cond-ignore.example.com", &url("/none"), &ca, json!({"failurePolicy": "Ignore",
                 "objectSelector": {"matchLabels": {"cond": "ignore"}},
                 "matchConditions": [{"name": "bad", "expression": "object.data.nope == '1'"}]})),
+            // kube-cel has no authorizer: such a condition fails closed,
+            // even under Ignore.
+            webhook("cond-authz.example.com", &url("/none"), &ca, json!({"failurePolicy": "Ignore",
+                "objectSelector": {"matchLabels": {"cond": "authz"}},
+                "matchConditions": [{"name": "authz", "expression": "authorizer.requestResource.check('get').allowed()"}]})),
         ]).await;
+        let (code, v) = req(&c.url(), "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(cm("authz", json!({"cond": "authz"})))).await;
+        assert_eq!(code, 403, "{v}");
+        assert_eq!(v["message"], "configmaps \"authz\" is forbidden: expression 'authorizer.requestResource.check('get').allowed()' resulted in error: kube-sim does not evaluate the authorizer variable (kube-cel has no authorization library)");
         // A match condition that fails to evaluate: Fail forbids, Ignore skips.
         let (code, v) = req(&c.url(), "POST", "/api/v1/namespaces/default/configmaps", JSON, Some(cm("boom", json!({"cond": "fail"})))).await;
         assert_eq!(code, 403, "{v}");
@@ -744,6 +685,114 @@ async fn a_python_standard_library_webhook_is_called() {
         assert_eq!(err.trim(), "error: failed to create configmap: admission webhook \"validate.python.example.com\" denied the request: python says no");
         sim.shutdown().await;
         child.kill().await.unwrap();
+    })
+    .await;
+}
+
+/// `matchPolicy: Equivalent`: webhooks registered for v1 of a CRD see a
+/// write at v1alpha1 converted to v1 (`kind` and `resource` at v1,
+/// `requestKind` and `requestResource` at v1alpha1); the mutating one's
+/// patch applies to the v1 object and comes back at v1alpha1. `Exact`
+/// skips the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn equivalent_match_policy_converts_to_the_webhooks_version() {
+    within(60, "equivalent webhooks", async {
+        let (addr, ca, seen) = webhook_server().await;
+        let c = SimCluster::start("equivalent").await.unwrap();
+        let schema = json!({"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}});
+        let (code, v) = req(&c.url(), "POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", JSON, Some(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [
+                    {"name": "v1alpha1", "served": true, "storage": false, "schema": schema},
+                    {"name": "v1", "served": true, "storage": true, "schema": schema}]}}))).await;
+        assert_eq!(code, 201, "{v}");
+        let url = |p: &str| format!("https://{addr}{p}");
+        let v1_rules = json!({"rules": [{"apiGroups": ["example.com"], "apiVersions": ["v1"],
+            "operations": ["CREATE"], "resources": ["widgets"]}]});
+        register(&c, MWC, "MutatingWebhookConfiguration", "eq", vec![
+            webhook("label.example.com", &url("/label"), &ca, v1_rules.clone()),
+        ]).await;
+        let mut exact = v1_rules.clone();
+        exact["matchPolicy"] = json!("Exact");
+        register(&c, VWC, "ValidatingWebhookConfiguration", "eq", vec![
+            webhook("record.example.com", &url("/record-eq"), &ca, v1_rules.clone()),
+            webhook("exact.example.com", &url("/exact"), &ca, exact),
+        ]).await;
+        let (code, v) = req(&c.url(), "POST", "/apis/example.com/v1alpha1/namespaces/default/widgets", JSON,
+            Some(json!({"apiVersion": "example.com/v1alpha1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"a": 1}}))).await;
+        assert_eq!(code, 201, "{v}");
+        assert_eq!(v["apiVersion"], "example.com/v1alpha1");
+        assert_eq!(v["metadata"]["labels"]["webhook"], "seen", "{v}");
+        for path in ["/label", "/record-eq"] {
+            let calls = seen.on(path);
+            assert_eq!(calls.len(), 1, "{path}");
+            let r = &calls[0];
+            assert_eq!(r["kind"], json!({"group": "example.com", "version": "v1", "kind": "Widget"}), "{path}");
+            assert_eq!(r["resource"], json!({"group": "example.com", "version": "v1", "resource": "widgets"}));
+            assert_eq!(r["requestKind"], json!({"group": "example.com", "version": "v1alpha1", "kind": "Widget"}));
+            assert_eq!(r["requestResource"], json!({"group": "example.com", "version": "v1alpha1", "resource": "widgets"}));
+            assert_eq!(r["object"]["apiVersion"], "example.com/v1", "{path}");
+        }
+        // The validating webhook saw the mutation (converted both ways).
+        assert_eq!(seen.on("/record-eq")[0]["object"]["metadata"]["labels"]["webhook"], "seen");
+        assert!(seen.on("/exact").is_empty(), "Exact does not match v1alpha1");
+        c.shutdown().await;
+    })
+    .await;
+}
+
+/// A `/scale` write reaches the webhooks as the server admits it: an
+/// autoscaling/v1 Scale (`kind`, `requestKind`), the workload's resource,
+/// `subResource: scale`; a mutating webhook's patch to the Scale is what
+/// gets stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_writes_reach_the_webhooks_as_scales() {
+    within(60, "scale webhooks", async {
+        let (addr, ca, seen) = webhook_server().await;
+        let c = SimCluster::start("scale-hooks").await.unwrap();
+        let deploys = "/apis/apps/v1/namespaces/default/deployments";
+        let (code, v) = req(&c.url(), "POST", deploys, JSON, Some(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))).await;
+        assert_eq!(code, 201, "{v}");
+        let url = |p: &str| format!("https://{addr}{p}");
+        let rules = json!({"rules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+            "operations": ["UPDATE"], "resources": ["deployments/scale"]}]});
+        register(&c, MWC, "MutatingWebhookConfiguration", "scale", vec![
+            webhook("four.example.com", &url("/scale-four"), &ca, rules.clone()),
+        ]).await;
+        register(&c, VWC, "ValidatingWebhookConfiguration", "scale", vec![
+            webhook("see.example.com", &url("/scale-seen"), &ca, rules),
+        ]).await;
+        let (code, v) = req(&c.url(), "PATCH", &format!("{deploys}/d/scale"), MERGE, Some(json!({"spec": {"replicas": 2}}))).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["kind"], "Scale");
+        assert_eq!(v["spec"]["replicas"], 4, "the mutating webhook's Scale is stored");
+        let stored = c.get("apps/v1", "deployments", Some("default"), "d").unwrap();
+        assert_eq!(stored["spec"]["replicas"], 4);
+        let scale_kind = json!({"group": "autoscaling", "version": "v1", "kind": "Scale"});
+        let m = seen.on("/scale-four");
+        assert_eq!(m.len(), 1);
+        assert_eq!(m[0]["kind"], scale_kind);
+        assert_eq!(m[0]["requestKind"], scale_kind);
+        assert_eq!(m[0]["resource"], json!({"group": "apps", "version": "v1", "resource": "deployments"}));
+        assert_eq!(m[0]["subResource"], "scale");
+        assert_eq!(m[0]["object"]["kind"], "Scale");
+        assert_eq!(m[0]["object"]["spec"]["replicas"], 2);
+        assert_eq!(m[0]["oldObject"]["kind"], "Scale");
+        assert_eq!(m[0]["oldObject"]["spec"]["replicas"], 1);
+        let v = seen.on("/scale-seen");
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0]["object"]["kind"], "Scale");
+        assert_eq!(v[0]["object"]["spec"]["replicas"], 4);
+        // The Deployment's own writes do not match deployments/scale.
+        let (code, _) = req(&c.url(), "PATCH", &format!("{deploys}/d"), MERGE, Some(json!({"spec": {"replicas": 3}}))).await;
+        assert_eq!(code, 200);
+        assert_eq!(seen.on("/scale-four").len(), 1);
+        c.shutdown().await;
     })
     .await;
 }

@@ -35,6 +35,17 @@ pub(crate) fn uses(program: &Program, name: &str) -> bool {
     program.references().has_variable(name)
 }
 
+/// Whether an expression reads the `authorizer` variable, which kube-cel
+/// does not provide (no authorization library): the policies and webhook
+/// match conditions using it fail closed (see their callers).
+pub(crate) fn uses_authorizer(src: &str) -> bool {
+    compile(src).is_ok_and(|p| uses(&p, "authorizer"))
+}
+
+/// The error an expression reading `authorizer` evaluates to in kube-sim.
+pub(crate) const NO_AUTHORIZER: &str =
+    "kube-sim does not evaluate the authorizer variable (kube-cel has no authorization library)";
+
 /// An error of an evaluation in cel-go's words (the server puts them in
 /// its messages): `no such key: x`, `division by zero`, `no such overload`.
 pub(crate) fn error_text(e: &ExecutionError) -> String {
@@ -200,6 +211,18 @@ pub(crate) fn run(program: &Program, vars: &[(&str, &Cel)]) -> Result<Cel, Execu
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_authorizer_variable_is_found_wherever_it_is_read() {
+        assert!(uses_authorizer(
+            "authorizer.group('apps').resource('deployments').check('create').allowed()"
+        ));
+        assert!(uses_authorizer(
+            "object.x == 1 || authorizer.path('/x').check('get').allowed()"
+        ));
+        assert!(!uses_authorizer("object.authorizer == 1"));
+        assert!(!uses_authorizer("'authorizer' == object.x"));
+    }
 
     #[test]
     fn kubernetes_libraries_and_schema_typed_values() {

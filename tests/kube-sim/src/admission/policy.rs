@@ -13,9 +13,12 @@
 //! records the `validation.policy.admission.k8s.io/validation_failure`
 //! annotation ([`AuditRecord`]).
 //!
-//! Not modelled: the `authorizer` variable (an expression using it fails
-//! with an undeclared reference, and `failurePolicy` decides), the type checking
-//! that fills a policy's `status.typeChecking`, the cost budget.
+//! Not modelled: the `authorizer` variable (kube-cel has no authorization
+//! library). A policy with an expression using it fails closed: it is run
+//! as `failurePolicy: Fail` whatever it says, so each write it applies to
+//! is refused (`expression '…' resulted in error: kube-sim does not
+//! evaluate the authorizer variable …`) rather than admitted. Nor the type checking that fills a policy's
+//! `status.typeChecking`, nor the cost budget.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -100,6 +103,13 @@ impl Expr {
             .program
             .as_ref()
             .map_err(|e| format!("compilation error: {e}"))?;
+        if expr::uses(p, "authorizer") {
+            return Err(format!(
+                "expression '{}' resulted in error: {}",
+                self.source,
+                expr::NO_AUTHORIZER
+            ));
+        }
         expr::run(p, vars).map_err(|e| {
             format!(
                 "expression '{}' resulted in error: {}",
@@ -146,9 +156,23 @@ impl Compiled {
                 .unwrap_or_default()
                 .to_string()
         };
+        // Every expression of the policy, to find `authorizer` (fail closed).
+        let mut sources = Vec::new();
+        for (k, field) in [
+            ("matchConditions", "expression"),
+            ("variables", "expression"),
+            ("validations", "expression"),
+            ("validations", "messageExpression"),
+            ("auditAnnotations", "valueExpression"),
+        ] {
+            for x in list(k) {
+                sources.push(s(&x, field));
+            }
+        }
+        let authorizer = sources.iter().any(|src| expr::uses_authorizer(src));
         Self {
             name: s(&policy["metadata"], "name"),
-            fail: spec.get("failurePolicy").and_then(Value::as_str) != Some("Ignore"),
+            fail: authorizer || spec.get("failurePolicy").and_then(Value::as_str) != Some("Ignore"),
             param_kind: spec
                 .get("paramKind")
                 .filter(|p| p.is_object())

@@ -13,7 +13,10 @@
 //! 5. the same over HTTP with a validating admission webhook (HTTPS, on
 //!    this machine, answering at once) besides the policy: what a write
 //!    costs with neither, with the policy, with both; and the webhook's own
-//!    time (its handler, as the webhook measures it).
+//!    time (its handler, as the webhook measures it);
+//! 6. reads through a CRD conversion webhook (HTTPS, on this machine, kept
+//!    connections): a GET and a LIST item at the storage version and at
+//!    the converted one, and the webhook's own time per object.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -238,6 +241,124 @@ async fn webhook_cost(n: usize) -> anyhow::Result<(f64, f64, f64, f64)> {
     server.abort();
     sim.shutdown().await;
     Ok((plain, policy, both, own))
+}
+
+/// Mean microseconds per GET of `path` over one keep-alive HTTP connection.
+async fn us_per_http_get(url: &str, path: &str, n: usize) -> anyhow::Result<f64> {
+    let addr = url.trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(&addr).await?;
+    s.set_nodelay(true)?;
+    let mut buf = Vec::with_capacity(1 << 16);
+    let t = Instant::now();
+    for _ in 0..n {
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
+        let status = read_response(&mut s, &mut buf).await?;
+        if status != 200 {
+            bail!("conversion bench read of {path} answered {status}");
+        }
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6 / n as f64)
+}
+
+/// Reads through a conversion webhook: µs per GET and per LIST item at
+/// the storage version (v1) and at the converted one (v1alpha1), and the
+/// webhook's own handler time per object converted.
+async fn conversion_cost(n: usize, items: usize) -> anyhow::Result<[f64; 5]> {
+    let sim = SimCluster::start_with(SimConfig::new("conversion-bench")).await?;
+    let fail = |e: kube_sim::ApiError| anyhow::anyhow!("conversion bench setup failed: {e}");
+    // The webhook: renames spec.size <-> spec.replicas, adds up its time.
+    let pki = kube_sim::tls::Pki::generate("conversion-bench")?;
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = tcp.local_addr()?;
+    let listener = kube_sim::tls::TlsListener::new(tcp, pki.server_config()?)?;
+    let handler_ns = Arc::new(AtomicU64::new(0));
+    let converted = Arc::new(AtomicU64::new(0));
+    let (h, c) = (handler_ns.clone(), converted.clone());
+    let app = axum::Router::new().fallback(axum::routing::post(move |body: axum::body::Bytes| {
+        let (h, c) = (h.clone(), c.clone());
+        async move {
+            let t = Instant::now();
+            let review: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            let desired = review["request"]["desiredAPIVersion"].clone();
+            let objects: Vec<serde_json::Value> = review["request"]["objects"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut o| {
+                    o["apiVersion"] = desired.clone();
+                    if let Some(spec) = o.get_mut("spec").and_then(|s| s.as_object_mut()) {
+                        if let Some(r) = spec.remove("replicas") {
+                            spec.insert("size".into(), json!(r.to_string()));
+                        } else if let Some(sz) = spec.remove("size") {
+                            let r: i64 = sz.as_str().and_then(|x| x.parse().ok()).unwrap_or(0);
+                            spec.insert("replicas".into(), json!(r));
+                        }
+                    }
+                    o
+                })
+                .collect();
+            c.fetch_add(objects.len() as u64, Ordering::Relaxed);
+            let out = axum::Json(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+                "response": {"uid": review["request"]["uid"], "result": {"status": "Success"}, "convertedObjects": objects}}));
+            h.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            out
+        }
+    }));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(pki.ca_pem());
+    let schema = |props: serde_json::Value| json!({"openAPIV3Schema": {"type": "object", "properties": {"spec": {"type": "object", "properties": props}}}});
+    sim.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, json!({
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "conversion": {"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"],
+                "clientConfig": {"url": format!("https://{addr}/"), "caBundle": ca}}},
+            "versions": [
+                {"name": "v1alpha1", "served": true, "storage": false, "schema": schema(json!({"size": {"type": "string"}}))},
+                {"name": "v1", "served": true, "storage": true, "schema": schema(json!({"replicas": {"type": "integer"}}))}]}}))
+        .map_err(fail)?;
+    for i in 0..items {
+        sim.create(
+            "example.com/v1",
+            "widgets",
+            Some("default"),
+            json!({
+            "apiVersion": "example.com/v1", "kind": "Widget",
+            "metadata": {"name": format!("w{i}")}, "spec": {"replicas": i}}),
+        )
+        .map_err(fail)?;
+    }
+    let url = sim.url();
+    let one = |v: &str| format!("/apis/example.com/{v}/namespaces/default/widgets/w0");
+    let all = |v: &str| format!("/apis/example.com/{v}/namespaces/default/widgets");
+    let get_stored = us_per_http_get(&url, &one("v1"), n).await?;
+    let get_converted = us_per_http_get(&url, &one("v1alpha1"), n).await?;
+    let lists = (n / items).max(10);
+    let list_stored = us_per_http_get(&url, &all("v1"), lists).await? / items as f64;
+    let h0 = (
+        handler_ns.load(Ordering::Relaxed),
+        converted.load(Ordering::Relaxed),
+    );
+    let list_converted = us_per_http_get(&url, &all("v1alpha1"), lists).await? / items as f64;
+    let (h1, c1) = (
+        handler_ns.load(Ordering::Relaxed),
+        converted.load(Ordering::Relaxed),
+    );
+    if c1 - h0.1 < (lists * items) as u64 {
+        bail!(
+            "the conversion webhook converted {} objects for {lists} lists of {items}",
+            c1 - h0.1
+        );
+    }
+    let own = (h1 - h0.0) as f64 / 1e3 / (c1 - h0.1) as f64;
+    server.abort();
+    sim.shutdown().await;
+    Ok([get_stored, get_converted, list_stored, list_converted, own])
 }
 
 /// User+system CPU time of this process in seconds (clock ticks of 10 ms).
@@ -553,6 +674,22 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "| ConfigMap merge patch, 1 policy + 1 validating webhook (HTTPS) | {plain:.1} | {policy:.1} | {both:.1} | {own:.1} | {:.1} |",
         both - plain - own
+    );
+    let items = 100;
+    let [get_s, get_c, list_s, list_c, own] =
+        conversion_cost(args.admission_writes / 5, items).await?;
+    println!();
+    println!(
+        "| reads through a conversion webhook (1 keep-alive connection; webhook over HTTPS, kept connections) | storage version v1 (us) | converted v1alpha1 (us) | added (us) | webhook's own per object (us) |"
+    );
+    println!("|---|---|---|---|---|");
+    println!(
+        "| GET of one Widget | {get_s:.1} | {get_c:.1} | {:.1} | {own:.1} |",
+        get_c - get_s
+    );
+    println!(
+        "| LIST of {items} Widgets, per item (one review per list) | {list_s:.2} | {list_c:.2} | {:.2} | {own:.1} |",
+        list_c - list_s
     );
     Ok(())
 }

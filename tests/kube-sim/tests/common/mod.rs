@@ -1,6 +1,8 @@
 //! Helpers shared by the kube-sim integration tests.
 #![allow(dead_code)]
 
+pub mod hooks;
+
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};

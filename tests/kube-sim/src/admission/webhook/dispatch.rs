@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use kube_cel::cel::Value as Cel;
 use serde_json::{Value, json};
 
-use super::client;
 use super::{Call, Stage};
+use super::{client, equivalent};
 use crate::admission::expr;
 use crate::admission::policy::{self, Attributes};
 use crate::error::{ApiError, ApiResult};
@@ -46,7 +46,7 @@ pub(super) fn rules_match(
         })
 }
 
-fn attrs<'a>(call: &'a Call, object: Option<&'a Value>) -> Attributes<'a> {
+pub(super) fn attrs<'a>(call: &'a Call, object: Option<&'a Value>) -> Attributes<'a> {
     Attributes {
         res: &call.res,
         operation: call.operation,
@@ -102,6 +102,12 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
         let result = expr::compile(src)
             .map_err(|e| format!("compilation error: {e}"))
             .and_then(|p| {
+                if expr::uses(&p, "authorizer") {
+                    return Err(format!(
+                        "expression '{src}' resulted in error: {}",
+                        expr::NO_AUTHORIZER
+                    ));
+                }
                 expr::run(&p, &vars).map_err(|e| {
                     format!(
                         "expression '{src}' resulted in error: {}",
@@ -121,7 +127,12 @@ fn should_call(h: &Value, call: &Call, object: Option<&Value>) -> ApiResult<bool
     if errors.is_empty() {
         return Ok(true);
     }
-    if s(h, "failurePolicy") == Some("Ignore") {
+    // A condition using `authorizer` (which kube-cel does not provide)
+    // fails closed: its error answers whatever the failure policy says.
+    let authorizer = conds
+        .iter()
+        .any(|c| expr::uses_authorizer(s(c, "expression").unwrap_or_default()));
+    if s(h, "failurePolicy") == Some("Ignore") && !authorizer {
         return Ok(false);
     }
     // generic/webhook.go: `NewForbidden(resource, name, aggregate)`.
@@ -183,12 +194,16 @@ enum HookError {
     Status(ApiError),
 }
 
-/// Calls one webhook; the answer's `response` on success.
+/// Calls one webhook with `object` and `old` (at `at`, the version the
+/// webhook matched, when not the request's); the answer's `response` on
+/// success.
 async fn call_hook(
     cs: &ClusterState,
     h: &Value,
     call: &Call,
     object: Option<&Value>,
+    old: Option<&Value>,
+    at: Option<&crate::resources::ResourceInfo>,
 ) -> Result<Value, HookError> {
     let name = s(h, "name").unwrap_or_default();
     dry_run_check(h, name, call)?;
@@ -203,7 +218,14 @@ async fn call_hook(
             }
         }
         r.insert("object".into(), object.cloned().unwrap_or(Value::Null));
-        r.insert("oldObject".into(), call.old.clone().unwrap_or(Value::Null));
+        r.insert("oldObject".into(), old.cloned().unwrap_or(Value::Null));
+    }
+    if let Some(to) = at {
+        equivalent::retarget(&mut request, to);
+    }
+    if let Some(k) = &call.kind {
+        request["kind"] = k.clone();
+        request["requestKind"] = k.clone();
     }
     let review =
         json!({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": request});
@@ -255,6 +277,21 @@ async fn call_hook(
     Ok(response.clone())
 }
 
+/// A webhook's `auditAnnotations`, keyed `<webhook name>/<key>` as the
+/// dispatchers add them to the request's audit event.
+fn audit_of(name: &str, response: &Value, out: &mut Vec<(String, String)>) {
+    for (k, v) in response
+        .get("auditAnnotations")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(v) = v.as_str() {
+            out.push((format!("{name}/{k}"), v.to_string()));
+        }
+    }
+}
+
 fn warnings_of(response: &Value, out: &mut Vec<String>) {
     for w in response
         .get("warnings")
@@ -286,15 +323,17 @@ fn ordered(call: &Call) -> Vec<(String, Value)> {
 
 /// Runs the webhooks a suspended write waits for; returns the object as
 /// the mutating webhooks left it (`None` for DELETE). The webhooks'
-/// warnings go to `warnings`, also when the request fails.
+/// warnings go to `warnings` and their audit annotations to `audit`, also
+/// when the request fails.
 pub(super) async fn run(
     cs: &ClusterState,
     call: &Call,
     warnings: &mut Vec<String>,
+    audit: &mut Vec<(String, String)>,
 ) -> ApiResult<Option<Value>> {
     match call.stage {
-        Stage::Mutating => mutate(cs, call, warnings).await,
-        Stage::Validating => validate(cs, call, warnings).await.map(|()| None),
+        Stage::Mutating => mutate(cs, call, warnings, audit).await,
+        Stage::Validating => validate(cs, call, warnings, audit).await.map(|()| None),
     }
 }
 
@@ -302,6 +341,7 @@ async fn mutate(
     cs: &ClusterState,
     call: &Call,
     warnings: &mut Vec<String>,
+    audit: &mut Vec<(String, String)>,
 ) -> ApiResult<Option<Value>> {
     let hooks = ordered(call);
     let mut object = call.object.clone();
@@ -323,13 +363,34 @@ async fn mutate(
             }
             let name = s(h, "name").unwrap_or_default();
             let ignore = s(h, "failurePolicy") == Some("Ignore");
-            let changed = match call_hook(cs, h, call, object.as_ref()).await {
+            // matchPolicy Equivalent: the object at the webhook's version.
+            let at = match equivalent::version_for(h, call) {
+                Some(v) => Some(equivalent::resource_at(cs, call, &v)?),
+                None => None,
+            };
+            let (mut sent, sent_old) = match &at {
+                Some(to) => (
+                    match &object {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, to, o).await?),
+                        None => None,
+                    },
+                    match &call.old {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, to, o).await?),
+                        None => None,
+                    },
+                ),
+                None => (object.clone(), call.old.clone()),
+            };
+            let answer =
+                call_hook(cs, h, call, sent.as_ref(), sent_old.as_ref(), at.as_deref()).await;
+            let changed = match answer {
                 Ok(response) => {
                     warnings_of(&response, warnings);
+                    audit_of(name, &response, audit);
                     if response.get("allowed").and_then(Value::as_bool) != Some(true) {
                         return Err(denial(name, response.get("status")));
                     }
-                    match patch(name, &response, object.as_mut()) {
+                    match patch(name, &response, sent.as_mut()) {
                         Ok(c) => c,
                         Err(HookError::Calling(e)) if ignore => {
                             tracing::warn!("Failed calling webhook, failing open {name}: {e}");
@@ -347,6 +408,11 @@ async fn mutate(
                 Err(HookError::Status(e)) => return Err(e),
             };
             if changed {
+                // Back at the request's version for the next webhook.
+                object = match (&at, sent) {
+                    (Some(to), Some(o)) => Some(equivalent::convert(cs, to, &call.res, &o).await?),
+                    (_, sent) => sent,
+                };
                 any_change = true;
                 reinvoke.extend(previously.iter().cloned());
             }
@@ -406,26 +472,46 @@ fn patch(name: &str, response: &Value, object: Option<&mut Value>) -> Result<boo
     Ok(*object != before)
 }
 
-async fn validate(cs: &ClusterState, call: &Call, warnings: &mut Vec<String>) -> ApiResult<()> {
+async fn validate(
+    cs: &ClusterState,
+    call: &Call,
+    warnings: &mut Vec<String>,
+    audit: &mut Vec<(String, String)>,
+) -> ApiResult<()> {
     let mut selected = Vec::new();
     for (_, h) in ordered(call) {
         if should_call(&h, call, call.object.as_ref())? {
-            selected.push(h);
+            // matchPolicy Equivalent: the objects at the webhook's version.
+            let (at, object, old) = match equivalent::version_for(&h, call) {
+                Some(v) => {
+                    let to = equivalent::resource_at(cs, call, &v)?;
+                    let object = match &call.object {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, &to, o).await?),
+                        None => None,
+                    };
+                    let old = match &call.old {
+                        Some(o) => Some(equivalent::convert(cs, &call.res, &to, o).await?),
+                        None => None,
+                    };
+                    (Some(to), object, old)
+                }
+                None => (None, call.object.clone(), call.old.clone()),
+            };
+            selected.push((h, at, object, old));
         }
     }
     // All at once, as the validating dispatcher's goroutines.
-    let answers = futures::future::join_all(
-        selected
-            .iter()
-            .map(|h| call_hook(cs, h, call, call.object.as_ref())),
-    )
+    let answers = futures::future::join_all(selected.iter().map(|(h, at, object, old)| {
+        call_hook(cs, h, call, object.as_ref(), old.as_ref(), at.as_deref())
+    }))
     .await;
     let mut first: Option<ApiError> = None;
-    for (h, answer) in selected.iter().zip(answers) {
+    for ((h, ..), answer) in selected.iter().zip(answers) {
         let name = s(h, "name").unwrap_or_default();
         let err = match answer {
             Ok(response) => {
                 warnings_of(&response, warnings);
+                audit_of(name, &response, audit);
                 if response.get("allowed").and_then(Value::as_bool) == Some(true) {
                     continue;
                 }

@@ -33,7 +33,9 @@
 
 mod client;
 mod config;
+pub(crate) mod conversion;
 mod dispatch;
+mod equivalent;
 
 use std::sync::Arc;
 
@@ -61,7 +63,7 @@ const RETRY: &str = "kube-sim:webhook-retry";
 /// Where a write is in its admission passes (see the module docs).
 #[derive(Debug, Clone, Default)]
 pub enum Pass {
-    /// No webhooks: in-process helpers, `/scale` and the API server's own
+    /// No webhooks: in-process helpers and the API server's own
     /// writes (garbage collection, namespace contents).
     #[default]
     Off,
@@ -79,6 +81,12 @@ pub struct Carry {
     mutated: Option<Value>,
     /// The object the validating webhooks admitted (stored version).
     validated: Option<Value>,
+    /// The live object converted to the request's version by a CRD's
+    /// conversion webhook, with the resourceVersion it was converted at.
+    live_view: Option<(Option<String>, Value)>,
+    /// The object to store converted to the storage version, with the
+    /// resourceVersion of the live object it replaces.
+    stored_form: Option<(Option<String>, Value)>,
 }
 
 impl Pass {
@@ -121,6 +129,9 @@ pub(crate) struct Call {
     pub namespace_obj: Option<Value>,
     /// Versions the resource is served at (`matchPolicy: Equivalent`).
     pub versions: Vec<String>,
+    /// `kind` and `requestKind` when they are not the resource's: a
+    /// `/scale` write is admitted as an autoscaling/v1 Scale.
+    pub kind: Option<Value>,
 }
 
 /// One admission point of a write.
@@ -135,6 +146,10 @@ pub(crate) struct Point<'a> {
     pub dry_run: bool,
     pub user: Option<&'a crate::auth::UserInfo>,
     pub pass: &'a Pass,
+    /// A `/scale` write: the webhooks see autoscaling/v1 Scales (the old
+    /// one made from `old` with these paths; the object is the Scale the
+    /// write asks for).
+    pub scale: Option<&'a crate::resources::ScalePaths>,
 }
 
 fn suspend() -> ApiError {
@@ -220,7 +235,13 @@ fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Ca
         name: p.name.to_string(),
         subresource: p.subresource.unwrap_or_default().to_string(),
         object: None,
-        old: p.old.map(|o| served(p.res, o)),
+        old: p.old.map(|o| {
+            let o = served(p.res, o);
+            match p.scale {
+                Some(paths) => crate::scale::to_scale(paths, &o),
+                None => o,
+            }
+        }),
         old_rv: rv(p.old),
         stored: None,
         dry_run: p.dry_run,
@@ -228,6 +249,9 @@ fn capture(inner: &Inner, p: &Point<'_>, stage: Stage, table: &str) -> Option<Ca
         configs,
         namespace_obj,
         versions: versions(),
+        kind: p
+            .scale
+            .map(|_| serde_json::json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})),
     })
 }
 
@@ -284,7 +308,11 @@ pub(crate) fn validation_point(
         return Ok(());
     }
     if let Some(mut call) = capture(inner, p, Stage::Validating, VALIDATING) {
-        call.object = obj.as_deref().map(|o| served(p.res, o));
+        call.object = obj.as_deref().map(|o| match p.scale {
+            // The Scale the write asks for, as it is.
+            Some(_) => o.clone(),
+            None => served(p.res, o),
+        });
         call.stored = obj.map(|o| o.clone());
         *inner.suspended.borrow_mut() = Some(call);
         return Err(suspend());
@@ -318,19 +346,32 @@ pub(crate) async fn drive<T>(
         let mut warnings: Vec<String> = Vec::new();
         loop {
             let pass = Pass::Run(Box::new(carry.clone()));
-            let (out, w, call) = cs.store.write(|i| {
+            let (out, w, call, converting) = cs.store.write(|i| {
                 let out = write(i, pass);
-                (out, i.warnings.take(), i.suspended.take())
+                (
+                    out,
+                    i.warnings.take(),
+                    i.suspended.take(),
+                    i.converting.take(),
+                )
             });
             add(&mut warnings, w);
             match out {
                 Ok(t) => return Ok((t, warnings)),
                 Err(e) if e.reason == RETRY => break,
+                Err(e) if e.reason == conversion::CONVERT => {
+                    let r = converting.ok_or_else(|| ApiError::internal("lost conversion"))?;
+                    if let Err(e) = conversion::run(cs, r, &mut carry).await {
+                        return failed(e, warnings);
+                    }
+                }
                 Err(e) if e.reason == SUSPEND => {
                     let call = call.ok_or_else(|| ApiError::internal("lost webhook call"))?;
                     let mut w = Vec::new();
-                    let object = dispatch::run(cs, &call, &mut w).await;
+                    let mut audit = Vec::new();
+                    let object = dispatch::run(cs, &call, &mut w, &mut audit).await;
                     add(&mut warnings, w);
+                    record_audit(cs, &call, audit);
                     let object = match object {
                         Ok(o) => o,
                         Err(e) => return failed(e, warnings),
@@ -352,6 +393,32 @@ pub(crate) async fn drive<T>(
         "Conflict",
         "Operation cannot be fulfilled: the object has been modified; please apply your changes to the latest version and try again",
     ))
+}
+
+/// Records the webhooks' `auditAnnotations` of one call where kube-sim
+/// keeps admission audit annotations (`SimCluster::admission_audit`), as
+/// the server adds them to the request's audit event.
+fn record_audit(cs: &crate::server::ClusterState, call: &Call, annotations: Vec<(String, String)>) {
+    if annotations.is_empty() {
+        return;
+    }
+    let record = crate::admission::AuditRecord {
+        operation: call.operation.into(),
+        resource: format!(
+            "{}/{}/{}",
+            call.res.group, call.res.version, call.res.plural
+        ),
+        namespace: call.namespace.clone(),
+        name: call.name.clone(),
+        annotations,
+    };
+    cs.store.write(|i| {
+        let mut log = i.admission_audit.borrow_mut();
+        if log.len() >= 10_000 {
+            log.pop_front();
+        }
+        log.push_back(record);
+    });
 }
 
 /// DELETE of a collection with webhooks registered: each listed item is
