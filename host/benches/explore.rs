@@ -3,8 +3,10 @@
 //! the TypeScript and Python ports), printed as tables.
 //!
 //! `cargo bench -p rekon-host --bench explore` after `make plugins
-//! test-plugins sdk-plugins` (a missing component is a row saying so).
-//! Each row is one `explore` with the default seed and a 60 s budget.
+//! test-plugins sdk-plugins` (a missing component is a row saying so);
+//! `-- seeds` runs the seeds' table alone. Each row is one `explore` with
+//! the default seed and a 60 s budget (scenario-free: at most 40 plans,
+//! 300 s).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -61,6 +63,17 @@ fn ms(d: Option<Duration>) -> String {
 }
 
 fn main() {
+    // `cargo bench -p rekon-host --bench explore -- seeds`: the seeds and
+    // their ports alone.
+    if std::env::args().skip(1).any(|a| a == "seeds") {
+        seeds();
+        return;
+    }
+    zoo();
+    seeds();
+}
+
+fn zoo() {
     let zoo = root().join("dist/test-plugins/zoo.wasm");
     println!("## The bug zoo (tests/zoo): found, and quiet when fixed\n");
     println!(
@@ -206,12 +219,16 @@ fn main() {
             Err(e) => println!("| {name} | {e} | | | | |"),
         }
     }
+}
 
-    println!("\n## The seeds and their ports (each on its seed's scenario)\n");
+fn seeds() {
     println!(
-        "| plugin | language | scenario clusters | plans | plans/s | findings | reference + plans |"
+        "\n## The seeds and their ports: on the seed's scenario, and without one (at most 40 plans)\n"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!(
+        "| plugin | language | mode | steps | plans | plans/s | findings | first finding | refused inputs | reference + plans |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let seeds = [
         (
             "test-fanout",
@@ -238,18 +255,51 @@ fn main() {
             "plugins/nodepool/explore/scenario.yaml",
         ),
     ];
+    // Per language, both modes: plans and plans' time summed.
+    let mut per_language: Vec<(String, &str, usize, Duration)> = Vec::new();
     for (name, lang, file, scenario) in seeds {
         let scenario = root().join(scenario);
-        let clusters = rekon::explore::Scenario::load(&scenario).map_or(0, |s| s.clusters.len());
-        match run(&root().join(file), &scenario, None) {
-            Ok((r, took)) => println!(
-                "| {name} | {lang} | {clusters} | {} | {:.0} | {} | {:.1} s |",
-                r.plans_run,
-                r.plans_per_second(),
-                r.findings.len(),
-                took.as_secs_f64()
-            ),
-            Err(e) => println!("| {name} | {lang} | {clusters} | {e} | | | |"),
+        for mode in ["scenario", "scenario-free"] {
+            let result = if mode == "scenario" {
+                run(&root().join(file), &scenario, None)
+            } else {
+                run_with(&root().join(file), None, None, Duration::from_secs(300))
+            };
+            match result {
+                Ok((r, took)) => {
+                    println!(
+                        "| {name} | {lang} | {mode} | {} | {} | {:.1} | {} | {} | {} | {:.1} s |",
+                        r.steps.len(),
+                        r.plans_run,
+                        r.plans_per_second(),
+                        r.findings.len(),
+                        ms(r.time_to_first_finding),
+                        r.refused_inputs.len(),
+                        took.as_secs_f64()
+                    );
+                    match per_language
+                        .iter_mut()
+                        .find(|(l, m, _, _)| l == lang && *m == mode)
+                    {
+                        Some(entry) => {
+                            entry.2 += r.plans_run;
+                            entry.3 += r.plans_elapsed;
+                        }
+                        None => {
+                            per_language.push((lang.to_owned(), mode, r.plans_run, r.plans_elapsed))
+                        }
+                    }
+                }
+                Err(e) => println!("| {name} | {lang} | {mode} | {e} | | | | | | |"),
+            }
         }
+    }
+    println!("\n| language | mode | plans | plans/s |");
+    println!("|---|---|---|---|");
+    for (lang, mode, plans, elapsed) in &per_language {
+        println!(
+            "| {lang} | {mode} | {plans} | {:.1} |",
+            *plans as f64 / elapsed.as_secs_f64().max(f64::EPSILON)
+        );
     }
 }

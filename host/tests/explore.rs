@@ -13,6 +13,9 @@ use std::time::Duration;
 use rekon::change::record::read_case;
 use rekon::explore::{ExploreOptions, Report, explore};
 
+mod explore_support;
+use explore_support::render_page;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -380,57 +383,6 @@ fn the_command_exits_0_1_or_2_and_names_the_bad_step_and_field() {
 // findings, strategies and counts as `--json`, marks the faulted reconcile,
 // and every link it has points at a file written beside it.
 
-/// The page as the browser's DOM after rendering, and a screenshot of it.
-fn render_page(page: &Path, screenshot: &Path) -> String {
-    let chromium = ["chromium", "/usr/bin/chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| {
-            Command::new(c)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-        .expect("Debian's chromium is installed (scripts/setup.sh installs it)");
-    let profile = tempfile::tempdir().expect("temp dir");
-    let common = |cmd: &mut Command| {
-        cmd.args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--disable-dev-shm-usage",
-        ])
-        .arg(format!("--user-data-dir={}", profile.path().display()));
-    };
-    let url = format!("file://{}", page.display());
-    let mut dump = Command::new(chromium);
-    common(&mut dump);
-    let dom = dump
-        .arg("--dump-dom")
-        .arg(&url)
-        .output()
-        .expect("run chromium");
-    assert!(
-        dom.status.success(),
-        "chromium --dump-dom failed: {}",
-        String::from_utf8_lossy(&dom.stderr)
-    );
-    let mut shot = Command::new(chromium);
-    common(&mut shot);
-    let out = shot
-        .arg(format!("--screenshot={}", screenshot.display()))
-        .arg("--window-size=1280,2000")
-        .arg(&url)
-        .output()
-        .expect("run chromium");
-    assert!(
-        out.status.success(),
-        "chromium --screenshot failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(dom.stdout).expect("utf-8 DOM")
-}
-
 #[test]
 fn the_html_report_renders_and_says_what_the_json_says() {
     let tmp = tempfile::tempdir().expect("temp dir");
@@ -486,27 +438,6 @@ fn the_html_report_renders_and_says_what_the_json_says() {
         dom.contains("class=\"fault\""),
         "no faulted reconcile marked"
     );
-    // Every strategy count of --json is in the table.
-    for (strategy, counts) in json["strategies"].as_object().expect("strategies") {
-        for (count, value) in counts.as_object().expect("counts") {
-            let cell = format!(
-                "data-strategy=\"{strategy}\" data-count=\"{count}\">{}<",
-                value.as_u64().expect("a number")
-            );
-            assert!(dom.contains(&cell), "missing {cell}");
-        }
-    }
-    assert!(dom.contains(&format!(
-        "<td id=\"plans-run\">{}</td>",
-        json["plansRun"].as_u64().unwrap()
-    )));
-    // Every link leads to a file or folder written beside the page.
-    let mut links = 0;
-    for part in dom.split("href=\"").skip(1) {
-        let href = part.split('"').next().unwrap();
-        let target = out.join(href.trim_end_matches('/'));
-        assert!(target.exists(), "link {href} leads nowhere");
-        links += 1;
-    }
+    let links = explore_support::assert_page_says_what_the_json_says(&dom, &json, &out);
     assert!(links >= 2 * findings.len(), "{links} links");
 }

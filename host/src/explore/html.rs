@@ -197,6 +197,15 @@ fn steps_list(page: &mut String, report: &Report) {
         );
     }
     page.push_str("</ol>\n");
+    if !report.refused_inputs.is_empty() {
+        page.push_str(
+            "<p>Generated inputs the API server refused, left out of every run:</p>\n<ul id=\"refused\">",
+        );
+        for r in &report.refused_inputs {
+            let _ = write!(page, "<li>{}</li>", esc(r));
+        }
+        page.push_str("</ul>\n");
+    }
 }
 
 fn finding_section(page: &mut String, i: usize, f: &Finding, out: &Path) {

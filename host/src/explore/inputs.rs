@@ -280,6 +280,8 @@ pub fn judge(
                 resources: runner.resources.clone(),
                 checkpoints: BTreeSet::new(),
                 determinism: false,
+                // The inputs are the versions the scenario's run accepted.
+                refusable: BTreeSet::new(),
             }
         })
         .collect();

@@ -89,6 +89,9 @@ pub struct Report {
     /// How many of them were generated (the last ones; all of them
     /// without `--scenario`).
     pub generated_steps: usize,
+    /// Generated inputs the API server refused, left out of every run
+    /// (`step: refused by the API server: message`).
+    pub refused_inputs: Vec<String>,
     /// The fault-free oracles' checks.
     pub oracles: BTreeMap<String, OracleCount>,
     /// Reconciles in the reference run.
@@ -133,6 +136,7 @@ impl Report {
                 .map(super::scenario::Step::label)
                 .collect(),
             generated_steps: 0,
+            refused_inputs: Vec::new(),
             oracles: [super::inputs::CONSISTENCY, super::inputs::DIFFERENTIAL]
                 .iter()
                 .map(|o| ((*o).to_owned(), OracleCount::default()))
@@ -182,6 +186,7 @@ impl Report {
             "seed": self.seed,
             "steps": self.steps,
             "generatedSteps": self.generated_steps,
+            "refusedInputs": self.refused_inputs,
             "reference": {"reconciles": self.reference_reconciles},
             "oracles": self.oracles.iter().map(|(k, v)| (k.clone(), json!({
                 "checked": v.checked, "findings": v.findings,
@@ -264,6 +269,16 @@ impl Report {
             );
             for (i, label) in self.steps.iter().enumerate().skip(from) {
                 let _ = writeln!(out, "  {:>3}. {label}", i + 1);
+            }
+        }
+        if !self.refused_inputs.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n{} generated input(s) refused, left out of every run:",
+                self.refused_inputs.len()
+            );
+            for r in &self.refused_inputs {
+                let _ = writeln!(out, "  - {r}");
             }
         }
         for e in &self.errors {

@@ -67,6 +67,9 @@ pub struct RunOutcome {
     /// The state after each settle of [`Runner::checkpoints`] that
     /// quiesced (fault-free runs only), with how many reconciles had run.
     pub snapshots: BTreeMap<usize, Snapshot>,
+    /// Steps of [`Runner::refusable`] whose write the API server refused
+    /// (422, 403), with its message: skipped, the run went on.
+    pub refused: BTreeMap<usize, String>,
 }
 
 /// What the clusters held after one settle.
@@ -95,6 +98,12 @@ pub struct Runner {
     /// the same reads (the reference does; a run of the fault-free oracles
     /// need not do it again).
     pub determinism: bool,
+    /// Steps (indices) whose write the API server may refuse without
+    /// failing the run: generated inputs, which the generator cannot
+    /// always know to be acceptable (a CRD rule it cannot read). A refused
+    /// one is skipped and reported in [`RunOutcome::refused`]; a refused
+    /// hand-written step fails the run.
+    pub refusable: BTreeSet<usize>,
 }
 
 impl Runner {
@@ -118,6 +127,7 @@ impl Runner {
         let mut fired = false;
         let mut applied_on_terminating = BTreeSet::new();
         let mut snapshots = BTreeMap::new();
+        let mut refused = BTreeMap::new();
         let held = match fault {
             Some(Fault::Unobserved { from, to }) => Some((*from, *to)),
             _ => None,
@@ -188,10 +198,18 @@ impl Runner {
                         unreachable: Some(why),
                         applied_on_terminating,
                         snapshots: BTreeMap::new(),
+                        refused,
                     });
                 }
-                if world.perform(i, step, fault.is_none()).await? {
-                    applied_on_terminating.insert(i);
+                match world.perform(i, step, fault.is_none()).await {
+                    Ok(true) => {
+                        applied_on_terminating.insert(i);
+                    }
+                    Ok(false) => {}
+                    Err(WorldError::Refused { message, .. }) if self.refusable.contains(&i) => {
+                        refused.insert(i, message);
+                    }
+                    Err(e) => return Err(e),
                 }
             }
             if held.is_some_and(|(_, to)| to == i) {
@@ -249,6 +267,7 @@ impl Runner {
             unreachable: None,
             applied_on_terminating,
             snapshots,
+            refused,
         })
     }
 }

@@ -23,6 +23,28 @@ use crate::writer::{Writer, WriterConfig};
 use super::scenario::{Scenario, Step, Target};
 use super::wire::{Switchboard, Wire};
 
+/// Why a scenario's apply failed.
+enum ApplyError {
+    /// Refused as invalid or forbidden (422, 403): the API server's message.
+    Refused(String),
+    /// Anything else.
+    Failed(String),
+}
+
+impl From<String> for ApplyError {
+    fn from(message: String) -> Self {
+        Self::Failed(message)
+    }
+}
+
+impl From<ApplyError> for String {
+    fn from(e: ApplyError) -> Self {
+        match e {
+            ApplyError::Refused(m) | ApplyError::Failed(m) => m,
+        }
+    }
+}
+
 /// The field manager of the scenario's own writes.
 pub const SCENARIO_MANAGER: &str = "explore-scenario";
 
@@ -47,6 +69,20 @@ pub enum WorldError {
         /// The API server's answer.
         message: String,
     },
+    /// The API server refused a step's write as invalid (422) or
+    /// forbidden (403): an input the system does not accept (a CRD's
+    /// transition rule, a value out of its schema), not a failure of the
+    /// plugin. A generated step refused so is left out of the campaign
+    /// ([`super::run::RunOutcome::refused`]).
+    #[error("step {step} ({label}) refused by the API server: {message}")]
+    Refused {
+        /// The step, from 1.
+        step: usize,
+        /// Its label.
+        label: String,
+        /// The API server's message.
+        message: String,
+    },
 }
 
 impl WorldError {
@@ -56,6 +92,7 @@ impl WorldError {
         match self {
             Self::Engage { .. } => "EngageFailed",
             Self::Step { .. } => "StepFailed",
+            Self::Refused { .. } => "StepRefused",
         }
     }
 }
@@ -154,13 +191,13 @@ impl World {
                 world
                     .apply(name, crd, false)
                     .await
-                    .map_err(|message| WorldError::Step {
+                    .map_err(|e| WorldError::Step {
                         step: 0,
                         label: format!(
                             "install CRD {}",
                             crd["metadata"]["name"].as_str().unwrap_or("?")
                         ),
-                        message,
+                        message: e.into(),
                     })?;
             }
         }
@@ -236,7 +273,7 @@ impl World {
     /// Server-side applies `object` (or its status) as the scenario.
     /// Applies `object`; whether the object answered is terminating (the
     /// apply updated an object being deleted rather than making a new one).
-    async fn apply(&self, cluster: &str, object: &Value, status: bool) -> Result<bool, String> {
+    async fn apply(&self, cluster: &str, object: &Value, status: bool) -> Result<bool, ApplyError> {
         let (api, name) = self.api(cluster, object).await?;
         let pp = PatchParams::apply(SCENARIO_MANAGER).force();
         let result = if status {
@@ -246,7 +283,12 @@ impl World {
         };
         result
             .map(|o| o.metadata.deletion_timestamp.is_some())
-            .map_err(|e| e.to_string())
+            .map_err(|e| match e {
+                kube::Error::Api(s) if matches!(s.code, 403 | 422) => {
+                    ApplyError::Refused(s.message)
+                }
+                e => ApplyError::Failed(e.to_string()),
+            })
     }
 
     /// Whether `object` exists in `cluster` and is being deleted (held by
@@ -313,7 +355,14 @@ impl World {
                 for o in objects {
                     match self.apply(cluster, o, status).await {
                         Ok(terminating) => on_terminating |= terminating,
-                        Err(e) => err(e)?,
+                        Err(ApplyError::Refused(message)) => {
+                            return Err(WorldError::Refused {
+                                step: index + 1,
+                                label: step.label(),
+                                message,
+                            });
+                        }
+                        Err(ApplyError::Failed(e)) => err(e)?,
                     }
                 }
                 return Ok(on_terminating);

@@ -110,6 +110,21 @@ pub const DEFAULT_HANDLER: &str = "runc";
 /// The taint effects Kubernetes accepts.
 pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
+/// Gives the CRD's `spec.taints[].effect` the enum of [`TAINT_EFFECTS`]:
+/// k8s-openapi's `Taint` schema has none (Kubernetes validates the effect
+/// in code), so without it the API server would accept a pool whose taint
+/// no node can carry.
+fn taint_effect_enum(schema: &mut schemars::Schema) {
+    if let Some(effect) = schema
+        .get_mut("items")
+        .and_then(|items| items.get_mut("properties"))
+        .and_then(|props| props.get_mut("effect"))
+        .and_then(Value::as_object_mut)
+    {
+        effect.insert("enum".into(), json!(TAINT_EFFECTS));
+    }
+}
+
 /// A pool of nodes: labels and taints for its nodes, a RuntimeClass for its pods.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -128,6 +143,7 @@ pub struct NodePoolSpec {
     pub labels: BTreeMap<String, String>,
     /// Taints every node of the pool carries (tolerated by the RuntimeClass).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(transform = taint_effect_enum)]
     pub taints: Vec<Taint>,
     /// The RuntimeClass handler; `runc` when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -191,6 +191,17 @@ fn registration_declares_crd_watches_and_finalizer() {
     assert_eq!(spec["labels"]["type"], "object");
     assert_eq!(spec["handler"]["type"], "string");
     let taint = &spec["taints"]["items"]["properties"];
+    assert_eq!(
+        taint["effect"]["enum"],
+        serde_json::json!(["NoSchedule", "PreferNoSchedule", "NoExecute"])
+    );
+    // The Python port registers the same CRD (its copy, crd.json).
+    let port: serde_json::Value = serde_json::from_str(include_str!("../../nodepool-py/crd.json"))
+        .expect("plugins/nodepool-py/crd.json");
+    assert_eq!(
+        port, *crd,
+        "plugins/nodepool-py/crd.json is not the seed's CRD: refresh it"
+    );
     for field in ["key", "value", "effect"] {
         assert_eq!(
             taint[field]["type"], "string",

@@ -25,6 +25,11 @@
 //!   reference. In other clusters the namespace is created first. Both are
 //!   *create-if-absent*: an existing Job (its `spec.template` is immutable)
 //!   is never rewritten, so reconciling again is harmless.
+//! - **One run.** A Test's spec is immutable: the CRD carries the
+//!   transition rule [`SPEC_IMMUTABLE_RULE`] on `spec`, so the API server
+//!   refuses an edit ([`SPEC_IMMUTABLE_MESSAGE`]); a new image is a new
+//!   Test (delete and re-create). The Jobs, made once, never disagree with
+//!   their Test.
 //! - **Status.** `phase` is `running` until a Job of the Test has completed
 //!   (condition `Complete=True` or a `completionTime`) in any cluster, then
 //!   `finished` for good (with `finishedCluster` and `finishedAt`).
@@ -86,6 +91,12 @@ pub fn owner_labels() -> OwnerLabels {
     OwnerLabels::new(OWNER_CLUSTER, OWNER_NAMESPACE, OWNER_NAME)
 }
 
+/// The CRD's transition rule on `spec`: a Test's spec cannot change.
+pub const SPEC_IMMUTABLE_RULE: &str = "self == oldSelf";
+/// What the API server answers an edit of a Test's spec with.
+pub const SPEC_IMMUTABLE_MESSAGE: &str =
+    "a Test's spec is immutable: delete the Test and create it again";
+
 /// A test run: one Job per cluster, finished when any of them completes.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[kube(
@@ -98,6 +109,9 @@ pub fn owner_labels() -> OwnerLabels {
     printcolumn = r#"{"name":"Image","type":"string","jsonPath":".spec.image","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+// A Test is one run: its spec is immutable, as the API server enforces (a
+// Job's pod template cannot change either, and the Jobs are made once).
+#[schemars(extend("x-kubernetes-validations" = [{"rule": SPEC_IMMUTABLE_RULE, "message": SPEC_IMMUTABLE_MESSAGE}]))]
 pub struct TestSpec {
     /// The container image every Job runs.
     pub image: String,

@@ -6,7 +6,10 @@ use k8s_openapi::api::core::v1::Namespace;
 use rekon_sdk::prelude::*;
 use rekon_sdk::testkit::World;
 use serde_json::{Value, json};
-use test_fanout::{FINALIZER, JobState, Phase, Test, TestFanout, TestSpec, TestStatus};
+use test_fanout::{
+    FINALIZER, JobState, Phase, SPEC_IMMUTABLE_MESSAGE, SPEC_IMMUTABLE_RULE, Test, TestFanout,
+    TestSpec, TestStatus,
+};
 
 const NS: &str = "team-a";
 const NAME: &str = "t1";
@@ -124,7 +127,21 @@ fn registration_declares_crd_watches_and_finalizer() {
     );
     let image = &v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["image"];
     assert_eq!(image["type"], "string");
+    // A Test is one run: the API server refuses an edit of its spec.
+    let rules = &v1["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"];
+    assert_eq!(
+        *rules,
+        serde_json::json!([{"rule": SPEC_IMMUTABLE_RULE, "message": SPEC_IMMUTABLE_MESSAGE}])
+    );
     assert_eq!(serde_json::to_value(Test::crd()).unwrap(), *crd);
+    // The TypeScript port registers the same CRD (its copy, crd.json).
+    let port: serde_json::Value =
+        serde_json::from_str(include_str!("../../test-fanout-ts/crd.json"))
+            .expect("plugins/test-fanout-ts/crd.json");
+    assert_eq!(
+        port, *crd,
+        "plugins/test-fanout-ts/crd.json is not the seed's CRD: refresh it"
+    );
 }
 
 #[test]

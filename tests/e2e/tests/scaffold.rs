@@ -115,22 +115,29 @@ async fn a_scaffolded_plugin_builds_out_of_tree_and_reconciles() {
             assert!(inspected.contains(&format!("name: {webhook}")), "{inspected}");
         }
 
-        // 4. The README's explore step: its own scenario, no finding.
-        let explored = std::process::Command::new(&paths.rekon)
-            .args(["plugin", "explore"])
-            .arg(&component)
-            .args(["--scenario", "explore/scenario.yaml", "--budget", "120", "--out"])
-            .arg(crate_dir.join("explore-out"))
-            .current_dir(&crate_dir)
-            .output()
-            .expect("rekon runs");
-        assert!(
-            explored.status.success(),
-            "rekon plugin explore of the scaffold exited {:?}:\n{}{}",
-            explored.status.code(),
-            String::from_utf8_lossy(&explored.stdout),
-            String::from_utf8_lossy(&explored.stderr)
-        );
+        // 4. The README's explore steps: without a scenario (inputs
+        // generated from the registration) and with its own, no finding.
+        for args in [
+            &["--max-plans", "40", "--budget", "600"][..],
+            &["--scenario", "explore/scenario.yaml", "--budget", "120"][..],
+        ] {
+            let explored = std::process::Command::new(&paths.rekon)
+                .args(["plugin", "explore"])
+                .arg(&component)
+                .args(args)
+                .arg("--out")
+                .arg(crate_dir.join("explore-out"))
+                .current_dir(&crate_dir)
+                .output()
+                .expect("rekon runs");
+            assert!(
+                explored.status.success(),
+                "rekon plugin explore {args:?} of the scaffold exited {:?}:\n{}{}",
+                explored.status.code(),
+                String::from_utf8_lossy(&explored.stdout),
+                String::from_utf8_lossy(&explored.stderr)
+            );
+        }
 
         // 5. Loaded into a running host, it reconciles.
         let env = Env::start(EnvOptions {

@@ -110,32 +110,40 @@ fn inspect(paths: &Paths, wasm: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The README's last step: `rekon plugin explore` with the scaffold's own
-/// scenario finds nothing in the generated plugin.
+/// The README's last steps: `rekon plugin explore` without a scenario
+/// (inputs generated from the registration and the CRD, `--max-plans 40`)
+/// and with the scaffold's own scenario find nothing in the generated
+/// plugin.
 fn explore(paths: &Paths, project: &Path, wasm: &Path) {
-    let out = Command::new(&paths.rekon)
-        .args(["plugin", "explore"])
-        .arg(wasm)
-        .args([
-            "--scenario",
-            "explore/scenario.yaml",
-            "--budget",
-            "120",
-            "--out",
-        ])
-        .arg(project.join("explore-out"))
-        .current_dir(project)
-        .output()
-        .expect("rekon runs");
-    assert!(
-        out.status.success(),
-        "explore of {} exited {:?}:\n{}{}",
-        wasm.display(),
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("no finding"));
+    for scenario in [false, true] {
+        let mut cmd = Command::new(&paths.rekon);
+        cmd.args(["plugin", "explore"]).arg(wasm);
+        if scenario {
+            cmd.args(["--scenario", "explore/scenario.yaml", "--budget", "120"]);
+        } else {
+            cmd.args(["--max-plans", "40", "--budget", "600"]);
+        }
+        let out = cmd
+            .arg("--out")
+            .arg(project.join("explore-out"))
+            .current_dir(project)
+            .output()
+            .expect("rekon runs");
+        assert!(
+            out.status.success(),
+            "explore of {} (scenario: {scenario}) exited {:?}:\n{}{}",
+            wasm.display(),
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("no finding"), "{text}");
+        if !scenario {
+            assert!(text.contains("generated step(s)"), "{text}");
+            assert!(project.join("explore-out/scenario.yaml").is_file());
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -241,6 +241,18 @@ mod tests {
             Some("install-links=true")
         );
         assert!(ts.join("src/component.ts").is_file() && ts.join("test/plugin.test.ts").is_file());
+        // Exploring without a scenario is one npm script away.
+        let scripts: serde_json::Value = serde_json::from_str(&package).unwrap();
+        assert_eq!(
+            scripts["scripts"]["explore"],
+            "rekon plugin explore dist/cm_ts.wasm --max-plans 40 --out explore-out"
+        );
+        assert!(
+            scripts["scripts"]["explore:scenario"]
+                .as_str()
+                .is_some_and(|s| s.contains("--scenario explore/scenario.yaml")),
+            "{package}"
+        );
         let py = Scaffold::new("pool-py", SdkSource::Path("/rekon/sdk/python".into()))
             .lang(Lang::Python)
             .primary("widgets.example.com/v1/Widget")
@@ -253,6 +265,22 @@ mod tests {
             "{pyproject}"
         );
         assert!(py.join("pool_py.py").is_file() && py.join("crd.json").is_file());
+        // Every README shows exploring without a scenario.
+        let rust = Scaffold::new("cm-rs", SdkSource::Path("/rekon/guest-sdk".into()))
+            .write(dir.path())
+            .unwrap();
+        for (project, wasm) in [
+            (&rust, "target/wasm32-wasip2/release/cm_rs.wasm"),
+            (&ts, "dist/cm_ts.wasm"),
+            (&py, "dist/pool_py.wasm"),
+        ] {
+            let readme = std::fs::read_to_string(project.join("README.md")).unwrap();
+            let free = format!("rekon plugin explore {wasm} --max-plans 40");
+            assert!(
+                readme.contains(&free) || readme.contains("npm run explore "),
+                "{readme}"
+            );
+        }
         let git =
             Scaffold::new("x", SdkSource::Git("https://example.com/r".into())).lang(Lang::Python);
         assert!(matches!(git.write(dir.path()), Err(ScaffoldError::Sdk(_))));

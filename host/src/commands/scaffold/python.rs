@@ -180,9 +180,13 @@ pip install -e .                             # rekon_sdk from {sdk}, componentiz
 pytest                                       # native, with the SDK's test kit
 rekon-py-build {module} -o {wasm}    # -> {wasm}
 rekon plugin inspect {wasm}
-rekon plugin explore {wasm}                    # no scenario: inputs generated from its schema
-rekon plugin explore {wasm} --scenario explore/scenario.yaml   # its bugs under faults
+rekon plugin explore {wasm} --max-plans 40 --out explore-out   # no scenario: inputs generated from its schema
+rekon plugin explore {wasm} --scenario explore/scenario.yaml --out explore-out   # its bugs under faults
 ```
+
+Both write `explore-out/report.html` (and, without a scenario, the
+scenario they generated: `explore-out/scenario.yaml`, replayable with
+`--scenario`); `--max-plans` keeps a campaign the same size on any machine.
 
 Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
 
@@ -198,7 +202,7 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
             ("explore/scenario.yaml".to_owned(), self.scenario_yaml()),
             (
                 ".gitignore".to_owned(),
-                "dist/\n__pycache__/\n*.egg-info/\n".to_owned(),
+                "dist/\n__pycache__/\n*.egg-info/\nexplore-out/\n".to_owned(),
             ),
         ];
         if p.builtin.is_none() {

@@ -19,7 +19,7 @@ pub(super) fn files(project: &Project, sdk: &str) -> Vec<(&'static str, String)>
         ("tests/reconcile.rs", project.test_rs()),
         ("README.md", project.readme()),
         ("explore/scenario.yaml", project.scenario_yaml()),
-        (".gitignore", "/target\n".to_owned()),
+        (".gitignore", "/target\n/explore-out\n".to_owned()),
     ];
     if project.admission {
         files.push(("tests/admission.rs", project.admission_test_rs()));
@@ -254,9 +254,13 @@ rustup target add wasm32-wasip2                  # once: the component target
 cargo test                                       # native, with the SDK's test kit
 cargo build --target wasm32-wasip2 --release     # -> {file}
 rekon plugin inspect {file}
-rekon plugin explore {file}                    # no scenario: inputs generated from its schema
-rekon plugin explore {file} --scenario explore/scenario.yaml   # its bugs under faults
+rekon plugin explore {file} --max-plans 40 --out explore-out   # no scenario: inputs generated from its schema
+rekon plugin explore {file} --scenario explore/scenario.yaml --out explore-out   # its bugs under faults
 ```
+
+Both write `explore-out/report.html` (and, without a scenario, the
+scenario they generated: `explore-out/scenario.yaml`, replayable with
+`--scenario`); `--max-plans` keeps a campaign the same size on any machine.
 
 Then copy `{file}` into the directory `rekon run --plugins DIR` watches; the
 host loads it (and reloads it when the file changes). `rekon plugin plan

@@ -52,7 +52,11 @@ impl Project {
             "name": self.name, "version": "0.1.0", "private": true, "type": "module",
             "scripts": {
                 "test": "tsc --noEmit && node --import tsx --test test/*.test.ts",
-                "build": format!("rekon-build src/component.ts -o {wasm} --wit {}", sdk.join("wit").display())
+                "build": format!("rekon-build src/component.ts -o {wasm} --wit {}", sdk.join("wit").display()),
+                // Scenario-free: inputs generated from the registration and
+                // the CRD; bounded by count, the same plans on any machine.
+                "explore": format!("rekon plugin explore {wasm} --max-plans 40 --out explore-out"),
+                "explore:scenario": format!("rekon plugin explore {wasm} --scenario explore/scenario.yaml --out explore-out")
             },
             "dependencies": {"@rekon/sdk": format!("file:{}", sdk.display())},
             "devDependencies": {
@@ -134,9 +138,14 @@ npm install                          # @rekon/sdk copied from {sdk} (.npmrc: ins
 npm test                             # native, with the SDK's test kit (node --test)
 npm run build                        # -> {wasm}, on QuickJS
 rekon plugin inspect {wasm}
-rekon plugin explore {wasm}                    # no scenario: inputs generated from its schema
-rekon plugin explore {wasm} --scenario explore/scenario.yaml   # its bugs under faults
+npm run explore                      # rekon plugin explore {wasm}, no scenario: inputs generated from its schema
+npm run explore:scenario             # ... --scenario explore/scenario.yaml: its bugs under faults
 ```
+
+Both write `explore-out/report.html` (and, without a scenario, the
+scenario they generated: `explore-out/scenario.yaml`, replayable with
+`--scenario`). A plan of a TypeScript component costs more than a Rust
+one's; `--max-plans` keeps a campaign the same size on any machine.
 
 `npm run build -- --engine starlingmonkey` builds on SpiderMonkey instead
 (componentize-js: a larger component, slower to load and to call; see the
@@ -152,7 +161,7 @@ Then copy `{wasm}` into the directory `rekon run --plugins DIR` watches.
   plugin while it injects crashes, stale reads and failing writes.
 "#, name = self.name, sdk = sdk.display())),
             ("explore/scenario.yaml".to_owned(), self.scenario_yaml()),
-            (".gitignore".to_owned(), "node_modules/\ndist/\n".to_owned()),
+            (".gitignore".to_owned(), "node_modules/\ndist/\nexplore-out/\n".to_owned()),
             // npm installs a `file:` directory as a link by default, and node
             // then resolves the SDK's own imports (componentize-qjs, esbuild,
             // kubernetes-types) from the checkout, where nothing is

@@ -125,11 +125,64 @@ fn schema_of(crds: &[Value], api_version: &str, kind: &str) -> Value {
         .unwrap_or_else(|| values::builtin_schema(api_version, kind))
 }
 
+/// Whether `rule` (a CRD `x-kubernetes-validations` rule) makes the value
+/// it sits on immutable: `self == oldSelf`, either way round.
+fn is_immutable_rule(rule: &str) -> bool {
+    let spaced: Vec<&str> = rule.split_whitespace().collect();
+    let joined = spaced.join(" ");
+    matches!(joined.as_str(), "self == oldSelf" | "oldSelf == self")
+}
+
+/// The first field on `path` (from the object's root) whose schema carries
+/// an immutability rule ([`is_immutable_rule`]), as a dotted path: a change
+/// there is refused by the API server, the generator does not make it.
+fn immutable_on(schema: &Value, path: &[String]) -> Option<String> {
+    let mut at = schema;
+    for (i, field) in path.iter().enumerate() {
+        at = match at["properties"].get(field) {
+            Some(s) => s,
+            None => &at["additionalProperties"],
+        };
+        if !at.is_object() {
+            return None;
+        }
+        let rules = at["x-kubernetes-validations"].as_array();
+        if rules.is_some_and(|r| {
+            r.iter()
+                .any(|v| v["rule"].as_str().is_some_and(is_immutable_rule))
+        }) {
+            return Some(path[..=i].join("."));
+        }
+    }
+    None
+}
+
+/// The fields of `schema` a generated change leaves alone because a
+/// transition rule makes them immutable, each with why (for the written
+/// scenario's comments).
+#[must_use]
+pub fn immutable_fields(schema: &Value, object: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in values::changes(schema, object) {
+        if let Some(field) = immutable_on(schema, &c.path) {
+            let note = format!(
+                "{field} is not changed: its schema's rule `self == oldSelf` makes it immutable"
+            );
+            if !out.contains(&note) {
+                out.push(note);
+            }
+        }
+    }
+    out
+}
+
 /// Changes of `object` in a seeded order of fields (the changes of one
 /// field stay together and in order: bounds first, a list grown before it
-/// shrinks), at most `max`.
+/// shrinks), at most `max`. None under an immutable field
+/// ([`immutable_on`]).
 fn seeded_changes(schema: &Value, object: &Value, seed: u64, max: usize) -> Vec<Change> {
-    let all = values::changes(schema, object);
+    let mut all = values::changes(schema, object);
+    all.retain(|c| immutable_on(schema, &c.path).is_none());
     let mut fields: Vec<Vec<String>> = Vec::new();
     for c in &all {
         if !fields.contains(&c.path) {
@@ -154,6 +207,9 @@ pub struct Generated {
     pub scenario: Scenario,
     /// One note per step.
     pub notes: Vec<String>,
+    /// What the generator left alone and why (fields a transition rule
+    /// makes immutable), for the written scenario's comments.
+    pub skipped: Vec<String>,
 }
 
 /// A scenario for `reg`'s plugin from nothing but its registration and the
@@ -328,6 +384,7 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
             steps,
         },
         notes,
+        skipped: immutable_fields(&schema, &first),
     }
 }
 
@@ -764,10 +821,59 @@ mod tests {
     }
 
     #[test]
+    fn fields_under_a_self_equals_old_self_rule_are_left_alone() {
+        let mut immutable = crd();
+        let spec = &mut immutable["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"];
+        spec["properties"]["holds"]["x-kubernetes-validations"] =
+            json!([{"rule": "oldSelf  ==  self", "message": "holds are fixed"}]);
+        let g = scenario(
+            &registration(ClusterSet::Primary, None),
+            &[immutable.clone()],
+            1,
+        );
+        assert!(
+            !g.notes.iter().any(|n| n.contains("spec.holds")),
+            "{:?}",
+            g.notes
+        );
+        assert!(
+            g.notes.iter().any(|n| n.contains("spec.replicas")),
+            "{:?}",
+            g.notes
+        );
+        assert_eq!(
+            g.skipped,
+            ["spec.holds is not changed: its schema's rule `self == oldSelf` makes it immutable"]
+        );
+        // On the whole spec: no change at all. Other transition rules are
+        // not read: what they refuse, the API server says (refused inputs).
+        let spec = &mut immutable["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"];
+        spec["x-kubernetes-validations"] = json!([{"rule": "self == oldSelf"}]);
+        let g = scenario(&registration(ClusterSet::Primary, None), &[immutable], 1);
+        assert!(
+            !g.notes.iter().any(|n| n.starts_with("change:")),
+            "{:?}",
+            g.notes
+        );
+        assert!(
+            !g.notes.iter().any(|n| n.starts_with("rollback")),
+            "{:?}",
+            g.notes
+        );
+        assert_eq!(g.skipped.len(), 1, "{:?}", g.skipped);
+        assert!(g.skipped[0].starts_with("spec is not changed"));
+        assert!(is_immutable_rule("self == oldSelf"));
+        assert!(!is_immutable_rule("self.replicas >= oldSelf.replicas"));
+    }
+
+    #[test]
     fn extend_changes_what_the_scenario_left_and_the_written_file_parses() {
         let Generated {
             scenario: mut s,
             mut notes,
+            ..
         } = scenario(&registration(ClusterSet::Primary, None), &[crd()], 1);
         // Without the delete for good: the Widget is there to change.
         s.steps.truncate(s.steps.len() - 2);
