@@ -285,12 +285,13 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     for (s, n) in &generated.pruned {
         report.strategy(s).pruned = *n;
     }
+    let first = generated.first;
     let by_strategy = generated.plans;
     // A reference that never settles: every plan would say the same.
     let plans = match replay {
         Some(p) => vec![p],
         None if reference.unsettled.is_none() => {
-            let mut all = plan::schedule(&by_strategy, opts.seed);
+            let mut all = plan::schedule(&by_strategy, &first, opts.seed);
             all.truncate(opts.max_plans.unwrap_or(usize::MAX));
             all
         }
