@@ -121,7 +121,7 @@ fn selector_labels(
 
 /// The schema of `r`: its CRD's (among `crds`), else a built-in kind's
 /// minimal one.
-fn schema_of(crds: &[Value], api_version: &str, kind: &str) -> Value {
+pub(super) fn schema_of(crds: &[Value], api_version: &str, kind: &str) -> Value {
     values::crd_schema(crds, api_version, kind)
         .unwrap_or_else(|| values::builtin_schema(api_version, kind))
 }
@@ -129,7 +129,7 @@ fn schema_of(crds: &[Value], api_version: &str, kind: &str) -> Value {
 /// Changes of `object` in a seeded order of fields (the changes of one
 /// field stay together and in order: bounds first, a list grown before it
 /// shrinks), at most `max`.
-fn seeded_changes(schema: &Value, object: &Value, seed: u64, max: usize) -> Vec<Change> {
+pub(super) fn seeded_changes(schema: &Value, object: &Value, seed: u64, max: usize) -> Vec<Change> {
     let all = values::changes(schema, object);
     let mut fields: Vec<Vec<String>> = Vec::new();
     for c in &all {
@@ -350,6 +350,13 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
     }
 }
 
+/// Whether a valid object of the kind is known: a CRD's schema among
+/// `crds`, a ConfigMap, a Secret.
+pub(super) fn known_kind(crds: &[Value], api_version: &str, kind: &str) -> bool {
+    values::crd_schema(crds, api_version, kind).is_some()
+        || matches!((api_version, kind), ("v1", "ConfigMap" | "Secret"))
+}
+
 /// Objects of the kinds `reg` watches by owner labels in the primary
 /// cluster, one per suffix and kind, labelled for the primary `name` (and for the
 /// watch's selector): members someone else made. Only kinds whose valid
@@ -374,11 +381,7 @@ fn members(
             ClusterSet::Named(n) => n.iter().any(|c| c == MAIN),
         };
         let av = w.resource.api_version();
-        let known = values::crd_schema(crds, &av, &w.resource.kind).is_some()
-            || matches!(
-                (av.as_str(), w.resource.kind.as_str()),
-                ("v1", "ConfigMap" | "Secret")
-            );
+        let known = known_kind(crds, &av, &w.resource.kind);
         if !in_main || !known || w.resource.kind == reg.primary.kind {
             continue;
         }
