@@ -231,9 +231,10 @@ fn scenario_free_mode_finds_most_of_the_zoo() {
             .collect();
         oracles.dedup();
         table.push_str(&format!(
-            "{bug:24} {:>3} finding(s), {} plans, first after {:?}: {}\n",
+            "{bug:24} {:>3} finding(s), {} plans, {:?} in all, first after {:?}: {}\n",
             report.findings.len(),
             report.plans_run,
+            report.elapsed,
             report.time_to_first_finding,
             oracles.join(", ")
         ));
