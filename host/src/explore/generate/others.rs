@@ -331,14 +331,14 @@ mod tests {
             reconcile(
                 1,
                 vec![
-                    get("w-shared", None),
+                    get("w-settings", None),
                     get("w-child", None),
                     get("w-at-end", None),
                 ],
             ),
             reconcile(
                 2,
-                vec![get("w-shared", None), get("w-child", Some(made_later))],
+                vec![get("w-settings", None), get("w-child", Some(made_later))],
             ),
             deleted,
         ];
@@ -354,7 +354,7 @@ mod tests {
         assert_eq!(t.cluster, "main");
         assert_eq!(
             t.made["metadata"],
-            json!({"name": "w-shared", "namespace": "default"})
+            json!({"name": "w-settings", "namespace": "default"})
         );
         assert_eq!(t.made["data"], json!({"key": "value"}));
         assert_eq!(t.changed["metadata"], t.made["metadata"]);
