@@ -273,6 +273,9 @@ pub struct Generated {
     pub plans: BTreeMap<&'static str, Vec<Fault>>,
     /// Plans pruned per strategy.
     pub pruned: BTreeMap<&'static str, usize>,
+    /// Plans [`schedule`] runs first within their strategy: a cluster out
+    /// of reach, or its caches unsynced, while a delete is cleaned up.
+    pub first: Vec<Fault>,
 }
 
 /// The plans the reference run makes possible, per strategy, pruned by
@@ -294,6 +297,7 @@ pub fn generate(
     let mut pruned: BTreeMap<&'static str, usize> = BTreeMap::new();
     let mut add = |f: Fault| out.entry(f.strategy()).or_default().push(f);
     let mut seen_dup: BTreeSet<String> = BTreeSet::new();
+    let mut first = Vec::new();
     for r in reference {
         let writes: Vec<_> = r.actions.iter().filter(|a| a.verb != "event").collect();
         // Crash: between any two writes (what is performed before the
@@ -409,16 +413,30 @@ pub fn generate(
                 add(Fault::Unobserved { from, to });
             }
         }
-        if before.is_some() {
+        if let Some(b) = before {
+            // The settle after a delete is where a cleanup runs and a
+            // finalizer is released for good: a cluster out of reach then
+            // is the fault that cannot heal later (an object released is
+            // gone, whatever comes back), and there are few such settles
+            // against one per change.
+            let cleanup = matches!(steps[b], Step::Delete(_));
             for cluster in scenario.clusters.iter().skip(1) {
-                add(Fault::ClusterDown {
-                    cluster: cluster.clone(),
-                    step: s,
-                });
-                add(Fault::Unsynced {
-                    cluster: cluster.clone(),
-                    step: s,
-                });
+                let faults = [
+                    Fault::ClusterDown {
+                        cluster: cluster.clone(),
+                        step: s,
+                    },
+                    Fault::Unsynced {
+                        cluster: cluster.clone(),
+                        step: s,
+                    },
+                ];
+                for f in faults {
+                    if cleanup {
+                        first.push(f.clone());
+                    }
+                    add(f);
+                }
             }
         }
     }
@@ -431,14 +449,23 @@ pub fn generate(
             });
         }
     }
-    Generated { plans: out, pruned }
+    Generated {
+        plans: out,
+        pruned,
+        first,
+    }
 }
 
 /// The order plans run in: round-robin across strategies (so a short
 /// budget tries every strategy), each strategy's plans in an order drawn
-/// from `seed`.
+/// from `seed`, those in `first` ([`Generated::first`]) ahead of the
+/// others (in the same drawn order).
 #[must_use]
-pub fn schedule(by_strategy: &BTreeMap<&'static str, Vec<Fault>>, seed: u64) -> Vec<Plan> {
+pub fn schedule(
+    by_strategy: &BTreeMap<&'static str, Vec<Fault>>,
+    first: &[Fault],
+    seed: u64,
+) -> Vec<Plan> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut queues: Vec<(&'static str, Vec<Fault>)> = STRATEGIES
         .iter()
@@ -446,6 +473,8 @@ pub fn schedule(by_strategy: &BTreeMap<&'static str, Vec<Fault>>, seed: u64) -> 
         .collect();
     for (_, q) in &mut queues {
         q.shuffle(&mut rng);
+        // Stable: the drawn order within each part.
+        q.sort_by_key(|f| !first.contains(f));
         q.reverse();
     }
     let mut out = Vec::new();
@@ -468,5 +497,100 @@ pub fn schedule(by_strategy: &BTreeMap<&'static str, Vec<Fault>>, seed: u64) -> 
         if !any {
             return out;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::action::Scope;
+    use crate::explore::scenario::Target;
+
+    fn widget() -> Resource {
+        Resource {
+            group: "zoo.rekon.dev".into(),
+            version: "v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+            scope: Scope::Namespaced,
+        }
+    }
+
+    #[test]
+    fn a_cluster_out_of_reach_during_a_cleanup_runs_first() {
+        let object = json!({"apiVersion": "zoo.rekon.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "default"}, "spec": {}});
+        let apply = |n: u64| {
+            let mut o = object.clone();
+            o["spec"]["n"] = json!(n);
+            Step::Apply {
+                cluster: "main".into(),
+                objects: vec![o],
+            }
+        };
+        let mut steps = Vec::new();
+        for n in 0..8 {
+            steps.extend([apply(n), Step::Settle]);
+        }
+        steps.extend([
+            Step::Delete(Target {
+                cluster: "main".into(),
+                api_version: "zoo.rekon.dev/v1".into(),
+                kind: "Widget".into(),
+                namespace: Some("default".into()),
+                name: "w".into(),
+            }),
+            Step::Settle,
+        ]);
+        let cleanup = steps.len() - 1;
+        let scenario = Scenario {
+            path: PathBuf::new(),
+            clusters: vec!["main".into(), "edge".into()],
+            crds: Vec::new(),
+            steps,
+        };
+        let generated = generate(&scenario, &[], &widget(), 1);
+        assert_eq!(generated.plans["cluster-down"].len(), 9);
+        assert_eq!(
+            generated.first,
+            [
+                Fault::ClusterDown {
+                    cluster: "edge".into(),
+                    step: cleanup
+                },
+                Fault::Unsynced {
+                    cluster: "edge".into(),
+                    step: cleanup
+                },
+            ]
+        );
+        for seed in 1..20 {
+            let plans = schedule(&generated.plans, &generated.first, seed);
+            assert_eq!(plans.len(), 2 * 9 + scenario_unobserved(&generated));
+            for strategy in ["cluster-down", "unsynced"] {
+                let first = plans
+                    .iter()
+                    .find(|p| p.fault.strategy() == strategy)
+                    .expect("planned");
+                assert!(generated.first.contains(&first.fault), "seed {seed}");
+            }
+        }
+        // Without a preference, the drawn order: some seed puts another
+        // settle first.
+        assert!((1..20).any(|seed| {
+            let plans = schedule(&generated.plans, &[], seed);
+            plans
+                .iter()
+                .find(|p| p.fault.strategy() == "cluster-down")
+                .is_some_and(|p| !generated.first.contains(&p.fault))
+        }));
+    }
+
+    fn scenario_unobserved(g: &Generated) -> usize {
+        g.plans.get("unobserved").map_or(0, Vec::len)
     }
 }

@@ -16,6 +16,7 @@
 //! like any scenario's, and the consistency and differential oracles
 //! ([`super::inputs`]) judge them without a fault.
 
+pub mod others;
 pub mod values;
 
 use std::fmt::Write as _;
@@ -120,7 +121,7 @@ fn selector_labels(
 
 /// The schema of `r`: its CRD's (among `crds`), else a built-in kind's
 /// minimal one.
-fn schema_of(crds: &[Value], api_version: &str, kind: &str) -> Value {
+pub(super) fn schema_of(crds: &[Value], api_version: &str, kind: &str) -> Value {
     values::crd_schema(crds, api_version, kind)
         .unwrap_or_else(|| values::builtin_schema(api_version, kind))
 }
@@ -180,7 +181,7 @@ pub fn immutable_fields(schema: &Value, object: &Value) -> Vec<String> {
 /// field stay together and in order: bounds first, a list grown before it
 /// shrinks), at most `max`. None under an immutable field
 /// ([`immutable_on`]).
-fn seeded_changes(schema: &Value, object: &Value, seed: u64, max: usize) -> Vec<Change> {
+pub(super) fn seeded_changes(schema: &Value, object: &Value, seed: u64, max: usize) -> Vec<Change> {
     let mut all = values::changes(schema, object);
     all.retain(|c| immutable_on(schema, &c.path).is_none());
     let mut fields: Vec<Vec<String>> = Vec::new();
@@ -242,15 +243,23 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
     }
     let mut steps = Vec::new();
     let mut notes: Vec<String> = Vec::new();
+    let apply_all =
+        |steps: &mut Vec<Step>, notes: &mut Vec<String>, objects: Vec<Value>, note: String| {
+            steps.push(Step::Apply {
+                cluster: MAIN.to_owned(),
+                objects,
+            });
+            steps.push(Step::Settle);
+            notes.push(note);
+            notes.push(String::new());
+        };
     let apply = |steps: &mut Vec<Step>, notes: &mut Vec<String>, object: &Value, note: String| {
-        steps.push(Step::Apply {
-            cluster: MAIN.to_owned(),
-            objects: vec![object.clone()],
-        });
-        steps.push(Step::Settle);
-        notes.push(note);
-        notes.push(String::new());
+        apply_all(steps, notes, vec![object.clone()], note);
     };
+    // The first object's version `v`, and the second object's (see
+    // [`others`]): both take every change and the rollback.
+    let second = others::second_name(kind);
+    let both = |v: &Value| vec![v.clone(), others::as_second(v, &second)];
     apply(
         &mut steps,
         &mut notes,
@@ -260,11 +269,11 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
     // Objects of the kinds it watches that name the primary (someone
     // else's members), made together once it has done its own first work,
     // in an order that is not their names'.
-    let members = members(reg, crds, &name, namespace);
-    if !members.is_empty() {
+    let made = members(reg, crds, &name, namespace, &["b", "a"]);
+    if !made.is_empty() {
         steps.push(Step::Apply {
             cluster: MAIN.to_owned(),
-            objects: members,
+            objects: made,
         });
         steps.push(Step::Settle);
         notes.extend([
@@ -272,6 +281,16 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
             String::new(),
         ]);
     }
+    // The second object, made after members that name it exist, held by
+    // another controller's finalizer (see [`others`]).
+    let mut adopted = members(reg, crds, &second, namespace, others::ADOPTED);
+    let note = if adopted.is_empty() {
+        "a second object, held by another controller's finalizer"
+    } else {
+        "a second object, made after watched objects that name it exist, held by another controller's finalizer"
+    };
+    adopted.push(others::as_second(&first, &second));
+    apply_all(&mut steps, &mut notes, adopted, note.into());
     // Each field changed in turn, the changes adding up.
     let mut versions = vec![first.clone()];
     for change in seeded_changes(&schema, &first, seed, MAX_CHANGES) {
@@ -279,11 +298,11 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
         if versions.last() == Some(&next) {
             continue;
         }
-        apply(
+        apply_all(
             &mut steps,
             &mut notes,
-            &next,
-            format!("change: {}", change.describe()),
+            both(&next),
+            format!("change: {} (both objects)", change.describe()),
         );
         versions.push(next);
     }
@@ -297,14 +316,14 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
             .choose(&mut rng)
             .copied()
             .unwrap_or(0);
-        let note = format!("rollback to the spec of change {i} (0: as created)");
-        apply(&mut steps, &mut notes, &versions[i], note);
+        let note = format!("rollback to the spec of change {i} (0: as created; both objects)");
+        apply_all(&mut steps, &mut notes, both(&versions[i]), note);
     } else if versions.len() == 2 {
-        apply(
+        apply_all(
             &mut steps,
             &mut notes,
-            &first,
-            "rollback to the spec as created".into(),
+            both(&first),
+            "rollback to the spec as created (both objects)".into(),
         );
     }
     // Labels that take it out of the plugin's selector, then back in.
@@ -388,12 +407,26 @@ pub fn scenario(reg: &Registration, crds: &[Value], seed: u64) -> Generated {
     }
 }
 
+/// Whether a valid object of the kind is known: a CRD's schema among
+/// `crds`, a ConfigMap, a Secret.
+pub(super) fn known_kind(crds: &[Value], api_version: &str, kind: &str) -> bool {
+    values::crd_schema(crds, api_version, kind).is_some()
+        || matches!((api_version, kind), ("v1", "ConfigMap" | "Secret"))
+}
+
 /// Objects of the kinds `reg` watches by owner labels in the primary
-/// cluster, two per kind, labelled for the primary `name` (and for the
+/// cluster, one per suffix and kind, labelled for the primary `name` (and for the
 /// watch's selector): members someone else made. Only kinds whose valid
 /// object is known (a CRD's schema, a ConfigMap, a Secret); named in
-/// reverse order so that list order and name order differ.
-fn members(reg: &Registration, crds: &[Value], name: &str, namespace: Option<&str>) -> Vec<Value> {
+/// `<name>-member-<suffix>` in the order of `suffixes` (not their names'
+/// order, so that list order and apply order differ).
+fn members(
+    reg: &Registration,
+    crds: &[Value],
+    name: &str,
+    namespace: Option<&str>,
+    suffixes: &[&str],
+) -> Vec<Value> {
     let mut out = Vec::new();
     for w in &reg.watches {
         let Mapping::OwnerLabels(keys) = &w.mapping else {
@@ -405,11 +438,7 @@ fn members(reg: &Registration, crds: &[Value], name: &str, namespace: Option<&st
             ClusterSet::Named(n) => n.iter().any(|c| c == MAIN),
         };
         let av = w.resource.api_version();
-        let known = values::crd_schema(crds, &av, &w.resource.kind).is_some()
-            || matches!(
-                (av.as_str(), w.resource.kind.as_str()),
-                ("v1", "ConfigMap" | "Secret")
-            );
+        let known = known_kind(crds, &av, &w.resource.kind);
         if !in_main || !known || w.resource.kind == reg.primary.kind {
             continue;
         }
@@ -423,7 +452,7 @@ fn members(reg: &Registration, crds: &[Value], name: &str, namespace: Option<&st
             labels.insert(keys.namespace.clone(), json!(ns));
         }
         labels.insert(keys.name.clone(), json!(name));
-        for (i, suffix) in ["b", "a"].iter().enumerate() {
+        for (i, suffix) in suffixes.iter().enumerate() {
             let Some(mut m) = values::valid(&schema, i) else {
                 continue;
             };
@@ -751,6 +780,31 @@ mod tests {
         );
         assert!(labels.last().is_some_and(|l| l == "settle"));
         assert!(labels[labels.len() - 2].starts_with("delete"));
+        // A second object, held by another controller's finalizer, takes
+        // every change and the rollback, and is never deleted.
+        let second: Vec<&Value> = s
+            .steps
+            .iter()
+            .filter_map(|st| match st {
+                Step::Apply { objects, .. } => {
+                    objects.iter().find(|o| o["metadata"]["name"] == "widget-2")
+                }
+                _ => None,
+            })
+            .collect();
+        assert!(second.len() > 5, "{labels:?}");
+        for o in &second {
+            assert_eq!(
+                o["metadata"]["finalizers"],
+                json!([others::FOREIGN_FINALIZER])
+            );
+        }
+        assert!(second.iter().any(|o| o["spec"]["replicas"] == json!(4)));
+        assert!(
+            !labels
+                .iter()
+                .any(|l| l.starts_with("delete") && l.contains("widget-2"))
+        );
         // A settle after every change.
         for (i, st) in s.steps.iter().enumerate() {
             if st.mutates() {
@@ -800,6 +854,26 @@ mod tests {
         assert_eq!(applied[2]["metadata"]["labels"]["o/name"], "widget-1");
         assert_eq!(applied[2]["metadata"]["labels"]["o/cluster"], "main");
         assert_eq!(applied[2]["data"], json!({"key": "value"}));
+        // The second Widget is made after three members naming it, in an
+        // order that is not their names'.
+        let Step::Apply { objects, .. } = &s.steps[4] else {
+            unreachable!("{:?}", s.steps[4])
+        };
+        let names: Vec<&str> = objects
+            .iter()
+            .filter_map(|o| o["metadata"]["name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "widget-2-member-c",
+                "widget-2-member-a",
+                "widget-2-member-b",
+                "widget-2"
+            ]
+        );
+        assert_eq!(objects[0]["metadata"]["labels"]["o/name"], "widget-2");
+        assert!(matches!(s.steps[5], Step::Settle));
     }
 
     #[test]
@@ -892,7 +966,10 @@ mod tests {
         let path = write(&s, &notes, tmp.path(), "generated").unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.starts_with("# generated\n"), "{text}");
-        assert!(text.contains(": change: spec.replicas = 0\n"), "{text}");
+        assert!(
+            text.contains(": change: spec.replicas = 0 (both objects)\n"),
+            "{text}"
+        );
         let back = Scenario::load(&path).unwrap();
         assert_eq!(back.clusters, s.clusters);
         let a: Vec<String> = s.steps.iter().map(Step::label).collect();
