@@ -3,6 +3,7 @@
 (issue 39), per plugin, side by side:
 
     tests/bench/cold_start.py [--rekon BIN] [--kube-sim BIN] [--runs N]
+                              [--plugin LABEL ...] [--mode PATH ...]
 
 Per plugin (the Rust seeds and their TypeScript and Python ports; `make
 plugins sdk-plugins`) and per path, `rekon run` on a fresh kube-sim with the
@@ -45,6 +46,9 @@ PLUGINS = [
     ("rust-nodepool", "dist/plugins/nodepool.wasm"),
     ("py-nodepool", "dist/sdk-plugins/nodepool_py.wasm"),
 ]
+
+
+MODES = ("compiled", "bounded", "cached", "precompiled")
 
 
 def sign_blob(key_pem, path):
@@ -133,6 +137,10 @@ def main():
     ap.add_argument("--kube-sim", default=str(ROOT / "target/debug/kube-sim"))
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--bound", type=int, default=450, help="MiB for the bounded rows")
+    ap.add_argument("--plugin", action="append", choices=[p[0] for p in PLUGINS],
+                    help="only this plugin (repeatable; default: all)")
+    ap.add_argument("--mode", action="append", choices=MODES,
+                    help="only this path (repeatable; default: all)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = pathlib.Path(tmp)
@@ -142,6 +150,8 @@ def main():
         print("| plugin | path | ready_s | peak_MiB | loaded as | code_ms |")
         print("|---|---|---:|---:|---|---:|")
         for label, rel in PLUGINS:
+            if args.plugin and label not in args.plugin:
+                continue
             src = ROOT / rel
             if not src.exists():
                 ports.fail(f"{src} is missing: make plugins sdk-plugins")
@@ -150,7 +160,7 @@ def main():
             subprocess.run([args.rekon, "plugin", "compile", "--precompiled", "--cache-dir",
                             work / "precompile-cache", wasm], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            for mode in ("compiled", "bounded", "cached", "precompiled"):
+            for mode in args.mode or MODES:
                 runs = []
                 for _ in range(args.runs):
                     if mode == "cached":
