@@ -147,10 +147,11 @@ test: setup-test fmt-check clippy sdk-test unit seed-scenarios-ports
 # Two embedded kube-sim clusters, `rekon run --install-crds` with dist/plugins,
 # deploy/samples applied, every change narrated, then the live swap through a
 # Plugin object pulled from a local OCI registry (Debian's docker-registry,
-# installed by setup-demo). DEMO_EXIT_AFTER_CONVERGE=1 (or
+# installed by setup-demo), and the TypeScript and Python ports pushed there
+# with precompiled code and signed, loaded from it without compiling. DEMO_EXIT_AFTER_CONVERGE=1 (or
 # DEMO_ARGS=--exit-after-converge) exits 0 once all of it converged;
 # DEMO_KEEP=1 keeps the work directory (kubeconfig, rekon.log).
-demo: setup-demo plugins chaos-plugins
+demo: setup-demo plugins chaos-plugins sdk-plugins
 	$(CARGO) build -p rekon-host -p kube-sim -p rekon-e2e
 	./target/debug/rekon-demo $(DEMO_ARGS)
 

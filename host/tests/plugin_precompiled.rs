@@ -35,7 +35,8 @@ fn plugin_dir(key: &SigningKey, artifact: &Precompiled, signed: bool) -> tempfil
     std::fs::copy(chaos_v1(), &wasm).expect("copy");
     sign(key, &wasm);
     let cwasm = precompiled_file(&wasm);
-    std::fs::write(&cwasm, artifact.to_file_bytes()).expect("write artifact");
+    std::fs::write(&cwasm, artifact.to_file_bytes().expect("artifact bytes"))
+        .expect("write artifact");
     if signed {
         sign(key, &cwasm);
     }
@@ -67,6 +68,15 @@ fn load(dir: &Path, keys: &[&SigningKey]) -> (CodePath, Metrics) {
     }
     registry.load_dir(dir).expect("load dir");
     let plugin = registry.get("chaos").expect("chaos serves");
+    // The verified artifact was staged in the cache directory and moved
+    // into the compiled cache (or removed when not used): nothing staged
+    // stays behind.
+    let staged: Vec<_> = std::fs::read_dir(cache.path())
+        .expect("cache dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|name| name.ends_with(".staged.tmp"))
+        .collect();
+    assert!(staged.is_empty(), "staged files left behind: {staged:?}");
     (plugin.load_timings().path, metrics)
 }
 

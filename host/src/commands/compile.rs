@@ -66,7 +66,9 @@ pub fn compile_files(
                     .precompile(&bytes, &origin)
                     .map_err(|e| anyhow::anyhow!("{origin}: {e}"))?;
                 let out = precompiled_file(file);
-                write_atomically(&out, &artifact.to_file_bytes())
+                artifact
+                    .to_file_bytes()
+                    .and_then(|bytes| write_atomically(&out, &bytes))
                     .map_err(|e| anyhow::anyhow!("failed to write {}: {e}", out.display()))?;
                 Some(out)
             } else {

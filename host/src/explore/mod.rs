@@ -180,8 +180,12 @@ fn load(opts: &ExploreOptions) -> Result<Loaded, ExploreError> {
         path: opts.plugin.clone(),
         message,
     };
+    // Pooled, as `rekon run` is: every reconcile of every plan is a fresh
+    // instance, and without the pool each one maps, copy-on-write faults
+    // and unmaps the plugin's whole initial heap (an interpreter's is tens
+    // of MiB: a third of the Python port's exploring time was the kernel's).
     let runtime = PluginRuntime::new(RuntimeConfig {
-        pooling: false,
+        pooling: true,
         ..RuntimeConfig::default()
     })
     .map_err(|e| load_err(e.to_string()))?;

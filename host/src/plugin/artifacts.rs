@@ -10,9 +10,9 @@ use wasmtime::component::Component;
 
 use super::compile_bound::{self, base_config};
 use super::error::LoadError;
-use super::precompiled::{Precompiled, PrecompiledRefused};
+use super::precompiled::{Code, Precompiled, PrecompiledRefused};
 use super::runtime::{PluginRuntime, RuntimeError, key_of};
-use crate::files::write_atomically;
+use crate::files::{place_atomically, write_atomically};
 
 /// The engine key of a runtime of this build on this machine (what
 /// [`PluginRuntime::engine_key`] says, without building the instance
@@ -66,64 +66,84 @@ impl PluginRuntime {
         Ok(Precompiled {
             engine: self.inner.engine_key.clone(),
             source: format!("sha256:{digest}"),
-            bytes: bytes::Bytes::from(artifact),
+            code: Code::Bytes(bytes::Bytes::from(artifact)),
         })
     }
 
     /// Maps `artifact` for the component with hex sha256 `digest`, after
     /// checking it was made for this engine and from that component; put
     /// into the compiled-plugin cache (`cache_file`) first when there is
-    /// one, so a restart finds it there.
+    /// one, so a restart finds it there, and mapped from that file. An
+    /// artifact in a file ([`Code::File`]) is linked or copied there by
+    /// the kernel (never read into memory), or without a cache mapped from
+    /// its own file.
     pub(super) fn map_precompiled(
         &self,
         artifact: &Precompiled,
         digest: &str,
         cache_file: Option<&Path>,
     ) -> Result<Component, PrecompiledRefused> {
-        let host = &self.inner.engine_key;
-        if &artifact.engine != host {
-            return Err(PrecompiledRefused::Engine {
-                found: artifact.engine.clone(),
-                host: host.clone(),
-            });
-        }
-        let module = format!("sha256:{digest}");
-        if artifact.source != module {
-            return Err(PrecompiledRefused::Source {
-                found: artifact.source.clone(),
-                module,
-            });
+        if let Some(refused) = self.refusal(artifact, digest) {
+            return Err(refused);
         }
         let engine = &self.inner.engine;
+        // SAFETY (every `deserialize*` below): the artifact is trusted
+        // code: the caller hands one over only once it is covered by a
+        // verified signature (`LoadOptions::precompiled`), a file of it is
+        // one this host wrote from checked bytes (`Code`), and it
+        // was made for this engine's key from this component (checked
+        // above); wasmtime additionally checks its header and engine
+        // compatibility and fails rather than run a mismatched artifact.
+        let in_file = |file: &Path| {
+            #[allow(unsafe_code)]
+            let mapped = unsafe { Component::deserialize_file(engine, file) };
+            mapped.map_err(|e| PrecompiledRefused::Invalid(format!("{e:#}")))
+        };
         if let Some(file) = cache_file {
-            match write_atomically(file, &artifact.bytes) {
+            let placed = match &artifact.code {
+                Code::Bytes(bytes) => write_atomically(file, bytes),
+                Code::File(path) => place_atomically(path, file, false),
+                Code::Staged(path) => place_atomically(path, file, true),
+            };
+            match placed {
                 Ok(()) => {
-                    // SAFETY: the artifact is trusted code: the caller hands
-                    // one over only once it is covered by a verified
-                    // signature (`LoadOptions::precompiled`), and it was
-                    // made for this engine's key (checked above); wasmtime
-                    // additionally checks its header and engine
-                    // compatibility and fails rather than run a mismatched
-                    // artifact.
-                    #[allow(unsafe_code)]
-                    let mapped = unsafe { Component::deserialize_file(engine, file) };
-                    return mapped.map_err(|e| {
+                    return in_file(file).inspect_err(|_| {
                         // Never left for a restart to find.
                         let _ = std::fs::remove_file(file);
-                        PrecompiledRefused::Invalid(format!("{e:#}"))
                     });
                 }
                 Err(e) => tracing::warn!(
                     cache.file = %file.display(),
                     error = %e,
-                    "failed to write a precompiled plugin into the compiled-plugin cache; loading it from memory"
+                    "failed to put a precompiled plugin into the compiled-plugin cache; loading it from where it is"
                 ),
             }
         }
-        // SAFETY: as above.
-        #[allow(unsafe_code)]
-        let loaded = unsafe { Component::deserialize(engine, &artifact.bytes) };
-        loaded.map_err(|e| PrecompiledRefused::Invalid(format!("{e:#}")))
+        match (&artifact.code, artifact.code.file()) {
+            (Code::Bytes(bytes), _) => {
+                #[allow(unsafe_code)]
+                let loaded = unsafe { Component::deserialize(engine, bytes) };
+                loaded.map_err(|e| PrecompiledRefused::Invalid(format!("{e:#}")))
+            }
+            (_, file) => in_file(file.unwrap_or(Path::new(""))),
+        }
+    }
+
+    /// Why `artifact` does not serve the component with hex sha256
+    /// `digest` on this engine, if it does not.
+    fn refusal(&self, artifact: &Precompiled, digest: &str) -> Option<PrecompiledRefused> {
+        let host = &self.inner.engine_key;
+        if &artifact.engine != host {
+            return Some(PrecompiledRefused::Engine {
+                found: artifact.engine.clone(),
+                host: host.clone(),
+            });
+        }
+        let module = format!("sha256:{digest}");
+        (artifact.source != module).then(|| PrecompiledRefused::Source {
+            found: artifact.source.clone(),
+            module,
+        })
     }
 }
 
@@ -168,14 +188,54 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.outcome(), "source_mismatch", "{err}");
         let garbage = Precompiled {
-            bytes: bytes::Bytes::from_static(b"\x7fELF not really"),
-            ..good
+            code: Code::Bytes(bytes::Bytes::from_static(b"\x7fELF not really")),
+            ..good.clone()
         };
         let err = runtime
             .map_precompiled(&garbage, &digest, Some(&file))
             .unwrap_err();
         assert_eq!(err.outcome(), "invalid", "{err}");
         assert!(!file.exists(), "a refused artifact stays out of the cache");
+
+        // In a file: linked or copied into the cache, the file of a cache
+        // of its own kept; a staged one moved.
+        let elsewhere = dir.path().join("oci/precompiled");
+        std::fs::create_dir_all(&elsewhere).expect("dir");
+        let shipped = elsewhere.join("artifact");
+        std::fs::write(&shipped, good.code.bytes().expect("bytes")).expect("write");
+        let in_file = |code| Precompiled {
+            code,
+            ..good.clone()
+        };
+        runtime
+            .map_precompiled(&in_file(Code::File(shipped.clone())), &digest, Some(&file))
+            .expect("mapped from a file");
+        assert!(file.is_file() && shipped.is_file(), "linked or copied");
+        std::fs::remove_file(&file).expect("rm");
+        let staged = || {
+            let mut temp = tempfile::NamedTempFile::new_in(&elsewhere).expect("temp");
+            std::io::Write::write_all(&mut temp, &good.code.bytes().expect("bytes"))
+                .expect("write");
+            std::sync::Arc::new(temp.into_temp_path())
+        };
+        let one = staged();
+        let staged_at = one.to_path_buf();
+        runtime
+            .map_precompiled(&in_file(Code::Staged(one)), &digest, Some(&file))
+            .expect("mapped from a staged file");
+        assert!(file.is_file() && !staged_at.exists(), "moved");
+        runtime
+            .map_precompiled(&in_file(Code::File(shipped.clone())), &digest, None)
+            .expect("mapped from its own file without a cache");
+        let two = staged();
+        let staged_at = two.to_path_buf();
+        let refused = in_file(Code::Staged(two));
+        let err = runtime
+            .map_precompiled(&refused, &"0".repeat(64), None)
+            .unwrap_err();
+        assert_eq!(err.outcome(), "source_mismatch", "{err}");
+        drop(refused);
+        assert!(!staged_at.exists(), "a staged file is removed when dropped");
     }
 
     /// The pool is no part of the key: what `push` (no pool) and the

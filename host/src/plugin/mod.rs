@@ -81,7 +81,7 @@ pub use host_reads::{HostReads, NoReads};
 pub use limits::PluginLimits;
 pub use loaded::{LoadOneError, LoadOptions, LoadedPlugin, PluginSession};
 pub use policy::{PluginPolicy, Policy, PolicyEntry, PolicyError, PolicyRule};
-pub use precompiled::{CodePath, Precompiled, PrecompiledRefused};
+pub use precompiled::{Code, CodePath, Precompiled, PrecompiledRefused};
 pub use registry::{
     PluginRegistry, PluginStatus, Refusal, RegistryEvent, is_shadow_file, settings_file,
 };

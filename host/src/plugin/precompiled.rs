@@ -13,6 +13,9 @@
 //! as before when it was not (`artifacts.rs`). [`CodePath`] says which
 //! way a load went.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
 use sha2::{Digest as _, Sha256};
 
 /// Where a loaded module's native code came from.
@@ -53,9 +56,78 @@ pub struct Precompiled {
     pub engine: String,
     /// `sha256:<hex>` of the component it was compiled from.
     pub source: String,
-    /// The artifact, as `Engine::precompile_component` wrote it (tens of
-    /// MiB for an interpreter: shared, and cut from a file without a copy).
-    pub bytes: bytes::Bytes,
+    /// The artifact, as `Engine::precompile_component` wrote it: tens of
+    /// MiB for an interpreter, so a host that received one keeps it in a
+    /// file ([`Code::File`]) and maps it from there.
+    pub code: Code,
+}
+
+/// Where an artifact's bytes are.
+#[derive(Clone)]
+pub enum Code {
+    /// In memory (made by `precompile`, read for `push`; shared, and cut
+    /// from a file's bytes without a copy).
+    Bytes(bytes::Bytes),
+    /// A whole file of a cache of this host's (the OCI module cache: a
+    /// registry layer streamed to disk, its digest checked on the way,
+    /// `source/oci/fetch.rs`): the runtime links or copies it into the
+    /// compiled-plugin cache and maps it from there, so the host never
+    /// holds the whole artifact in memory.
+    File(PathBuf),
+    /// A file staged for this load alone (a verified `NAME.cwasm`'s
+    /// artifact, written out once its signature checked): moved into the
+    /// compiled-plugin cache when used; removed when the last clone is
+    /// dropped, used or not.
+    Staged(Arc<tempfile::TempPath>),
+}
+
+impl Code {
+    /// The file that holds it, if one does.
+    #[must_use]
+    pub fn file(&self) -> Option<&Path> {
+        match self {
+            Self::Bytes(_) => None,
+            Self::File(path) => Some(path),
+            Self::Staged(path) => Some(path),
+        }
+    }
+
+    /// The artifact's bytes (read from its file when it is in one).
+    ///
+    /// # Errors
+    /// The file cannot be read.
+    pub fn bytes(&self) -> std::io::Result<bytes::Bytes> {
+        match (self, self.file()) {
+            (Self::Bytes(bytes), _) => Ok(bytes.clone()),
+            (_, Some(path)) => std::fs::read(path).map(bytes::Bytes::from),
+            (_, None) => Ok(bytes::Bytes::new()),
+        }
+    }
+
+    /// The artifact's sha256 (a file is hashed as it is read, in blocks).
+    ///
+    /// # Errors
+    /// The file cannot be read.
+    pub fn sha256(&self) -> std::io::Result<[u8; 32]> {
+        match (self, self.file()) {
+            (Self::Bytes(bytes), _) => Ok(Sha256::digest(bytes).into()),
+            (_, Some(path)) => {
+                let mut hasher = Sha256::new();
+                std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
+                Ok(hasher.finalize().into())
+            }
+            (_, None) => Ok(Sha256::digest([]).into()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self, self.file()) {
+            (Self::Bytes(bytes), _) => write!(f, "{} bytes", bytes.len()),
+            (_, path) => write!(f, "file {}", path.unwrap_or(Path::new("")).display()),
+        }
+    }
 }
 
 /// How a precompiled artifact file starts (`NAME.cwasm` beside `NAME.wasm`,
@@ -73,19 +145,22 @@ struct FileHeader {
 
 impl Precompiled {
     /// The artifact as a file: [`FILE_MAGIC`], a JSON line, the bytes.
-    #[must_use]
-    pub fn to_file_bytes(&self) -> Vec<u8> {
+    ///
+    /// # Errors
+    /// A [`Code::File`] that cannot be read.
+    pub fn to_file_bytes(&self) -> std::io::Result<Vec<u8>> {
         let header = serde_json::to_string(&FileHeader {
             engine: self.engine.clone(),
             source: self.source.clone(),
         })
         .unwrap_or_default();
-        let mut out = Vec::with_capacity(FILE_MAGIC.len() + header.len() + 1 + self.bytes.len());
+        let bytes = self.code.bytes()?;
+        let mut out = Vec::with_capacity(FILE_MAGIC.len() + header.len() + 1 + bytes.len());
         out.extend_from_slice(FILE_MAGIC);
         out.extend_from_slice(header.as_bytes());
         out.push(b'\n');
-        out.extend_from_slice(&self.bytes);
-        out
+        out.extend_from_slice(&bytes);
+        Ok(out)
     }
 
     /// An artifact file read back (see [`Self::to_file_bytes`]).
@@ -105,7 +180,7 @@ impl Precompiled {
         Ok(Self {
             engine: header.engine,
             source: header.source,
-            bytes: bytes.slice(FILE_MAGIC.len() + end + 1..),
+            code: Code::Bytes(bytes.slice(FILE_MAGIC.len() + end + 1..)),
         })
     }
 }
@@ -115,20 +190,24 @@ impl std::fmt::Debug for Precompiled {
         f.debug_struct("Precompiled")
             .field("engine", &self.engine)
             .field("source", &self.source)
-            .field("bytes", &self.bytes.len())
+            .field("code", &self.code)
             .finish()
     }
 }
 
 /// Two artifacts are the same when they are the same bytes for the same
-/// engine and component (compared by digest, not byte by byte).
+/// engine and component (compared by digest, not byte by byte; an
+/// artifact whose file cannot be read equals nothing).
 impl PartialEq for Precompiled {
     fn eq(&self, other: &Self) -> bool {
-        self.engine == other.engine
-            && self.source == other.source
-            && (self.bytes.as_ptr() == other.bytes.as_ptr()
-                && self.bytes.len() == other.bytes.len()
-                || Sha256::digest(&self.bytes) == Sha256::digest(&other.bytes))
+        let same_code = match (&self.code, &other.code) {
+            (Code::Bytes(a), Code::Bytes(b)) if a.as_ptr() == b.as_ptr() && a.len() == b.len() => {
+                true
+            }
+            (a, b) if a.file().is_some() && a.file() == b.file() => true,
+            (a, b) => matches!((a.sha256(), b.sha256()), (Ok(a), Ok(b)) if a == b),
+        };
+        self.engine == other.engine && self.source == other.source && same_code
     }
 }
 
@@ -182,19 +261,27 @@ mod tests {
         let a = Precompiled {
             engine: "e".into(),
             source: "sha256:s".into(),
-            bytes: bytes::Bytes::from_static(b"code"),
+            code: Code::Bytes(bytes::Bytes::from_static(b"code")),
         };
         let mut b = a.clone();
-        b.bytes = bytes::Bytes::copy_from_slice(b"code");
+        b.code = Code::Bytes(bytes::Bytes::copy_from_slice(b"code"));
         assert_eq!(a, b);
-        b.bytes = bytes::Bytes::from_static(b"other");
+        b.code = Code::Bytes(bytes::Bytes::from_static(b"other"));
         assert_ne!(a, b);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("artifact");
+        std::fs::write(&file, b"code").expect("write");
+        b.code = Code::File(file.clone());
+        assert_eq!(a, b, "the same bytes in a file");
+        b.code = Code::File(dir.path().join("missing"));
+        assert_ne!(a, b, "a file that cannot be read equals nothing");
         assert_eq!(
             format!("{a:?}"),
-            r#"Precompiled { engine: "e", source: "sha256:s", bytes: 4 }"#
+            r#"Precompiled { engine: "e", source: "sha256:s", code: 4 bytes }"#
         );
         assert_eq!(CodePath::Precompiled.to_string(), "precompiled");
-        let read = Precompiled::from_file_bytes(a.to_file_bytes().into()).expect("read back");
+        let read = Precompiled::from_file_bytes(a.to_file_bytes().expect("bytes").into())
+            .expect("read back");
         assert_eq!(read, a);
         let err = Precompiled::from_file_bytes(bytes::Bytes::from_static(b"\0asm\x01\0\0\0"))
             .unwrap_err();

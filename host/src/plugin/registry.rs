@@ -609,6 +609,7 @@ impl PluginRegistry {
             precompiled: super::file_precompiled::beside(
                 path,
                 check.as_ref(),
+                self.inner.runtime.config().cache_dir.as_deref(),
                 &self.inner.runtime.config().metrics,
             ),
         };

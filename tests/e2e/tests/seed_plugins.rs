@@ -435,6 +435,9 @@ async fn the_demo_converges_and_exits_when_asked() {
             // and the chaos builds; the demo says what is missing and the
             // test fails on it).
             "Plugin chaos swapped live from v1 to v2",
+            // The ports' precompiled layers, verified and mapped.
+            "Plugin test-fanout-ts: loaded from its precompiled layer",
+            "Plugin nodepool-py: loaded from its precompiled layer",
             "kubectl --kubeconfig",
         ] {
             assert!(

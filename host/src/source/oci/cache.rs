@@ -56,6 +56,36 @@ impl ModuleCache {
         None
     }
 
+    /// Where the precompiled layer with `digest` is (or goes): it is
+    /// streamed there, never held in memory (`fetch.rs`). `None` without a
+    /// cache directory.
+    pub(super) fn precompiled_path(&self, digest: &str) -> Option<PathBuf> {
+        self.path("precompiled", digest)
+    }
+
+    /// The cached precompiled layer with `digest`, when present and intact
+    /// (hashed as it is read, in blocks; a damaged one is removed).
+    pub(super) async fn precompiled(&self, digest: &str) -> Option<PathBuf> {
+        let path = self.precompiled_path(digest)?;
+        if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
+            return None;
+        }
+        let (read, expected) = (path.clone(), digest.to_owned());
+        let intact = tokio::task::spawn_blocking(move || {
+            crate::plugin::Code::File(read)
+                .sha256()
+                .is_ok_and(|sha| format!("sha256:{}", hex::encode(sha)) == expected)
+        })
+        .await
+        .unwrap_or(false);
+        if intact {
+            return Some(path);
+        }
+        tracing::warn!(path = %path.display(), "damaged cache entry; removing it");
+        let _ = tokio::fs::remove_file(&path).await;
+        None
+    }
+
     /// The cached module with `layer_digest`.
     pub(super) async fn module(&self, layer_digest: &str) -> Option<Arc<[u8]>> {
         self.read("modules", layer_digest).await.map(Arc::from)

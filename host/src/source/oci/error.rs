@@ -147,6 +147,15 @@ pub enum PushError {
         #[source]
         source: Box<FetchError>,
     },
+    /// The precompiled code to attach could not be read from its file.
+    #[error("cannot push to `{reference}`: failed to read the precompiled code: {source}")]
+    ReadPrecompiled {
+        /// The reference.
+        reference: String,
+        /// The read's failure.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// An error and its sources, `: `-separated.

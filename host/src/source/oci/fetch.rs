@@ -20,7 +20,7 @@ use super::reference::{
     is_loopback, parse_reference, pinned_digest, pinned_reference, precompiled_layer,
     sha256_digest, wasm_layer,
 };
-use crate::plugin::Precompiled;
+use crate::plugin::{Code, Precompiled};
 use crate::queue::Backoff;
 use crate::telemetry::metrics::Metrics;
 
@@ -369,7 +369,7 @@ impl Fetcher {
                     .map_err(classify)?;
                 let bytes = read_limited(stream, limit)
                     .await
-                    .map_err(|e| e.into_fetch_error(reference, limit))?;
+                    .map_err(|e| e.into_fetch_error(reference, limit, &layer.digest))?;
                 let found = sha256_digest(&bytes);
                 if found != layer.digest {
                     return Err(FetchError::DigestMismatch {
@@ -446,16 +446,34 @@ impl Fetcher {
             );
             return None;
         }
-        let bytes = match client.pull_blob_stream(parsed, &layer).await {
-            Ok(stream) => read_limited(stream, limit).await,
-            Err(e) => Err(ReadError::Io(std::io::Error::other(e))),
+        let code = match self.cache.precompiled_path(&layer.digest) {
+            Some(path) => match self.cache.precompiled(&layer.digest).await {
+                Some(cached) => Ok(Code::File(cached)),
+                None => match client.pull_blob_stream(parsed, &layer).await {
+                    Ok(stream) => download_to_file(stream, limit, &layer.digest, &path)
+                        .await
+                        .map(|()| Code::File(path)),
+                    Err(e) => Err(ReadError::Io(std::io::Error::other(e))),
+                },
+            },
+            // Without a cache directory, in memory.
+            None => match client.pull_blob_stream(parsed, &layer).await {
+                Ok(stream) => match read_limited(stream, limit).await {
+                    Ok(bytes) if sha256_digest(&bytes) == layer.digest => {
+                        Ok(Code::Bytes(bytes.into()))
+                    }
+                    Ok(bytes) => Err(ReadError::Digest(sha256_digest(&bytes))),
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(ReadError::Io(std::io::Error::other(e))),
+            },
         };
-        let bytes = match bytes {
-            Ok(bytes) if sha256_digest(&bytes) == layer.digest => bytes,
-            Ok(_) => {
+        let code = match code {
+            Ok(code) => code,
+            Err(ReadError::Digest(found)) => {
                 refused(
                     "digest_mismatch",
-                    format!("its bytes do not match {}", layer.digest),
+                    format!("its bytes ({found}) do not match {}", layer.digest),
                 );
                 return None;
             }
@@ -477,7 +495,7 @@ impl Fetcher {
         Some(Precompiled {
             engine,
             source: from,
-            bytes: bytes::Bytes::from(bytes),
+            code,
         })
     }
 
@@ -532,22 +550,30 @@ impl Fetcher {
     }
 }
 
-/// Why [`read_limited`] stopped.
+/// Why [`read_limited`] or [`download_to_file`] stopped.
 #[derive(Debug)]
 enum ReadError {
     /// More than the limit arrived; how much was read when it stopped.
     TooLarge(u64),
-    /// The stream failed.
+    /// The stream (or the file written) failed.
     Io(std::io::Error),
+    /// Everything arrived, with this digest rather than the one expected.
+    Digest(String),
 }
 
 impl ReadError {
-    fn into_fetch_error(self, reference: &str, limit: u64) -> FetchError {
+    fn into_fetch_error(self, reference: &str, limit: u64, expected: &str) -> FetchError {
         match self {
             Self::TooLarge(size) => FetchError::TooLarge {
                 reference: reference.to_string(),
                 size,
                 limit,
+            },
+            Self::Digest(found) => FetchError::DigestMismatch {
+                reference: reference.to_string(),
+                what: "layer",
+                expected: expected.to_owned(),
+                found,
             },
             Self::Io(e) => {
                 // oci-client's verifying stream reports a digest mismatch
@@ -589,9 +615,85 @@ where
     Ok(out)
 }
 
+/// Streams `stream` into the file `path`, never holding it whole in
+/// memory (a precompiled layer is tens of MiB): written to a temporary
+/// file beside it and hashed as it arrives, stopped as soon as more than
+/// `limit` bytes arrived, fsynced, and renamed to `path` only when its
+/// sha256 is `digest`; the temporary file is removed otherwise.
+async fn download_to_file<S>(
+    mut stream: S,
+    limit: u64,
+    digest: &str,
+    path: &std::path::Path,
+) -> Result<(), ReadError>
+where
+    S: Stream<Item = Result<bytes::Bytes, std::io::Error>> + Unpin,
+{
+    use sha2::Digest as _;
+    use tokio::io::AsyncWriteExt as _;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    tokio::fs::create_dir_all(dir)
+        .await
+        .map_err(ReadError::Io)?;
+    let tmp = crate::files::temporary_beside(path, dir);
+    let written = async {
+        let mut file = tokio::fs::File::create(&tmp).await.map_err(ReadError::Io)?;
+        let mut hasher = sha2::Sha256::new();
+        let mut size = 0_u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(ReadError::Io)?;
+            size += chunk.len() as u64;
+            if size > limit {
+                return Err(ReadError::TooLarge(size));
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).await.map_err(ReadError::Io)?;
+        }
+        let found = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if found != digest {
+            return Err(ReadError::Digest(found));
+        }
+        file.sync_all().await.map_err(ReadError::Io)?;
+        tokio::fs::rename(&tmp, path).await.map_err(ReadError::Io)
+    }
+    .await;
+    if written.is_err() {
+        let _ = tokio::fs::remove_file(&tmp).await;
+    }
+    written
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn download_to_file_keeps_only_whole_files_of_the_digest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("precompiled/sha256/x");
+        let chunks = |n: usize| {
+            futures::stream::iter(
+                (0..n).map(|_| Ok::<_, std::io::Error>(bytes::Bytes::from_static(&[7; 100]))),
+            )
+        };
+        let digest = sha256_digest(&[7; 300]);
+        download_to_file(chunks(3), 300, &digest, &path)
+            .await
+            .expect("downloaded");
+        assert_eq!(std::fs::read(&path).expect("read"), vec![7; 300]);
+        std::fs::remove_file(&path).expect("rm");
+        let wrong = download_to_file(chunks(2), 300, &digest, &path).await;
+        assert!(matches!(wrong, Err(ReadError::Digest(_))), "{wrong:?}");
+        let large = download_to_file(chunks(1_000), 250, &digest, &path).await;
+        assert!(matches!(large, Err(ReadError::TooLarge(300))), "{large:?}");
+        let left: Vec<_> = std::fs::read_dir(path.parent().expect("dir"))
+            .expect("list")
+            .collect();
+        assert!(
+            left.is_empty(),
+            "nothing kept of a refused download: {left:?}"
+        );
+    }
 
     #[tokio::test]
     async fn read_limited_stops_at_the_limit() {

@@ -56,8 +56,22 @@ impl Fetcher {
         })?;
         let layer_digest = sha256_digest(component);
         let mut layers = vec![descriptor(WASM_LAYER_MEDIA_TYPE, component)];
-        if let Some(precompiled) = precompiled {
-            let mut layer = descriptor(PRECOMPILED_LAYER_MEDIA_TYPE, &precompiled.bytes);
+        let precompiled = match precompiled {
+            Some(precompiled) => {
+                let bytes =
+                    precompiled
+                        .code
+                        .bytes()
+                        .map_err(|source| PushError::ReadPrecompiled {
+                            reference: reference.to_string(),
+                            source,
+                        })?;
+                Some((precompiled, bytes))
+            }
+            None => None,
+        };
+        if let Some((precompiled, bytes)) = &precompiled {
+            let mut layer = descriptor(PRECOMPILED_LAYER_MEDIA_TYPE, bytes);
             layer.annotations = Some(
                 [
                     (PRECOMPILED_ENGINE_ANNOTATION, precompiled.engine.clone()),
@@ -114,8 +128,8 @@ impl Fetcher {
             .await
             .map_err(|_| timeout("layer"))?
             .map_err(failed("layer"))?;
-        if let (Some(precompiled), Some(layer)) = (precompiled, layers.get(1)) {
-            bounded(client.push_blob(&parsed, precompiled.bytes.to_vec(), &layer.digest))
+        if let (Some((_, bytes)), Some(layer)) = (precompiled, layers.get(1)) {
+            bounded(client.push_blob(&parsed, bytes.to_vec(), &layer.digest))
                 .await
                 .map_err(|_| timeout("precompiled layer"))?
                 .map_err(failed("precompiled layer"))?;

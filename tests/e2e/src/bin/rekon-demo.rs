@@ -10,7 +10,12 @@
 //! registry (Debian's `docker-registry`), pushes the chaos test plugin v1
 //! with `rekon plugin push`, applies the Plugin `rekon plugin manifest`
 //! prints, lets it annotate a few ConfigMaps, pushes v2, edits the Plugin
-//! and shows the same rekon process serving v2 (no restart). Without
+//! and shows the same rekon process serving v2 (no restart). Then the
+//! TypeScript and Python ports (`dist/sdk-plugins`, `make sdk-plugins`)
+//! are pushed with `--precompile --sign` and applied as Plugin objects that
+//! verify the signature: the host maps their precompiled layers instead of
+//! compiling (their `Ready` message says `its code was precompiled`). They
+//! are suspended: the Rust seeds serve the same kinds. Without
 //! `docker-registry` (which `make demo` installs) the demo fails saying
 //! what is missing. Then it keeps running (printing changes) with the kubectl
 //! commands to play with. `--exit-after-converge` (or `DEMO_EXIT_AFTER_CONVERGE=1`) exits 0
@@ -176,10 +181,21 @@ fn apply_samples(env: &Env, narrator: &Narrator) -> anyhow::Result<()> {
 
 /// `rekon plugin push FILE REF`; the manifest digest it printed.
 fn push(env: &Env, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
+    push_with(env, file, reference, &[])
+}
+
+/// `rekon plugin push FILE REF EXTRA...`; the manifest digest it printed.
+fn push_with(
+    env: &Env,
+    file: &std::path::Path,
+    reference: &str,
+    extra: &[&str],
+) -> anyhow::Result<String> {
     let out = std::process::Command::new(&env.paths.rekon)
         .args(["plugin", "push"])
         .arg(file)
         .arg(reference)
+        .args(extra)
         .output()
         .context("run rekon plugin push")?;
     anyhow::ensure!(
@@ -314,6 +330,122 @@ async fn plugin_object_swap(env: &mut Env, narrator: &mut Narrator) -> anyhow::R
     Ok(registry)
 }
 
+/// The `Ready` condition of Plugin `name`: reason and message.
+fn ready(env: &Env, name: &str) -> Option<(String, String)> {
+    let plugin = env
+        .main()
+        .get("rekon.dev/v1alpha1", "plugins", None, name)
+        .ok()?;
+    let ready = plugin["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    Some((
+        ready["reason"].as_str()?.to_owned(),
+        ready["message"].as_str()?.to_owned(),
+    ))
+}
+
+/// The TypeScript and Python ports from precompiled artifacts: each pushed
+/// with `--precompile --sign`, applied as a suspended Plugin object that
+/// verifies the signature (the Rust seeds serve the same kinds), and loaded
+/// by mapping its precompiled layer instead of compiling.
+async fn ports_from_precompiled(
+    env: &mut Env,
+    narrator: &mut Narrator,
+    registry: &Registry,
+) -> anyhow::Result<()> {
+    let sdk_plugins = env.paths.root.join("dist/sdk-plugins");
+    let ports = [
+        ("test-fanout-ts", "TypeScript", "test_fanout_ts.wasm"),
+        ("nodepool-py", "Python", "nodepool_py.wasm"),
+    ];
+    for (_, _, file) in ports {
+        anyhow::ensure!(
+            sdk_plugins.join(file).is_file(),
+            "the ports from precompiled artifacts need {} (`make demo` builds it with `make sdk-plugins`)",
+            sdk_plugins.join(file).display()
+        );
+    }
+    narrator.say(
+        "— the TypeScript and Python ports from precompiled artifacts: pushed with --precompile --sign, verified, mapped instead of compiled",
+    );
+    let keys = tempfile::tempdir()?;
+    let key = keys.path().join("demo");
+    let out = std::process::Command::new(&env.paths.rekon)
+        .args(["plugin", "keygen", "--out"])
+        .arg(&key)
+        .output()
+        .context("run rekon plugin keygen")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "rekon plugin keygen failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let private = key.with_extension("key").display().to_string();
+    let public = std::fs::read_to_string(key.with_extension("pub"))?;
+    for (name, language, file) in ports {
+        let file = sdk_plugins.join(file);
+        let reference = format!("{}/demo/{name}:1", registry.host());
+        let pushed = Instant::now();
+        let digest = push_with(
+            env,
+            &file,
+            &reference,
+            &["--precompile", "--sign", &private],
+        )?;
+        narrator.say(&format!(
+            "rekon plugin push --precompile --sign {} {reference}: {digest} ({} s: the push compiled it once)",
+            file.file_name().unwrap_or_default().to_string_lossy(),
+            pushed.elapsed().as_secs()
+        ));
+        let out = std::process::Command::new(&env.paths.rekon)
+            .args(["plugin", "manifest"])
+            .arg(&file)
+            .args(["--module", &reference])
+            .output()
+            .context("run rekon plugin manifest")?;
+        anyhow::ensure!(
+            out.status.success(),
+            "rekon plugin manifest failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut plugin: Value = serde_yaml::from_slice(&out.stdout)?;
+        plugin["metadata"]["name"] = json!(name);
+        plugin["spec"]["suspend"] = json!(true);
+        plugin["spec"]["verification"] = json!({"keys": [{"pem": public}]});
+        apply_object(env.main(), plugin)?;
+        narrator.say(&format!(
+            "applied the Plugin {name} ({language} port; spec.verification with the public key, spec.suspend: the Rust seed serves its kind)"
+        ));
+        let needle = "its code was precompiled in";
+        narrator
+            .until(
+                env,
+                &format!("Plugin {name}: loaded from its precompiled layer"),
+                |env| {
+                    ready(env, name).is_some_and(|(reason, message)| {
+                        reason == "Suspended" && message.contains(needle)
+                    })
+                },
+            )
+            .await?;
+        if let Some((_, message)) = ready(env, name) {
+            // "… serves; its code was precompiled in N ms …".
+            let how = message
+                .split("; ")
+                .find_map(|part| {
+                    let at = part.find(needle)?;
+                    let ms = part[at..].find(" ms")?;
+                    Some(&part[at..at + ms + 3])
+                })
+                .unwrap_or(&message);
+            narrator.say(&format!("  {name}: {how}"));
+        }
+    }
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let exit_after_converge = std::env::args().any(|a| a == "--exit-after-converge")
@@ -402,7 +534,8 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     // Stopped (dropped) when the demo ends.
-    let _registry = plugin_object_swap(&mut env, &mut narrator).await?;
+    let registry = plugin_object_swap(&mut env, &mut narrator).await?;
+    ports_from_precompiled(&mut env, &mut narrator, &registry).await?;
 
     println!();
     println!("Both scenarios converged. Try (while the demo runs):");
