@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(40);
 /// Bound of a whole test.
 const TEST_TIMEOUT: Duration = Duration::from_secs(240);
+/// The demo also pushes, signs and manifests both ports (each compiles its
+/// component), which under `make test`'s parallel load took up to 237 s.
+const DEMO_TIMEOUT: Duration = Duration::from_secs(600);
 
 async fn start() -> Env {
     let mut env = Env::start(EnvOptions::default())
@@ -412,7 +415,7 @@ async fn node_pools_manage_labels_taints_and_runtime_classes_without_touching_an
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_converges_and_exits_when_asked() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    tokio::time::timeout(DEMO_TIMEOUT, async {
         rekon_e2e::Paths::discover().expect("workspace built");
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_rekon-demo"))
             .arg("--exit-after-converge")
