@@ -254,9 +254,8 @@ pub fn explore(opts: &ExploreOptions) -> Result<Report, ExploreError> {
     // made and changed by another writer (`generate::others`), and runs
     // the reference again.
     let mut refused_inputs = Vec::new();
-    let mut theirs_added = opts.scenario.is_some()
-        || opts.from_recording.is_some()
-        || opts.replay.is_some();
+    let mut theirs_added =
+        opts.scenario.is_some() || opts.from_recording.is_some() || opts.replay.is_some();
     let (runner, checkpoints, reference) = loop {
         let checkpoints = inputs::checkpoints(&scenario);
         let runner = Runner {
