@@ -394,6 +394,7 @@ mod tests {
                 steps,
             },
             notes,
+            skipped: Vec::new(),
         };
         add_theirs(&mut g, &theirs);
         assert_eq!(g.notes.len(), g.scenario.steps.len());

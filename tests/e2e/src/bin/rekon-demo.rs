@@ -179,6 +179,23 @@ fn apply_samples(env: &Env, narrator: &Narrator) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `rekon plugin manifest FILE --module REF`: the Plugin object it printed
+/// (the component's declared permissions as the grant).
+fn manifest(env: &Env, file: &std::path::Path, reference: &str) -> anyhow::Result<Value> {
+    let out = std::process::Command::new(&env.paths.rekon)
+        .args(["plugin", "manifest"])
+        .arg(file)
+        .args(["--module", reference])
+        .output()
+        .context("run rekon plugin manifest")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "rekon plugin manifest failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_yaml::from_slice(&out.stdout)?)
+}
+
 /// `rekon plugin push FILE REF`; the manifest digest it printed.
 fn push(env: &Env, file: &std::path::Path, reference: &str) -> anyhow::Result<String> {
     push_with(env, file, reference, &[])
@@ -259,19 +276,7 @@ async fn plugin_object_swap(env: &mut Env, narrator: &mut Narrator) -> anyhow::R
     let v2 = format!("{}/demo/chaos:2", registry.host());
     let d1 = push(env, &v1_file, &v1)?;
     narrator.say(&format!("rekon plugin push chaos-v1.wasm {v1}: {d1}"));
-    let out = std::process::Command::new(&env.paths.rekon)
-        .args(["plugin", "manifest"])
-        .arg(&v1_file)
-        .args(["--module", &v1])
-        .output()
-        .context("run rekon plugin manifest")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "rekon plugin manifest failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let manifest: Value = serde_yaml::from_slice(&out.stdout)?;
-    apply_object(env.main(), manifest)?;
+    apply_object(env.main(), manifest(env, &v1_file, &v1)?)?;
     narrator.say("applied the Plugin chaos that `rekon plugin manifest chaos-v1.wasm --module …` printed (its declared permissions as the grant)");
     narrator
         .until(env, &format!("Plugin chaos: Ready, serving {d1}"), |env| {
@@ -399,18 +404,7 @@ async fn ports_from_precompiled(
             file.file_name().unwrap_or_default().to_string_lossy(),
             pushed.elapsed().as_secs()
         ));
-        let out = std::process::Command::new(&env.paths.rekon)
-            .args(["plugin", "manifest"])
-            .arg(&file)
-            .args(["--module", &reference])
-            .output()
-            .context("run rekon plugin manifest")?;
-        anyhow::ensure!(
-            out.status.success(),
-            "rekon plugin manifest failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let mut plugin: Value = serde_yaml::from_slice(&out.stdout)?;
+        let mut plugin = manifest(env, &file, &reference)?;
         plugin["metadata"]["name"] = json!(name);
         plugin["spec"]["suspend"] = json!(true);
         plugin["spec"]["verification"] = json!({"keys": [{"pem": public}]});
