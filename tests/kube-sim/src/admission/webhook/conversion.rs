@@ -432,7 +432,7 @@ pub(crate) fn crd_webhook(spec: &Value) -> Result<Option<Arc<Value>>, String> {
                 }
                 _ => {}
             }
-            let versions = strings_of(hook.get("conversionReviewVersions"));
+            let versions = crate::store::strings(hook.get("conversionReviewVersions"));
             if versions.is_empty() {
                 return Err("spec.conversion.webhook.conversionReviewVersions: Required value: must specify one of v1, v1beta1".into());
             }
@@ -447,17 +447,6 @@ pub(crate) fn crd_webhook(spec: &Value) -> Result<Option<Arc<Value>>, String> {
             "spec.conversion.strategy: Unsupported value: \"{other}\": supported values: \"None\", \"Webhook\""
         )),
     }
-}
-
-fn strings_of(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
