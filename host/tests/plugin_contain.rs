@@ -442,3 +442,120 @@ async fn a_plugins_own_limits_narrow_the_hosts_and_never_widen_them() {
         other => panic!("expected a timeout, got {other:?}"),
     }
 }
+
+/// What a plugin's freed instances leave resident stays within its own
+/// budget: a plugin that fills its memory on every call, called from many
+/// threads at once, leaves at most its instances' worth of dirtied pages in
+/// the pool's warm slots (each freed slot is reused by the plugin's next
+/// instance, not a fresh one dirtied beside it). Under the host's own pool
+/// size (64 instances) on a machine with several CPUs, where wasmtime would
+/// shard a pool of 128 memories per CPU and a thread would pick a cold slot
+/// in its own shard rather than the plugin's warm one in another.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_plugins_freed_instances_keep_no_more_resident_than_its_budget() {
+    let cap = 32usize << 20;
+    let instances = 2;
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: cap,
+        plugin_memory_budget_bytes: instances * cap,
+        pooling: true,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let Some(before) = runtime.pool_unused_resident_bytes() else {
+        panic!("this test needs the pooling allocator");
+    };
+    let hog = runtime.load_file(chaos_v1()).expect("chaos v1 loads");
+    for round in 0..4 {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..12 {
+            let hog = hog.clone();
+            calls.spawn(async move { reconcile(&hog, "oom").await });
+        }
+        for result in calls.join_all().await {
+            assert!(
+                matches!(result, Err(CallError::OutOfMemory { .. })),
+                "round {round}: expected OutOfMemory, got {result:?}"
+            );
+        }
+    }
+    let resident = runtime.pool_unused_resident_bytes().expect("pooling");
+    eprintln!(
+        "resident in freed slots: {} MiB (before: {} MiB; bound {} MiB)",
+        resident >> 20,
+        before >> 20,
+        (instances * cap) >> 20
+    );
+    // The load's `register` instance is the same module's, so its slot is
+    // one of the plugin's too.
+    assert!(
+        resident <= instances * cap,
+        "freed slots keep {} MiB resident, more than the plugin's {} instances of {} MiB",
+        resident >> 20,
+        instances,
+        cap >> 20
+    );
+}
+
+/// This process's resident memory, MiB (`VmRSS`; nextest runs each test in
+/// a process of its own).
+fn rss_mib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    kib >> 10
+}
+
+/// A version replaced leaves nothing resident behind: wasmtime frees the
+/// pool slots of a dropped module without releasing the pages its
+/// instances dirtied past the initial image (and counts them as 0 bytes),
+/// so each swap of a plugin that filled its memory left its instances'
+/// worth resident until a cold slot ran out (≈60 MiB more per version
+/// here, 396 MiB after six). With `max_unused_warm_slots(0)` the next
+/// instance without a slot of its own reuses a freed one before a cold
+/// one, so the pool's dirtied slots stay those the most instances live at
+/// once needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replaced_version_leaves_nothing_resident_behind() {
+    let cap = 32usize << 20;
+    let runtime = PluginRuntime::new(RuntimeConfig {
+        memory_limit_bytes: cap,
+        plugin_memory_budget_bytes: 2 * cap,
+        pooling: true,
+        ..RuntimeConfig::default()
+    })
+    .expect("runtime starts");
+    let bytes = std::fs::read(chaos_v1()).expect("chaos v1");
+    let mut after = Vec::new();
+    for version in 0..6 {
+        let instance = format!("v{version}");
+        let options = LoadOptions::default().with_instance(Some(&instance));
+        let hog = runtime
+            .load_bytes_with(&bytes, &instance, &options)
+            .expect("chaos loads");
+        for _ in 0..3 {
+            let mut calls = tokio::task::JoinSet::new();
+            for _ in 0..6 {
+                let hog = hog.clone();
+                calls.spawn(async move { reconcile(&hog, "oom").await });
+            }
+            for result in calls.join_all().await {
+                assert!(
+                    matches!(result, Err(CallError::OutOfMemory { .. })),
+                    "version {version}: expected OutOfMemory, got {result:?}"
+                );
+            }
+        }
+        drop(hog);
+        after.push(rss_mib());
+    }
+    eprintln!("resident after each version, MiB: {after:?}");
+    let grown = after[after.len() - 1].saturating_sub(after[0]);
+    assert!(
+        grown < (cap >> 20) as u64,
+        "five replaced versions left {grown} MiB more resident ({after:?})"
+    );
+}

@@ -197,6 +197,18 @@ impl PluginRuntime {
         self.inner.host_book.booked()
     }
 
+    /// Bytes the instance pool keeps resident in linear-memory slots no
+    /// instance uses now (freed slots kept warm for the next instance of
+    /// the same module: see [`build_engine`]); `None` without the pooling
+    /// allocator.
+    #[must_use]
+    pub fn pool_unused_resident_bytes(&self) -> Option<usize> {
+        self.inner
+            .engine
+            .pooling_allocator_metrics()
+            .map(|m| m.unused_memory_bytes_resident())
+    }
+
     /// Compile and cache counters.
     #[must_use]
     pub fn stats(&self) -> RuntimeStats {
@@ -546,6 +558,22 @@ fn prune_cache(dir: &Path, engine_key: &str, max_age: Duration, now: SystemTime)
 /// interpreters' (componentize-py's libpython, StarlingMonkey) hundreds.
 const TABLE_KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
+/// Most linear-memory slots in the pool: one below the size from which
+/// wasmtime 48 shards a pool per CPU (`ShardLayout::new`: 128 slots). A
+/// thread allocates in its own shard, and takes a cold slot there rather
+/// than the warm one its module used in another shard; with the freed
+/// slots' dirtied pages kept resident (below), a plugin filling its memory
+/// left one such slot per shard and instance, outside every budget (the
+/// hostile suite's `oom`: three 62 MiB slots for a plugin of two 64 MiB
+/// instances). In one shard a plugin's next instance reuses a slot its
+/// module freed, so what freed slots keep stays within the instances the
+/// plugin was allowed (`a_plugins_freed_instances_keep_no_more_resident_
+/// than_its_budget`, which fails if a wasmtime update shards again). 127
+/// slots are about two memories per instance of the 64-instance pool; a
+/// component with more memories (an interpreter and its adapter) is
+/// refused an instance only when the pool is that full.
+const UNSHARDED_MEMORIES: u32 = 127;
+
 /// Builds the engine; with `pooling`, tries the pooling allocator first and
 /// degrades to on-demand allocation if the pool cannot be reserved.
 fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> {
@@ -559,12 +587,24 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
         pool.total_component_instances(instances)
             .total_core_instances(instances * 8)
             .max_core_instances_per_component(16)
-            .total_memories(instances * 2)
+            .total_memories((instances * 2).min(UNSHARDED_MEMORIES))
             .max_memories_per_component(4)
             .total_tables(instances * 4)
             .max_tables_per_component(8)
             .max_memory_size(config.memory_limit_bytes)
-            .max_unused_warm_slots(instances.min(16));
+            // No slot is kept warm for its own sake: an instance takes
+            // its module's freed slot, else any freed slot (the least
+            // recently used), and a never-used one only when none is free.
+            // A freed slot keeps its dirtied pages (below), and wasmtime
+            // releases none of them when the module goes (it frees a
+            // dropped module's slots as holding 0 bytes, the pages past the
+            // image still resident): with a budget of warm slots, every
+            // version of a plugin that filled its memory took fresh slots
+            // and left its old ones resident (≈60 MiB per version swapped,
+            // `a_replaced_version_leaves_nothing_resident_behind`). So the
+            // slots ever dirtied are those the most instances live at once
+            // needed, which the slot book and the memory budgets bound.
+            .max_unused_warm_slots(0);
         // Every call instantiates afresh, so what a freed slot costs to
         // reuse is per-call cost. By default wasmtime `madvise`s a freed
         // memory back to zero, and the next instance page-faults every page
