@@ -306,6 +306,12 @@ impl Spec {
 #[must_use]
 pub fn problems(spec: &Spec) -> Vec<String> {
     let mut found = Vec::new();
+    if spec.watches.len() > MAX_WATCHES {
+        found.push(format!(
+            "declares {} watches, at most {MAX_WATCHES}: each is a watch on the API server of every cluster it names and a cache in the host",
+            spec.watches.len()
+        ));
+    }
     if !is_dns_label(&spec.name) {
         found.push(format!(
             "plugin name {:?} is not a DNS label (lowercase letters, digits and '-', at most 63)",
@@ -538,6 +544,14 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
+/// Most watches one registration declares. Each is a watch (a LIST, then
+/// a long-lived WATCH) on the API server of every cluster it names and a
+/// cache the host keeps, so one plugin declaring a thousand (distinct
+/// selectors of one kind) would load the API server and the host's memory
+/// for all its neighbours. Controllers watch a handful of kinds;
+/// controller-runtime's largest (cluster-api's) about a dozen.
+pub const MAX_WATCHES: usize = 32;
+
 /// Kubernetes' own finalizers, which the API server accepts without a
 /// domain (`k8s.io/apiserver` `IsStandardFinalizerName`, and the garbage
 /// collector's).
@@ -701,6 +715,28 @@ mod tests {
     #[test]
     fn a_valid_spec_has_no_problem() {
         assert_eq!(problems(&valid()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn watches_are_bounded() {
+        let mut s = valid();
+        let watch = s.watches[0].clone();
+        s.watches = vec![watch; MAX_WATCHES];
+        assert_eq!(
+            problems(&s),
+            Vec::<String>::new(),
+            "{MAX_WATCHES} is allowed"
+        );
+        s.watches.push(s.watches[0].clone());
+        let found = problems(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with(&format!(
+                "declares {} watches, at most {MAX_WATCHES}",
+                MAX_WATCHES + 1
+            )),
+            "{found:?}"
+        );
     }
 
     #[test]

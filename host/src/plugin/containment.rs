@@ -31,7 +31,13 @@ pub struct ContainedRecord {
 /// Reasons that are not the plugin's own doing on the CPU: they are
 /// counted and shown, never backed off for (a call that waited for an
 /// instance slot took nothing from anyone).
-const NOT_BACKED_OFF: &[&str] = &["InstanceSlots"];
+/// A refused action took no CPU from anyone either: it fails terminally,
+/// and is retried only when its object changes.
+const NOT_BACKED_OFF: &[&str] = &["InstanceSlots", FORBIDDEN];
+
+/// The reason an outcome with an action outside the plugin's permissions
+/// (or its operator policy) is counted under.
+pub(crate) const FORBIDDEN: &str = "Forbidden";
 
 /// The runtime's containment sink.
 pub(crate) struct Containment {

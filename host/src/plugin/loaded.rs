@@ -14,6 +14,7 @@ use super::bindings::{Plugin, PluginPre};
 use super::bounds;
 use super::call::{Instantiate, call, classify, new_store, panic_text, set_deadline};
 use super::capability;
+use super::containment::FORBIDDEN;
 use super::convert::Convert;
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
@@ -700,7 +701,17 @@ impl LoadedPlugin {
             self.inner.policy.as_ref(),
             &outcome,
             clusters,
-        )?;
+        )
+        .inspect_err(|e| {
+            // A write it never declared (or the operator's policy refuses):
+            // counted and shown with the bounds, never written.
+            let containment = &runtime.containment;
+            if shadow {
+                containment.shadow_contained(name, FORBIDDEN);
+            } else {
+                containment.contained(name, FORBIDDEN, &e.to_string());
+            }
+        })?;
         Ok(outcome)
     }
 

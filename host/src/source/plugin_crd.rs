@@ -307,7 +307,7 @@ pub struct PluginObjectStatus {
 pub struct ContainedStatus {
     /// Calls stopped per reason (`Timeout`, `OutOfMemory`, `InstanceSlots`,
     /// `TooManyActions`, `ObjectTooLarge`, `OutcomeTooLarge`, `TooDeep`,
-    /// `InvalidJson`).
+    /// `InvalidJson`, `Forbidden`).
     #[serde(default)]
     pub counts: std::collections::BTreeMap<String, u64>,
     /// The reason of the latest.

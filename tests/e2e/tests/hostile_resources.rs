@@ -119,7 +119,7 @@ async fn a_plugin_reaches_nothing_it_did_not_declare_and_its_neighbour_is_unaffe
         let tricks: Vec<&str> = REFUSED
             .iter()
             .map(|(t, _)| *t)
-            .chain(["subresource-plural", "decoy-read"])
+            .chain(["subresource-plural", "decoy-read", "many-watches"])
             .collect();
         for trick in &tricks {
             let base = env.plugin_dir.join(format!("hostile-{trick}"));
@@ -159,7 +159,8 @@ async fn a_plugin_reaches_nothing_it_did_not_declare_and_its_neighbour_is_unaffe
                 .collect();
             let read_done = get(env.main(), "v1", "configmaps", Some("default"), "go-decoy-read")
                 .and_then(|o| o.pointer(&format!("/metadata/annotations/{}", READ.replace('/', "~1"))).cloned());
-            let load_refused = log_line_with(&env, &["hostile-subresource-plural", "nodes/status", "not a resource name"]);
+            let load_refused = log_line_with(&env, &["hostile-subresource-plural", "nodes/status", "not a resource name"])
+                && log_line_with(&env, &["hostile-many-watches", "declares 1000 watches, at most 32"]);
             if pending.is_empty() && read_done.is_some() && load_refused {
                 // Nothing was read through the decoy: the Secret in the
                 // same namespace stayed out of its reach.
@@ -169,7 +170,7 @@ async fn a_plugin_reaches_nothing_it_did_not_declare_and_its_neighbour_is_unaffe
             assert!(
                 Instant::now() < deadline,
                 "not refused with their reason: {pending:?}; decoy-read done: {read_done:?}; \
-                 subresource-plural refused at load: {load_refused}\n{}",
+                 subresource-plural and many-watches refused at load: {load_refused}\n{}",
                 env.rekon.log_tail(120)
             );
             tokio::time::sleep(Duration::from_millis(200)).await;

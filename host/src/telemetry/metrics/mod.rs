@@ -231,7 +231,7 @@ impl Metrics {
 
     /// The host stopped a call of `plugin` at a bound (`reason`:
     /// `TooManyActions`, `ObjectTooLarge`, `OutcomeTooLarge`, `TooDeep`,
-    /// `InvalidJson`, `Timeout`, `OutOfMemory`).
+    /// `InvalidJson`, `Timeout`, `OutOfMemory`, `InstanceSlots`, `Forbidden`).
     pub fn plugin_contained(&self, plugin: &str, reason: &str) {
         self.inner.rekon.plugin_contained(plugin, reason)
     }

@@ -21,6 +21,7 @@
 //! | `namespace-smuggle` | ConfigMap patch, correctly | a patch of ConfigMap `web` in namespace `default/secrets` |
 //! | `unserved-version` | kind `Node`, version `v9` | a patch of node-a at `v9` |
 //! | `decoy-read` | a watch of kind `HostileDecoy`, plural `secrets`, namespaced | a list of it in `default`; what it read is written to its own ConfigMap's annotation [`READ`] |
+//! | `many-watches` | [`MANY_WATCHES`] watches of ConfigMap, each mapped by a label-key prefix of its own | (refused at load: at most `rekon_rules::registration::MAX_WATCHES`) |
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use rekon_sdk::ResourceType;
@@ -46,7 +47,7 @@ pub struct HostileSettings {
 }
 
 /// Every trick.
-pub const TRICKS: [&str; 9] = [
+pub const TRICKS: [&str; 10] = [
     "decoy-core",
     "decoy-group",
     "wrong-plural",
@@ -56,7 +57,11 @@ pub const TRICKS: [&str; 9] = [
     "namespace-smuggle",
     "unserved-version",
     "decoy-read",
+    "many-watches",
 ];
+
+/// Watches `many-watches` declares.
+pub const MANY_WATCHES: usize = 1000;
 
 impl Settings for HostileSettings {
     fn validate(&self) -> Result<(), String> {
@@ -87,6 +92,7 @@ fn trick_resource(trick: &str) -> Option<ResourceType> {
         "name-smuggle" | "namespace-smuggle" => namespaced("v1", "ConfigMap", "configmaps"),
         "unserved-version" => cluster_scoped("v9", "Node", "nodes"),
         "decoy-read" => namespaced("v1", "HostileDecoy", "secrets"),
+        "many-watches" => namespaced("v1", "ConfigMap", "configmaps"),
         _ => return None,
     })
 }
@@ -109,7 +115,18 @@ impl Plugin for Hostile {
             .permission::<ConfigMap>(&[Verb::Get, Verb::Patch], ClusterSet::Primary)
             .permission_resource(resource.clone(), &verbs, false, ClusterSet::Primary);
         if matches!(trick, "wrong-plural" | "decoy-read") {
-            reg = reg.watch_resource(resource, ClusterSet::Primary, Mapping::AllPrimaries);
+            reg = reg.watch_resource(resource.clone(), ClusterSet::Primary, Mapping::AllPrimaries);
+        }
+        if trick == "many-watches" {
+            for i in 0..MANY_WATCHES {
+                // A mapping of its own each (label-key prefixes), so no two
+                // are the same watch.
+                reg = reg.watch_resource(
+                    resource.clone(),
+                    ClusterSet::Primary,
+                    Mapping::LabelKeyPrefixes(vec![format!("hostile.rekon.dev/n{i}-")]),
+                );
+            }
         }
         Ok(reg)
     }
