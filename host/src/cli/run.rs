@@ -160,6 +160,27 @@ struct WebhookArgs {
         value_delimiter = ','
     )]
     webhook_cert_names: Vec<String>,
+    /// Manage the webhook configurations of Plugin objects that admit
+    /// (`rekon-<plugin>`, labelled, caBundle the served certificate),
+    /// pointing at this Service: NAMESPACE/NAME[:PORT] (port 443 unless
+    /// given). Needs `--webhook-addr` and `--plugin-objects`, and RBAC on
+    /// validating- and mutatingwebhookconfigurations.
+    #[arg(
+        long,
+        env = "REKON_WEBHOOK_SERVICE",
+        value_name = "NAMESPACE/NAME[:PORT]",
+        value_parser = parse_webhook_service,
+        conflicts_with = "webhook_url_base"
+    )]
+    webhook_service: Option<rekon::commands::webhooks::Client>,
+    /// As `--webhook-service`, pointing at this base URL instead
+    /// (`https://host:port`; the route is appended).
+    #[arg(long, env = "REKON_WEBHOOK_URL_BASE", value_name = "URL")]
+    webhook_url_base: Option<String>,
+}
+
+fn parse_webhook_service(text: &str) -> Result<rekon::commands::webhooks::Client, String> {
+    super::manifests::parse_service(text).map_err(|e| e.to_string())
 }
 
 impl WebhookArgs {
@@ -173,8 +194,13 @@ impl WebhookArgs {
                 names.push(format!("rekon-webhooks.{ns}.svc.cluster.local"));
             }
         }
+        let managed = self.webhook_service.or_else(|| {
+            self.webhook_url_base
+                .map(rekon::commands::webhooks::Client::Url)
+        });
         Some(rekon::app::webhooks::WebhookOptions {
             addr,
+            managed,
             cert_dir: self.webhook_cert_dir,
             cert_names: names,
         })

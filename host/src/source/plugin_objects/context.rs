@@ -34,8 +34,13 @@ pub struct PluginObjectsConfig {
     /// How often shadow counts and containments are written to the
     /// status (and the most often a containment Event is recorded).
     pub status_period: Duration,
-    /// Field manager of the status writes.
+    /// Field manager of the status writes (and of the webhook
+    /// configurations).
     pub field_manager: String,
+    /// Where the webhook configurations the host manages for Plugin
+    /// objects that admit point (`--webhook-service`, `--webhook-url-base`);
+    /// `None`: the host manages none.
+    pub webhooks: Option<crate::admission::managed::WebhookTarget>,
 }
 
 impl PluginObjectsConfig {
@@ -48,6 +53,7 @@ impl PluginObjectsConfig {
             max_backoff: Duration::from_secs(300),
             status_period: Duration::from_secs(10),
             field_manager: "rekon.dev/host".to_owned(),
+            webhooks: None,
         }
     }
 
@@ -104,6 +110,9 @@ pub(super) struct Context {
     pub(super) reports: ReportBoard,
     /// The shards this replica holds go into its report.
     pub(super) shards: Option<Shards>,
+    /// Writes the webhook configurations of the plugins that admit (when
+    /// [`PluginObjectsConfig::webhooks`] says where they point).
+    pub(super) webhooks: Option<crate::admission::managed::ManagedWebhooks>,
 }
 
 /// What this replica remembers of one Plugin object.
@@ -123,6 +132,13 @@ pub(super) struct Entry {
     pub(super) shadow_base: Option<(String, (u64, u64))>,
     /// Containments of its plugin told in an Event so far.
     pub(super) contained_evented: u64,
+    /// The shadow's admission counts when its candidate was loaded.
+    pub(super) admission_base: crate::telemetry::metrics::ShadowVerdictCounts,
+    /// The webhook configurations written for it (for its status) and
+    /// what they were written from ([`ManagedWebhooks::key`]).
+    ///
+    /// [`ManagedWebhooks::key`]: crate::admission::managed::ManagedWebhooks::key
+    pub(super) webhooks: Option<(String, crate::source::plugin_crd::WebhooksStatus)>,
 }
 
 /// What this replica serves of one Plugin object.
