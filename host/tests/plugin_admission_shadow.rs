@@ -193,8 +193,14 @@ async fn counted(served: &Served, reviews: u64) -> ShadowVerdictCounts {
 async fn the_shadows_verdicts_are_compared_and_counted_never_enforced() {
     let served = serve().await;
     assert_ne!(
-        served.registry.get("widgets").map(|p| p.digest().to_owned()),
-        served.registry.shadow("widgets").map(|p| p.digest().to_owned()),
+        served
+            .registry
+            .get("widgets")
+            .map(|p| p.digest().to_owned()),
+        served
+            .registry
+            .shadow("widgets")
+            .map(|p| p.digest().to_owned()),
         "two builds"
     );
     // Both admit a small widget.
@@ -206,7 +212,10 @@ async fn the_shadows_verdicts_are_compared_and_counted_never_enforced() {
     // The shadow (at most 5) would deny what the serving version (at most
     // 10) admits: the API server is told `allowed`.
     let response = answer(&served, "/validate/widgets", &widget("seven", 7)).await;
-    assert_eq!(response["allowed"], true, "the shadow is not enforced: {response}");
+    assert_eq!(
+        response["allowed"], true,
+        "the shadow is not enforced: {response}"
+    );
     let counts = counted(&served, 2).await;
     assert_eq!((counts.identical, counts.would_deny), (1, 1), "{counts:?}");
 
@@ -220,7 +229,10 @@ async fn the_shadows_verdicts_are_compared_and_counted_never_enforced() {
     // Mutate: the strict build warns from size 3, the serving one from 6.
     let response = answer(&served, "/mutate/widgets", &widget("four", 4)).await;
     assert_eq!(response["allowed"], true, "{response}");
-    assert!(response.get("warnings").is_none(), "serving: no warning: {response}");
+    assert!(
+        response.get("warnings").is_none(),
+        "serving: no warning: {response}"
+    );
     let counts = counted(&served, 4).await;
     assert_eq!(counts.differs, 2, "{counts:?}");
 

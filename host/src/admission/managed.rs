@@ -318,9 +318,16 @@ mod tests {
             let status = managed.sync("widgets", &both).await;
             assert_eq!(status.validating.as_deref(), Some("rekon-widgets"));
             assert_eq!(status.mutating.as_deref(), Some("rekon-widgets"));
-            assert!(status.foreign.is_empty() && status.error.is_none(), "{status:?}");
+            assert!(
+                status.foreign.is_empty() && status.error.is_none(),
+                "{status:?}"
+            );
             let stored = validating_api.get("rekon-widgets").await.expect("applied");
-            assert!(ours(stored.labels(), "widgets"), "{:?}", stored.metadata.labels);
+            assert!(
+                ours(stored.labels(), "widgets"),
+                "{:?}",
+                stored.metadata.labels
+            );
             let hook = &stored.webhooks.as_ref().expect("webhooks")[0];
             assert_eq!(hook.name, "size.widgets.rekon.dev");
             assert_eq!(
@@ -345,8 +352,20 @@ mod tests {
             // The serving version has only the validating rule now.
             let status = managed.sync("widgets", &both[..1]).await;
             assert_eq!(status.mutating, None);
-            assert!(mutating_api.get_opt("rekon-widgets").await.unwrap().is_none());
-            assert!(validating_api.get_opt("rekon-widgets").await.unwrap().is_some());
+            assert!(
+                mutating_api
+                    .get_opt("rekon-widgets")
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            assert!(
+                validating_api
+                    .get_opt("rekon-widgets")
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
 
             // Someone else's configuration named as the host would name
             // the plugin's: left alone and reported, the other kind applied.
@@ -367,18 +386,39 @@ mod tests {
             assert_eq!(status.mutating, None);
             assert_eq!(status.validating.as_deref(), Some("rekon-gadgets"));
             let kept = mutating_api.get("rekon-gadgets").await.expect("kept");
-            assert_eq!(kept.labels().get("team").map(String::as_str), Some("platform"));
+            assert_eq!(
+                kept.labels().get("team").map(String::as_str),
+                Some("platform")
+            );
             assert_eq!(kept.webhooks.unwrap_or_default().len(), 0, "untouched");
 
             // The plugins go: theirs go, the foreign one stays.
             assert!(managed.remove("widgets").await.unwrap().is_empty());
-            assert!(validating_api.get_opt("rekon-widgets").await.unwrap().is_none());
+            assert!(
+                validating_api
+                    .get_opt("rekon-widgets")
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
             assert_eq!(
                 managed.remove("gadgets").await.unwrap(),
                 ["MutatingWebhookConfiguration/rekon-gadgets"]
             );
-            assert!(validating_api.get_opt("rekon-gadgets").await.unwrap().is_none());
-            assert!(mutating_api.get_opt("rekon-gadgets").await.unwrap().is_some());
+            assert!(
+                validating_api
+                    .get_opt("rekon-gadgets")
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+            assert!(
+                mutating_api
+                    .get_opt("rekon-gadgets")
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
         })
         .await
         .expect("the test timed out, likely deadlocked");

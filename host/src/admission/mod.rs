@@ -19,8 +19,8 @@
 //! | [`managed`] | the webhook configurations the host manages for Plugin objects |
 
 mod admitters;
-pub mod review;
 pub mod managed;
+pub mod review;
 pub mod server;
 pub mod shadow;
 

@@ -50,8 +50,12 @@ impl ShadowReviews {
     ) {
         let label = kind_label(kind);
         let Ok(slot) = Arc::clone(&self.slots).try_acquire_owned() else {
-            self.metrics
-                .admission_shadow_verdict(shadow.name(), label, ShadowVerdict::Dropped, None);
+            self.metrics.admission_shadow_verdict(
+                shadow.name(),
+                label,
+                ShadowVerdict::Dropped,
+                None,
+            );
             return;
         };
         let serving = serving.clone();
@@ -152,7 +156,10 @@ pub fn compare(serving: &Answer, shadow: &Answer) -> (ShadowVerdict, String) {
             let (shadow_denial, shadow_warnings, shadow_object) = decision(shadow);
             if serving_denial != shadow_denial {
                 let message = shadow_denial.map(|d| d.message.clone()).unwrap_or_default();
-                (ShadowVerdict::Differs, format!("denied otherwise: {message}"))
+                (
+                    ShadowVerdict::Differs,
+                    format!("denied otherwise: {message}"),
+                )
             } else if serving_object != shadow_object {
                 (
                     ShadowVerdict::Differs,
@@ -213,10 +220,17 @@ mod tests {
         );
         assert_eq!(compare(&deny("a"), &deny("a")).0, ShadowVerdict::Identical);
         assert_eq!(compare(&deny("a"), &deny("b")).0, ShadowVerdict::Differs);
-        assert_eq!(compare(&allow(&["x"]), &allow(&[])).0, ShadowVerdict::Differs);
+        assert_eq!(
+            compare(&allow(&["x"]), &allow(&[])).0,
+            ShadowVerdict::Differs
+        );
         // One object in two texts is the same mutation; another is not.
         assert_eq!(
-            compare(&mutated(r#"{"a":1,"b":2}"#), &mutated(r#"{"b": 2, "a": 1}"#)).0,
+            compare(
+                &mutated(r#"{"a":1,"b":2}"#),
+                &mutated(r#"{"b": 2, "a": 1}"#)
+            )
+            .0,
             ShadowVerdict::Identical
         );
         assert_eq!(

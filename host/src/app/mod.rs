@@ -405,7 +405,9 @@ impl App {
         if let Some(objects) = &mut config.plugin_objects {
             objects.config.webhooks = webhook_target;
         } else if webhook_target.is_some() {
-            warn!("--webhook-service / --webhook-url-base manage the configurations of Plugin objects: without --plugin-objects there are none");
+            warn!(
+                "--webhook-service / --webhook-url-base manage the configurations of Plugin objects: without --plugin-objects there are none"
+            );
         }
         Ok(Self {
             config,

@@ -88,7 +88,10 @@ pub(super) fn shadow_counts(ctx: &Context, name: &str) -> ShadowStatus {
         .get(name)
         .map(|e| {
             (
-                e.shadow_base.as_ref().map(|(_, base)| *base).unwrap_or_default(),
+                e.shadow_base
+                    .as_ref()
+                    .map(|(_, base)| *base)
+                    .unwrap_or_default(),
                 e.admission_base,
             )
         })

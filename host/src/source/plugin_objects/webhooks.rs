@@ -37,7 +37,11 @@ pub(super) async fn sync_webhooks(ctx: &Context, name: &str) -> bool {
         Vec::new()
     };
     let key = managed.key(&rules);
-    let before = ctx.entries.lock().get(name).and_then(|e| e.webhooks.clone());
+    let before = ctx
+        .entries
+        .lock()
+        .get(name)
+        .and_then(|e| e.webhooks.clone());
     if before
         .as_ref()
         .is_some_and(|(k, s)| *k == key && s.error.is_none())
