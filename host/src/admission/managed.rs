@@ -8,6 +8,11 @@
 //! manager; removed when the plugin goes or its serving version has no
 //! rules of that kind. A configuration of that name without both labels is
 //! someone else's: it is never written nor deleted, and is reported.
+//!
+//! Those written here also carry `rekon.dev/source: plugin-object`, so that
+//! the ones of a Plugin object deleted while no host ran are found and
+//! removed ([`ManagedWebhooks::remove_orphans`]) without touching what
+//! `rekon webhooks` printed for plugin files.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +34,8 @@ use crate::telemetry::serving_cert::ServingCert;
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "rekon");
 /// The label naming the plugin of a managed configuration.
 pub const PLUGIN_LABEL: &str = "rekon.dev/plugin";
+/// The label marking the configurations written for Plugin objects.
+pub const SOURCE_LABEL: (&str, &str) = ("rekon.dev/source", "plugin-object");
 /// The prefix of configuration names (`rekon-<plugin>`).
 pub const PREFIX: &str = "rekon";
 /// A CA certificate beside `tls.crt` (cert-manager's `ca.crt`), preferred
@@ -187,6 +194,79 @@ impl ManagedWebhooks {
         Ok(foreign)
     }
 
+    /// Removes the configurations written for Plugin objects whose plugin
+    /// is not in `plugins` (the Plugin objects that exist): those of an
+    /// object deleted while no host ran. The names removed.
+    ///
+    /// # Errors
+    /// Per kind, when listing or deleting fails (the other kind is still
+    /// collected).
+    pub async fn remove_orphans(
+        &self,
+        plugins: &std::collections::BTreeSet<String>,
+    ) -> (Vec<String>, Vec<kube::Error>) {
+        let mut removed = Vec::new();
+        let mut errors = Vec::new();
+        for result in [
+            self.orphans::<MutatingWebhookConfiguration>(plugins).await,
+            self.orphans::<ValidatingWebhookConfiguration>(plugins)
+                .await,
+        ] {
+            match result {
+                Ok(names) => removed.extend(names),
+                Err(e) => errors.push(e),
+            }
+        }
+        (removed, errors)
+    }
+
+    async fn orphans<K>(
+        &self,
+        plugins: &std::collections::BTreeSet<String>,
+    ) -> Result<Vec<String>, kube::Error>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+            + k8s_openapi::Resource
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::all(self.client.clone());
+        let selector = format!(
+            "{}={},{}={}",
+            MANAGED_BY.0, MANAGED_BY.1, SOURCE_LABEL.0, SOURCE_LABEL.1
+        );
+        let list = api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await?;
+        let mut removed = Vec::new();
+        for obj in list {
+            let Some(plugin) = obj.labels().get(PLUGIN_LABEL).cloned() else {
+                continue;
+            };
+            if plugins.contains(&plugin) {
+                continue;
+            }
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: obj.uid(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            match api.delete(&obj.name_any(), &params).await {
+                Ok(_) => removed.push(format!(
+                    "{}/{}",
+                    <K as k8s_openapi::Resource>::KIND,
+                    obj.name_any()
+                )),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
+    }
+
     /// Applies `wanted` (or deletes ours of that kind when `None`).
     async fn one<K>(&self, plugin: &str, wanted: Option<K>) -> Result<Outcome, kube::Error>
     where
@@ -217,6 +297,12 @@ impl ManagedWebhooks {
                         <K as k8s_openapi::Resource>::API_VERSION.into(),
                     );
                     map.insert("kind".into(), <K as k8s_openapi::Resource>::KIND.into());
+                }
+                if let Some(labels) = body
+                    .pointer_mut("/metadata/labels")
+                    .and_then(serde_json::Value::as_object_mut)
+                {
+                    labels.insert(SOURCE_LABEL.0.into(), SOURCE_LABEL.1.into());
                 }
                 let params = PatchParams::apply(&self.field_manager).force();
                 api.patch(&name, &params, &Patch::Apply(body)).await?;
@@ -391,6 +477,54 @@ mod tests {
                 Some("platform")
             );
             assert_eq!(kept.webhooks.unwrap_or_default().len(), 0, "untouched");
+
+            // Orphans: written for a Plugin object that no longer exists.
+            let status = managed.sync("orphan", &both).await;
+            assert_eq!(status.validating.as_deref(), Some("rekon-orphan"));
+            let orphan = validating_api.get("rekon-orphan").await.unwrap();
+            assert_eq!(
+                orphan.labels().get(SOURCE_LABEL.0).map(String::as_str),
+                Some(SOURCE_LABEL.1)
+            );
+            // What `rekon webhooks` printed for a plugin file (no source
+            // label) is not an orphan of a Plugin object.
+            let printed: ValidatingWebhookConfiguration =
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "rekon-file", "labels": {
+                        "app.kubernetes.io/managed-by": "rekon", "rekon.dev/plugin": "file"}},
+                    "webhooks": []
+                }))
+                .unwrap();
+            validating_api
+                .create(&PostParams::default(), &printed)
+                .await
+                .unwrap();
+            let existing: std::collections::BTreeSet<String> =
+                ["widgets".to_owned(), "gadgets".to_owned()].into();
+            let (mut removed, errors) = managed.remove_orphans(&existing).await;
+            removed.sort();
+            assert!(errors.is_empty(), "{errors:?}");
+            assert_eq!(
+                removed,
+                [
+                    "MutatingWebhookConfiguration/rekon-orphan",
+                    "ValidatingWebhookConfiguration/rekon-orphan"
+                ]
+            );
+            assert!(
+                validating_api
+                    .get_opt("rekon-file")
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
+            assert!(
+                validating_api
+                    .get_opt("rekon-widgets")
+                    .await
+                    .unwrap()
+                    .is_some()
+            );
 
             // The plugins go: theirs go, the foreign one stays.
             assert!(managed.remove("widgets").await.unwrap().is_empty());

@@ -399,8 +399,9 @@ pub fn rbac_objects(
         cluster.add("rekon.dev", "plugins/status", ["patch"]);
         if opts.managed_webhooks {
             // --webhook-service: the webhook configurations of the Plugin
-            // objects that admit (read, applied, deleted; these two kinds only).
-            let verbs = ["get", "create", "patch", "delete"];
+            // objects that admit (read, applied, deleted, and listed for
+            // those of deleted objects; these two kinds only).
+            let verbs = ["get", "list", "create", "patch", "delete"];
             let group = "admissionregistration.k8s.io";
             cluster.add(group, "mutatingwebhookconfigurations", verbs);
             cluster.add(group, "validatingwebhookconfigurations", verbs);

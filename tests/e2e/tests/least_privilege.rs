@@ -160,13 +160,13 @@ const ROWS: &[Row] = &[
         role: "ClusterRole",
         group: "admissionregistration.k8s.io",
         resource: "mutatingwebhookconfigurations",
-        refused: "cannot get resource \"mutatingwebhookconfigurations\"",
+        refused: "cannot list resource \"mutatingwebhookconfigurations\"",
     },
     Row {
         role: "ClusterRole",
         group: "admissionregistration.k8s.io",
         resource: "validatingwebhookconfigurations",
-        refused: "cannot get resource \"validatingwebhookconfigurations\"",
+        refused: "cannot list resource \"validatingwebhookconfigurations\"",
     },
 ];
 

@@ -113,6 +113,18 @@ pub(super) struct Context {
     /// Writes the webhook configurations of the plugins that admit (when
     /// [`PluginObjectsConfig::webhooks`] says where they point).
     pub(super) webhooks: Option<crate::admission::managed::ManagedWebhooks>,
+    /// When the configurations of Plugin objects deleted while no host ran
+    /// may be looked for, and whether they were.
+    pub(super) orphan_sweep: OrphanSweep,
+}
+
+/// See [`Context::orphan_sweep`].
+#[derive(Debug, Default)]
+pub(super) struct OrphanSweep {
+    /// The watch has listed every Plugin object once.
+    pub(super) listed: std::sync::atomic::AtomicBool,
+    /// The orphans were removed (once per process).
+    pub(super) done: std::sync::atomic::AtomicBool,
 }
 
 /// What this replica remembers of one Plugin object.

@@ -88,6 +88,7 @@ impl PluginObjects {
                 status_writes: tokio::sync::Mutex::new(()),
                 reports: ReportBoard::local(crate::lease::default_identity()),
                 shards: None,
+                orphan_sweep: super::context::OrphanSweep::default(),
             }),
         }
     }
@@ -150,6 +151,10 @@ impl PluginObjects {
             }
             watcher::Event::Apply(obj) => self.changed(obj),
             watcher::Event::InitDone => {
+                self.ctx
+                    .orphan_sweep
+                    .listed
+                    .store(true, std::sync::atomic::Ordering::Release);
                 let gone: Vec<String> = self
                     .ctx
                     .entries

@@ -139,6 +139,7 @@ fn context(client: kube::Client, source: &Arc<FakeSource>) -> Arc<Context> {
         reports: ReportBoard::local("replica-a"),
         shards: None,
         webhooks: None,
+        orphan_sweep: Default::default(),
     })
 }
 

@@ -7,6 +7,7 @@
 //! certificate) and when the object goes. What was written is in
 //! `status.webhooks`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -29,10 +30,13 @@ pub(super) async fn sync_webhooks(ctx: &Context, name: &str) -> bool {
     }
     let known = ctx.entries.lock().contains_key(name);
     let rules: Vec<AdmissionRule> = if known {
-        ctx.registry
-            .serving(&origin(name))
-            .map(|p| p.admission_rules().to_vec())
-            .unwrap_or_default()
+        // Nothing serves (yet: a first fetch failed): the configurations
+        // stay as they are, failing as their failure policy says, rather
+        // than be removed and admit everything.
+        let Some(serving) = ctx.registry.serving(&origin(name)) else {
+            return false;
+        };
+        serving.admission_rules().to_vec()
     } else {
         Vec::new()
     };
@@ -64,6 +68,7 @@ pub(super) async fn refresh_webhooks(ctx: &Context) {
     if ctx.webhooks.is_none() || !ctx.writes_status() {
         return;
     }
+    remove_orphans(ctx).await;
     let names: Vec<String> = ctx.entries.lock().keys().cloned().collect();
     for name in names {
         if ctx.queue.lock().is_running(&name) || !sync_webhooks(ctx, &name).await {
@@ -79,6 +84,32 @@ pub(super) async fn refresh_webhooks(ctx: &Context) {
             write_status(ctx, &obj, status).await;
         }
     }
+}
+
+/// Once the Plugin objects were listed: removes the configurations
+/// written for Plugin objects that do not exist (deleted while no host
+/// ran); once per process, tried again at each refresh until it succeeds.
+async fn remove_orphans(ctx: &Context) {
+    use std::sync::atomic::Ordering;
+    let Some(managed) = &ctx.webhooks else {
+        return;
+    };
+    let sweep = &ctx.orphan_sweep;
+    if !sweep.listed.load(Ordering::Acquire) || sweep.done.load(Ordering::Acquire) {
+        return;
+    }
+    let plugins: BTreeSet<String> = ctx.entries.lock().keys().cloned().collect();
+    let (removed, errors) = managed.remove_orphans(&plugins).await;
+    if !removed.is_empty() {
+        tracing::info!(
+            ?removed,
+            "removed the webhook configurations of Plugin objects that no longer exist"
+        );
+    }
+    for e in &errors {
+        tracing::warn!(error = %e, "failed to look for the webhook configurations of deleted Plugin objects");
+    }
+    sweep.done.store(errors.is_empty(), Ordering::Release);
 }
 
 /// Removes `name`'s configurations (the status writer only): the Plugin
