@@ -16,10 +16,8 @@
 //! | [`review`] | an AdmissionReview to a plugin's review, its answer to the response |
 //! | [`server`] | the HTTPS server, its routes and metrics; its serving certificate |
 //! | [`shadow`] | a shadow version's verdicts, beside the serving one's, compared and counted |
-//! | [`managed`] | the webhook configurations the host manages for Plugin objects |
 
 mod admitters;
-pub mod managed;
 pub mod review;
 pub mod server;
 pub mod shadow;

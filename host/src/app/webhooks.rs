@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::admission::managed::{WebhookCa, WebhookTarget};
 use crate::admission::{Admitters, WebhookConfig, WebhookServer, server, webhook_cert};
 use crate::controller::Manager;
 use crate::plugin::{HostReads, LoadedPlugin, NoReads, PluginRegistry};
+use crate::source::managed_webhooks::{WebhookCa, WebhookTarget};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::serving_cert::CertError;
 
@@ -27,7 +27,7 @@ pub struct WebhookOptions {
     /// Where the webhook configurations the host manages for Plugin
     /// objects point (`--webhook-service`, `--webhook-url-base`); `None`:
     /// it manages none.
-    pub managed: Option<crate::commands::webhooks::Client>,
+    pub managed: Option<crate::source::webhook_configs::Client>,
 }
 
 /// Why the webhook server did not start.

@@ -40,7 +40,7 @@ pub struct PluginObjectsConfig {
     /// Where the webhook configurations the host manages for Plugin
     /// objects that admit point (`--webhook-service`, `--webhook-url-base`);
     /// `None`: the host manages none.
-    pub webhooks: Option<crate::admission::managed::WebhookTarget>,
+    pub webhooks: Option<crate::source::managed_webhooks::WebhookTarget>,
 }
 
 impl PluginObjectsConfig {
@@ -112,7 +112,7 @@ pub(super) struct Context {
     pub(super) shards: Option<Shards>,
     /// Writes the webhook configurations of the plugins that admit (when
     /// [`PluginObjectsConfig::webhooks`] says where they point).
-    pub(super) webhooks: Option<crate::admission::managed::ManagedWebhooks>,
+    pub(super) webhooks: Option<crate::source::managed_webhooks::ManagedWebhooks>,
     /// When the configurations of Plugin objects deleted while no host ran
     /// may be looked for, and whether they were.
     pub(super) orphan_sweep: OrphanSweep,
@@ -149,7 +149,7 @@ pub(super) struct Entry {
     /// The webhook configurations written for it (for its status) and
     /// what they were written from ([`ManagedWebhooks::key`]).
     ///
-    /// [`ManagedWebhooks::key`]: crate::admission::managed::ManagedWebhooks::key
+    /// [`ManagedWebhooks::key`]: crate::source::managed_webhooks::ManagedWebhooks::key
     pub(super) webhooks: Option<(String, crate::source::plugin_crd::WebhooksStatus)>,
 }
 

@@ -68,7 +68,7 @@ impl PluginObjects {
         Self {
             ctx: Arc::new(Context {
                 webhooks: config.webhooks.clone().map(|target| {
-                    crate::admission::managed::ManagedWebhooks::new(
+                    crate::source::managed_webhooks::ManagedWebhooks::new(
                         client.clone(),
                         target,
                         &config.field_manager,

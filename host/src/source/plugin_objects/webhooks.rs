@@ -1,6 +1,6 @@
 //! Step 7, admission configurations: the status writer makes the webhook
 //! configurations of each Plugin object say the admission rules of its
-//! serving version ([`crate::admission::managed`]): after each pass (the
+//! serving version ([`crate::source::managed_webhooks`]): after each pass (the
 //! serving version may have changed: a promotion's rules are applied as
 //! soon as it serves, and its route answers with it from the moment it
 //! serves), at each status refresh (a new status writer, a rotated

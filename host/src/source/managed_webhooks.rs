@@ -2,6 +2,7 @@
 //! run --webhook-service` or `--webhook-url-base`): per plugin whose
 //! serving version declares admission rules, the MutatingWebhookConfiguration
 //! and ValidatingWebhookConfiguration `rekon webhooks` would print
+//! ([`super::webhook_configs`])
 //! (`rekon-<plugin>`, labelled `app.kubernetes.io/managed-by: rekon` and
 //! `rekon.dev/plugin: <plugin>`, `caBundle` the certificate the webhook
 //! server serves), written by server-side apply under the host's field
@@ -25,9 +26,9 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::commands::webhooks::{Client, WebhookOptions, mutating, validating};
+use super::plugin_crd::WebhooksStatus;
+use super::webhook_configs::{Client, WebhookOptions, mutating, validating};
 use crate::plugin::AdmissionRule;
-use crate::source::plugin_crd::WebhooksStatus;
 use crate::telemetry::serving_cert::ServingCert;
 
 /// The label every managed configuration carries, and its value.
