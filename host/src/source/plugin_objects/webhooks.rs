@@ -143,3 +143,198 @@ pub(super) fn webhooks_status(
         .and_then(|e| e.webhooks.as_ref().map(|(_, s)| s.clone()))
         .filter(|s| *s != Default::default())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::time::Duration;
+
+    use futures::future::BoxFuture;
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use kube::api::{Api, PostParams};
+    use parking_lot::Mutex;
+
+    use super::*;
+    use crate::lease::reports::ReportBoard;
+    use crate::plugin::{LoadOptions, PluginRegistry, PluginRuntime, RuntimeConfig};
+    use crate::queue::WorkQueue;
+    use crate::source::managed_webhooks::{ManagedWebhooks, WebhookCa, WebhookTarget};
+    use crate::source::plugin_objects::context::{Entry, PluginObjectsConfig};
+    use crate::source::plugin_objects::module_source::{
+        FetchFailure, FetchRequest, Module, ModuleSource, VerifyRequest,
+    };
+    use crate::source::signature::{Verified, VerifyError};
+    use crate::source::webhook_configs::Client;
+    use crate::telemetry::metrics::Metrics;
+    use crate::telemetry::serving_cert::ServingCert;
+
+    /// Fetches nothing: the modules here are loaded directly.
+    struct NoSource;
+
+    impl ModuleSource for NoSource {
+        fn fetch(&self, request: FetchRequest) -> BoxFuture<'static, Result<Module, FetchFailure>> {
+            Box::pin(async move {
+                Err(FetchFailure {
+                    reason: "RegistryUnreachable",
+                    message: format!("{} is not fetched here", request.reference),
+                    transient: true,
+                })
+            })
+        }
+
+        fn cached(&self, _: &str) -> BoxFuture<'static, Option<Module>> {
+            Box::pin(async { None })
+        }
+
+        fn verify(&self, _: VerifyRequest) -> BoxFuture<'static, Result<Verified, VerifyError>> {
+            unreachable!("nothing is verified here")
+        }
+    }
+
+    async fn context(sim: &kube_sim::Sim) -> Context {
+        let client = crate::cluster::connect(
+            "main",
+            &crate::cluster::Source::Context {
+                kubeconfig: Some(sim.kubeconfig_path().to_path_buf()),
+                context: Some("main".to_owned()),
+            },
+            &crate::cluster::default_user_agent(),
+        )
+        .await
+        .expect("a client of the sim");
+        let runtime = PluginRuntime::new(RuntimeConfig {
+            memory_limit_bytes: 64 << 20,
+            call_timeout: Duration::from_secs(5),
+            max_concurrent_instances: 4,
+            ..RuntimeConfig::default()
+        })
+        .expect("runtime starts");
+        let config = PluginObjectsConfig::new("rekon-system");
+        let cert = ServingCert::self_signed(vec!["localhost".into()]).expect("a certificate");
+        let target = WebhookTarget {
+            client: Client::Url("https://localhost:9443".into()),
+            ca: WebhookCa::new(None, Arc::new(cert)),
+        };
+        Context {
+            api: Api::all(client.clone()),
+            secrets: Api::namespaced(client.clone(), &config.namespace),
+            config_maps: Api::namespaced(client.clone(), &config.namespace),
+            events: super::super::context::recorder(client.clone()),
+            registry: PluginRegistry::new(runtime),
+            source: Arc::new(NoSource),
+            status_gate: None,
+            queue: Mutex::new(WorkQueue::with_backoff(config.backoff())),
+            metrics: Metrics::new(),
+            entries: Mutex::new(HashMap::new()),
+            status_writes: tokio::sync::Mutex::new(()),
+            reports: ReportBoard::local("replica-a"),
+            shards: None,
+            webhooks: Some(ManagedWebhooks::new(client, target, &config.field_manager)),
+            orphan_sweep: Default::default(),
+            config,
+        }
+    }
+
+    /// The configurations follow the version serving: kept while nothing
+    /// serves (a first fetch failing must not admit everything), applied
+    /// once it serves, not rewritten for the same rules, removed when the
+    /// object goes; an orphan is swept once the objects were listed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn configurations_follow_the_serving_version_and_stay_while_nothing_serves() {
+        tokio::time::timeout(Duration::from_secs(60), async {
+            let sim = kube_sim::Sim::start(&["main"]).await.expect("sim");
+            let ctx = context(&sim).await;
+            let client = ctx.api.clone().into_client();
+            let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+            let mutating: Api<MutatingWebhookConfiguration> = Api::all(client);
+            ctx.entries
+                .lock()
+                .insert("widgets".into(), Entry::default());
+
+            // An earlier writer's configuration; nothing serves here yet.
+            let earlier: ValidatingWebhookConfiguration =
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "rekon-widgets", "labels": {
+                        "app.kubernetes.io/managed-by": "rekon", "rekon.dev/plugin": "widgets",
+                        "rekon.dev/source": "plugin-object"}},
+                    "webhooks": []
+                }))
+                .unwrap();
+            validating
+                .create(&PostParams::default(), &earlier)
+                .await
+                .unwrap();
+            assert!(!sync_webhooks(&ctx, "widgets").await);
+            let kept = validating.get("rekon-widgets").await.expect("kept");
+            assert!(kept.webhooks.unwrap_or_default().is_empty());
+
+            // It serves: its rules are applied and named in the status.
+            let bytes = std::fs::read(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../dist/test-plugins/widgets.wasm"),
+            )
+            .expect("widgets.wasm: run `make test-plugins` first");
+            ctx.registry
+                .apply_module(
+                    &origin("widgets"),
+                    &bytes,
+                    &LoadOptions::default().with_instance(Some("widgets")),
+                    |_| Ok(()),
+                )
+                .expect("widgets loads");
+            assert!(sync_webhooks(&ctx, "widgets").await);
+            let status = ctx
+                .entries
+                .lock()
+                .get("widgets")
+                .and_then(|e| e.webhooks.clone())
+                .map(|(_, s)| s)
+                .expect("a status");
+            assert_eq!(status.validating.as_deref(), Some("rekon-widgets"));
+            assert_eq!(status.mutating.as_deref(), Some("rekon-widgets"));
+            let applied = validating.get("rekon-widgets").await.unwrap();
+            assert_eq!(
+                applied.webhooks.unwrap_or_default()[0].name,
+                "size.widgets.rekon.dev"
+            );
+            // The same rules and CA: nothing to write.
+            assert!(!sync_webhooks(&ctx, "widgets").await);
+
+            // The object goes.
+            ctx.entries.lock().remove("widgets");
+            remove_webhooks(&ctx, "widgets").await;
+            assert!(validating.get_opt("rekon-widgets").await.unwrap().is_none());
+            assert!(mutating.get_opt("rekon-widgets").await.unwrap().is_none());
+
+            // An orphan (its object deleted while no host ran) is swept
+            // once the objects were listed, not before.
+            let mut orphan = ValidatingWebhookConfiguration {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("rekon-gone".into()),
+                    ..earlier.metadata.clone()
+                },
+                webhooks: None,
+            };
+            orphan
+                .metadata
+                .labels
+                .get_or_insert_default()
+                .insert("rekon.dev/plugin".into(), "gone".into());
+            validating
+                .create(&PostParams::default(), &orphan)
+                .await
+                .unwrap();
+            refresh_webhooks(&ctx).await;
+            assert!(validating.get_opt("rekon-gone").await.unwrap().is_some());
+            ctx.orphan_sweep
+                .listed
+                .store(true, std::sync::atomic::Ordering::Release);
+            refresh_webhooks(&ctx).await;
+            assert!(validating.get_opt("rekon-gone").await.unwrap().is_none());
+        })
+        .await
+        .expect("the test timed out, likely deadlocked");
+    }
+}
