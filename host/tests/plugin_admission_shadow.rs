@@ -32,6 +32,11 @@ struct Served {
 }
 
 async fn serve() -> Served {
+    serve_with(true).await
+}
+
+/// widgets served, with its strict build as shadow when `shadow`.
+async fn serve_with(shadow: bool) -> Served {
     let metrics = Metrics::new();
     let runtime = PluginRuntime::new(RuntimeConfig {
         memory_limit_bytes: 64 << 20,
@@ -47,14 +52,16 @@ async fn serve() -> Served {
         plugins.path().join("widgets.wasm"),
     )
     .unwrap();
-    std::fs::copy(
-        test_plugin("widgets-strict.wasm"),
-        plugins.path().join("widgets.shadow.wasm"),
-    )
-    .unwrap();
+    if shadow {
+        std::fs::copy(
+            test_plugin("widgets-strict.wasm"),
+            plugins.path().join("widgets.shadow.wasm"),
+        )
+        .unwrap();
+    }
     let registry = PluginRegistry::new(runtime);
     registry.load_dir(plugins.path()).expect("plugins load");
-    assert!(registry.shadow("widgets").is_some(), "the shadow is loaded");
+    assert_eq!(registry.shadow("widgets").is_some(), shadow);
     let cert = webhook_cert(None, vec!["localhost".into()]).expect("cert made");
     let server = WebhookServer::bind(
         WebhookConfig {
@@ -250,4 +257,56 @@ async fn the_shadows_verdicts_are_compared_and_counted_never_enforced() {
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+}
+
+/// What a shadow costs the answer, printed (not asserted: timings vary):
+/// the same 200 validating reviews one at a time, each on a new TLS
+/// connection, without and with the shadow. Asserted: with the shadow,
+/// every review was shadowed (identical) or, past the bound, dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_does_not_wait_for_the_shadow_printout() {
+    const REVIEWS: u64 = 200;
+    let mut rows = Vec::new();
+    for shadow in [false, true] {
+        let served = serve_with(shadow).await;
+        // Warm up (the first instances).
+        answer(&served, "/validate/widgets", &widget("warm", 1)).await;
+        let mut took = Vec::new();
+        for i in 0..REVIEWS {
+            let started = std::time::Instant::now();
+            let response = answer(&served, "/validate/widgets", &widget(&format!("w{i}"), 1)).await;
+            took.push(started.elapsed());
+            assert_eq!(response["allowed"], true, "{response}");
+        }
+        took.sort();
+        let at = |q: f64| took[((took.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e3;
+        rows.push(format!(
+            "shadow {shadow:>5}: p50 {:.2} ms, p99 {:.2} ms",
+            at(0.5),
+            at(0.99)
+        ));
+        if shadow {
+            let counts = timeout(STUCK, async {
+                loop {
+                    let c = served.metrics.admission_shadow_counts("widgets");
+                    if c.identical + c.dropped >= REVIEWS + 1 {
+                        return c;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await
+            .expect("every review shadowed or dropped; likely deadlocked");
+            assert_eq!(counts.identical + counts.dropped, REVIEWS + 1, "{counts:?}");
+            assert_eq!(counts.reviews(), counts.identical, "{counts:?}");
+            rows.push(format!(
+                "  shadowed {}, dropped {}",
+                counts.identical, counts.dropped
+            ));
+        }
+    }
+    println!(
+        "validating reviews through HTTPS, one at a time, debug build:\n{}",
+        rows.join("\n")
+    );
 }
