@@ -184,8 +184,15 @@ fn parse_webhook_service(text: &str) -> Result<rekon::commands::webhooks::Client
 }
 
 impl WebhookArgs {
-    fn into_options(self) -> Option<rekon::app::webhooks::WebhookOptions> {
-        let addr = self.webhook_addr.0?;
+    fn into_options(self) -> anyhow::Result<Option<rekon::app::webhooks::WebhookOptions>> {
+        let Some(addr) = self.webhook_addr.0 else {
+            if self.webhook_service.is_some() || self.webhook_url_base.is_some() {
+                anyhow::bail!(
+                    "--webhook-service and --webhook-url-base point the webhook configurations at the host's webhook server: give --webhook-addr too"
+                );
+            }
+            return Ok(None);
+        };
         let mut names = self.webhook_cert_names;
         if names.is_empty() {
             names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
@@ -198,12 +205,12 @@ impl WebhookArgs {
             self.webhook_url_base
                 .map(rekon::commands::webhooks::Client::Url)
         });
-        Some(rekon::app::webhooks::WebhookOptions {
+        Ok(Some(rekon::app::webhooks::WebhookOptions {
             addr,
             managed,
             cert_dir: self.webhook_cert_dir,
             cert_names: names,
-        })
+        }))
     }
 }
 
@@ -517,7 +524,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .then(|| std::time::Duration::from_secs(args.resync_period)),
         probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),
         plugins_dir: args.plugins,
-        webhooks: args.webhooks.into_options(),
+        webhooks: args.webhooks.into_options()?,
         ..args.clusters.config()
     };
     block_on(async {
