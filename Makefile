@@ -73,6 +73,8 @@ zoo-plugin: wasm-target
 test-plugins: chaos-plugins zoo-plugin
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-widgets --features strict
+	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets-strict.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync -p rekon-test-hostile -p rekon-test-widgets
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 	cp $(WASM_OUT)/rekon_test_hostile.wasm dist/test-plugins/hostile.wasm

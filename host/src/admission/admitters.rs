@@ -10,6 +10,11 @@ pub trait Admitters: Send + Sync + 'static {
     fn plugin(&self, name: &str) -> Option<LoadedPlugin>;
     /// What an admission call of `plugin` may read (its caches).
     fn reads(&self, plugin: &LoadedPlugin) -> Arc<dyn HostReads>;
+    /// The shadow version of plugin `name`, whose verdicts are compared
+    /// with the serving version's and never enforced.
+    fn shadow(&self, _name: &str) -> Option<LoadedPlugin> {
+        None
+    }
 }
 
 /// The plugins of a registry, reading nothing (no engine running: the
@@ -21,5 +26,9 @@ impl Admitters for crate::plugin::PluginRegistry {
 
     fn reads(&self, _plugin: &LoadedPlugin) -> Arc<dyn HostReads> {
         Arc::new(crate::plugin::NoReads)
+    }
+
+    fn shadow(&self, name: &str) -> Option<LoadedPlugin> {
+        crate::plugin::PluginRegistry::shadow(self, name)
     }
 }

@@ -15,10 +15,12 @@
 //! | `admitters` | [`Admitters`]: where the server finds plugins and their reads |
 //! | [`review`] | an AdmissionReview to a plugin's review, its answer to the response |
 //! | [`server`] | the HTTPS server, its routes and metrics; its serving certificate |
+//! | [`shadow`] | a shadow version's verdicts, beside the serving one's, compared and counted |
 
 mod admitters;
 pub mod review;
 pub mod server;
+pub mod shadow;
 
 pub use admitters::Admitters;
 pub use server::{WebhookConfig, WebhookServer, webhook_cert};

@@ -68,6 +68,7 @@ struct AppState {
     admitters: Arc<dyn Admitters>,
     metrics: Metrics,
     cluster: Arc<str>,
+    shadows: super::shadow::ShadowReviews,
 }
 
 /// A bound webhook server; see the [module docs](self).
@@ -117,6 +118,7 @@ impl WebhookServer {
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         let state = AppState {
             admitters,
+            shadows: super::shadow::ShadowReviews::new(metrics.clone()),
             metrics,
             cluster: Arc::from(config.cluster.as_str()),
         };
@@ -203,6 +205,10 @@ async fn respond(
     };
     let reads = state.admitters.reads(&plugin);
     let review = review::to_review(&request, &state.cluster);
+    let shadow = state
+        .admitters
+        .shadow(name)
+        .map(|s| (s, review.clone(), Arc::clone(&reads)));
     let span = tracing::debug_span!("admitting", plugin = %name, kind = label, uid = %request.uid);
     let answer = tracing::Instrument::instrument(plugin.review(kind, review, reads), span).await;
     let answer = match answer {
@@ -219,6 +225,11 @@ async fn respond(
             );
         }
     };
+    if let Some((plugin, review, reads)) = shadow {
+        // After the answer is made, on a task of its own: never enforced,
+        // never waited for.
+        state.shadows.spawn(plugin, kind, review, reads, &answer);
+    }
     let verdict = review::verdict_label(&answer);
     match review::respond(&request, name, answer) {
         Ok(json) => {

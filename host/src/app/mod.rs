@@ -387,19 +387,28 @@ impl App {
             manager: manager.clone(),
         })
         .await?;
-        let webhooks = match &config.webhooks {
-            Some(options) => Some(
-                webhooks::bind(
+        let (webhooks, webhook_target) = match &config.webhooks {
+            Some(options) => {
+                let (server, target) = webhooks::bind(
                     options,
                     clusters.primary(),
                     registry.clone(),
                     manager.clone(),
                     config.metrics.clone(),
                 )
-                .await?,
-            ),
-            None => None,
+                .await?;
+                (Some(server), target)
+            }
+            None => (None, None),
         };
+        let mut config = config;
+        if let Some(objects) = &mut config.plugin_objects {
+            objects.config.webhooks = webhook_target;
+        } else if webhook_target.is_some() {
+            warn!(
+                "--webhook-service / --webhook-url-base manage the configurations of Plugin objects: without --plugin-objects there are none"
+            );
+        }
         Ok(Self {
             config,
             clusters,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::admission::{Admitters, WebhookConfig, WebhookServer, server, webhook_cert};
 use crate::controller::Manager;
 use crate::plugin::{HostReads, LoadedPlugin, NoReads, PluginRegistry};
+use crate::source::managed_webhooks::{WebhookCa, WebhookTarget};
 use crate::telemetry::metrics::Metrics;
 use crate::telemetry::serving_cert::CertError;
 
@@ -23,6 +24,10 @@ pub struct WebhookOptions {
     pub cert_dir: Option<PathBuf>,
     /// DNS names and IP addresses of a self-signed certificate.
     pub cert_names: Vec<String>,
+    /// Where the webhook configurations the host manages for Plugin
+    /// objects point (`--webhook-service`, `--webhook-url-base`); `None`:
+    /// it manages none.
+    pub managed: Option<crate::source::webhook_configs::Client>,
 }
 
 /// Why the webhook server did not start.
@@ -53,9 +58,14 @@ impl Admitters for EngineAdmitters {
             .reads(plugin.name())
             .unwrap_or_else(|| Arc::new(NoReads))
     }
+
+    fn shadow(&self, name: &str) -> Option<LoadedPlugin> {
+        self.registry.shadow(name)
+    }
 }
 
-/// Binds the webhook server of `options`.
+/// Binds the webhook server of `options`; with it, where the managed
+/// configurations point ([`WebhookOptions::managed`]).
 ///
 /// # Errors
 /// When the certificate or the listener cannot be set up.
@@ -65,16 +75,24 @@ pub async fn bind(
     registry: PluginRegistry,
     manager: Manager,
     metrics: Metrics,
-) -> Result<WebhookServer, WebhookError> {
-    let cert = webhook_cert(options.cert_dir.as_deref(), options.cert_names.clone())?;
-    Ok(WebhookServer::bind(
+) -> Result<(WebhookServer, Option<WebhookTarget>), WebhookError> {
+    let cert = Arc::new(webhook_cert(
+        options.cert_dir.as_deref(),
+        options.cert_names.clone(),
+    )?);
+    let target = options.managed.clone().map(|client| WebhookTarget {
+        client,
+        ca: WebhookCa::new(options.cert_dir.clone(), Arc::clone(&cert)),
+    });
+    let server = WebhookServer::bind(
         WebhookConfig {
             addr: options.addr,
             cluster: cluster.to_owned(),
         },
-        Arc::new(cert),
+        cert,
         Arc::new(EngineAdmitters { registry, manager }),
         metrics,
     )
-    .await?)
+    .await?;
+    Ok((server, target))
 }

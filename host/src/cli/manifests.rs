@@ -29,6 +29,10 @@ pub struct RbacArgs {
     /// `rekon run --plugin-objects`).
     #[arg(long)]
     no_plugin_objects: bool,
+    /// Leave out the webhook configurations the host manages for Plugin
+    /// objects (no `rekon run --webhook-service` / `--webhook-url-base`).
+    #[arg(long)]
+    no_managed_webhooks: bool,
     /// Leave out the token and access reviews of secured metrics and the
     /// metrics-reader ClusterRole (no `rekon run --metrics-secure`).
     #[arg(long)]
@@ -74,6 +78,7 @@ pub fn rbac(args: RbacArgs) -> anyhow::Result<()> {
         primary: !args.remote,
         secret_provider: !args.no_secret_provider,
         plugin_objects: !args.no_plugin_objects,
+        managed_webhooks: !args.no_managed_webhooks,
         metrics_auth: !args.no_metrics_auth,
         key_secrets: args.key_secrets,
         key_config_maps: args.key_config_maps,
@@ -121,7 +126,7 @@ pub struct WebhooksArgs {
     prefix: String,
 }
 
-fn parse_service(text: &str) -> anyhow::Result<rekon::commands::webhooks::Client> {
+pub(super) fn parse_service(text: &str) -> anyhow::Result<rekon::commands::webhooks::Client> {
     let (namespace, rest) = text
         .split_once('/')
         .ok_or_else(|| anyhow::anyhow!("--service {text:?}: give NAMESPACE/NAME[:PORT]"))?;

@@ -160,11 +160,39 @@ struct WebhookArgs {
         value_delimiter = ','
     )]
     webhook_cert_names: Vec<String>,
+    /// Manage the webhook configurations of Plugin objects that admit
+    /// (`rekon-<plugin>`, labelled, caBundle the served certificate),
+    /// pointing at this Service: NAMESPACE/NAME[:PORT] (port 443 unless
+    /// given). Needs `--webhook-addr` and `--plugin-objects`, and RBAC on
+    /// validating- and mutatingwebhookconfigurations.
+    #[arg(
+        long,
+        env = "REKON_WEBHOOK_SERVICE",
+        value_name = "NAMESPACE/NAME[:PORT]",
+        value_parser = parse_webhook_service,
+        conflicts_with = "webhook_url_base"
+    )]
+    webhook_service: Option<rekon::commands::webhooks::Client>,
+    /// As `--webhook-service`, pointing at this base URL instead
+    /// (`https://host:port`; the route is appended).
+    #[arg(long, env = "REKON_WEBHOOK_URL_BASE", value_name = "URL")]
+    webhook_url_base: Option<String>,
+}
+
+fn parse_webhook_service(text: &str) -> Result<rekon::commands::webhooks::Client, String> {
+    super::manifests::parse_service(text).map_err(|e| e.to_string())
 }
 
 impl WebhookArgs {
-    fn into_options(self) -> Option<rekon::app::webhooks::WebhookOptions> {
-        let addr = self.webhook_addr.0?;
+    fn into_options(self) -> anyhow::Result<Option<rekon::app::webhooks::WebhookOptions>> {
+        let Some(addr) = self.webhook_addr.0 else {
+            if self.webhook_service.is_some() || self.webhook_url_base.is_some() {
+                anyhow::bail!(
+                    "--webhook-service and --webhook-url-base point the webhook configurations at the host's webhook server: give --webhook-addr too"
+                );
+            }
+            return Ok(None);
+        };
         let mut names = self.webhook_cert_names;
         if names.is_empty() {
             names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
@@ -173,11 +201,16 @@ impl WebhookArgs {
                 names.push(format!("rekon-webhooks.{ns}.svc.cluster.local"));
             }
         }
-        Some(rekon::app::webhooks::WebhookOptions {
+        let managed = self.webhook_service.or_else(|| {
+            self.webhook_url_base
+                .map(rekon::commands::webhooks::Client::Url)
+        });
+        Ok(Some(rekon::app::webhooks::WebhookOptions {
             addr,
+            managed,
             cert_dir: self.webhook_cert_dir,
             cert_names: names,
-        })
+        }))
     }
 }
 
@@ -491,7 +524,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             .then(|| std::time::Duration::from_secs(args.resync_period)),
         probe_interval: std::time::Duration::from_secs(args.probe_interval.max(1)),
         plugins_dir: args.plugins,
-        webhooks: args.webhooks.into_options(),
+        webhooks: args.webhooks.into_options()?,
         ..args.clusters.config()
     };
     block_on(async {

@@ -188,6 +188,10 @@ pub struct RbacOptions {
     /// Include what `rekon run --plugin-objects` needs in the primary
     /// cluster: Plugin objects (read, status written) and pull Secrets.
     pub plugin_objects: bool,
+    /// With `plugin_objects`: what `rekon run --webhook-service` (or
+    /// `--webhook-url-base`) needs to manage the Plugin objects' webhook
+    /// configurations.
+    pub managed_webhooks: bool,
     /// Include what `rekon run --metrics-secure` needs in the primary
     /// cluster (token and access reviews) and the metrics-reader ClusterRole.
     pub metrics_auth: bool,
@@ -211,6 +215,7 @@ impl Default for RbacOptions {
             primary: true,
             secret_provider: true,
             plugin_objects: true,
+            managed_webhooks: true,
             metrics_auth: true,
             key_secrets: Vec::new(),
             key_config_maps: Vec::new(),
@@ -392,6 +397,15 @@ pub fn rbac_objects(
         // --plugin-objects: follow the Plugin objects, report their status.
         cluster.add("rekon.dev", "plugins", ["get", "list", "watch"]);
         cluster.add("rekon.dev", "plugins/status", ["patch"]);
+        if opts.managed_webhooks {
+            // --webhook-service: the webhook configurations of the Plugin
+            // objects that admit (read, applied, deleted, and listed for
+            // those of deleted objects; these two kinds only).
+            let verbs = ["get", "list", "create", "patch", "delete"];
+            let group = "admissionregistration.k8s.io";
+            cluster.add(group, "mutatingwebhookconfigurations", verbs);
+            cluster.add(group, "validatingwebhookconfigurations", verbs);
+        }
     }
     let metrics_auth = opts.primary && opts.metrics_auth;
     if metrics_auth {

@@ -14,15 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
-    ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::action::Scope;
-use crate::plugin::{AdmissionKind, AdmissionRule, FailurePolicy, Operation};
+use crate::plugin::AdmissionRule;
+pub use crate::source::webhook_configs::{Client, WebhookOptions, mutating, validating};
 
 /// Errors of `rekon webhooks`.
 #[derive(Debug, thiserror::Error)]
@@ -50,35 +43,6 @@ pub enum Error {
 /// Result with this module's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// How the API server reaches the webhook server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Client {
-    /// A Service in front of the host's pods.
-    Service {
-        /// Its namespace.
-        namespace: String,
-        /// Its name.
-        name: String,
-        /// Its port.
-        port: u16,
-    },
-    /// A base URL (`https://host:port`); the route is appended.
-    Url(String),
-}
-
-/// What the configurations say besides the plugins' rules.
-#[derive(Debug, Clone)]
-pub struct WebhookOptions {
-    /// Configuration names are `<prefix>-<plugin>`.
-    pub prefix: String,
-    /// How the API server reaches the host.
-    pub client: Client,
-    /// PEM of the CA that signed the serving certificate (the served
-    /// `tls.crt` for a self-signed one); `None`: no `caBundle` (the API
-    /// server then trusts its own roots only).
-    pub ca_bundle: Option<Vec<u8>>,
-}
-
 /// The plugins of `dir` that admit, with their rules, by plugin name.
 ///
 /// # Errors
@@ -89,158 +53,6 @@ pub fn load_admitting(dir: &Path) -> Result<BTreeMap<String, Vec<AdmissionRule>>
         .filter(|p| !p.admission_rules().is_empty())
         .map(|p| (p.name().to_owned(), p.admission_rules().to_vec()))
         .collect())
-}
-
-fn client_config(plugin: &str, mutating: bool, options: &WebhookOptions) -> WebhookClientConfig {
-    let path = rekon_rules::admission::webhook_path(plugin, mutating);
-    let (service, url) = match &options.client {
-        Client::Service {
-            namespace,
-            name,
-            port,
-        } => (
-            Some(ServiceReference {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                path: Some(path),
-                port: Some(i32::from(*port)),
-            }),
-            None,
-        ),
-        Client::Url(base) => (None, Some(format!("{}{path}", base.trim_end_matches('/')))),
-    };
-    WebhookClientConfig {
-        ca_bundle: options.ca_bundle.clone().map(ByteString),
-        service,
-        url,
-    }
-}
-
-fn operation(o: Operation) -> String {
-    match o {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
-    }
-    .to_owned()
-}
-
-fn rules(rule: &AdmissionRule) -> Vec<RuleWithOperations> {
-    rule.resources
-        .iter()
-        .map(|r| RuleWithOperations {
-            api_groups: Some(vec![r.group.clone()]),
-            api_versions: Some(vec![r.version.clone()]),
-            operations: Some(rule.operations.iter().copied().map(operation).collect()),
-            resources: Some(vec![r.plural.clone()]),
-            scope: Some(
-                match r.scope {
-                    Scope::Namespaced => "Namespaced",
-                    Scope::Cluster => "Cluster",
-                }
-                .to_owned(),
-            ),
-        })
-        .collect()
-}
-
-fn conditions(rule: &AdmissionRule) -> Option<Vec<MatchCondition>> {
-    (!rule.match_conditions.is_empty()).then(|| {
-        rule.match_conditions
-            .iter()
-            .map(|c| MatchCondition {
-                name: c.name.clone(),
-                expression: c.expression.clone(),
-            })
-            .collect()
-    })
-}
-
-fn failure_policy(rule: &AdmissionRule) -> Option<String> {
-    Some(
-        match rule.failure_policy {
-            FailurePolicy::Fail => "Fail",
-            FailurePolicy::Ignore => "Ignore",
-        }
-        .to_owned(),
-    )
-}
-
-fn timeout(rule: &AdmissionRule) -> Option<i32> {
-    i32::try_from(rule.timeout().as_secs()).ok()
-}
-
-fn metadata(plugin: &str, options: &WebhookOptions) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(format!("{}-{plugin}", options.prefix)),
-        labels: Some(
-            [
-                ("app.kubernetes.io/managed-by", "rekon"),
-                ("rekon.dev/plugin", plugin),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect(),
-        ),
-        ..ObjectMeta::default()
-    }
-}
-
-/// The ValidatingWebhookConfiguration of `plugin`, when it has validating rules.
-#[must_use]
-pub fn validating(
-    plugin: &str,
-    admission: &[AdmissionRule],
-    options: &WebhookOptions,
-) -> Option<ValidatingWebhookConfiguration> {
-    let webhooks: Vec<ValidatingWebhook> = admission
-        .iter()
-        .filter(|r| r.kind == AdmissionKind::Validate)
-        .map(|r| ValidatingWebhook {
-            name: rekon_rules::admission::webhook_name(&r.name, plugin),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: client_config(plugin, false, options),
-            failure_policy: failure_policy(r),
-            match_conditions: conditions(r),
-            rules: Some(rules(r)),
-            side_effects: "None".to_owned(),
-            timeout_seconds: timeout(r),
-            ..ValidatingWebhook::default()
-        })
-        .collect();
-    (!webhooks.is_empty()).then(|| ValidatingWebhookConfiguration {
-        metadata: metadata(plugin, options),
-        webhooks: Some(webhooks),
-    })
-}
-
-/// The MutatingWebhookConfiguration of `plugin`, when it has mutating rules.
-#[must_use]
-pub fn mutating(
-    plugin: &str,
-    admission: &[AdmissionRule],
-    options: &WebhookOptions,
-) -> Option<MutatingWebhookConfiguration> {
-    let webhooks: Vec<MutatingWebhook> = admission
-        .iter()
-        .filter(|r| r.kind == AdmissionKind::Mutate)
-        .map(|r| MutatingWebhook {
-            name: rekon_rules::admission::webhook_name(&r.name, plugin),
-            admission_review_versions: vec!["v1".to_owned()],
-            client_config: client_config(plugin, true, options),
-            failure_policy: failure_policy(r),
-            match_conditions: conditions(r),
-            rules: Some(rules(r)),
-            side_effects: "None".to_owned(),
-            timeout_seconds: timeout(r),
-            ..MutatingWebhook::default()
-        })
-        .collect();
-    (!webhooks.is_empty()).then(|| MutatingWebhookConfiguration {
-        metadata: metadata(plugin, options),
-        webhooks: Some(webhooks),
-    })
 }
 
 /// Every configuration of `plugins`, as one YAML stream (mutating first,
@@ -291,8 +103,8 @@ pub fn read_ca(path: &Path) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::Resource;
-    use crate::plugin::MatchCondition as Condition;
+    use crate::action::{Resource, Scope};
+    use crate::plugin::{AdmissionKind, FailurePolicy, MatchCondition as Condition, Operation};
 
     fn rule(name: &str, kind: AdmissionKind) -> AdmissionRule {
         AdmissionRule {

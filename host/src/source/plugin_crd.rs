@@ -295,9 +295,35 @@ pub struct PluginObjectStatus {
     /// it started; absent while there were none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub contained: Option<ContainedStatus>,
+    /// The webhook configurations the host manages for this plugin's
+    /// admission (`rekon run --webhook-service` or `--webhook-url-base`);
+    /// absent while it manages none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhooks: Option<WebhooksStatus>,
     /// `Fetched`, `Ready`, `Degraded`, `Consistent`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// The webhook configurations the host manages for a Plugin's admission.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhooksStatus {
+    /// The ValidatingWebhookConfiguration it applied (the serving version
+    /// has validating rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validating: Option<String>,
+    /// The MutatingWebhookConfiguration it applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutating: Option<String>,
+    /// Configurations of the same name it did not make (not labelled
+    /// `app.kubernetes.io/managed-by: rekon` and `rekon.dev/plugin: NAME`),
+    /// left alone: `Kind/name`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreign: Vec<String>,
+    /// Why the last write of a configuration failed (retried).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The containments of a plugin (`rekon_plugin_contained_total` of the
@@ -375,6 +401,43 @@ pub struct ShadowStatus {
     /// The last few divergences (this replica's), each with its diff.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent: Vec<crate::telemetry::metrics::Divergence>,
+    /// The candidate's admission verdicts beside the serving version's
+    /// (never enforced); absent when the candidate admits nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<AdmissionShadowStatus>,
+}
+
+/// A shadow candidate's admission verdicts compared with the serving
+/// version's, on the reviews this replica answered since the candidate
+/// was loaded.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionShadowStatus {
+    /// Reviews the candidate answered beside the serving version.
+    #[serde(default)]
+    pub reviews: u64,
+    /// Of those, answered exactly as the serving version did.
+    #[serde(default)]
+    pub identical: u64,
+    /// The candidate would have denied what the serving version admitted.
+    #[serde(default)]
+    pub would_deny: u64,
+    /// The candidate would have admitted what the serving version denied.
+    #[serde(default)]
+    pub would_allow: u64,
+    /// Both admitted or both denied, with other messages, warnings or
+    /// defaults.
+    #[serde(default)]
+    pub differs: u64,
+    /// The candidate's call failed (trap, timeout, memory).
+    #[serde(default)]
+    pub failed: u64,
+    /// Reviews not shadowed: too many shadow calls in flight.
+    #[serde(default)]
+    pub dropped: u64,
+    /// The last few differences (this replica's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<crate::telemetry::metrics::AdmissionDivergence>,
 }
 
 fn free_form(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -547,6 +547,8 @@ pub fn plural(kind: &str) -> anyhow::Result<&'static str> {
         "ConfigMap" => "configmaps",
         "Secret" => "secrets",
         "Plugin" => "plugins",
+        "MutatingWebhookConfiguration" => "mutatingwebhookconfigurations",
+        "ValidatingWebhookConfiguration" => "validatingwebhookconfigurations",
         other => bail!("no plural known for kind {other}"),
     })
 }

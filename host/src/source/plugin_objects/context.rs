@@ -34,8 +34,13 @@ pub struct PluginObjectsConfig {
     /// How often shadow counts and containments are written to the
     /// status (and the most often a containment Event is recorded).
     pub status_period: Duration,
-    /// Field manager of the status writes.
+    /// Field manager of the status writes (and of the webhook
+    /// configurations).
     pub field_manager: String,
+    /// Where the webhook configurations the host manages for Plugin
+    /// objects that admit point (`--webhook-service`, `--webhook-url-base`);
+    /// `None`: the host manages none.
+    pub webhooks: Option<crate::source::managed_webhooks::WebhookTarget>,
 }
 
 impl PluginObjectsConfig {
@@ -48,6 +53,7 @@ impl PluginObjectsConfig {
             max_backoff: Duration::from_secs(300),
             status_period: Duration::from_secs(10),
             field_manager: "rekon.dev/host".to_owned(),
+            webhooks: None,
         }
     }
 
@@ -104,6 +110,21 @@ pub(super) struct Context {
     pub(super) reports: ReportBoard,
     /// The shards this replica holds go into its report.
     pub(super) shards: Option<Shards>,
+    /// Writes the webhook configurations of the plugins that admit (when
+    /// [`PluginObjectsConfig::webhooks`] says where they point).
+    pub(super) webhooks: Option<crate::source::managed_webhooks::ManagedWebhooks>,
+    /// When the configurations of Plugin objects deleted while no host ran
+    /// may be looked for, and whether they were.
+    pub(super) orphan_sweep: OrphanSweep,
+}
+
+/// See [`Context::orphan_sweep`].
+#[derive(Debug, Default)]
+pub(super) struct OrphanSweep {
+    /// The watch has listed every Plugin object once.
+    pub(super) listed: std::sync::atomic::AtomicBool,
+    /// The orphans were removed (once per process).
+    pub(super) done: std::sync::atomic::AtomicBool,
 }
 
 /// What this replica remembers of one Plugin object.
@@ -123,6 +144,13 @@ pub(super) struct Entry {
     pub(super) shadow_base: Option<(String, (u64, u64))>,
     /// Containments of its plugin told in an Event so far.
     pub(super) contained_evented: u64,
+    /// The shadow's admission counts when its candidate was loaded.
+    pub(super) admission_base: crate::telemetry::metrics::ShadowVerdictCounts,
+    /// The webhook configurations written for it (for its status) and
+    /// what they were written from ([`ManagedWebhooks::key`]).
+    ///
+    /// [`ManagedWebhooks::key`]: crate::source::managed_webhooks::ManagedWebhooks::key
+    pub(super) webhooks: Option<(String, crate::source::plugin_crd::WebhooksStatus)>,
 }
 
 /// What this replica serves of one Plugin object.

@@ -29,6 +29,7 @@ mod status;
 #[cfg(test)]
 mod tests;
 mod verify;
+mod webhooks;
 
 pub use context::{PluginObjectsConfig, origin, shadow_origin};
 pub use error::PluginObjectError;

@@ -21,6 +21,7 @@ use super::resolve::{Memory, Plan, base_status, resolve};
 use super::shadow::{shadow, shadow_counts};
 use super::status::{Served, record};
 use super::verify::{check, pinned, policy, refused, report, trusted_precompiled, verify};
+use super::webhooks::sync_webhooks;
 use crate::plugin::{LoadOptions, LoadedPlugin};
 use crate::queue::Action;
 use crate::source::plugin_crd::{LimitsSpec, Plugin, PluginObjectStatus, ShadowStatus};
@@ -78,6 +79,9 @@ pub(super) async fn reconcile(
         .is_ok()
         .then_some((obj.metadata.generation, &obj.spec));
     ctx.set_applied(&name, applied);
+    // The configurations follow the version now serving (written with
+    // the status below).
+    sync_webhooks(&ctx, &name).await;
     record(&ctx, &name, Some(pass.status), &pass.served).await;
     result.map(|()| Action::await_change())
 }

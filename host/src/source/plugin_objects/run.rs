@@ -25,6 +25,7 @@ use super::error::PluginObjectError;
 use super::module_source::ModuleSource;
 use super::reconcile::reconcile;
 use super::status::{publish_report, refresh_consistency, refresh_shadow_counts};
+use super::webhooks::{refresh_webhooks, remove_webhooks};
 use crate::lease::LeaderGate;
 use crate::lease::reports::ReportBoard;
 use crate::lease::shard::Shards;
@@ -66,6 +67,13 @@ impl PluginObjects {
     ) -> Self {
         Self {
             ctx: Arc::new(Context {
+                webhooks: config.webhooks.clone().map(|target| {
+                    crate::source::managed_webhooks::ManagedWebhooks::new(
+                        client.clone(),
+                        target,
+                        &config.field_manager,
+                    )
+                }),
                 api: Api::all(client.clone()),
                 secrets: Api::namespaced(client.clone(), &config.namespace),
                 config_maps: Api::namespaced(client.clone(), &config.namespace),
@@ -80,6 +88,7 @@ impl PluginObjects {
                 status_writes: tokio::sync::Mutex::new(()),
                 reports: ReportBoard::local(crate::lease::default_identity()),
                 shards: None,
+                orphan_sweep: super::context::OrphanSweep::default(),
             }),
         }
     }
@@ -126,6 +135,7 @@ impl PluginObjects {
                 _ = refresh.tick() => {
                     refresh_shadow_counts(&self.ctx).await;
                     refresh_contained(&self.ctx).await;
+                    refresh_webhooks(&self.ctx).await;
                 }
             }
         }
@@ -141,6 +151,10 @@ impl PluginObjects {
             }
             watcher::Event::Apply(obj) => self.changed(obj),
             watcher::Event::InitDone => {
+                self.ctx
+                    .orphan_sweep
+                    .listed
+                    .store(true, std::sync::atomic::Ordering::Release);
                 let gone: Vec<String> = self
                     .ctx
                     .entries
@@ -188,6 +202,9 @@ impl PluginObjects {
         info!(plugin = %name, "Plugin object deleted: unloading its plugin (finalizers stay on its objects)");
         self.ctx.registry.set_suspended(name, false);
         self.unload(name);
+        let ctx = Arc::clone(&self.ctx);
+        let name = name.to_owned();
+        tokio::spawn(async move { remove_webhooks(&ctx, &name).await });
     }
 
     fn unload(&self, name: &str) {

@@ -11,7 +11,7 @@ use super::load::load;
 use super::verify::verify;
 use crate::action::Permission;
 use crate::plugin::LoadOptions;
-use crate::source::plugin_crd::{LimitsSpec, Plugin, ShadowStatus};
+use crate::source::plugin_crd::{AdmissionShadowStatus, LimitsSpec, Plugin, ShadowStatus};
 use crate::source::signature::Policy;
 
 /// Makes `obj`'s shadow run (or, without `spec.shadow`, stop): the digest
@@ -74,17 +74,27 @@ fn count_candidate(ctx: &Context, name: &str, digest: &str, settings: Option<&se
         return;
     }
     entry.shadow_base = Some((key, ctx.metrics.shadow_counts(name)));
+    entry.admission_base = ctx.metrics.admission_shadow_counts(name);
     ctx.metrics.clear_recent_shadow_divergences(name);
+    ctx.metrics.clear_recent_admission_divergences(name);
 }
 
 /// The counts of the shadow candidate now counted (no digest).
 pub(super) fn shadow_counts(ctx: &Context, name: &str) -> ShadowStatus {
     let (reconciles, divergences) = ctx.metrics.shadow_counts(name);
-    let (base_reconciles, base_divergences) = ctx
+    let ((base_reconciles, base_divergences), admission_base) = ctx
         .entries
         .lock()
         .get(name)
-        .and_then(|e| e.shadow_base.as_ref().map(|(_, base)| *base))
+        .map(|e| {
+            (
+                e.shadow_base
+                    .as_ref()
+                    .map(|(_, base)| *base)
+                    .unwrap_or_default(),
+                e.admission_base,
+            )
+        })
         .unwrap_or_default();
     let reconciles = reconciles.saturating_sub(base_reconciles);
     let divergences = divergences.saturating_sub(base_divergences);
@@ -94,5 +104,30 @@ pub(super) fn shadow_counts(ctx: &Context, name: &str) -> ShadowStatus {
         identical: reconciles.saturating_sub(divergences),
         divergences,
         recent: ctx.metrics.recent_shadow_divergences(name),
+        admission: admission_counts(ctx, name, &admission_base),
     }
+}
+
+/// The candidate's admission verdicts beside the serving version's, when
+/// the candidate admits (or answered reviews).
+fn admission_counts(
+    ctx: &Context,
+    name: &str,
+    base: &crate::telemetry::metrics::ShadowVerdictCounts,
+) -> Option<AdmissionShadowStatus> {
+    let counts = ctx.metrics.admission_shadow_counts(name).since(base);
+    let admits = ctx
+        .registry
+        .serving(&shadow_origin(name))
+        .is_some_and(|p| !p.admission_rules().is_empty());
+    (admits || counts.reviews() + counts.dropped > 0).then(|| AdmissionShadowStatus {
+        reviews: counts.reviews(),
+        identical: counts.identical,
+        would_deny: counts.would_deny,
+        would_allow: counts.would_allow,
+        differs: counts.differs,
+        failed: counts.failed,
+        dropped: counts.dropped,
+        recent: ctx.metrics.recent_admission_divergences(name),
+    })
 }

@@ -287,7 +287,8 @@ pub(super) async fn write_status(ctx: &Context, obj: &Plugin, status: PluginObje
     if !ctx.writes_status() {
         return;
     }
-    let status = with_consistency(ctx, &name, status);
+    let mut status = with_consistency(ctx, &name, status);
+    status.webhooks = super::webhooks::webhooks_status(ctx, obj);
     let unchanged = ctx
         .entries
         .lock()
@@ -300,11 +301,18 @@ pub(super) async fn write_status(ctx: &Context, obj: &Plugin, status: PluginObje
     // A merge patch leaves out what is absent: clear what is gone.
     let mut body = serde_json::to_value(&status).unwrap_or_else(|_| json!({}));
     if let Some(map) = body.as_object_mut() {
-        for key in ["digest", "version", "shadow", "replicas", "contained"] {
+        for key in [
+            "digest",
+            "version",
+            "shadow",
+            "replicas",
+            "contained",
+            "webhooks",
+        ] {
             map.entry(key).or_insert(serde_json::Value::Null);
         }
         if let Some(shadow) = map.get_mut("shadow").and_then(|s| s.as_object_mut()) {
-            for key in ["digest", "recent"] {
+            for key in ["digest", "recent", "admission"] {
                 shadow.entry(key).or_insert(serde_json::Value::Null);
             }
         }

@@ -138,6 +138,8 @@ fn context(client: kube::Client, source: &Arc<FakeSource>) -> Arc<Context> {
         status_writes: tokio::sync::Mutex::new(()),
         reports: ReportBoard::local("replica-a"),
         shards: None,
+        webhooks: None,
+        orphan_sweep: Default::default(),
     })
 }
 

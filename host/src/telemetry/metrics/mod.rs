@@ -28,7 +28,10 @@ use prometheus_client::registry::Registry;
 
 pub use rekon::{Divergence, RECENT_DIVERGENCES};
 pub use runtime_families::{QueueMetrics, ReconcileResult, ReconcileTimer};
-pub use webhook::WebhookTimer;
+pub use webhook::{
+    AdmissionDivergence, RECENT_ADMISSION_DIVERGENCES, ShadowVerdict, ShadowVerdictCounts,
+    WebhookTimer,
+};
 
 use rekon::RekonFamilies;
 use runtime_families::RuntimeFamilies;
@@ -155,6 +158,38 @@ impl Metrics {
     /// `verdict` (`allowed`, `patched`, `denied`, `failed`).
     pub fn admission_verdict(&self, plugin: &str, kind: &'static str, verdict: &'static str) {
         self.inner.webhook.verdict(plugin, kind, verdict)
+    }
+
+    /// The shadow of `plugin` answered a `kind` review beside the serving
+    /// version with `verdict`; a difference is kept among the last
+    /// [`RECENT_ADMISSION_DIVERGENCES`] (its message cut to 512 bytes).
+    pub fn admission_shadow_verdict(
+        &self,
+        plugin: &str,
+        kind: &'static str,
+        verdict: ShadowVerdict,
+        divergence: Option<AdmissionDivergence>,
+    ) {
+        self.inner
+            .webhook
+            .shadow_verdict(plugin, kind, verdict, divergence)
+    }
+
+    /// The shadow admission verdicts of `plugin` so far, per result.
+    #[must_use]
+    pub fn admission_shadow_counts(&self, plugin: &str) -> ShadowVerdictCounts {
+        self.inner.webhook.shadow_verdict_counts(plugin)
+    }
+
+    /// The last few admission differences of `plugin`'s shadow, oldest first.
+    #[must_use]
+    pub fn recent_admission_divergences(&self, plugin: &str) -> Vec<AdmissionDivergence> {
+        self.inner.webhook.recent_shadow_divergences(plugin)
+    }
+
+    /// Forgets the recent admission differences of `plugin` (a new candidate).
+    pub fn clear_recent_admission_divergences(&self, plugin: &str) {
+        self.inner.webhook.clear_recent_shadow_divergences(plugin)
     }
 
     // ----- rekon's own ------------------------------------------------------

@@ -21,7 +21,11 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The largest size a Widget may have.
+#[cfg(not(feature = "strict"))]
 pub const MAX_SIZE: i64 = 10;
+/// The largest size a Widget may have (the stricter build).
+#[cfg(feature = "strict")]
+pub const MAX_SIZE: i64 = 5;
 /// The label the mutating webhook defaults.
 pub const TIER_LABEL: &str = "widgets.rekon.dev/tier";
 /// The most widgets one namespace may hold (checked against the cache).

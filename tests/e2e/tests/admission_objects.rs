@@ -1,0 +1,297 @@
+//! Admission from a Plugin object, end to end (issue 38): the widgets test
+//! plugin and its strict build (`widgets-strict.wasm`, sizes up to 5
+//! instead of 10; `make test-plugins`) pushed to a real OCI registry
+//! (`docker-registry`), the real `rekon run --plugin-objects --webhook-addr
+//! --webhook-url-base`, which writes the plugin's webhook configurations
+//! itself, and `kubectl` as the client against kube-sim (which calls the
+//! webhooks as the API server does):
+//!
+//! 1. The serving version's validating configuration is the host's
+//!    (labelled, caBundle the certificate it serves): kubectl is denied a
+//!    size-11 Widget. A MutatingWebhookConfiguration of the same name made
+//!    by someone else is left alone and named in `status.webhooks.foreign`.
+//! 2. The strict build as the shadow: a size-7 Widget is still admitted,
+//!    and `status.shadow.admission` counts the shadow's would-deny with the
+//!    Widget's name and the shadow's message.
+//! 3. Promotion (`rekon plugin promote --object`): the next size-7 Widget
+//!    is denied with the strict message.
+//! 4. Deleting the Plugin object removes the host's configuration; the
+//!    foreign one stays.
+
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Context;
+use rekon_e2e::plugin_objects::{self, wait_plugin_crd};
+use rekon_e2e::registry::Registry;
+use rekon_e2e::{Env, EnvOptions, apply_object, free_local_addr, get, output_text};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const VALIDATING: &str = "validatingwebhookconfigurations";
+const MUTATING: &str = "mutatingwebhookconfigurations";
+const ADMISSION_GROUP: &str = "admissionregistration.k8s.io/v1";
+
+/// `kubectl apply -f -` of `yaml` in `main`: (succeeded, stdout + stderr).
+fn kubectl_apply(env: &Env, yaml: &str) -> (bool, String) {
+    use std::io::Write as _;
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(["--context", "main", "--cache-dir"])
+        .arg(env.work_dir().join("kubectl-cache"))
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(yaml.as_bytes())
+        .expect("yaml written");
+    let out = child.wait_with_output().expect("kubectl ends");
+    (out.status.success(), output_text(&out))
+}
+
+fn widget(name: &str, size: i64) -> String {
+    format!(
+        "apiVersion: widgets.rekon.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  size: {size}\n"
+    )
+}
+
+fn plugin(env: &Env) -> Option<Value> {
+    get(env.main(), "rekon.dev/v1alpha1", "plugins", None, "widgets")
+}
+
+fn configuration(env: &Env, plural: &str) -> Option<Value> {
+    get(env.main(), ADMISSION_GROUP, plural, None, "rekon-widgets")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed()
+-> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(400), async {
+        let paths = rekon_e2e::Paths::discover()?;
+        let strict_file = paths.test_plugins.join("widgets-strict.wasm");
+        anyhow::ensure!(
+            strict_file.is_file(),
+            "{} is missing: run `make test-plugins` first",
+            strict_file.display()
+        );
+        let registry = Registry::start()?;
+        let serving = format!("{}/rekon/widgets:1", registry.host());
+        let strict = format!("{}/rekon/widgets:1-strict", registry.host());
+        let d1 = plugin_objects::push(
+            &paths,
+            &paths.test_plugins.join("widgets.wasm"),
+            &serving,
+            None,
+        )?;
+        let d2 = plugin_objects::push(&paths, &strict_file, &strict, None)?;
+        anyhow::ensure!(d1 != d2, "two builds, two digests");
+
+        let cache = tempfile::tempdir()?;
+        let certs = tempfile::tempdir()?;
+        let addr = free_local_addr()?;
+        let mut env = Env::start(EnvOptions {
+            plugins: Vec::new(),
+            extra_args: vec![
+                "--plugin-objects".into(),
+                "--cache-dir".into(),
+                cache.path().display().to_string(),
+                "--webhook-addr".into(),
+                addr.to_string(),
+                "--webhook-cert-dir".into(),
+                certs.path().display().to_string(),
+                "--webhook-url-base".into(),
+                format!("https://localhost:{}", addr.port()),
+            ],
+            ..EnvOptions::default()
+        })
+        .await?;
+        wait_plugin_crd(&mut env, WAIT).await?;
+
+        // Someone else's configuration of the name the host would use.
+        apply_object(
+            env.main(),
+            json!({"apiVersion": ADMISSION_GROUP, "kind": "MutatingWebhookConfiguration",
+                   "metadata": {"name": "rekon-widgets", "labels": {"team": "platform"}},
+                   "webhooks": []}),
+        )?;
+
+        let out = plugin_objects::rekon(
+            &paths,
+            &[
+                "plugin",
+                "manifest",
+                &paths
+                    .test_plugins
+                    .join("widgets.wasm")
+                    .display()
+                    .to_string(),
+                "--module",
+                &serving,
+            ],
+        )?;
+        let mut object: Value = serde_yaml::from_str(&out)?;
+        object["metadata"]["name"] = json!("widgets");
+        apply_object(env.main(), object)?;
+
+        // 1. The host's configuration, then kubectl denied by it.
+        let config = env
+            .wait_for("the host's ValidatingWebhookConfiguration", WAIT, |env| {
+                configuration(env, VALIDATING)
+            })
+            .await?;
+        assert_eq!(
+            config["metadata"]["labels"]["app.kubernetes.io/managed-by"], "rekon",
+            "{config}"
+        );
+        assert_eq!(
+            config["metadata"]["labels"]["rekon.dev/plugin"], "widgets",
+            "{config}"
+        );
+        let hook = &config["webhooks"][0];
+        assert_eq!(hook["name"], "size.widgets.rekon.dev", "{config}");
+        assert_eq!(
+            hook["clientConfig"]["url"],
+            format!("https://localhost:{}/validate/widgets", addr.port()),
+            "{config}"
+        );
+        assert!(hook["clientConfig"]["caBundle"].is_string(), "{config}");
+        let obj = env
+            .wait_for(
+                "status.webhooks naming the foreign configuration",
+                WAIT,
+                |env| {
+                    let obj = plugin(env)?;
+                    (obj["status"]["webhooks"]["validating"] == "rekon-widgets"
+                        && obj["status"]["digest"] == json!(d1))
+                    .then_some(obj)
+                },
+            )
+            .await?;
+        assert_eq!(
+            obj["status"]["webhooks"]["foreign"],
+            json!(["MutatingWebhookConfiguration/rekon-widgets"]),
+            "{obj}"
+        );
+        assert!(obj["status"]["webhooks"].get("mutating").is_none(), "{obj}");
+        let foreign = configuration(&env, MUTATING).context("the foreign configuration")?;
+        assert_eq!(
+            foreign["metadata"]["labels"],
+            json!({"team": "platform"}),
+            "left alone: {foreign}"
+        );
+        env.wait_for("the Widget CRD to be served", WAIT, |env| {
+            env.main()
+                .list("widgets.rekon.dev/v1", "widgets", Some("default"), "")
+                .ok()
+        })
+        .await?;
+        let (ok, text) = kubectl_apply(&env, &widget("huge", 11));
+        assert!(!ok, "a size-11 widget was stored: {text}");
+        assert!(
+            text.contains("The Widget \"huge\" is invalid: spec.size: must be at most 10"),
+            "{text}"
+        );
+
+        // 2. The strict build as the shadow: admitted, would-deny counted.
+        apply_object(
+            env.main(),
+            json!({"apiVersion": "rekon.dev/v1alpha1", "kind": "Plugin",
+                   "metadata": {"name": "widgets"},
+                   "spec": {"shadow": {"module": strict}}}),
+        )?;
+        env.wait_for("the shadow to load", WAIT, |env| {
+            (plugin(env)?["status"]["shadow"]["digest"] == json!(d2)).then_some(())
+        })
+        .await?;
+        let (ok, text) = kubectl_apply(&env, &widget("seven", 7));
+        assert!(ok, "the shadow's verdict was enforced: {text}");
+        let obj = env
+            .wait_for("a would-deny in status.shadow.admission", WAIT, |env| {
+                let obj = plugin(env)?;
+                (obj["status"]["shadow"]["admission"]["wouldDeny"].as_u64()? >= 1).then_some(obj)
+            })
+            .await?;
+        let admission = &obj["status"]["shadow"]["admission"];
+        let recent = admission["recent"]
+            .as_array()
+            .context("recent differences")?;
+        let seven = recent
+            .iter()
+            .find(|d| d["result"] == "wouldDeny")
+            .with_context(|| format!("a wouldDeny example in {admission}"))?;
+        assert_eq!(seven["object"], "Widget default/seven", "{admission}");
+        assert_eq!(seven["operation"], "CREATE", "{admission}");
+        assert!(
+            seven["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("at most 5"),
+            "{admission}"
+        );
+        assert_eq!(admission["wouldAllow"], 0, "{admission}");
+        assert!(
+            get(
+                env.main(),
+                "widgets.rekon.dev/v1",
+                "widgets",
+                Some("default"),
+                "seven"
+            )
+            .is_some()
+        );
+
+        // 3. Promotion: the strict rule now answers kubectl.
+        let out = Command::new(&env.paths.rekon)
+            .args([
+                "plugin",
+                "promote",
+                "widgets",
+                "--object",
+                "--context",
+                "main",
+            ])
+            .arg("--kubeconfig")
+            .arg(&env.kubeconfig)
+            .env_remove("KUBECONFIG")
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "rekon plugin promote --object: {}",
+            output_text(&out)
+        );
+        env.wait_for("the strict build to serve", WAIT, |env| {
+            (plugin(env)?["status"]["digest"] == json!(d2)).then_some(())
+        })
+        .await?;
+        let (ok, text) = kubectl_apply(&env, &widget("eight", 7));
+        assert!(
+            !ok,
+            "a size-7 widget was stored after the promotion: {text}"
+        );
+        assert!(
+            text.contains("The Widget \"eight\" is invalid: spec.size: must be at most 5"),
+            "{text}"
+        );
+
+        // 4. The Plugin object goes: its configuration too, not the foreign one.
+        env.kubectl("main", &["delete", "plugins.rekon.dev", "widgets"])?;
+        env.wait_for("the host's configuration removed", WAIT, |env| {
+            configuration(env, VALIDATING).is_none().then_some(())
+        })
+        .await?;
+        assert!(
+            configuration(&env, MUTATING).is_some(),
+            "the foreign configuration stays"
+        );
+        anyhow::Ok(())
+    })
+    .await
+    .context("timed out (likely deadlocked)")?
+}
