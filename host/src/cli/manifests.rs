@@ -149,12 +149,15 @@ pub fn webhooks(args: WebhooksArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(w::read_ca)
         .transpose()?;
-    let plugins = w::load_admitting(&args.dir)?;
+    let side = w::load_api_side(&args.dir)?;
     let options = w::WebhookOptions {
         prefix: args.prefix,
         client,
         ca_bundle,
     };
-    print!("{}", w::webhooks_yaml(&plugins, &options)?);
+    // The CRDs with their conversion stanzas first: a conversion is in
+    // place before a webhook sees an object at another version.
+    print!("{}", w::conversion_yaml(&side.converting, &options)?);
+    print!("{}", w::webhooks_yaml(&side.admitting, &options)?);
     Ok(())
 }

@@ -14,6 +14,7 @@ use super::bindings::{Plugin, PluginPre};
 use super::bounds;
 use super::call::{Instantiate, call, classify, new_store, panic_text, set_deadline};
 use super::capability;
+use super::conversion::PluginConversion;
 use super::convert::Convert;
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
@@ -109,6 +110,7 @@ impl PluginRuntime {
             timings,
             reads_settings,
             admission,
+            conversion,
         } = self.prepare(bytes, digest, &origin, options.precompiled.as_ref())?;
         if options.settings.is_some() && !reads_settings {
             // Never run a plugin without the settings it was given.
@@ -127,6 +129,7 @@ impl PluginRuntime {
                 timings,
                 options: options.clone(),
                 admission,
+                conversion,
             },
         )
     }
@@ -194,6 +197,8 @@ pub(crate) struct Loading {
     pub(crate) options: LoadOptions,
     /// Its admission export, linked, when it has one.
     pub(crate) admission: Option<super::bindings::AdmissionPluginPre<CallState>>,
+    /// Its conversion export, linked, when it has one.
+    pub(crate) conversion: Option<super::bindings::ConversionPluginPre<CallState>>,
 }
 
 /// The longest settings schema kept (a schema is documentation; a module
@@ -268,6 +273,8 @@ struct Inner {
     pre: PluginPre<CallState>,
     /// Its webhooks, when it declares any (asked once, after `register`).
     admission: Option<PluginAdmission>,
+    /// The CRDs it converts, when it declares any (asked once, after `register`).
+    conversion: Option<PluginConversion>,
     runtime: Arc<RuntimeInner>,
     /// Its share of the host-wide memory budget (`host_budget.rs`).
     _booking: super::host_budget::Booking,
@@ -337,6 +344,7 @@ impl LoadedPlugin {
             mut timings,
             options,
             admission,
+            conversion,
         } = loading;
         let started = Instant::now();
         // Until `register` returns, the plugin is named after its file.
@@ -454,6 +462,14 @@ impl LoadedPlugin {
             }
             None => None,
         };
+        let conversion = PluginConversion::load(
+            &runtime,
+            conversion,
+            &name,
+            &origin,
+            &registration,
+            options.settings.clone(),
+        )?;
         let booking = book_memory(&runtime, &origin, &registration, limits.instances)?;
         // Its reserve holds from the load on; at most its instances.
         runtime.slots.know(&name, limits.instances);
@@ -475,6 +491,7 @@ impl LoadedPlugin {
                 registered_as,
                 pre,
                 admission,
+                conversion,
                 runtime,
             }),
         })
@@ -483,6 +500,11 @@ impl LoadedPlugin {
     /// Its webhooks, when it declares any.
     pub(super) fn admission(&self) -> Option<&PluginAdmission> {
         self.inner.admission.as_ref()
+    }
+
+    /// The CRDs it converts, when it declares any.
+    pub(super) fn conversion(&self) -> Option<&PluginConversion> {
+        self.inner.conversion.as_ref()
     }
 
     /// The deadline of its reconciles.
