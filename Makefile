@@ -68,11 +68,14 @@ zoo-plugin: wasm-target
 # Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
 # plugin, cm-sync: a third plugin written like one from outside the project;
 # hostile: one that tries to reach what it never declared; widgets: one
-# that admits its objects (validate, mutate); the zoo).
+# that admits its objects (validate, mutate), and its build with feature
+# conversion: the CRD at two versions, converted by the plugin; the zoo).
 # Feature builds overwrite the same target file, hence one build per copy.
 test-plugins: chaos-plugins zoo-plugin
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-widgets --features conversion
+	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets-conversion.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync -p rekon-test-hostile -p rekon-test-widgets
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 	cp $(WASM_OUT)/rekon_test_hostile.wasm dist/test-plugins/hostile.wasm
