@@ -18,7 +18,10 @@
 //!   `conversion`: `widgets-conversion.wasm`): the CRD gains the older
 //!   version `v1alpha1`, whose `spec.amount` is v1's `spec.size`; storage
 //!   stays v1, and the plugin converts both ways without loss. A Widget
-//!   named [`CONVERT_TRAP_NAME`] makes `convert` panic. The default build
+//!   named [`CONVERT_TRAP_NAME`] makes `convert` panic, one named
+//!   [`CONVERT_SPIN_NAME`] loop until its deadline, and one named
+//!   [`CONVERT_RENAME_NAME`] come back renamed (which the host refuses, as
+//!   the API server would). The default build
 //!   keeps one version, as the TypeScript and Python widgets do (the e2e
 //!   checks the three declare the same).
 
@@ -39,6 +42,10 @@ pub const TRAP_NAME: &str = "trap";
 pub const SPIN_NAME: &str = "spin";
 /// A Widget with this name makes `convert` panic.
 pub const CONVERT_TRAP_NAME: &str = "convert-trap";
+/// A Widget with this name makes `convert` spin until its deadline.
+pub const CONVERT_SPIN_NAME: &str = "convert-spin";
+/// A Widget with this name is converted with another name.
+pub const CONVERT_RENAME_NAME: &str = "convert-rename";
 
 /// The older version of the Widget: its size was called `amount`.
 pub mod v1alpha1 {
@@ -243,13 +250,20 @@ impl Convert for VersionedWidgets {
     }
 
     fn convert(_: &Context, req: &ConversionRequest) -> Result<Converted, Error> {
-        if req
+        let name = req
             .object
             .pointer("/metadata/name")
-            .and_then(|n| n.as_str())
-            == Some(CONVERT_TRAP_NAME)
-        {
-            panic!("widgets: asked to trap in convert");
+            .and_then(|n| n.as_str());
+        match name {
+            Some(CONVERT_TRAP_NAME) => panic!("widgets: asked to trap in convert"),
+            Some(CONVERT_SPIN_NAME) => spin(),
+            Some(CONVERT_RENAME_NAME) => {
+                let mut object = req.object.clone();
+                object["apiVersion"] = req.desired_api_version.clone().into();
+                object["metadata"]["name"] = "renamed".into();
+                return Ok(Converted::json(object));
+            }
+            _ => {}
         }
         match (req.version(), req.desired_version()) {
             ("v1alpha1", "v1") => {
