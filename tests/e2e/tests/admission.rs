@@ -56,6 +56,34 @@ impl Lang {
         );
         path
     }
+
+    /// Its build that converts the Widget CRD between v1alpha1 and v1.
+    fn conversion_component(self, paths: &rekon_e2e::Paths) -> PathBuf {
+        let (path, target) = match self {
+            Lang::Rust => (
+                paths.test_plugins.join("widgets-conversion.wasm"),
+                "test-plugins",
+            ),
+            Lang::TypeScript => (
+                paths
+                    .root
+                    .join("dist/sdk-plugins/widgets_ts_conversion.wasm"),
+                "sdk-plugins",
+            ),
+            Lang::Python => (
+                paths
+                    .root
+                    .join("dist/sdk-plugins/widgets_py_conversion.wasm"),
+                "sdk-plugins",
+            ),
+        };
+        assert!(
+            path.is_file(),
+            "{} is missing: run `make {target}` first",
+            path.display()
+        );
+        path
+    }
 }
 
 async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
@@ -323,22 +351,27 @@ fn kubectl_get_widget(env: &Env, version: &str, name: &str) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-/// Conversion from the plugin (the Rust widgets built with feature
-/// `conversion`, `make test-plugins`): `rekon webhooks` writes the CRD's
-/// conversion stanza; a Widget applied at v1alpha1 is admitted (the
-/// webhooks' rules name v1: the server converts for them), stored at v1
-/// and read at both versions as the same object; a convert that traps fails
-/// kubectl's read with the server's conversion error while the reconcile
-/// side keeps running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_reads_and_writes_the_rust_plugins_crd_at_both_versions() {
+    kubectl_reads_and_writes_the_crd_at_both_versions(Lang::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_writes_the_typescript_plugins_crd_at_both_versions() {
+    kubectl_reads_and_writes_the_crd_at_both_versions(Lang::TypeScript).await;
+}
+
+/// Conversion from the plugin (the widgets' conversion builds: Rust with
+/// feature `conversion`, `make test-plugins`; TypeScript's
+/// `build:conversion`, `make sdk-plugins`): `rekon webhooks` writes the
+/// CRD's conversion stanza; a Widget applied at v1alpha1 is admitted (the
+/// webhooks' rules name v1: the server converts for them), stored at v1
+/// and read at both versions as the same object; a convert that traps
+/// fails kubectl's read with the server's conversion error while the
+/// reconcile side keeps running.
+async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let (env, _certs, applied) = serve_widgets(|paths| {
-            let path = paths.test_plugins.join("widgets-conversion.wasm");
-            assert!(path.is_file(), "{} is missing: run `make test-plugins` first", path.display());
-            path
-        })
-        .await;
+        let (env, _certs, applied) = serve_widgets(|paths| lang.conversion_component(paths)).await;
         assert!(
             applied.contains("customresourcedefinition.apiextensions.k8s.io/widgets.widgets.rekon.dev configured"),
             "{applied}"
@@ -415,5 +448,5 @@ async fn kubectl_reads_and_writes_the_rust_plugins_crd_at_both_versions() {
         assert_eq!(kubectl_get_widget(&env, "v1alpha1", "after")["spec"]["amount"], 4);
     })
     .await
-    .unwrap_or_else(|_| panic!("the conversion e2e finished; likely deadlocked"));
+    .unwrap_or_else(|_| panic!("the conversion e2e of {lang:?} finished; likely deadlocked"));
 }
