@@ -361,9 +361,15 @@ async fn kubectl_reads_and_writes_the_typescript_plugins_crd_at_both_versions() 
     kubectl_reads_and_writes_the_crd_at_both_versions(Lang::TypeScript).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_writes_the_python_plugins_crd_at_both_versions() {
+    kubectl_reads_and_writes_the_crd_at_both_versions(Lang::Python).await;
+}
+
 /// Conversion from the plugin (the widgets' conversion builds: Rust with
 /// feature `conversion`, `make test-plugins`; TypeScript's
-/// `build:conversion`, `make sdk-plugins`): `rekon webhooks` writes the
+/// `build:conversion` and Python's `widgets_py_conversion`, `make
+/// sdk-plugins`): `rekon webhooks` writes the
 /// CRD's conversion stanza; a Widget applied at v1alpha1 is admitted (the
 /// webhooks' rules name v1: the server converts for them), stored at v1
 /// and read at both versions as the same object; a convert that traps
