@@ -15,7 +15,9 @@
  * carry the desired apiVersion (the host checks, as the API server does);
  * keep the original's `metadata` as it is. A {@link ConversionError} (or a
  * `ReadError` / `ReconcileError`) fails the API server's request with its
- * message; anything else thrown traps, which fails it too, with the trap.
+ * message. Anything else thrown fails it too: the test kit throws it on
+ * (a bug to fix), and in a component QuickJS returns it as the error
+ * result with its message (StarlingMonkey traps).
  *
  * The declaration is checked once, by the host at load
  * (`rekon_rules::conversion`).

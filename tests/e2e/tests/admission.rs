@@ -441,7 +441,16 @@ async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
             text.contains("conversion webhook for widgets.rekon.dev/v1, Kind=Widget failed"),
             "{text}"
         );
-        assert!(text.contains("asked to trap in convert"), "{text}");
+        // A Rust panic traps; a QuickJS component returns what is thrown
+        // as the error result (a refusal with its message); componentize-py
+        // traps with no message (the traceback goes to the plugin's output,
+        // in the host's log).
+        let why = match lang {
+            Lang::Rust => "conversion by plugin widgets failed: plugin widgets panicked in convert: widgets: asked to trap in convert",
+            Lang::TypeScript => "plugin widgets refused to convert Widget default/convert-trap to widgets.rekon.dev/v1alpha1: widgets: asked to trap in convert",
+            Lang::Python => "conversion by plugin widgets failed: plugin widgets panicked in convert: Python function threw an unexpected exception",
+        };
+        assert!(text.contains(why), "{text}");
         // The reconcile side keeps running.
         until(&env, "the trapping widget reconciled at v1", || {
             get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), "convert-trap")
