@@ -215,6 +215,37 @@ pub fn conversion_crds(
         .collect()
 }
 
+/// `registrations` with the CRDs their plugins convert carrying their
+/// conversion stanzas (what `rekon crds --webhook-url|--webhook-service`
+/// writes).
+///
+/// # Errors
+/// As [`conversion_crds`], or a CRD that does not serialize.
+pub fn with_conversion_stanzas(
+    registrations: &mut [crate::action::Registration],
+    converting: &BTreeMap<String, Converting>,
+    options: &WebhookOptions,
+) -> Result<()> {
+    for registration in registrations {
+        let Some(c) = converting.get(&registration.name) else {
+            continue;
+        };
+        for crd in conversion_crds(&registration.name, c, options)? {
+            let name = crd.pointer("/metadata/name").cloned();
+            let text = serde_json::to_string(&crd).map_err(Error::Json)?;
+            for existing in &mut registration.crds {
+                let same = serde_json::from_str::<serde_json::Value>(existing)
+                    .ok()
+                    .is_some_and(|e| e.pointer("/metadata/name").cloned() == name);
+                if same {
+                    existing.clone_from(&text);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The CRDs every converting plugin converts, with their conversion
 /// stanzas, as one YAML stream.
 ///
