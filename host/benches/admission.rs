@@ -138,7 +138,7 @@ async fn run() {
     let request = review::parse(body(3).to_string().as_bytes()).expect("review");
     let reviewed = review::to_review(&request, "main");
 
-    println!("| path    |  c | reviews/s | p50 ms | p99 ms |");
+    println!("| path       |  c | reviews/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|---|");
     let rows = [
         ("call", "test-plugins/widgets.wasm", "test-plugins"),
