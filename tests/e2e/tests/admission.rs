@@ -147,9 +147,37 @@ async fn kubectl_sees_the_python_plugins_verdicts_and_defaults() {
 /// three builds (the cases below then hold for the same declared rules).
 #[test]
 fn the_three_languages_declare_the_same_plugin_and_webhooks() {
+    let rust = declared_alike(Lang::component);
+    assert_eq!(
+        rust["admission"].as_array().map(Vec::len),
+        Some(2),
+        "{rust}"
+    );
+    assert!(rust.get("conversion").is_none(), "{rust}");
+}
+
+/// The same of the three conversion builds: the same CRD at two versions
+/// and the same conversion declared.
+#[test]
+fn the_three_languages_declare_the_same_conversion() {
+    let rust = declared_alike(Lang::conversion_component);
+    assert_eq!(
+        rust["conversion"][0]["versions"],
+        serde_json::json!(["v1alpha1", "v1"]),
+        "{rust}"
+    );
+    assert_eq!(
+        rust["crds"][0]["spec"]["versions"].as_array().map(Vec::len),
+        Some(2)
+    );
+}
+
+/// What `rekon plugin inspect` reads from the Rust build of `component`,
+/// asserted equal to what it reads from the TypeScript and Python builds.
+fn declared_alike(component: fn(Lang, &rekon_e2e::Paths) -> PathBuf) -> Value {
     let paths = rekon_e2e::Paths::discover().unwrap();
     let inspect = |lang: Lang| {
-        let wasm = lang.component(&paths);
+        let wasm = component(lang, &paths);
         let out = rekon_cli(
             &paths,
             &[
@@ -166,11 +194,6 @@ fn the_three_languages_declare_the_same_plugin_and_webhooks() {
         v
     };
     let rust = inspect(Lang::Rust);
-    assert_eq!(
-        rust["admission"].as_array().map(Vec::len),
-        Some(2),
-        "{rust}"
-    );
     for lang in [Lang::TypeScript, Lang::Python] {
         assert_eq!(
             inspect(lang),
@@ -178,6 +201,7 @@ fn the_three_languages_declare_the_same_plugin_and_webhooks() {
             "{lang:?} declares what the Rust build declares"
         );
     }
+    rust
 }
 
 /// `rekon run --webhook-addr` serving `component` as the plugin
