@@ -68,13 +68,16 @@ zoo-plugin: wasm-target
 # Test fixtures -> dist/test-plugins/ (chaos in three builds, the bench
 # plugin, cm-sync: a third plugin written like one from outside the project;
 # hostile: one that tries to reach what it never declared; widgets: one
-# that admits its objects (validate, mutate); the zoo).
+# that admits its objects (validate, mutate), and its build with feature
+# conversion: the CRD at two versions, converted by the plugin; the zoo).
 # Feature builds overwrite the same target file, hence one build per copy.
 test-plugins: chaos-plugins zoo-plugin
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos --features broken-register
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-broken-register.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-widgets --features strict
 	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets-strict.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-widgets --features conversion
+	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets-conversion.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-chaos -p rekon-bench-node -p rekon-bench-fanout -p rekon-test-cm-sync -p rekon-test-hostile -p rekon-test-widgets
 	cp $(WASM_OUT)/rekon_test_chaos.wasm dist/test-plugins/chaos-v1.wasm
 	cp $(WASM_OUT)/rekon_test_hostile.wasm dist/test-plugins/hostile.wasm
@@ -110,10 +113,14 @@ sdk-plugins: sdk-deps
 	cp plugins/test-fanout-ts/dist/test_fanout_ts.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-ts && npm run build
 	cp tests/plugins/widgets-ts/dist/widgets_ts.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-ts && npm run build:conversion
+	cp tests/plugins/widgets-ts/dist/widgets_ts_conversion.wasm dist/sdk-plugins/
 	cd plugins/nodepool-py && rekon-py-build nodepool_py -o dist/nodepool_py.wasm
 	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py -o dist/widgets_py.wasm
 	cp tests/plugins/widgets-py/dist/widgets_py.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-py && rekon-py-build widgets_py_conversion -o dist/widgets_py_conversion.wasm
+	cp tests/plugins/widgets-py/dist/widgets_py_conversion.wasm dist/sdk-plugins/
 
 # The e2e seed scenarios with the ports loaded in place of the Rust builds.
 # The ports are compiled into the default compiled-plugin cache first (what

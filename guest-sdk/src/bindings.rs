@@ -13,10 +13,11 @@
 mod generated {
     wit_bindgen::generate!({
         path: "../wit",
-        // Every SDK plugin exports `admission` too; one without
-        // `export_plugin!(P, admission)` declares no rules, which the host
-        // takes as no webhook.
-        world: "admission-plugin",
+        // Every SDK plugin exports `admission` and `conversion` too; one
+        // without `export_plugin!(P, admission)` declares no rules, one
+        // without `conversion` no conversions, which the host takes as no
+        // webhook.
+        world: "admission-conversion-plugin",
         // `export_plugin!` in the plugin crate expands to this macro, so it
         // must be public and must find the bindings (and wit-bindgen's
         // runtime) through rekon-sdk rather than through a dependency of the
@@ -473,5 +474,22 @@ mod tests {
         assert_eq!(timestamp(1, 5).as_nanosecond(), 1_000_000_005);
         assert_eq!(timestamp(i64::MAX, 0), Timestamp::MAX);
         assert_eq!(timestamp(i64::MIN, 0), Timestamp::MIN);
+    }
+}
+
+/// The conversion interface's values, from the SDK's own.
+mod conversion {
+    use super::exports::rekon::plugin::conversion as wit;
+    use crate::conversion::Conversion;
+
+    impl From<Conversion> for wit::ConversionRule {
+        fn from(c: Conversion) -> Self {
+            wit::ConversionRule {
+                group: c.group,
+                kind: c.kind,
+                plural: c.plural,
+                versions: c.versions,
+            }
+        }
     }
 }

@@ -13,6 +13,7 @@
 //! | (root) | the [`Plugin`] trait and [`export_plugin!`] |
 //! | [`registration`] | [`Registration`] builder: primary, watches ([`Mapping`], [`ClusterSet`]), finalizer, permissions, CRDs |
 //! | [`context`] | [`Context`]: typed `get`/`list` from the host caches, clusters, log macros ([`info!`] …), request time; [`Request`] |
+//! | [`conversion`] | [`Convert`]: the CRDs the plugin converts ([`Conversion`]), `convert` → [`Converted`] |
 //! | [`admission`] | [`Admission`]: the plugin's webhooks ([`AdmissionRule`]), `validate` → [`Verdict`], `mutate` → [`Mutation`] |
 //! | [`action`] | [`Action`] builders (apply, merge/JSON patch, delete, create-if-absent, event) and [`Outcome`] |
 //! | [`resource`] | [`ResourceType`] derived from any `kube::Resource` ([`Kind`]) |
@@ -136,6 +137,7 @@ pub mod admission;
 #[doc(hidden)]
 pub mod bindings;
 pub mod context;
+pub mod conversion;
 pub mod error;
 mod plugin;
 pub mod prelude;
@@ -157,6 +159,7 @@ pub use context::{
     ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request, selector_from_labels,
     status_changed,
 };
+pub use conversion::{Conversion, ConversionRequest, Convert, Converted};
 pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;

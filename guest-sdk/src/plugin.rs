@@ -178,10 +178,14 @@ pub(crate) fn register_checked<P: Plugin>(
 /// With `export_plugin!(MyPlugin, admission)` the plugin's
 /// [`Admission`](crate::admission::Admission) implementation is exported
 /// too (its webhooks); without it the component's admission declares no
-/// rules and the host serves no webhook for it.
+/// rules and the host serves no webhook for it. With
+/// `export_plugin!(MyPlugin, conversion)` (or `admission, conversion`) its
+/// [`Convert`](crate::conversion::Convert) implementation is exported (the
+/// CRDs it converts); without it the component converts nothing.
 ///
-/// On wasm targets this exports `rekon:plugin/guest@0.3.1` and
-/// `rekon:plugin/admission@0.3.1`; natively it only
+/// On wasm targets this exports `rekon:plugin/guest@0.3.1`,
+/// `rekon:plugin/admission@0.3.1` and `rekon:plugin/conversion@0.3.1`;
+/// natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
 ///
@@ -189,12 +193,18 @@ pub(crate) fn register_checked<P: Plugin>(
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ty) => {
-        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>);
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $crate::__private::NoConversion<$plugin>);
     };
     ($plugin:ty, admission) => {
-        $crate::export_plugin!(@export $plugin, $plugin);
+        $crate::export_plugin!(@export $plugin, $plugin, $crate::__private::NoConversion<$plugin>);
     };
-    (@export $plugin:ty, $admission:ty) => {
+    ($plugin:ty, conversion) => {
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $plugin);
+    };
+    ($plugin:ty, admission, conversion) => {
+        $crate::export_plugin!(@export $plugin, $plugin, $plugin);
+    };
+    (@export $plugin:ty, $admission:ty, $conversion:ty) => {
         const _: () = {
             // Natively the impl is still type-checked, but nothing is
             // exported: the component's export names (`rekon:plugin/...`)
@@ -246,6 +256,19 @@ macro_rules! export_plugin {
                 }
             }
 
+            impl $crate::__private::ConversionGuest for __RekonGuest {
+                fn conversions() -> ::std::vec::Vec<$crate::__private::WitConversionRule> {
+                    $crate::__private::conversions::<$conversion>()
+                }
+
+                fn convert(
+                    object: ::std::string::String,
+                    desired_api_version: ::std::string::String,
+                ) -> ::std::result::Result<::std::string::String, ::std::string::String> {
+                    $crate::__private::convert::<$conversion>(object, desired_api_version)
+                }
+            }
+
             #[cfg(target_arch = "wasm32")]
             $crate::__private::bindings::__export_rekon_plugin_world!(
                 __RekonGuest with_types_in $crate::__private::bindings
@@ -263,6 +286,9 @@ pub mod __private {
     pub use crate::bindings::exports::rekon::plugin::admission::{
         AdmissionRequest as WitAdmissionRequest, AdmissionRule as WitAdmissionRule,
         Guest as AdmissionGuest, Mutation as WitMutation, Verdict as WitVerdict,
+    };
+    pub use crate::bindings::exports::rekon::plugin::conversion::{
+        ConversionRule as WitConversionRule, Guest as ConversionGuest,
     };
     pub use crate::bindings::exports::rekon::plugin::guest::Guest;
     pub use crate::bindings::rekon::plugin::types::{
@@ -327,6 +353,62 @@ pub mod __private {
         fn rules() -> Vec<crate::admission::AdmissionRule> {
             Vec::new()
         }
+    }
+
+    /// The conversion of a plugin exported without it: no CRD converted
+    /// (the host serves no conversion for it).
+    pub struct NoConversion<P>(std::marker::PhantomData<P>);
+
+    impl<P: Plugin> Plugin for NoConversion<P> {
+        type Primary = P::Primary;
+        fn register() -> Result<Registration, Error> {
+            P::register()
+        }
+        fn reconcile(
+            ctx: &Context,
+            req: &Request,
+            event: Event<Self::Primary>,
+        ) -> Result<crate::action::Outcome, Error> {
+            P::reconcile(ctx, req, event)
+        }
+    }
+
+    impl<P: Plugin> crate::conversion::Convert for NoConversion<P> {
+        fn conversions() -> Vec<crate::conversion::Conversion> {
+            Vec::new()
+        }
+        fn convert(
+            _: &Context,
+            req: &crate::conversion::ConversionRequest,
+        ) -> Result<crate::conversion::Converted, Error> {
+            Err(Error::terminal(format!(
+                "this plugin converts nothing (asked for {})",
+                req.desired_api_version
+            )))
+        }
+    }
+
+    /// `conversions` of the component.
+    pub fn conversions<P: crate::conversion::Convert>() -> Vec<WitConversionRule> {
+        P::conversions().into_iter().map(Into::into).collect()
+    }
+
+    /// `convert` of the component. An object that is not JSON is refused
+    /// with a message (the host sends what the API server sent).
+    pub fn convert<P: crate::conversion::Convert>(
+        object: String,
+        desired_api_version: String,
+    ) -> Result<String, String> {
+        let ctx = host_context();
+        let object: serde_json::Value = serde_json::from_str(&object)
+            .map_err(|e| format!("the object to convert is not JSON: {e}"))?;
+        let request = crate::conversion::ConversionRequest {
+            object,
+            desired_api_version,
+        };
+        crate::settings::with_source(ctx.backend(), || {
+            crate::conversion::run_convert::<P>(&ctx, &request)
+        })
     }
 
     /// `rules` of the component.

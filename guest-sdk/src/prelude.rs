@@ -5,6 +5,7 @@ pub use crate::admission::{
     Admission, AdmissionRequest, AdmissionRule, FailurePolicy, Mutation, Operation, Verdict,
 };
 pub use crate::context::{ClusterHealth, ClusterInfo, Context, LogLevel, Phase, Request};
+pub use crate::conversion::{Conversion, ConversionRequest, Convert, Converted};
 pub use crate::error::{Error, ReadError};
 pub use crate::plugin::{Event, Plugin};
 pub use crate::registration::{ClusterSet, Mapping, OwnerLabels, Registration, Verb};

@@ -8,6 +8,12 @@
 //!   TLS handshake each: an upper bound; the API server keeps connections
 //!   alive).
 //!
+//! - `convert`: `LoadedPlugin::convert` in process, one Widget from
+//!   v1alpha1 to v1 (a ConversionReview of one object, as the API server
+//!   sends for a GET): the widgets' conversion builds (`widgets-conversion.wasm`,
+//!   `widgets_ts_conversion.wasm`, `widgets_py_conversion.wasm`; rows
+//!   `convert`, `convert-ts`, `convert-py`), beside the validating rows.
+//!
 //! Prints reviews per second and p50/p99 latency per row.
 //!
 //! ```text
@@ -71,7 +77,7 @@ fn row(name: &str, concurrency: usize, elapsed: Duration, mut latencies: Vec<Dur
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)];
     println!(
-        "| {name:<7} | {concurrency:>2} | {:>8.0} | {:>8.2} | {:>8.2} |",
+        "| {name:<10} | {concurrency:>2} | {:>8.0} | {:>8.2} | {:>8.2} |",
         latencies.len() as f64 / elapsed.as_secs_f64(),
         at(0.50).as_secs_f64() * 1e3,
         at(0.99).as_secs_f64() * 1e3,
@@ -96,6 +102,32 @@ async fn post(addr: SocketAddr, connector: &tokio_rustls::TlsConnector, body: &s
     );
 }
 
+/// Rows of `name` at concurrency 1 and 16: `REVIEWS` calls of `call`.
+async fn measure<F, Fut>(name: &str, call: F)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    for concurrency in [1, 16] {
+        let started = Instant::now();
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..concurrency {
+            let call = call.clone();
+            tasks.spawn(async move {
+                let mut latencies = Vec::new();
+                for _ in 0..REVIEWS / concurrency {
+                    let t = Instant::now();
+                    call().await;
+                    latencies.push(t.elapsed());
+                }
+                latencies
+            });
+        }
+        let latencies = tasks.join_all().await.concat();
+        row(name, concurrency, started.elapsed(), latencies);
+    }
+}
+
 async fn run() {
     let metrics = Metrics::new();
     let runtime = PluginRuntime::new(RuntimeConfig {
@@ -106,7 +138,7 @@ async fn run() {
     let request = review::parse(body(3).to_string().as_bytes()).expect("review");
     let reviewed = review::to_review(&request, "main");
 
-    println!("| path    |  c | reviews/s | p50 ms | p99 ms |");
+    println!("| path       |  c | reviews/s | p50 ms | p99 ms |");
     println!("|---|---|---|---|---|");
     let rows = [
         ("call", "test-plugins/widgets.wasm", "test-plugins"),
@@ -118,27 +150,54 @@ async fn run() {
         let (dir, loaded) = load(&runtime, file, target);
         let plugin = loaded.get("widgets").expect("widgets");
         registry.get_or_insert((dir, loaded));
-        for concurrency in [1, 16] {
-            let started = Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
-            for _ in 0..concurrency {
-                let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
-                tasks.spawn(async move {
-                    let mut latencies = Vec::new();
-                    for _ in 0..REVIEWS / concurrency {
-                        let t = Instant::now();
-                        plugin
-                            .review(AdmissionKind::Validate, reviewed.clone(), Arc::new(NoReads))
-                            .await
-                            .expect("reviewed");
-                        latencies.push(t.elapsed());
-                    }
-                    latencies
-                });
+        let reviewed = reviewed.clone();
+        measure(name, move || {
+            let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
+            async move {
+                plugin
+                    .review(AdmissionKind::Validate, reviewed, Arc::new(NoReads))
+                    .await
+                    .expect("reviewed");
             }
-            let latencies = tasks.join_all().await.concat();
-            row(name, concurrency, started.elapsed(), latencies);
-        }
+        })
+        .await;
+    }
+    let old = json!({"apiVersion": "widgets.rekon.dev/v1alpha1", "kind": "Widget",
+                     "metadata": {"name": "w", "namespace": "default", "uid": "u-1"},
+                     "spec": {"amount": 3}})
+    .to_string();
+    let conversions = [
+        (
+            "convert",
+            "test-plugins/widgets-conversion.wasm",
+            "test-plugins",
+        ),
+        (
+            "convert-ts",
+            "sdk-plugins/widgets_ts_conversion.wasm",
+            "sdk-plugins",
+        ),
+        (
+            "convert-py",
+            "sdk-plugins/widgets_py_conversion.wasm",
+            "sdk-plugins",
+        ),
+    ];
+    for (name, file, target) in conversions {
+        let (_dir, loaded) = load(&runtime, file, target);
+        let plugin = loaded.get("widgets").expect("widgets");
+        let old = old.clone();
+        measure(name, move || {
+            let (plugin, old) = (plugin.clone(), old.clone());
+            async move {
+                let converted = plugin
+                    .convert(old, "widgets.rekon.dev/v1".into(), Arc::new(NoReads))
+                    .await
+                    .expect("called");
+                assert!(converted.is_ok(), "{converted:?}");
+            }
+        })
+        .await;
     }
     let (_dir, registry) = registry.expect("the Rust build loaded");
 

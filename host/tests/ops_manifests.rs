@@ -124,6 +124,63 @@ fn rekon_crds_prints_the_plugin_crd_without_a_plugin_directory() {
     assert_eq!(printed.matches("kind: CustomResourceDefinition").count(), 1);
 }
 
+/// A plugin that converts its CRD (the widgets' conversion build, `make
+/// test-plugins`): `rekon crds --webhook-service` writes the CRD with its
+/// conversion stanza; without the flag, as declared.
+#[test]
+fn rekon_crds_writes_the_conversion_stanza_of_a_crd_a_plugin_converts() {
+    let wasm = repo().join("dist/test-plugins/widgets-conversion.wasm");
+    assert!(
+        wasm.is_file(),
+        "{} is missing: run `make test-plugins`",
+        wasm.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(&wasm, dir.path().join("widgets.wasm")).unwrap();
+    let ca = dir.path().join("ca.pem");
+    std::fs::write(&ca, "PEM").unwrap();
+    let (dir_text, ca_text) = (dir.path().display().to_string(), ca.display().to_string());
+    let widget_crd = |printed: &str| -> serde_json::Value {
+        serde_yaml::from_str(
+            printed
+                .split("---\n")
+                .find(|d| d.contains("name: widgets.widgets.rekon.dev"))
+                .expect("the Widget CRD is printed"),
+        )
+        .expect("YAML")
+    };
+    let plain = widget_crd(&rekon(&["crds", &dir_text]));
+    assert!(plain["spec"].get("conversion").is_none(), "{plain}");
+    let printed = rekon(&[
+        "crds",
+        &dir_text,
+        "--webhook-service",
+        "rekon-system/rekon-webhooks:8443",
+        "--webhook-ca-file",
+        &ca_text,
+    ]);
+    let crd = widget_crd(&printed);
+    let conversion = &crd["spec"]["conversion"];
+    assert_eq!(conversion["strategy"], "Webhook", "{crd}");
+    assert_eq!(
+        conversion["webhook"]["conversionReviewVersions"],
+        serde_json::json!(["v1"])
+    );
+    let client = &conversion["webhook"]["clientConfig"];
+    assert_eq!(
+        client["service"],
+        serde_json::json!({"namespace": "rekon-system", "name": "rekon-webhooks", "path": "/convert/widgets", "port": 8443})
+    );
+    assert_eq!(client["caBundle"], "UEVN");
+    // The rest of the CRD is the plugin's.
+    let mut without = crd.clone();
+    without["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("conversion");
+    assert_eq!(without, plain);
+}
+
 #[test]
 fn sample_plugin_objects_grant_what_the_seeds_declare() {
     let plugins = seed_plugins();

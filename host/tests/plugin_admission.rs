@@ -5,7 +5,11 @@
 //! test-plugins`): allowed, denied with message, code and field causes,
 //! defaulted through a base64 JSON Patch, a trap and a timeout answered 500
 //! (the API server then applies the failure policy) while the plugin keeps
-//! serving, and 404 for a plugin without admission.
+//! serving, and 404 for a plugin without admission. Conversion too, with
+//! the widgets built with feature `conversion`: ConversionReview v1 with
+//! every object converted, and failures (trap, timeout, an object the API
+//! server would refuse, a version not converted, no plugin) answered as the
+//! review's `Failure` result while the plugin keeps converting.
 
 mod plugin_support;
 
@@ -36,6 +40,12 @@ struct Served {
 
 /// widgets and chaos (no admission) loaded, the server on a free port.
 async fn serve() -> Served {
+    serve_widgets("widgets.wasm").await
+}
+
+/// The widgets plugin of test plugin file `widgets` and chaos loaded, the
+/// server on a free port.
+async fn serve_widgets(widgets: &str) -> Served {
     let metrics = Metrics::new();
     let runtime = PluginRuntime::new(RuntimeConfig {
         memory_limit_bytes: 64 << 20,
@@ -46,11 +56,7 @@ async fn serve() -> Served {
     })
     .expect("runtime starts");
     let plugins = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        test_plugin("widgets.wasm"),
-        plugins.path().join("widgets.wasm"),
-    )
-    .unwrap();
+    std::fs::copy(test_plugin(widgets), plugins.path().join("widgets.wasm")).unwrap();
     std::fs::copy(chaos_v1(), plugins.path().join("chaos.wasm")).unwrap();
     let registry = PluginRegistry::new(runtime);
     registry.load_dir(plugins.path()).expect("plugins load");
@@ -362,4 +368,141 @@ fn inspect_lists_the_webhooks_of_a_plugin_that_admits_only() {
     );
     let chaos = inspect_file(&chaos_v1(), OutputFormat::Yaml).unwrap();
     assert!(!chaos.contains("admission:"), "{chaos}");
+}
+
+fn old_widget(name: &str, amount: i64) -> Value {
+    json!({
+        "apiVersion": "widgets.rekon.dev/v1alpha1", "kind": "Widget",
+        "metadata": {"name": name, "namespace": "default", "uid": format!("{name}-uid"),
+                     "labels": {"widgets.rekon.dev/tier": "gold"}},
+        "spec": {"amount": amount}
+    })
+}
+
+fn conversion_review(uid: &str, desired: &str, objects: &[Value]) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": uid, "desiredAPIVersion": desired, "objects": objects}
+    })
+}
+
+/// The `response` of a ConversionReview posted to `/convert/<plugin>`.
+async fn converted(served: &Served, plugin: &str, desired: &str, objects: &[Value]) -> Value {
+    let path = format!("/convert/{plugin}");
+    let (code, body) = post(served, &path, &conversion_review("c-1", desired, objects))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let json: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(json["apiVersion"], "apiextensions.k8s.io/v1");
+    assert_eq!(json["kind"], "ConversionReview");
+    assert_eq!(json["response"]["uid"], "c-1", "uid echoed");
+    json["response"].clone()
+}
+
+#[tokio::test]
+async fn a_conversion_review_is_answered_with_every_object_converted() {
+    let served = serve_widgets("widgets-conversion.wasm").await;
+    let widgets = served.registry.get("widgets").expect("widgets loaded");
+    assert_eq!(widgets.conversion_rules()[0].versions, ["v1alpha1", "v1"]);
+    assert!(
+        served
+            .registry
+            .get("chaos")
+            .unwrap()
+            .conversion_rules()
+            .is_empty()
+    );
+    let objects = [old_widget("a", 1), old_widget("b", 2)];
+    let response = converted(&served, "widgets", "widgets.rekon.dev/v1", &objects).await;
+    assert_eq!(response["result"]["status"], "Success", "{response}");
+    let out = response["convertedObjects"].as_array().unwrap();
+    assert_eq!(out.len(), 2);
+    for (object, size) in out.iter().zip([1, 2]) {
+        assert_eq!(object["apiVersion"], "widgets.rekon.dev/v1");
+        assert_eq!(object["spec"], json!({"size": size}));
+    }
+    assert_eq!(out[1]["metadata"], objects[1]["metadata"], "metadata kept");
+    let back = converted(&served, "widgets", "widgets.rekon.dev/v1alpha1", out).await;
+    assert_eq!(
+        back["convertedObjects"],
+        json!(objects),
+        "the round trip loses nothing"
+    );
+    let text = served.metrics.encode();
+    assert!(
+        text.contains(
+            "controller_runtime_webhook_requests_total{webhook=\"/convert/widgets\",code=\"200\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(
+        "rekon_admission_verdicts_total{plugin=\"widgets\",kind=\"convert\",verdict=\"converted\"} 2"
+    ));
+}
+
+#[tokio::test]
+async fn a_failed_conversion_is_a_failure_result_and_the_plugin_keeps_converting() {
+    let served = serve_widgets("widgets-conversion.wasm").await;
+    let v1 = "widgets.rekon.dev/v1";
+    let failure = |response: &Value| {
+        assert_eq!(response["result"]["status"], "Failure", "{response}");
+        assert!(
+            response["convertedObjects"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+        );
+        response["result"]["message"].as_str().unwrap().to_owned()
+    };
+    let trap = converted(&served, "widgets", v1, &[old_widget("convert-trap", 1)]).await;
+    let message = failure(&trap);
+    assert!(
+        message.starts_with("conversion by plugin widgets failed: "),
+        "{message}"
+    );
+    assert!(
+        message.contains("widgets: asked to trap in convert"),
+        "{message}"
+    );
+    let spin = converted(&served, "widgets", v1, &[old_widget("convert-spin", 1)]).await;
+    let message = failure(&spin);
+    assert!(
+        message.contains("timed out") || message.contains("deadline"),
+        "{message}"
+    );
+    let renamed = converted(&served, "widgets", v1, &[old_widget("convert-rename", 1)]).await;
+    assert_eq!(
+        failure(&renamed),
+        "plugin widgets converted Widget default/convert-rename to an object the API server refuses: must have the same name: convert-rename != renamed"
+    );
+    let v2 = converted(
+        &served,
+        "widgets",
+        "widgets.rekon.dev/v2",
+        &[old_widget("w", 1)],
+    )
+    .await;
+    assert_eq!(
+        failure(&v2),
+        "plugin widgets does not convert Widget from widgets.rekon.dev/v1alpha1 to widgets.rekon.dev/v2"
+    );
+    let chaos = converted(&served, "chaos", v1, &[old_widget("w", 1)]).await;
+    assert!(failure(&chaos).ends_with("converts no CRD"), "{chaos}");
+    let nobody = converted(&served, "nobody", v1, &[old_widget("w", 1)]).await;
+    assert_eq!(failure(&nobody), "no plugin nobody is loaded");
+    let (code, _) = post(&served, "/convert/widgets", &json!({"kind": "Nonsense"}))
+        .await
+        .unwrap();
+    assert_eq!(code, 400);
+    // The next review is converted by a fresh instance.
+    let ok = converted(&served, "widgets", v1, &[old_widget("w", 3)]).await;
+    assert_eq!(ok["result"]["status"], "Success", "{ok}");
+    assert_eq!(ok["convertedObjects"][0]["spec"]["size"], 3);
+    let text = served.metrics.encode();
+    assert!(text.contains(
+        "rekon_admission_verdicts_total{plugin=\"widgets\",kind=\"convert\",verdict=\"failed\"} 3"
+    ), "{text}");
+    assert!(text.contains(
+        "rekon_admission_verdicts_total{plugin=\"widgets\",kind=\"convert\",verdict=\"refused\"} 1"
+    ), "{text}");
 }

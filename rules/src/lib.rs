@@ -9,6 +9,7 @@
 //! | module | rule |
 //! |---|---|
 //! | [`admission`] | what makes a plugin's admission rules valid; its webhooks' names and paths |
+//! | [`conversion`] | what makes a plugin's conversion declaration valid; what a converted object keeps; its webhook path |
 //! | [`selector`] | Kubernetes label selector strings: parsing and matching |
 //! | [`cases`] | which files of a directory are recorded cases |
 //! | [`mapping`] | what makes a declarative mapping valid |
@@ -18,6 +19,7 @@
 
 pub mod admission;
 pub mod cases;
+pub mod conversion;
 pub mod mapping;
 pub mod registration;
 pub mod scope;

@@ -9,15 +9,22 @@
 //! timeout, memory, backed off) answers 500, so that the API server applies
 //! the webhook's failure policy.
 //!
+//! `/convert/<plugin>` answers the ConversionReviews of the CRDs a plugin
+//! converts (`wit/conversion.wit`): every object through the plugin's
+//! `convert`, checked as the API server checks it; a failure is the
+//! review's `Failure` result, which the API server shows to the client.
+//!
 //! # Layout
 //! | module | what |
 //! |---|---|
 //! | `admitters` | [`Admitters`]: where the server finds plugins and their reads |
+//! | [`conversion`] | a ConversionReview answered by a plugin's `convert`, each object checked |
 //! | [`review`] | an AdmissionReview to a plugin's review, its answer to the response |
 //! | [`server`] | the HTTPS server, its routes and metrics; its serving certificate |
 //! | [`shadow`] | a shadow version's verdicts, beside the serving one's, compared and counted |
 
 mod admitters;
+pub mod conversion;
 pub mod review;
 pub mod server;
 pub mod shadow;

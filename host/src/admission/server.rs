@@ -125,6 +125,7 @@ impl WebhookServer {
         let router = Router::new()
             .route("/validate/{plugin}", post(validate))
             .route("/mutate/{plugin}", post(mutate))
+            .route("/convert/{plugin}", post(convert))
             .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
             .with_state(state);
         Ok(Self {
@@ -167,6 +168,50 @@ async fn validate(state: State<AppState>, plugin: UrlPath<String>, body: Bytes) 
 
 async fn mutate(state: State<AppState>, plugin: UrlPath<String>, body: Bytes) -> Response {
     answer(state, plugin, body, AdmissionKind::Mutate).await
+}
+
+/// One ConversionReview (`/convert/<plugin>`): every object converted by
+/// the plugin's current load; a failure is answered as the review's
+/// `result` (the API server shows its message), a body that is no review
+/// with 400.
+async fn convert(
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    body: Bytes,
+) -> Response {
+    let timer = state
+        .metrics
+        .webhook_started(&rekon_rules::conversion::conversion_path(&name));
+    let request = match super::conversion::parse(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            timer.finish(StatusCode::BAD_REQUEST.as_u16());
+            return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response();
+        }
+    };
+    let uid = request.uid.clone();
+    let plugin = state.admitters.plugin(&name);
+    let found = plugin
+        .as_ref()
+        .ok_or_else(|| format!("no plugin {name} is loaded"));
+    let span = tracing::debug_span!("converting", plugin = %name, uid = %uid);
+    let (json, outcome) = tracing::Instrument::instrument(
+        super::conversion::answer(request, found, |p| state.admitters.reads(p)),
+        span,
+    )
+    .await;
+    if outcome != super::conversion::Outcome::Converted {
+        tracing::warn!(plugin = %name, uid = %uid, message = %json["response"]["result"]["message"], "conversion failed; the API server fails the request");
+    }
+    state
+        .metrics
+        .admission_verdict(&name, "convert", outcome.label());
+    timer.finish(StatusCode::OK.as_u16());
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json.to_string(),
+    )
+        .into_response()
 }
 
 /// One review: parse, find the plugin, call it, respond; every answer is

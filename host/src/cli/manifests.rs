@@ -62,6 +62,21 @@ pub struct CrdsArgs {
     /// Write `<crd>.yaml` files and `kustomization.yaml` here instead of printing.
     #[arg(long)]
     out_dir: Option<PathBuf>,
+    /// The webhook server's Service (NAMESPACE/NAME[:PORT]): the CRDs a
+    /// plugin converts get their `spec.conversion` stanza pointing at it.
+    #[arg(
+        long,
+        value_name = "NAMESPACE/NAME[:PORT]",
+        conflicts_with = "webhook_url"
+    )]
+    webhook_service: Option<String>,
+    /// The webhook server's base URL instead (`https://host:port`).
+    #[arg(long)]
+    webhook_url: Option<String>,
+    /// PEM of the CA of the webhook server's certificate, for the
+    /// conversion stanza's `caBundle`.
+    #[arg(long)]
+    webhook_ca_file: Option<PathBuf>,
 }
 
 /// `rekon rbac`: print the least-privilege RBAC.
@@ -90,12 +105,33 @@ pub fn rbac(args: RbacArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `rekon crds`: print the CRDs, or write them with a kustomization.
+/// `rekon crds`: print the CRDs, or write them with a kustomization; with
+/// `--webhook-service` or `--webhook-url`, the CRDs a plugin converts with
+/// their conversion stanzas.
 pub fn crds(args: CrdsArgs) -> anyhow::Result<()> {
-    let registrations = match args.dir {
-        Some(dir) => rekon::commands::manifests::load_registrations(&dir)?,
+    use rekon::commands::webhooks as w;
+    let mut registrations = match &args.dir {
+        Some(dir) => rekon::commands::manifests::load_registrations(dir)?,
         None => Vec::new(),
     };
+    let client = match (args.webhook_service, args.webhook_url) {
+        (Some(service), _) => Some(parse_service(&service)?),
+        (None, Some(url)) => Some(w::Client::Url(url)),
+        (None, None) => None,
+    };
+    if let (Some(client), Some(dir)) = (client, &args.dir) {
+        let options = w::WebhookOptions {
+            prefix: String::new(),
+            client,
+            ca_bundle: args
+                .webhook_ca_file
+                .as_deref()
+                .map(w::read_ca)
+                .transpose()?,
+        };
+        let side = w::load_api_side(dir)?;
+        w::with_conversion_stanzas(&mut registrations, &side.converting, &options)?;
+    }
     match args.out_dir {
         None => print!("{}", rekon::commands::manifests::crds_yaml(&registrations)?),
         Some(out) => rekon::commands::manifests::write_crds(&registrations, &out)?,
@@ -154,12 +190,15 @@ pub fn webhooks(args: WebhooksArgs) -> anyhow::Result<()> {
         .as_deref()
         .map(w::read_ca)
         .transpose()?;
-    let plugins = w::load_admitting(&args.dir)?;
+    let side = w::load_api_side(&args.dir)?;
     let options = w::WebhookOptions {
         prefix: args.prefix,
         client,
         ca_bundle,
     };
-    print!("{}", w::webhooks_yaml(&plugins, &options)?);
+    // The CRDs with their conversion stanzas first: a conversion is in
+    // place before a webhook sees an object at another version.
+    print!("{}", w::conversion_yaml(&side.converting, &options)?);
+    print!("{}", w::webhooks_yaml(&side.admitting, &options)?);
     Ok(())
 }

@@ -37,6 +37,7 @@ pub enum Command {
     /// kustomization.yaml with --out-dir).
     Crds(manifests::CrdsArgs),
     /// Print the Validating- and MutatingWebhookConfigurations of the
-    /// plugins in DIR that admit (served by `rekon run --webhook-addr`).
+    /// plugins in DIR that admit, and the CRDs they convert with their
+    /// conversion webhook (served by `rekon run --webhook-addr`).
     Webhooks(manifests::WebhooksArgs),
 }

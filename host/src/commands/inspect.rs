@@ -71,6 +71,9 @@ pub struct InspectReport {
     /// Its admission webhooks (`rules()`), if it admits.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub admission: Vec<AdmissionView>,
+    /// The CRDs it converts (`conversions()`), if it converts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub conversion: Vec<crate::plugin::ConversionRule>,
 }
 
 /// One admission webhook, as `rekon webhooks` configures it.
@@ -404,6 +407,7 @@ fn render(
             .iter()
             .map(|r| admission_view(plugin.name(), r))
             .collect(),
+        conversion: plugin.conversion_rules().to_vec(),
     };
     match format {
         OutputFormat::Yaml => {

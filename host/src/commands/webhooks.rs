@@ -10,11 +10,19 @@
 //! resource), `failurePolicy`, `timeoutSeconds`, `matchConditions`,
 //! `sideEffects: None` (admission calls never write) and
 //! `admissionReviewVersions: [v1]`.
+//!
+//! For every CRD a plugin converts (`wit/conversion.wit`), the CRD of its
+//! registration with its `spec.conversion` stanza: strategy `Webhook`,
+//! the same client config on `/convert/<plugin>` with the `caBundle`, and
+//! `conversionReviewVersions: [v1]` (kube-sim and the API server speak v1).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::plugin::AdmissionRule;
+use k8s_openapi::ByteString;
+
+use crate::plugin::{AdmissionRule, ConversionRule};
+use crate::source::webhook_configs::endpoint;
 pub use crate::source::webhook_configs::{Client, WebhookOptions, mutating, validating};
 
 /// Errors of `rekon webhooks`.
@@ -38,6 +46,15 @@ pub enum Error {
     /// YAML could not be written.
     #[error("failed to write YAML")]
     Yaml(#[source] serde_yaml::Error),
+    /// A CRD the plugin converts is not among its registration's CRDs (the
+    /// host refuses such a load; a plugin loaded here was checked).
+    #[error("plugin {plugin} converts CRD {crd}, which its registration does not declare")]
+    NoCrd {
+        /// The plugin.
+        plugin: String,
+        /// The CRD's name.
+        crd: String,
+    },
 }
 
 /// Result with this module's [`Error`].
@@ -48,16 +65,152 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// # Errors
 /// When the directory cannot be read or a plugin does not load.
 pub fn load_admitting(dir: &Path) -> Result<BTreeMap<String, Vec<AdmissionRule>>> {
-    Ok(super::manifests::load_plugins(dir, None)?
-        .iter()
-        .filter(|p| !p.admission_rules().is_empty())
-        .map(|p| (p.name().to_owned(), p.admission_rules().to_vec()))
-        .collect())
+    Ok(load_api_side(dir)?.admitting)
 }
 
-/// Every configuration of `plugins`, as one YAML stream (mutating first,
-/// as the API server calls them).
+/// What the plugins of a directory serve on the webhook server.
+#[derive(Debug, Clone, Default)]
+pub struct ApiSide {
+    /// The plugins that admit, with their rules, by plugin name.
+    pub admitting: BTreeMap<String, Vec<AdmissionRule>>,
+    /// The plugins that convert, by plugin name.
+    pub converting: BTreeMap<String, Converting>,
+}
+
+/// What a plugin converts: its conversion rules and its registration's
+/// CRD manifests (JSON) they name.
+#[derive(Debug, Clone)]
+pub struct Converting {
+    /// The CRDs it converts.
+    pub rules: Vec<ConversionRule>,
+    /// Its registration's CRDs.
+    pub crds: Vec<String>,
+}
+
+/// The plugins of `dir` that admit or convert, loaded once.
 ///
+/// # Errors
+/// When the directory cannot be read or a plugin does not load.
+pub fn load_api_side(dir: &Path) -> Result<ApiSide> {
+    let mut side = ApiSide::default();
+    for p in super::manifests::load_plugins(dir, None)? {
+        if !p.admission_rules().is_empty() {
+            side.admitting
+                .insert(p.name().to_owned(), p.admission_rules().to_vec());
+        }
+        if !p.conversion_rules().is_empty() {
+            side.converting.insert(
+                p.name().to_owned(),
+                Converting {
+                    rules: p.conversion_rules().to_vec(),
+                    crds: p.registration().crds.clone(),
+                },
+            );
+        }
+    }
+    Ok(side)
+}
+
+/// The CRDs `plugin` converts, each its registration's manifest with the
+/// `spec.conversion` stanza pointing at `/convert/<plugin>`.
+///
+/// # Errors
+/// A rule naming a CRD the registration does not declare.
+pub fn conversion_crds(
+    plugin: &str,
+    converting: &Converting,
+    options: &WebhookOptions,
+) -> Result<Vec<serde_json::Value>> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+    let (service, url) = endpoint(rekon_rules::conversion::conversion_path(plugin), options);
+    let conversion = ext::CustomResourceConversion {
+        strategy: "Webhook".to_owned(),
+        webhook: Some(ext::WebhookConversion {
+            client_config: Some(ext::WebhookClientConfig {
+                ca_bundle: options.ca_bundle.clone().map(ByteString),
+                service: service.map(|s| ext::ServiceReference {
+                    name: s.name,
+                    namespace: s.namespace,
+                    path: s.path,
+                    port: s.port,
+                }),
+                url,
+            }),
+            conversion_review_versions: vec!["v1".to_owned()],
+        }),
+    };
+    let stanza = serde_json::to_value(conversion).map_err(Error::Json)?;
+    converting
+        .rules
+        .iter()
+        .map(|rule| {
+            let name = rule.crd_name();
+            let mut crd = converting
+                .crds
+                .iter()
+                .filter_map(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+                .find(|crd| crd.pointer("/metadata/name").and_then(|n| n.as_str()) == Some(&name))
+                .ok_or_else(|| Error::NoCrd {
+                    plugin: plugin.to_owned(),
+                    crd: name.clone(),
+                })?;
+            if let Some(spec) = crd.get_mut("spec").and_then(|s| s.as_object_mut()) {
+                spec.insert("conversion".to_owned(), stanza.clone());
+            }
+            Ok(crd)
+        })
+        .collect()
+}
+
+/// `registrations` with the CRDs their plugins convert carrying their
+/// conversion stanzas (what `rekon crds --webhook-url|--webhook-service`
+/// writes).
+///
+/// # Errors
+/// As [`conversion_crds`], or a CRD that does not serialize.
+pub fn with_conversion_stanzas(
+    registrations: &mut [crate::action::Registration],
+    converting: &BTreeMap<String, Converting>,
+    options: &WebhookOptions,
+) -> Result<()> {
+    for registration in registrations {
+        let Some(c) = converting.get(&registration.name) else {
+            continue;
+        };
+        for crd in conversion_crds(&registration.name, c, options)? {
+            let name = crd.pointer("/metadata/name").cloned();
+            let text = serde_json::to_string(&crd).map_err(Error::Json)?;
+            for existing in &mut registration.crds {
+                let same = serde_json::from_str::<serde_json::Value>(existing)
+                    .ok()
+                    .is_some_and(|e| e.pointer("/metadata/name").cloned() == name);
+                if same {
+                    existing.clone_from(&text);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The CRDs every converting plugin converts, with their conversion
+/// stanzas, as one YAML stream.
+///
+/// # Errors
+/// As [`conversion_crds`], or when YAML cannot be written.
+pub fn conversion_yaml(
+    plugins: &BTreeMap<String, Converting>,
+    options: &WebhookOptions,
+) -> Result<String> {
+    let mut out = String::new();
+    for (plugin, converting) in plugins {
+        for crd in conversion_crds(plugin, converting, options)? {
+            out.push_str("---\n");
+            out.push_str(&serde_yaml::to_string(&crd).map_err(Error::Yaml)?);
+        }
+    }
+    Ok(out)
+}
 /// # Errors
 /// When YAML cannot be written.
 pub fn webhooks_yaml(
@@ -103,8 +256,8 @@ pub fn read_ca(path: &Path) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::{Resource, Scope};
-    use crate::plugin::{AdmissionKind, FailurePolicy, MatchCondition as Condition, Operation};
+    use crate::action::Resource;
+    use crate::plugin::MatchCondition as Condition;
 
     fn rule(name: &str, kind: AdmissionKind) -> AdmissionRule {
         AdmissionRule {
@@ -204,5 +357,64 @@ mod tests {
             yaml.contains("apiVersion: admissionregistration.k8s.io/v1"),
             "{yaml}"
         );
+    }
+
+    #[test]
+    fn a_converted_crd_gets_its_conversion_stanza() {
+        let crd = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.widgets.rekon.dev"},
+            "spec": {"group": "widgets.rekon.dev", "names": {"kind": "Widget", "plural": "widgets"},
+                     "versions": [{"name": "v1alpha1"}, {"name": "v1"}]}
+        });
+        let converting = Converting {
+            rules: vec![ConversionRule {
+                group: "widgets.rekon.dev".into(),
+                kind: "Widget".into(),
+                plural: "widgets".into(),
+                versions: vec!["v1alpha1".into(), "v1".into()],
+            }],
+            crds: vec![crd.to_string()],
+        };
+        let options = WebhookOptions {
+            prefix: "rekon".into(),
+            client: Client::Service {
+                namespace: "rekon-system".into(),
+                name: "rekon-webhooks".into(),
+                port: 443,
+            },
+            ca_bundle: Some(b"PEM".to_vec()),
+        };
+        let crds = conversion_crds("widgets", &converting, &options).unwrap();
+        let conversion = &crds[0]["spec"]["conversion"];
+        assert_eq!(conversion["strategy"], "Webhook");
+        assert_eq!(
+            conversion["webhook"]["conversionReviewVersions"],
+            serde_json::json!(["v1"])
+        );
+        let client = &conversion["webhook"]["clientConfig"];
+        assert_eq!(client["service"]["path"], "/convert/widgets");
+        assert_eq!(client["service"]["port"], 443);
+        assert_eq!(client["caBundle"], "UEVN", "base64 of the PEM");
+        assert_eq!(crds[0]["spec"]["versions"][1]["name"], "v1");
+        let url = WebhookOptions {
+            client: Client::Url("https://127.0.0.1:9443".into()),
+            ..options
+        };
+        let yaml =
+            conversion_yaml(&[("widgets".to_owned(), converting.clone())].into(), &url).unwrap();
+        assert!(yaml.starts_with("---\n"), "{yaml}");
+        assert!(
+            yaml.contains("url: https://127.0.0.1:9443/convert/widgets"),
+            "{yaml}"
+        );
+        let missing = Converting {
+            crds: Vec::new(),
+            ..converting
+        };
+        assert!(matches!(
+            conversion_crds("widgets", &missing, &url),
+            Err(Error::NoCrd { .. })
+        ));
     }
 }

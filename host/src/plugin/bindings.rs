@@ -42,3 +42,25 @@ mod admission_world {
 
 pub(crate) use admission_world::exports::rekon::plugin::admission;
 pub(crate) use admission_world::{AdmissionPlugin, AdmissionPluginPre};
+
+/// The world `conversion-plugin` (`plugin` plus the `conversion` export),
+/// its shared interfaces taken from the bindings above. A component that
+/// exports `admission` too links through both worlds' bindings: each
+/// looks up only its own exports.
+mod conversion_world {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "conversion-plugin",
+        with: {
+            "rekon:plugin/types": super::rekon::plugin::types,
+            "rekon:plugin/host": super::rekon::plugin::host,
+        },
+        additional_derives: [
+            PartialEq,
+            serde::Serialize,
+            serde::Deserialize,
+        ],
+    });
+}
+
+pub(crate) use conversion_world::{ConversionPlugin, ConversionPluginPre};

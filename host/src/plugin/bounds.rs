@@ -59,7 +59,7 @@ impl OutcomeBounds {
     /// allocates them, so an outcome beyond it is refused without being
     /// copied ([`Contained::LiftTooLarge`]); the checks of [`check`] then
     /// run on what fits. Also what a guest may pass to one host call, and
-    /// what the host-wide budget books per instance (`loaded::book_memory`).
+    /// what the host-wide budget books per instance (`host_budget::book_memory`).
     #[must_use]
     pub fn lift_bytes(&self) -> usize {
         self.max_outcome_bytes

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use wasmtime::Store;
 
-use super::bindings::{AdmissionPluginPre, PluginPre};
+use super::bindings::{AdmissionPluginPre, ConversionPluginPre, PluginPre};
 use super::deadline::DeadlineReached;
 use super::error::CallError;
 use super::host_reads::HostReads;
@@ -50,7 +50,7 @@ pub(super) fn set_deadline(
 }
 
 /// What a call instantiates: the world `plugin`'s bindings, or the world
-/// `admission-plugin`'s.
+/// `admission-plugin`'s, or `conversion-plugin`'s.
 pub(super) trait Instantiate {
     /// The instance's bindings.
     type Instance;
@@ -69,6 +69,13 @@ impl Instantiate for AdmissionPluginPre<CallState> {
     type Instance = super::bindings::AdmissionPlugin;
     fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Self::Instance> {
         AdmissionPluginPre::instantiate(self, store)
+    }
+}
+
+impl Instantiate for ConversionPluginPre<CallState> {
+    type Instance = super::bindings::ConversionPlugin;
+    fn instantiate(&self, store: &mut Store<CallState>) -> wasmtime::Result<Self::Instance> {
+        ConversionPluginPre::instantiate(self, store)
     }
 }
 

@@ -88,6 +88,10 @@ pub(crate) struct Fit {
     /// It exports `rekon:plugin/admission` (world `admission-plugin`): the
     /// host asks for its rules at load and serves them as webhooks.
     pub(crate) exports_admission: bool,
+    /// It exports `rekon:plugin/conversion` (world `conversion-plugin`):
+    /// the host asks which CRDs it converts at load and serves them as
+    /// their conversion webhook.
+    pub(crate) exports_conversion: bool,
 }
 
 /// The WASI 0.2 interfaces the host serves: every interface of the
@@ -140,7 +144,8 @@ fn served_wasi(name: &str) -> bool {
 }
 
 /// Checks the component's exports (it must export `rekon:plugin/guest` at a
-/// compatible version, and may export `rekon:plugin/admission`) and its imports: of our package only
+/// compatible version, and may export `rekon:plugin/admission` and
+/// `rekon:plugin/conversion`) and its imports: of our package only
 /// `rekon:plugin/host` and `types` at a compatible version, besides them
 /// only the WASI interfaces of [`SERVED_WASI`]; every other import is named.
 pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Mismatch> {
@@ -149,6 +154,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
     let mut unserved = Vec::new();
     let mut guest_found = false;
     let mut exports_admission = false;
+    let mut exports_conversion = false;
     let mut exports = Vec::new();
     for (name, _) in ty.exports(engine) {
         exports.push(name.to_string());
@@ -157,6 +163,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
             match iface {
                 "guest" => guest_found = true,
                 "admission" => exports_admission = true,
+                "conversion" => exports_conversion = true,
                 _ => {}
             }
         }
@@ -206,6 +213,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
     Ok(Fit {
         reads_settings,
         exports_admission,
+        exports_conversion,
     })
 }
 

@@ -175,6 +175,42 @@ impl HostBook {
     }
 }
 
+/// Books what a plugin may hold at once (its memory cap and what one call
+/// may copy out of it, × the instances it may run: its declared
+/// concurrency within its per-plugin budget) in the host-wide budget.
+pub(super) fn book_memory(
+    runtime: &Arc<super::runtime::RuntimeInner>,
+    origin: &str,
+    registration: &crate::action::Registration,
+    per_plugin: usize,
+) -> Result<Booking, super::LoadError> {
+    let instances = registration
+        .max_concurrent_reconciles
+        .map_or(per_plugin, |n| {
+            usize::try_from(n).unwrap_or(usize::MAX).min(per_plugin)
+        })
+        .max(1);
+    // Each instance: its linear memory, and what one call may copy out of
+    // it into the host while it is alive (`OutcomeBounds::lift_bytes`).
+    let lift = runtime.config.outcome_bounds.lift_bytes();
+    let bytes = instances.saturating_mul(runtime.config.memory_limit_bytes.saturating_add(lift));
+    runtime.host_book.book(origin, bytes).map_err(|over| {
+        tracing::error!(plugin = %registration.name, %origin, need_mib = over.need >> 20, booked_mib = over.booked >> 20, budget_mib = over.budget >> 20, source = %over.source, "plugin refused: the host-wide memory budget is spent; whatever served keeps serving");
+        super::LoadError::HostMemoryBudget {
+            origin: origin.to_owned(),
+            message: format!(
+                "it may hold {} MiB ({instances} instances of {} MiB, each with up to {} MiB copied out of it), the plugins loaded hold {} MiB of the host's {} MiB ({})",
+                over.need >> 20,
+                runtime.config.memory_limit_bytes >> 20,
+                lift >> 20,
+                over.booked >> 20,
+                over.budget >> 20,
+                over.source
+            ),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

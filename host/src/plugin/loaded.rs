@@ -15,6 +15,7 @@ use super::bounds;
 use super::call::{Instantiate, call, classify, new_store, panic_text, set_deadline};
 use super::capability;
 use super::containment::FORBIDDEN;
+use super::conversion::PluginConversion;
 use super::convert::Convert;
 use super::error::{CallError, LoadError};
 use super::host_reads::{HostReads, NoReads};
@@ -110,6 +111,7 @@ impl PluginRuntime {
             timings,
             reads_settings,
             admission,
+            conversion,
         } = self.prepare(bytes, digest, &origin, options.precompiled.as_ref())?;
         if options.settings.is_some() && !reads_settings {
             // Never run a plugin without the settings it was given.
@@ -128,6 +130,7 @@ impl PluginRuntime {
                 timings,
                 options: options.clone(),
                 admission,
+                conversion,
             },
         )
     }
@@ -195,6 +198,8 @@ pub(crate) struct Loading {
     pub(crate) options: LoadOptions,
     /// Its admission export, linked, when it has one.
     pub(crate) admission: Option<super::bindings::AdmissionPluginPre<CallState>>,
+    /// Its conversion export, linked, when it has one.
+    pub(crate) conversion: Option<super::bindings::ConversionPluginPre<CallState>>,
 }
 
 /// The longest settings schema kept (a schema is documentation; a module
@@ -269,48 +274,14 @@ struct Inner {
     pre: PluginPre<CallState>,
     /// Its webhooks, when it declares any (asked once, after `register`).
     admission: Option<PluginAdmission>,
+    /// The CRDs it converts, when it declares any (asked once, after `register`).
+    conversion: Option<PluginConversion>,
     runtime: Arc<RuntimeInner>,
     /// Its share of the host-wide memory budget (`host_budget.rs`).
     _booking: super::host_budget::Booking,
     /// Deadline of one `reconcile` or `map` call (the host's, or the
     /// plugin's narrower one: `limits.rs`).
     call_timeout: Duration,
-}
-
-/// Books what a plugin may hold at once (its memory cap and what one call
-/// may copy out of it, × the instances it may run: its declared
-/// concurrency within its per-plugin budget) in the host-wide budget.
-fn book_memory(
-    runtime: &Arc<RuntimeInner>,
-    origin: &str,
-    registration: &Registration,
-    per_plugin: usize,
-) -> Result<super::host_budget::Booking, LoadError> {
-    let instances = registration
-        .max_concurrent_reconciles
-        .map_or(per_plugin, |n| {
-            usize::try_from(n).unwrap_or(usize::MAX).min(per_plugin)
-        })
-        .max(1);
-    // Each instance: its linear memory, and what one call may copy out of
-    // it into the host while it is alive (`OutcomeBounds::lift_bytes`).
-    let lift = runtime.config.outcome_bounds.lift_bytes();
-    let bytes = instances.saturating_mul(runtime.config.memory_limit_bytes.saturating_add(lift));
-    runtime.host_book.book(origin, bytes).map_err(|over| {
-        tracing::error!(plugin = %registration.name, %origin, need_mib = over.need >> 20, booked_mib = over.booked >> 20, budget_mib = over.budget >> 20, source = %over.source, "plugin refused: the host-wide memory budget is spent; whatever served keeps serving");
-        LoadError::HostMemoryBudget {
-            origin: origin.to_owned(),
-            message: format!(
-                "it may hold {} MiB ({instances} instances of {} MiB, each with up to {} MiB copied out of it), the plugins loaded hold {} MiB of the host's {} MiB ({})",
-                over.need >> 20,
-                runtime.config.memory_limit_bytes >> 20,
-                lift >> 20,
-                over.booked >> 20,
-                over.budget >> 20,
-                over.source
-            ),
-        }
-    })
 }
 
 impl std::fmt::Debug for LoadedPlugin {
@@ -338,6 +309,7 @@ impl LoadedPlugin {
             mut timings,
             options,
             admission,
+            conversion,
         } = loading;
         let started = Instant::now();
         // Until `register` returns, the plugin is named after its file.
@@ -455,7 +427,16 @@ impl LoadedPlugin {
             }
             None => None,
         };
-        let booking = book_memory(&runtime, &origin, &registration, limits.instances)?;
+        let conversion = PluginConversion::load(
+            &runtime,
+            conversion,
+            &name,
+            &origin,
+            &registration,
+            options.settings.clone(),
+        )?;
+        let booking =
+            super::host_budget::book_memory(&runtime, &origin, &registration, limits.instances)?;
         // Its reserve holds from the load on; at most its instances.
         runtime.slots.know(&name, limits.instances);
         Ok(Self {
@@ -476,6 +457,7 @@ impl LoadedPlugin {
                 registered_as,
                 pre,
                 admission,
+                conversion,
                 runtime,
             }),
         })
@@ -484,6 +466,11 @@ impl LoadedPlugin {
     /// Its webhooks, when it declares any.
     pub(super) fn admission(&self) -> Option<&PluginAdmission> {
         self.inner.admission.as_ref()
+    }
+
+    /// The CRDs it converts, when it declares any.
+    pub(super) fn conversion(&self) -> Option<&PluginConversion> {
+        self.inner.conversion.as_ref()
     }
 
     /// The deadline of its reconciles.

@@ -13,7 +13,7 @@ use sha2::{Digest as _, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
-use super::bindings::{AdmissionPluginPre, Plugin, PluginPre};
+use super::bindings::{AdmissionPluginPre, ConversionPluginPre, Plugin, PluginPre};
 use super::compile_bound::{self, base_config};
 use super::contract::{self, Mismatch};
 use super::error::LoadError;
@@ -55,6 +55,8 @@ pub(crate) struct Prepared {
     pub(crate) reads_settings: bool,
     /// Its admission export, linked, when it has one.
     pub(crate) admission: Option<AdmissionPluginPre<CallState>>,
+    /// Its conversion export, linked, when it has one.
+    pub(crate) conversion: Option<ConversionPluginPre<CallState>>,
 }
 
 /// Counters of a runtime, for metrics and tests.
@@ -284,6 +286,19 @@ impl PluginRuntime {
         } else {
             None
         };
+        let conversion = if fit.exports_conversion {
+            Some(ConversionPluginPre::new(instance_pre.clone()).map_err(|e| {
+                LoadError::WrongWorld {
+                    origin: origin.clone(),
+                    reason: format!(
+                        "conversion exports do not match {}: {e:#}",
+                        contract::host_range()
+                    ),
+                }
+            })?)
+        } else {
+            None
+        };
         let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             origin: origin.clone(),
             reason: format!("exports do not match {}: {e:#}", contract::host_range()),
@@ -295,6 +310,7 @@ impl PluginRuntime {
             timings,
             reads_settings: fit.reads_settings,
             admission,
+            conversion,
         })
     }
 

@@ -48,9 +48,12 @@ pub struct WebhookOptions {
     pub ca_bundle: Option<Vec<u8>>,
 }
 
-fn client_config(plugin: &str, mutating: bool, options: &WebhookOptions) -> WebhookClientConfig {
-    let path = rekon_rules::admission::webhook_path(plugin, mutating);
-    let (service, url) = match &options.client {
+/// The service or URL of `path` on the webhook server.
+pub(crate) fn endpoint(
+    path: String,
+    options: &WebhookOptions,
+) -> (Option<ServiceReference>, Option<String>) {
+    match &options.client {
         Client::Service {
             namespace,
             name,
@@ -65,7 +68,14 @@ fn client_config(plugin: &str, mutating: bool, options: &WebhookOptions) -> Webh
             None,
         ),
         Client::Url(base) => (None, Some(format!("{}{path}", base.trim_end_matches('/')))),
-    };
+    }
+}
+
+fn client_config(plugin: &str, mutating: bool, options: &WebhookOptions) -> WebhookClientConfig {
+    let (service, url) = endpoint(
+        rekon_rules::admission::webhook_path(plugin, mutating),
+        options,
+    );
     WebhookClientConfig {
         ca_bundle: options.ca_bundle.clone().map(ByteString),
         service,

@@ -14,9 +14,11 @@ structural finalizer, retryable vs terminal ``ReconcileError``.
 | ``plugin`` | ``Plugin``, ``Apply``/``Cleanup``, ``dispatch`` |
 | ``errors`` | ``ReconcileError``, ``ReadError`` |
 | ``admission`` | ``AdmissionHandlers`` (``@admission.validate``/``@admission.mutate``), ``Verdict``, ``Mutation``, ``AdmissionError``, ``AdmissionRequest`` |
+| ``conversion`` | ``ConversionHandlers`` (``@conversion.convert(KIND, FROM, TO)``), ``ConversionRequest``, ``ConversionError`` |
 | ``settings`` | typed plugin settings: ``dataclass_settings``, ``settings`` |
 | ``component`` | ``export_plugin``: the component's ``Guest`` (componentize-py) |
 | ``component_admission`` | ``export_admission``: the component's ``Admission`` (world ``admission-plugin``) |
+| ``component_conversion`` | ``export_conversion``: the component's ``Conversion`` (world ``conversion-plugin``) |
 | ``testkit`` | ``World`` and recorded-case replay under pytest |
 | ``build`` | ``rekon-py-build``: the component build |
 """
@@ -24,6 +26,7 @@ from . import action, kinds
 from .admission import AdmissionError, AdmissionHandlers, AdmissionRequest, AdmissionRule, Mutation, UserInfo, Verdict
 from .action import ObjectRef, Outcome
 from .context import Context, canonical, status_changed
+from .conversion import Conversion, ConversionError, ConversionHandlers, ConversionRequest, version_of
 from .errors import ReadError, ReconcileError
 from .plugin import Apply, Cleanup, Plugin, dispatch
 from .settings import SETTINGS_REFUSAL_PREFIX, dataclass_settings, settings
@@ -54,4 +57,5 @@ __all__ = [
     "ClusterSet", "Mapping", "OwnerLabels", "Registration", "Request", "ResourceType", "Timestamp",
     "format_time", "named", "SETTINGS_REFUSAL_PREFIX", "dataclass_settings", "settings",
     "AdmissionError", "AdmissionHandlers", "AdmissionRequest", "AdmissionRule", "Mutation", "UserInfo", "Verdict",
+    "Conversion", "ConversionError", "ConversionHandlers", "ConversionRequest", "version_of",
 ]

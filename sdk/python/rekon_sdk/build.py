@@ -2,9 +2,11 @@
 
 Runs componentize-py against the rekon WIT on the app module ``APP`` (which
 defines ``Guest = export_plugin(...)``), with the current directory and
-this SDK on the module path. The world is ``plugin``, or
-``admission-plugin`` when the module also defines ``Admission`` at top
-level (``Admission = export_admission(...)``), read from its source without
+this SDK on the module path. The world is ``plugin``, ``admission-plugin``
+when the module also defines ``Admission`` at top level (``Admission =
+export_admission(...)``), ``conversion-plugin`` when it defines
+``Conversion`` (``Conversion = export_conversion(...)``), or
+``admission-conversion-plugin`` with both, read from its source without
 running it; ``--world`` says otherwise.
 """
 from __future__ import annotations
@@ -28,8 +30,17 @@ def find_wit(explicit: str | None) -> Path:
     sys.exit(f"rekon-py-build: no WIT found (looked in {', '.join(map(str, candidates))}); pass --wit DIR (the rekon repository's wit/)")
 
 
+#: The world by (binds ``Admission``, binds ``Conversion``).
+WORLDS = {
+    (False, False): "plugin",
+    (True, False): "admission-plugin",
+    (False, True): "conversion-plugin",
+    (True, True): "admission-conversion-plugin",
+}
+
+
 def world_of(app: str) -> str:
-    """``admission-plugin`` when ``APP``'s module binds ``Admission`` at top level, else ``plugin``."""
+    """The world of ``APP``'s module by the names it binds at top level (see the module)."""
     path = Path(*app.split(".")).with_suffix(".py")
     if not path.is_file():
         path = Path(*app.split("."), "__init__.py")
@@ -56,7 +67,7 @@ def world_of(app: str) -> str:
                     bound(h.body)
 
     bound(ast.parse(path.read_text(), str(path)).body)
-    return "admission-plugin" if "Admission" in names else "plugin"
+    return WORLDS[("Admission" in names, "Conversion" in names)]
 
 
 def main() -> None:
@@ -64,7 +75,7 @@ def main() -> None:
     p.add_argument("app", help="the app module (defines Guest = export_plugin(...))")
     p.add_argument("-o", "--out", required=True)
     p.add_argument("--wit")
-    p.add_argument("--world", choices=["plugin", "admission-plugin"], help="default: from the app module's top-level names")
+    p.add_argument("--world", choices=sorted(WORLDS.values()), help="default: from the app module's top-level names")
     args = p.parse_args()
     wit = find_wit(args.wit)
     world = args.world or world_of(args.app)

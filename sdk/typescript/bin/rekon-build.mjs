@@ -19,9 +19,11 @@
 // The SDK's component glue (src/component.ts) speaks both bindings'
 // conventions; `__REKON_ENGINE__` tells it which one it was built for.
 //
-// The world is `plugin`, or `admission-plugin` when the entry module also
-// exports `admission` (`exportAdmission(...)`): read from esbuild's
-// metafile, so a plugin without admission builds exactly as before.
+// The world is `plugin`, `admission-plugin` when the entry module also
+// exports `admission` (`exportAdmission(...)`), `conversion-plugin` when it
+// exports `conversion` (`exportConversion(...)`), or
+// `admission-conversion-plugin` with both: read from esbuild's metafile, so
+// a plugin without them builds exactly as before.
 import { build } from "esbuild";
 import { existsSync } from "node:fs";
 import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
@@ -30,6 +32,16 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ENGINES = ["quickjs", "starlingmonkey"];
+
+/** The WIT world of an entry module exporting `exported`. */
+function pickWorld(exported) {
+  const admission = exported.includes("admission");
+  const conversion = exported.includes("conversion");
+  if (admission && conversion) return "admission-conversion-plugin";
+  if (admission) return "admission-plugin";
+  if (conversion) return "conversion-plugin";
+  return "plugin";
+}
 const usage = "usage: rekon-build ENTRY.ts -o OUT.wasm [--wit DIR] [--engine quickjs|starlingmonkey]";
 const args = process.argv.slice(2);
 // A flag's value; given twice, the last one wins (`npm run build -- -o X`
@@ -85,7 +97,7 @@ try {
     console.error(`rekon-build: ${entry} exports no \`guest\` (export const guest = exportPlugin(plugin))`);
     process.exit(2);
   }
-  const world = exported.includes("admission") ? "admission-plugin" : "plugin";
+  const world = pickWorld(exported);
   let component;
   if (engine === "quickjs") {
     const { componentize } = await import("componentize-qjs");

@@ -5,11 +5,15 @@
  * componentize-js builds; `export const admission =
  * exportAdmission(admission)` beside it adds the optional
  * `rekon:plugin/admission@0.3.1` export (world `admission-plugin`, chosen
- * by `rekon-build` when the entry exports `admission`). The only module
+ * by `rekon-build` when the entry exports `admission`); `export const
+ * conversion = exportConversion(convert)` the optional
+ * `rekon:plugin/conversion@0.3.1` export (world `conversion-plugin`, or
+ * `admission-conversion-plugin` with both). The only module
  * that imports the host; plugin code and tests never see the WIT
  * representation.
  */
 import * as host from "rekon:plugin/host@0.3.1";
+import { type Convert, runConvert } from "./conversion.js";
 import { type Admission, type AdmissionRequest, type AdmissionRule, type Mutation, type Operation, type Verdict, runMutate, runValidate } from "./admission.js";
 import type { Action, ObjectRef } from "./action.js";
 import { type Backend, Context } from "./context.js";
@@ -250,6 +254,33 @@ export function exportAdmission(admission: Admission) {
         denied: witDenial(m.verdict),
         warnings: m.warnings,
       };
+    },
+  };
+}
+
+/**
+ * The `conversion` export of a component serving `conversion`. What
+ * `convert` throws on purpose refuses the conversion with its message;
+ * anything else traps (see `runConvert`); a throwing `conversions()` traps
+ * the load.
+ */
+export function exportConversion(conversion: Convert) {
+  return {
+    conversions() {
+      return withBackend(hostBackend, () => conversion.conversions()).map((c) => ({
+        group: c.group,
+        kind: c.kind,
+        plural: c.plural,
+        versions: [...c.versions],
+      }));
+    },
+    convert(object: string, desiredApiVersion: string): string {
+      const ctx = new Context(hostBackend);
+      const out = withBackend(hostBackend, () =>
+        runConvert(conversion, ctx, { object: JSON.parse(object) as KubeObject, desiredApiVersion }),
+      );
+      if ("error" in out) throw new ComponentError(out.error);
+      return JSON.stringify(out.ok);
     },
   };
 }

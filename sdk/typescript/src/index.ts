@@ -18,7 +18,8 @@
  * | `plugin` | {@link Plugin}, {@link dispatch} |
  * | `errors` | {@link ReconcileError}, {@link ReadError} |
  * | `admission` | {@link Admission}, {@link AdmissionRule}, {@link Verdict}, {@link Mutation}, {@link AdmissionError}, {@link admissionRequest} |
- * | `@rekon/sdk/component` | `exportPlugin`, `exportAdmission`: the component's `guest` and `admission` exports |
+ * | `conversion` | {@link Convert}, {@link Conversion}, {@link conversionOf}, {@link ConversionError}, {@link conversionRequest} |
+ * | `@rekon/sdk/component` | `exportPlugin`, `exportAdmission`, `exportConversion`: the component's `guest`, `admission` and `conversion` exports |
  * | `@rekon/sdk/testkit` | `World` (in-memory clusters) and recorded-case replay, under node |
  */
 export * from "./types.js";
@@ -29,4 +30,5 @@ export * from "./context.js";
 export * from "./action.js";
 export * from "./plugin.js";
 export * from "./admission.js";
+export * from "./conversion.js";
 export { SETTINGS_REFUSAL_PREFIX, type SettingsType, settings } from "./settings.js";

@@ -9,7 +9,9 @@
 //! kubectl prints an invalid object), a trapping call fails the request
 //! (failure policy `Fail`) and the plugin keeps serving, a valid one is stored defaulted by
 //! `mutate` and then reconciled, and a quota read from the host's cache
-//! refuses a fourth Widget in a namespace.
+//! refuses a fourth Widget in a namespace. The Rust widgets built with
+//! feature `conversion` are also read and written at both CRD versions
+//! through the conversion the plugin serves.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -44,6 +46,34 @@ impl Lang {
             ),
             Lang::Python => (
                 paths.root.join("dist/sdk-plugins/widgets_py.wasm"),
+                "sdk-plugins",
+            ),
+        };
+        assert!(
+            path.is_file(),
+            "{} is missing: run `make {target}` first",
+            path.display()
+        );
+        path
+    }
+
+    /// Its build that converts the Widget CRD between v1alpha1 and v1.
+    fn conversion_component(self, paths: &rekon_e2e::Paths) -> PathBuf {
+        let (path, target) = match self {
+            Lang::Rust => (
+                paths.test_plugins.join("widgets-conversion.wasm"),
+                "test-plugins",
+            ),
+            Lang::TypeScript => (
+                paths
+                    .root
+                    .join("dist/sdk-plugins/widgets_ts_conversion.wasm"),
+                "sdk-plugins",
+            ),
+            Lang::Python => (
+                paths
+                    .root
+                    .join("dist/sdk-plugins/widgets_py_conversion.wasm"),
                 "sdk-plugins",
             ),
         };
@@ -117,9 +147,37 @@ async fn kubectl_sees_the_python_plugins_verdicts_and_defaults() {
 /// three builds (the cases below then hold for the same declared rules).
 #[test]
 fn the_three_languages_declare_the_same_plugin_and_webhooks() {
+    let rust = declared_alike(Lang::component);
+    assert_eq!(
+        rust["admission"].as_array().map(Vec::len),
+        Some(2),
+        "{rust}"
+    );
+    assert!(rust.get("conversion").is_none(), "{rust}");
+}
+
+/// The same of the three conversion builds: the same CRD at two versions
+/// and the same conversion declared.
+#[test]
+fn the_three_languages_declare_the_same_conversion() {
+    let rust = declared_alike(Lang::conversion_component);
+    assert_eq!(
+        rust["conversion"][0]["versions"],
+        serde_json::json!(["v1alpha1", "v1"]),
+        "{rust}"
+    );
+    assert_eq!(
+        rust["crds"][0]["spec"]["versions"].as_array().map(Vec::len),
+        Some(2)
+    );
+}
+
+/// What `rekon plugin inspect` reads from the Rust build of `component`,
+/// asserted equal to what it reads from the TypeScript and Python builds.
+fn declared_alike(component: fn(Lang, &rekon_e2e::Paths) -> PathBuf) -> Value {
     let paths = rekon_e2e::Paths::discover().unwrap();
     let inspect = |lang: Lang| {
-        let wasm = lang.component(&paths);
+        let wasm = component(lang, &paths);
         let out = rekon_cli(
             &paths,
             &[
@@ -136,11 +194,6 @@ fn the_three_languages_declare_the_same_plugin_and_webhooks() {
         v
     };
     let rust = inspect(Lang::Rust);
-    assert_eq!(
-        rust["admission"].as_array().map(Vec::len),
-        Some(2),
-        "{rust}"
-    );
     for lang in [Lang::TypeScript, Lang::Python] {
         assert_eq!(
             inspect(lang),
@@ -148,57 +201,82 @@ fn the_three_languages_declare_the_same_plugin_and_webhooks() {
             "{lang:?} declares what the Rust build declares"
         );
     }
+    rust
+}
+
+/// `rekon run --webhook-addr` serving `component` as the plugin
+/// `widgets`, once its CRD is served, with what `rekon webhooks` prints for
+/// it applied by `kubectl` (the output returned). The certificate directory
+/// lives as long as the environment.
+async fn serve_widgets(
+    component: impl FnOnce(&rekon_e2e::Paths) -> PathBuf,
+) -> (Env, tempfile::TempDir, String) {
+    let addr = free_local_addr().unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let mut env = Env::start(EnvOptions {
+        plugins: Vec::new(),
+        extra_args: vec![
+            "--webhook-addr".into(),
+            addr.to_string(),
+            "--webhook-cert-dir".into(),
+            certs.path().display().to_string(),
+        ],
+        ..EnvOptions::default()
+    })
+    .await
+    .unwrap();
+    let component = component(&env.paths);
+    // Into the compiled-plugin cache `rekon run` maps (a JavaScript or
+    // Python component would otherwise be compiled at load).
+    let out = rekon_cli(
+        &env.paths,
+        &["plugin", "compile", &component.display().to_string()],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    std::fs::copy(&component, env.plugin_dir.join("widgets.wasm")).expect("copied");
+    env.wait_for("the Widget CRD to be served", LOAD_WAIT, |env| {
+        env.main()
+            .list("widgets.rekon.dev/v1", "widgets", Some("default"), "")
+            .ok()
+    })
+    .await
+    .unwrap();
+    let ca = certs.path().join("tls.crt");
+    assert!(ca.is_file(), "rekon run wrote its self-signed certificate");
+
+    let out = rekon_cli(
+        &env.paths,
+        &[
+            "webhooks",
+            &env.plugin_dir.display().to_string(),
+            "--url",
+            &format!("https://localhost:{}", addr.port()),
+            "--webhook-ca-file",
+            &ca.display().to_string(),
+        ],
+    );
+    assert!(out.status.success(), "{}", output_text(&out));
+    let yaml = String::from_utf8(out.stdout).unwrap();
+    let (ok, text) = kubectl_apply(&env, &yaml);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains(
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io/rekon-widgets created"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/rekon-widgets created"
+        ),
+        "{text}"
+    );
+    (env, certs, text)
 }
 
 async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let addr = free_local_addr().unwrap();
-        let certs = tempfile::tempdir().unwrap();
-        let mut env = Env::start(EnvOptions {
-            plugins: Vec::new(),
-            extra_args: vec![
-                "--webhook-addr".into(),
-                addr.to_string(),
-                "--webhook-cert-dir".into(),
-                certs.path().display().to_string(),
-            ],
-            ..EnvOptions::default()
-        })
-        .await
-        .unwrap();
-        let component = lang.component(&env.paths);
-        // Into the compiled-plugin cache `rekon run` maps (a JavaScript or
-        // Python component would otherwise be compiled at load).
-        let out = rekon_cli(&env.paths, &["plugin", "compile", &component.display().to_string()]);
-        assert!(out.status.success(), "{}", output_text(&out));
-        std::fs::copy(&component, env.plugin_dir.join("widgets.wasm")).expect("copied");
-        env.wait_for("the Widget CRD to be served", LOAD_WAIT, |env| {
-            env.main()
-                .list("widgets.rekon.dev/v1", "widgets", Some("default"), "")
-                .ok()
-        })
-        .await
-        .unwrap();
-        let ca = certs.path().join("tls.crt");
-        assert!(ca.is_file(), "rekon run wrote its self-signed certificate");
-
-        let out = rekon_cli(
-            &env.paths,
-            &[
-                "webhooks",
-                &env.plugin_dir.display().to_string(),
-                "--url",
-                &format!("https://localhost:{}", addr.port()),
-                "--webhook-ca-file",
-                &ca.display().to_string(),
-            ],
-        );
-        assert!(out.status.success(), "{}", output_text(&out));
-        let yaml = String::from_utf8(out.stdout).unwrap();
-        let (ok, text) = kubectl_apply(&env, &yaml);
-        assert!(ok, "{text}");
-        assert!(text.contains("mutatingwebhookconfiguration.admissionregistration.k8s.io/rekon-widgets created"), "{text}");
-        assert!(text.contains("validatingwebhookconfiguration.admissionregistration.k8s.io/rekon-widgets created"), "{text}");
+        let (env, _certs, _) = serve_widgets(|paths| lang.component(paths)).await;
 
         // A plain refusal (403): kubectl prints the API server's wording.
         let (ok, text) = kubectl_apply(&env, &widget("negative", -1));
@@ -270,4 +348,144 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
     })
     .await
     .unwrap_or_else(|_| panic!("the admission e2e of {lang:?} finished; likely deadlocked"));
+}
+
+/// `kubectl --context main ARGS..`: (succeeded, stdout + stderr).
+fn kubectl(env: &Env, args: &[&str]) -> (bool, String) {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .args(["--context", "main", "--cache-dir"])
+        .arg(env.work_dir().join("kubectl-cache"))
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    (out.status.success(), output_text(&out))
+}
+
+/// The Widget `name` in `default` as `kubectl get` prints it at `version`
+/// (`widgets.<version>.widgets.rekon.dev`).
+fn kubectl_get_widget(env: &Env, version: &str, name: &str) -> Value {
+    let resource = format!("widgets.{version}.widgets.rekon.dev");
+    let (ok, text) = kubectl(
+        env,
+        &["get", &resource, name, "-n", "default", "-o", "json"],
+    );
+    assert!(ok, "kubectl get {resource} {name}: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_writes_the_rust_plugins_crd_at_both_versions() {
+    kubectl_reads_and_writes_the_crd_at_both_versions(Lang::Rust).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_writes_the_typescript_plugins_crd_at_both_versions() {
+    kubectl_reads_and_writes_the_crd_at_both_versions(Lang::TypeScript).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_reads_and_writes_the_python_plugins_crd_at_both_versions() {
+    kubectl_reads_and_writes_the_crd_at_both_versions(Lang::Python).await;
+}
+
+/// Conversion from the plugin (the widgets' conversion builds: Rust with
+/// feature `conversion`, `make test-plugins`; TypeScript's
+/// `build:conversion` and Python's `widgets_py_conversion`, `make
+/// sdk-plugins`): `rekon webhooks` writes the
+/// CRD's conversion stanza; a Widget applied at v1alpha1 is admitted (the
+/// webhooks' rules name v1: the server converts for them), stored at v1
+/// and read at both versions as the same object; a convert that traps
+/// fails kubectl's read with the server's conversion error while the
+/// reconcile side keeps running.
+async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (env, _certs, applied) = serve_widgets(|paths| lang.conversion_component(paths)).await;
+        assert!(
+            applied.contains("customresourcedefinition.apiextensions.k8s.io/widgets.widgets.rekon.dev configured"),
+            "{applied}"
+        );
+        let crd = env
+            .kubectl("main", &["get", "crd", "widgets.widgets.rekon.dev", "-o", "json"])
+            .unwrap();
+        let crd: Value = serde_json::from_str(&crd).unwrap();
+        assert_eq!(crd["spec"]["conversion"]["strategy"], "Webhook", "{crd}");
+
+        // Applied at v1alpha1 (`spec.amount`): defaulted by mutate through
+        // the conversion, stored at v1.
+        let old = "apiVersion: widgets.rekon.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: old\n  namespace: default\nspec:\n  amount: 4\n";
+        let (ok, text) = kubectl_apply(&env, old);
+        assert!(ok, "{text}");
+        assert!(text.contains("widget.widgets.rekon.dev/old created"), "{text}");
+        let at_v1 = kubectl_get_widget(&env, "v1", "old");
+        let at_v1alpha1 = kubectl_get_widget(&env, "v1alpha1", "old");
+        assert_eq!(at_v1["apiVersion"], "widgets.rekon.dev/v1");
+        assert_eq!(at_v1["spec"], serde_json::json!({"size": 4}), "{at_v1}");
+        assert_eq!(at_v1alpha1["apiVersion"], "widgets.rekon.dev/v1alpha1");
+        assert_eq!(at_v1alpha1["spec"], serde_json::json!({"amount": 4}), "{at_v1alpha1}");
+        for field in ["uid", "resourceVersion", "labels"] {
+            assert_eq!(
+                at_v1["metadata"][field], at_v1alpha1["metadata"][field],
+                "the same object at both versions: {field}"
+            );
+        }
+        assert_eq!(
+            at_v1.pointer("/metadata/labels/widgets.rekon.dev~1tier"),
+            Some(&Value::from("standard")),
+            "defaulted by mutate: {at_v1}"
+        );
+        // Validation still applies to a write at v1alpha1.
+        let huge = old.replace("name: old", "name: huge").replace("amount: 4", "amount: 11");
+        let (ok, text) = kubectl_apply(&env, &huge);
+        assert!(!ok, "an invalid widget was stored at v1alpha1: {text}");
+        assert!(text.contains("must be at most 10"), "{text}");
+
+        // Reconciled at v1 (the host watches the storage version); the
+        // status reads the same at v1alpha1.
+        until(&env, "the widget reconciled (status.observedSize)", || {
+            get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), "old")
+                .and_then(|w| w.pointer("/status/observedSize").cloned())
+                == Some(Value::from(4))
+        })
+        .await;
+        let at_v1alpha1 = kubectl_get_widget(&env, "v1alpha1", "old");
+        assert_eq!(at_v1alpha1["status"]["observedSize"], 4, "{at_v1alpha1}");
+
+        // A convert that traps: the read at v1alpha1 fails as the API
+        // server fails it; the read at v1 (no conversion) does not.
+        let (ok, text) = kubectl_apply(&env, &widget("convert-trap", 1));
+        assert!(ok, "{text}");
+        let (ok, text) = kubectl(
+            &env,
+            &["get", "widgets.v1alpha1.widgets.rekon.dev", "convert-trap", "-n", "default"],
+        );
+        assert!(!ok, "a trapping conversion answered: {text}");
+        assert!(
+            text.contains("conversion webhook for widgets.rekon.dev/v1, Kind=Widget failed"),
+            "{text}"
+        );
+        // A Rust panic traps; a QuickJS component returns what is thrown
+        // as the error result (a refusal with its message); componentize-py
+        // traps with no message (the traceback goes to the plugin's output,
+        // in the host's log).
+        let why = match lang {
+            Lang::Rust => "conversion by plugin widgets failed: plugin widgets panicked in convert: widgets: asked to trap in convert",
+            Lang::TypeScript => "plugin widgets refused to convert Widget default/convert-trap to widgets.rekon.dev/v1alpha1: widgets: asked to trap in convert",
+            Lang::Python => "conversion by plugin widgets failed: plugin widgets panicked in convert: Python function threw an unexpected exception",
+        };
+        assert!(text.contains(why), "{text}");
+        // The reconcile side keeps running.
+        until(&env, "the trapping widget reconciled at v1", || {
+            get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), "convert-trap")
+                .and_then(|w| w.pointer("/status/observedSize").cloned())
+                == Some(Value::from(1))
+        })
+        .await;
+        let (ok, text) = kubectl_apply(&env, &old.replace("name: old", "name: after"));
+        assert!(ok, "the plugin keeps converting after a trap: {text}");
+        assert_eq!(kubectl_get_widget(&env, "v1alpha1", "after")["spec"]["amount"], 4);
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the conversion e2e of {lang:?} finished; likely deadlocked"));
 }

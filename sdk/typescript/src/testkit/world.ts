@@ -10,6 +10,7 @@
  */
 import { type Action, type ObjectRef, Outcome, actionCluster, actionTarget } from "../action.js";
 import { type Admission, type AdmissionRequest, type Mutation, type Verdict, runMutate, runValidate } from "../admission.js";
+import { type ConversionRequest, type Converted, type Convert, ConversionError, runConvert } from "../conversion.js";
 import { Context, type Backend, canonical } from "../context.js";
 import { ReadError, toReconcileError } from "../errors.js";
 import { type Plugin, dispatch } from "../plugin.js";
@@ -324,6 +325,34 @@ export class World {
   mutate<T extends KubeObject>(admission: Admission, req: AdmissionRequest, plugin?: Plugin<T>): Mutation {
     const backend = this.backend(plugin ? this.register(plugin) : undefined);
     return withBackend(backend, () => runMutate(admission, new Context(backend), req));
+  }
+
+  /**
+   * Calls `conversion.convert` for `req` as the host would: reading this
+   * world (only what `plugin` declares, when given), with its settings; a
+   * thrown `ConversionError`, `ReadError` or `ReconcileError` is the
+   * refusal `{ error }`, anything else is thrown (a trap). The host then
+   * checks the object keeps its kind, name, namespace and uid and carries
+   * the desired apiVersion; `inspectComponent` shows the host's verdict on
+   * the declared conversions.
+   */
+  convert<T extends KubeObject>(conversion: Convert, req: ConversionRequest, plugin?: Plugin<T>): Converted {
+    const backend = this.backend(plugin ? this.register(plugin) : undefined);
+    return withBackend(backend, () => runConvert(conversion, new Context(backend), req));
+  }
+
+  /**
+   * `object` converted to `via` and back to its own apiVersion with
+   * {@link convert}: deep-equal to `object` when the conversion loses
+   * nothing. A refusal either way is thrown as a `ConversionError`.
+   */
+  roundTrip<T extends KubeObject>(conversion: Convert, object: KubeObject, via: string, plugin?: Plugin<T>): KubeObject {
+    const back = object.apiVersion ?? "";
+    const there = this.convert(conversion, { object, desiredApiVersion: via }, plugin);
+    if ("error" in there) throw new ConversionError(there.error);
+    const again = this.convert(conversion, { object: there.ok, desiredApiVersion: back }, plugin);
+    if ("error" in again) throw new ConversionError(again.error);
+    return again.ok;
   }
 
   private stepFor(reg: Registration, req: Request): Step | undefined {

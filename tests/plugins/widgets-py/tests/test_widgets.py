@@ -77,3 +77,35 @@ def test_a_namespace_holds_at_most_three_widgets_as_the_cache_shows():
     # An update of one of them is not a new widget.
     update = AdmissionRequest.update(WIDGET, "main", widget("c", 1), widget("c", 2))
     assert world.validate(admission, update, plugin).allowed
+
+
+def test_the_conversion_builds_component_converts_the_crd_the_host_reads_at_two_versions(tmp_path):
+    wasm = tmp_path / "widgets_py_conversion.wasm"
+    built = subprocess.run([sys.executable, "-m", "rekon_sdk.build", "widgets_py_conversion", "-o", str(wasm)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    assert "world admission-conversion-plugin" in built.stderr
+    inspected = inspect_component(str(wasm))
+    assert inspected["conversion"] == [{"group": "widgets.rekon.dev", "kind": "Widget", "plural": "widgets", "versions": ["v1alpha1", "v1"]}]
+    assert [(v["name"], v["storage"]) for v in inspected["crds"][0]["spec"]["versions"]] == [("v1", True), ("v1alpha1", False)]
+    assert len(inspected["admission"]) == 2
+
+
+def test_a_widget_converts_to_v1_and_back_without_loss_and_a_trap_propagates():
+    from rekon_sdk import ConversionError, ConversionRequest
+    from widgets_py_conversion import CONVERT_TRAP_NAME, conversion
+    from widgets_py_conversion import plugin as versioned
+
+    world = World().primary("main")
+    old = {
+        "apiVersion": "widgets.rekon.dev/v1alpha1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "default", "uid": "u-1", "labels": {TIER_LABEL: "gold"}},
+        "spec": {"amount": 4}, "status": {"observedSize": 4},
+    }
+    at_v1 = world.convert(conversion, ConversionRequest(old, "widgets.rekon.dev/v1"), versioned)
+    assert at_v1 == {**old, "apiVersion": "widgets.rekon.dev/v1", "spec": {"size": 4}}
+    assert world.round_trip(conversion, old, "widgets.rekon.dev/v1", versioned) == old
+    assert world.round_trip(conversion, widget("n", 9), "widgets.rekon.dev/v1alpha1", versioned) == widget("n", 9)
+    with pytest.raises(ConversionError, match="no converter of Widget from widgets.rekon.dev/v1alpha1 to widgets.rekon.dev/v2"):
+        world.convert(conversion, ConversionRequest(old, "widgets.rekon.dev/v2"))
+    with pytest.raises(RuntimeError, match="asked to trap in convert"):
+        world.convert(conversion, ConversionRequest(widget(CONVERT_TRAP_NAME, 1), "widgets.rekon.dev/v1alpha1"))

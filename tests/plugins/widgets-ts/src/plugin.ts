@@ -14,6 +14,13 @@
  * - **mutate** (`tier`, creates): a Widget without {@link TIER_LABEL} gets
  *   `standard`; a size above {@link MAX_SIZE} / 2 warns.
  * - **reconcile**: `status.observedSize` follows `spec.size`.
+ * - **convert** ({@link versionedWidgets} with {@link widgetsConversion},
+ *   the entry `src/component-conversion.ts`: `widgets_ts_conversion.wasm`):
+ *   the CRD gains the older version `v1alpha1`, whose `spec.amount` is
+ *   v1's `spec.size` (`crd-versions.json`, the Rust build's CRD); storage
+ *   stays v1; both ways without loss. A Widget named
+ *   {@link CONVERT_TRAP_NAME} makes `convert` throw a plain `Error` (a
+ *   trap). The default entry keeps one version, as the Python widgets do.
  */
 import {
   Action,
@@ -30,9 +37,14 @@ import {
   Registration,
   type Request,
   Verdict,
+  type Convert,
+  ConversionError,
+  conversionOf,
   customKind,
+  versionOf,
 } from "@rekon/sdk";
 import crd from "../crd.json" with { type: "json" };
+import crdVersions from "../crd-versions.json" with { type: "json" };
 
 /** The largest size a Widget may have. */
 export const MAX_SIZE = 10;
@@ -42,6 +54,8 @@ export const TIER_LABEL = "widgets.rekon.dev/tier";
 export const MAX_PER_NAMESPACE = 3;
 /** A Widget with this name makes `validate` throw (a trap). */
 export const TRAP_NAME = "trap";
+/** A Widget with this name makes `convert` throw (a trap). */
+export const CONVERT_TRAP_NAME = "convert-trap";
 
 export interface Widget extends KubeObject {
   spec: { size: number };
@@ -124,5 +138,42 @@ export const widgetsAdmission: Admission = {
     widget.metadata.labels = { ...labels, [TIER_LABEL]: labels[TIER_LABEL] ?? "standard" };
     const mutation = Mutation.object(widget);
     return warn ? mutation.withWarning(`a widget above size ${MAX_SIZE / 2} is large`) : mutation;
+  },
+};
+
+/** The Widget at v1alpha1: its size was called `amount`. */
+export interface OldWidget extends KubeObject {
+  spec: { amount: number };
+  status?: { observedSize: number };
+}
+
+/** {@link widgets} with the CRD at two versions, v1alpha1 and v1 (storage). */
+export const versionedWidgets: Plugin<Widget> = {
+  ...widgets,
+  register() {
+    const registration = widgets.register();
+    registration.crds = [crdVersions];
+    return registration;
+  },
+};
+
+export const widgetsConversion: Convert = {
+  conversions() {
+    return [conversionOf(WidgetKind, "v1alpha1", "v1")];
+  },
+
+  convert(_ctx, req) {
+    const { apiVersion, metadata, status } = req.object as Widget | OldWidget;
+    if (metadata?.name === CONVERT_TRAP_NAME) throw new Error("widgets: asked to trap in convert");
+    const [from, to] = [versionOf(apiVersion ?? ""), versionOf(req.desiredApiVersion)];
+    const head = { apiVersion: req.desiredApiVersion, kind: "Widget", metadata };
+    const tail = status === undefined ? {} : { status };
+    if (from === "v1alpha1" && to === "v1") {
+      return { ...head, spec: { size: (req.object as OldWidget).spec.amount }, ...tail } as Widget;
+    }
+    if (from === "v1" && to === "v1alpha1") {
+      return { ...head, spec: { amount: (req.object as Widget).spec.size }, ...tail } as OldWidget;
+    }
+    throw new ConversionError(`widgets converts between v1alpha1 and v1, not from ${from} to ${to}`);
   },
 };

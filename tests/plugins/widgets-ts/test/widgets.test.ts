@@ -1,16 +1,28 @@
 // widgets (TypeScript) through @rekon/sdk's native test kit: the cases of
 // the Rust plugin's tests (tests/plugins/widgets/tests/widgets.rs), and the
-// host's own reading of the built component (`rekon plugin inspect`: the
-// rules are checked once, by the host).
+// host's own reading of the built components (`rekon plugin inspect`: the
+// rules and conversions are checked once, by the host).
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
-import { admissionRequest, namespaced } from "@rekon/sdk";
+import { admissionRequest, conversionRequest, namespaced } from "@rekon/sdk";
 import { World, inspectComponent } from "@rekon/sdk/testkit";
-import { MAX_SIZE, TIER_LABEL, TRAP_NAME, type Widget, WidgetKind, widgets, widgetsAdmission } from "../src/plugin.js";
+import {
+  CONVERT_TRAP_NAME,
+  MAX_SIZE,
+  type OldWidget,
+  TIER_LABEL,
+  TRAP_NAME,
+  type Widget,
+  WidgetKind,
+  versionedWidgets,
+  widgets,
+  widgetsAdmission,
+  widgetsConversion,
+} from "../src/plugin.js";
 
 function widget(name: string, size: number): Widget {
   return { apiVersion: "widgets.rekon.dev/v1", kind: "Widget", metadata: { name, namespace: "default" }, spec: { size } };
@@ -101,4 +113,47 @@ test("a namespace holds at most three widgets, as the cache shows", () => {
   // An update of one of them is not a new widget.
   const update = admissionRequest.update(WidgetKind, "main", widget("c", 1), widget("c", 2));
   assert.ok(world.validate(widgetsAdmission, update, widgets).allowed);
+});
+
+test("the conversion build's component converts the CRD the host reads at two versions", () => {
+  const out = mkdtempSync(join(tmpdir(), "widgets-ts-"));
+  try {
+    const wasm = join(out, "widgets_ts_conversion.wasm");
+    const built = spawnSync("npm", ["run", "build:conversion", "--", "-o", wasm], { encoding: "utf8" });
+    assert.equal(built.status, 0, built.stderr);
+    assert.match(built.stderr, /world admission-conversion-plugin/);
+    const inspected = inspectComponent(wasm);
+    assert.deepEqual(inspected.conversion, [{ group: "widgets.rekon.dev", kind: "Widget", plural: "widgets", versions: ["v1alpha1", "v1"] }]);
+    assert.deepEqual(
+      inspected.crds[0].spec.versions.map((v: any) => [v.name, v.storage]),
+      [["v1", true], ["v1alpha1", false]],
+    );
+    assert.equal(inspected.admission.length, 2);
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});
+
+test("a widget converts to v1 and back without loss; a trap propagates", () => {
+  const world = new World().primary("main");
+  const old: OldWidget = {
+    apiVersion: "widgets.rekon.dev/v1alpha1",
+    kind: "Widget",
+    metadata: { name: "w", namespace: "default", uid: "u-1", labels: { [TIER_LABEL]: "gold" } },
+    spec: { amount: 4 },
+    status: { observedSize: 4 },
+  };
+  const atV1 = world.convert(widgetsConversion, conversionRequest("widgets.rekon.dev/v1", old), versionedWidgets);
+  assert.ok("ok" in atV1);
+  assert.deepEqual(atV1.ok, { ...old, apiVersion: "widgets.rekon.dev/v1", spec: { size: 4 } });
+  assert.deepEqual(world.roundTrip(widgetsConversion, old, "widgets.rekon.dev/v1", versionedWidgets), old);
+  const w = widget("n", 9);
+  assert.deepEqual(world.roundTrip(widgetsConversion, w, "widgets.rekon.dev/v1alpha1", versionedWidgets), w);
+  assert.deepEqual(world.convert(widgetsConversion, conversionRequest("widgets.rekon.dev/v2", old)), {
+    error: "widgets converts between v1alpha1 and v1, not from v1alpha1 to v2",
+  });
+  assert.throws(
+    () => world.convert(widgetsConversion, conversionRequest("widgets.rekon.dev/v1alpha1", widget(CONVERT_TRAP_NAME, 1))),
+    /asked to trap in convert/,
+  );
 });

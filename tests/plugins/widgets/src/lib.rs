@@ -14,6 +14,16 @@
 //! - **Mutate** (`tier`): a Widget without the [`TIER_LABEL`] label gets
 //!   `standard`; a size above [`MAX_SIZE`] / 2 warns.
 //! - **Reconcile**: status `observedSize` follows `spec.size`.
+//! - **Convert** ([`VersionedWidgets`], the build with feature
+//!   `conversion`: `widgets-conversion.wasm`): the CRD gains the older
+//!   version `v1alpha1`, whose `spec.amount` is v1's `spec.size`; storage
+//!   stays v1, and the plugin converts both ways without loss. A Widget
+//!   named [`CONVERT_TRAP_NAME`] makes `convert` panic, one named
+//!   [`CONVERT_SPIN_NAME`] loop until its deadline, and one named
+//!   [`CONVERT_RENAME_NAME`] come back renamed (which the host refuses, as
+//!   the API server would). The default build
+//!   keeps one version, as the TypeScript and Python widgets do (the e2e
+//!   checks the three declare the same).
 
 use kube::CustomResource;
 use rekon_sdk::prelude::*;
@@ -34,6 +44,33 @@ pub const MAX_PER_NAMESPACE: usize = 3;
 pub const TRAP_NAME: &str = "trap";
 /// A Widget with this name makes `validate` spin until its deadline.
 pub const SPIN_NAME: &str = "spin";
+/// A Widget with this name makes `convert` panic.
+pub const CONVERT_TRAP_NAME: &str = "convert-trap";
+/// A Widget with this name makes `convert` spin until its deadline.
+pub const CONVERT_SPIN_NAME: &str = "convert-spin";
+/// A Widget with this name is converted with another name.
+pub const CONVERT_RENAME_NAME: &str = "convert-rename";
+
+/// The older version of the Widget: its size was called `amount`.
+pub mod v1alpha1 {
+    use kube::CustomResource;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+
+    /// A widget of some amount (v1's size).
+    #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+    #[kube(
+        group = "widgets.rekon.dev",
+        version = "v1alpha1",
+        kind = "Widget",
+        namespaced,
+        status = "super::WidgetStatus"
+    )]
+    pub struct WidgetSpec {
+        /// How big it is (v1's `spec.size`).
+        pub amount: i64,
+    }
+}
 
 /// A widget of some size.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -175,4 +212,96 @@ fn spin() {
     }
 }
 
+/// The widgets plugin with the CRD at two versions, `v1alpha1` and `v1`
+/// (storage), converting between them; otherwise [`Widgets`].
+pub struct VersionedWidgets;
+
+impl Plugin for VersionedWidgets {
+    type Primary = Widget;
+
+    fn register() -> Result<Registration, Error> {
+        let mut registration = Widgets::register()?;
+        let crd = kube::core::crd::merge_crds(vec![v1alpha1::Widget::crd(), Widget::crd()], "v1")
+            .map_err(|e| {
+            Error::terminal(format!("the Widget CRD's versions do not merge: {e}"))
+        })?;
+        registration.crds = vec![serde_json::to_value(crd)?];
+        Ok(registration)
+    }
+
+    fn reconcile(ctx: &Context, req: &Request, event: Event<Widget>) -> Result<Outcome, Error> {
+        Widgets::reconcile(ctx, req, event)
+    }
+}
+
+impl Admission for VersionedWidgets {
+    fn rules() -> Vec<AdmissionRule> {
+        Widgets::rules()
+    }
+
+    fn validate(ctx: &Context, req: &AdmissionRequest) -> Result<Verdict, Error> {
+        Widgets::validate(ctx, req)
+    }
+
+    fn mutate(ctx: &Context, req: &AdmissionRequest) -> Result<Mutation, Error> {
+        Widgets::mutate(ctx, req)
+    }
+}
+
+impl Convert for VersionedWidgets {
+    fn conversions() -> Vec<Conversion> {
+        vec![Conversion::of::<Widget>(&["v1alpha1", "v1"])]
+    }
+
+    fn convert(_: &Context, req: &ConversionRequest) -> Result<Converted, Error> {
+        let name = req
+            .object
+            .pointer("/metadata/name")
+            .and_then(|n| n.as_str());
+        match name {
+            Some(CONVERT_TRAP_NAME) => panic!("widgets: asked to trap in convert"),
+            Some(CONVERT_SPIN_NAME) => spin(),
+            Some(CONVERT_RENAME_NAME) => {
+                let mut object = req.object.clone();
+                object["apiVersion"] = req.desired_api_version.clone().into();
+                object["metadata"]["name"] = "renamed".into();
+                return Ok(Converted::json(object));
+            }
+            _ => {}
+        }
+        match (req.version(), req.desired_version()) {
+            ("v1alpha1", "v1") => {
+                let old: v1alpha1::Widget = req.decode()?;
+                let mut new = Widget::new(
+                    "",
+                    WidgetSpec {
+                        size: old.spec.amount,
+                    },
+                );
+                new.metadata = old.metadata;
+                new.status = old.status;
+                Converted::object(&new)
+            }
+            ("v1", "v1alpha1") => {
+                let old: Widget = req.decode()?;
+                let mut new = v1alpha1::Widget::new(
+                    "",
+                    v1alpha1::WidgetSpec {
+                        amount: old.spec.size,
+                    },
+                );
+                new.metadata = old.metadata;
+                new.status = old.status;
+                Converted::object(&new)
+            }
+            (from, to) => Err(Error::terminal(format!(
+                "widgets converts between v1alpha1 and v1, not from {from} to {to}"
+            ))),
+        }
+    }
+}
+
+#[cfg(not(feature = "conversion"))]
 rekon_sdk::export_plugin!(Widgets, admission);
+#[cfg(feature = "conversion")]
+rekon_sdk::export_plugin!(VersionedWidgets, admission, conversion);

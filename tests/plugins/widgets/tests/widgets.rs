@@ -96,3 +96,74 @@ fn a_namespace_holds_at_most_three_widgets_as_the_cache_shows() {
     ));
     assert!(update.is_allowed());
 }
+
+fn old_widget(name: &str, amount: i64) -> rekon_test_widgets::v1alpha1::Widget {
+    use rekon_test_widgets::v1alpha1;
+    let mut w = v1alpha1::Widget::new(name, v1alpha1::WidgetSpec { amount });
+    w.metadata.namespace = Some("default".into());
+    w.metadata.uid = Some("u-1".into());
+    w.metadata.labels = Some([(TIER_LABEL.to_owned(), "gold".to_owned())].into());
+    w
+}
+
+#[test]
+fn the_versioned_build_converts_both_of_its_crds_versions() {
+    use rekon_test_widgets::VersionedWidgets;
+    let conversions = World::conversions::<VersionedWidgets>().unwrap();
+    assert_eq!(conversions[0].versions, ["v1alpha1", "v1"]);
+    let crd = &VersionedWidgets::register().unwrap().crds[0];
+    let versions: Vec<(&str, bool)> = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["name"].as_str().unwrap(), v["storage"] == true))
+        .collect();
+    assert_eq!(versions, [("v1", true), ("v1alpha1", false)]);
+    // One version only: the host would refuse these conversions.
+    let err =
+        rekon_sdk::conversion::check_conversions(&conversions, &Widgets::register().unwrap().crds)
+            .unwrap_err();
+    assert!(err.contains("but the CRD has versions [v1]"), "{err}");
+}
+
+#[test]
+fn a_widget_converts_to_v1_and_back_without_loss() {
+    use rekon_test_widgets::VersionedWidgets;
+    let world = World::new().primary("main");
+    let mut old = old_widget("w", 4);
+    old.status = Some(rekon_test_widgets::WidgetStatus { observed_size: 4 });
+    let at_v1 = world
+        .convert::<VersionedWidgets>(&ConversionRequest::to("widgets.rekon.dev/v1", &old))
+        .unwrap();
+    let new: Widget = serde_json::from_value(at_v1.clone()).unwrap();
+    assert_eq!(new.spec.size, 4);
+    assert_eq!(new.metadata, old.metadata);
+    assert_eq!(at_v1["status"]["observedSize"], 4);
+    assert!(at_v1["spec"].get("amount").is_none(), "{at_v1}");
+    let back = world
+        .round_trip::<VersionedWidgets>(&old, "widgets.rekon.dev/v1")
+        .unwrap();
+    assert_eq!(back, serde_json::to_value(&old).unwrap());
+    let mut new = widget("n", 9);
+    new.metadata.uid = Some("u-2".into());
+    let back = world
+        .round_trip::<VersionedWidgets>(&new, "widgets.rekon.dev/v1alpha1")
+        .unwrap();
+    assert_eq!(back, serde_json::to_value(&new).unwrap());
+}
+
+#[test]
+fn an_unknown_version_is_refused_with_a_message() {
+    use rekon_test_widgets::VersionedWidgets;
+    let world = World::new().primary("main");
+    let err = world
+        .convert::<VersionedWidgets>(&ConversionRequest::to(
+            "widgets.rekon.dev/v2",
+            &old_widget("w", 1),
+        ))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "widgets converts between v1alpha1 and v1, not from v1alpha1 to v2"
+    );
+}
