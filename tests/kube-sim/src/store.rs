@@ -25,6 +25,10 @@ use crate::resources::{Generation, Registry, ResourceInfo, StorageKey, prune, st
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::validate::FieldValidation;
 
+mod gc;
+pub(crate) use gc::spawn as spawn_controller_deletes;
+pub use gc::{GC_USER, NAMESPACE_USER};
+
 /// (namespace, name); namespace is empty for cluster-scoped objects.
 pub type ObjKey = (String, String);
 
@@ -298,11 +302,16 @@ pub(crate) struct Inner {
     /// (`admission::webhook::conversion`).
     pub(crate) converting:
         std::cell::RefCell<Option<crate::admission::webhook::conversion::Request>>,
+    /// The garbage collector's and namespace controller's deletes waiting
+    /// for admission (`gc`).
+    gc: gc::Queue,
 }
 
 /// The store of one cluster.
 pub struct Store {
     pub(crate) inner: Mutex<Inner>,
+    /// Wakes the task of the controllers' admitted deletes (`gc`).
+    pub(crate) gc_wake: Arc<tokio::sync::Notify>,
 }
 
 /// Default delay of the namespace controller: long enough that `kubectl
@@ -671,7 +680,10 @@ fn decode_continue(tok: &str) -> Option<(u64, ObjKey)> {
 }
 
 /// The namespace controller's status conditions: (type, status, reason, message).
+/// `failed`: the errors of content deletes that failed (admission refused
+/// them), one per resource.
 fn namespace_conditions(
+    failed: &[String],
     remaining: Option<&str>,
     finalizers: Option<&str>,
 ) -> Vec<(&'static str, &'static str, &'static str, String)> {
@@ -688,12 +700,28 @@ fn namespace_conditions(
             "ParsedGroupVersions",
             "All legacy kube types successfully parsed".into(),
         ),
-        (
-            "NamespaceDeletionContentFailure",
-            "False",
-            "ContentDeleted",
-            "All content successfully deleted, may be waiting on finalization".into(),
-        ),
+        if failed.is_empty() {
+            (
+                "NamespaceDeletionContentFailure",
+                "False",
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization".into(),
+            )
+        } else {
+            // makeDeleteContentCondition: the messages sorted.
+            let mut msgs = failed.to_vec();
+            msgs.sort();
+            (
+                "NamespaceDeletionContentFailure",
+                "True",
+                "ContentDeletionFailed",
+                format!(
+                    "Failed to delete all resource types, {} remaining: {}",
+                    msgs.len(),
+                    msgs.join(", ")
+                ),
+            )
+        },
         match remaining {
             Some(r) => (
                 "NamespaceContentRemaining",
@@ -751,6 +779,7 @@ impl Inner {
             converting: std::cell::RefCell::default(),
             ns_due: HashMap::new(),
             ns_delay: DEFAULT_NAMESPACE_DELAY,
+            gc: gc::Queue::default(),
         };
         inner.seed();
         inner
@@ -2167,8 +2196,11 @@ impl Inner {
         }
     }
 
-    /// Internal delete by reference (GC, namespace and CRD cleanup).
-    fn delete_ref(&mut self, r: &ObjRef, propagation: Propagation) {
+    /// Internal delete by reference: the garbage collector's and the
+    /// namespace controller's (`actor`; queued for admission when the
+    /// cluster has any, see `gc`) and the CRD cleanup's (`None`: the
+    /// apiextensions finalizer deletes through the storage, unadmitted).
+    fn delete_ref(&mut self, r: &ObjRef, propagation: Propagation, actor: Option<gc::Actor>) {
         let Some(obj) = self.lookup_ref(r) else {
             return;
         };
@@ -2184,6 +2216,12 @@ impl Inner {
                 Propagation::Background => true,
             };
         if already {
+            return;
+        }
+        if let Some(actor) = actor
+            && self.deletes_are_admitted()
+        {
+            self.queue_delete(&r.sk, &obj, propagation, actor);
             return;
         }
         self.delete_stored(&res, &r.sk, key, obj, Some(propagation));
@@ -2282,7 +2320,7 @@ impl Inner {
                     }
                     if missing.len() == owners.len() {
                         if !is_deleting(&obj) {
-                            self.delete_ref(&r, Propagation::Background);
+                            self.delete_ref(&r, Propagation::Background, Some(gc::Actor::Dangling));
                         }
                     } else {
                         for m in missing {
@@ -2315,7 +2353,7 @@ impl Inner {
                         } else {
                             Propagation::Background
                         };
-                        self.delete_ref(d, policy);
+                        self.delete_ref(d, policy, Some(gc::Actor::Foreground(owner_uid.clone())));
                     }
                     let blocking = self
                         .dependents
@@ -2399,7 +2437,7 @@ impl Inner {
                         })
                         .unwrap_or_default();
                     for r in &refs {
-                        self.delete_ref(r, Propagation::Background);
+                        self.delete_ref(r, Propagation::Background, None);
                     }
                     let left = self.tables.get(&cr_sk).map_or(0, |t| t.objects.len());
                     if left == 0 {
@@ -2454,7 +2492,11 @@ impl Inner {
             }
         }
         for r in &to_delete {
-            self.delete_ref(r, Propagation::Background);
+            self.delete_ref(
+                r,
+                Propagation::Background,
+                Some(gc::Actor::Namespace(ns.to_string())),
+            );
         }
         // What is left: objects per resource, finalizers per name.
         let mut by_resource: BTreeMap<String, usize> = BTreeMap::new();
@@ -2500,7 +2542,8 @@ impl Inner {
                 .collect::<Vec<_>>()
                 .join(", ")
         });
-        let conditions = namespace_conditions(remaining.as_deref(), fins.as_deref());
+        let failed = self.gc.namespace_errors(ns);
+        let conditions = namespace_conditions(&failed, remaining.as_deref(), fins.as_deref());
         self.edit_ref(&r, |o| {
             let old: Vec<Value> = o
                 .pointer("/status/conditions")
@@ -2790,6 +2833,7 @@ impl Store {
                 channel_capacity.max(16),
                 0,
             )),
+            gc_wake: Arc::default(),
         }
     }
 
@@ -2801,6 +2845,9 @@ impl Store {
         if !g.ns_due.is_empty() {
             g.run_due_namespaces();
             g.settle();
+        }
+        if g.gc.has_due() {
+            self.gc_wake.notify_one();
         }
         out
     }
@@ -2824,6 +2871,7 @@ impl Store {
         let (hl, cap) = (g.history_limit, g.channel_capacity);
         let mut fresh = Inner::new(hl, cap, g.rv);
         fresh.ns_delay = g.ns_delay;
+        fresh.gc.enabled = g.gc.enabled;
         let rv = fresh.rv;
         for t in fresh.tables.values_mut() {
             t.compacted_rv = rv;
