@@ -388,3 +388,69 @@ async fn a_write_whose_object_changed_during_its_conversion_starts_over() {
     })
     .await;
 }
+
+/// `kubectl explain` of a CRD with two versions shows each version's own
+/// schema (issue 37 step 7): kubectl reads `/openapi/v3`, then the
+/// document of the group-version `--api-version` names (the preferred
+/// version's without it).
+#[tokio::test]
+async fn kubectl_explain_shows_each_versions_schema() {
+    within(90, "explain of a versioned CRD", async {
+        let sim = Sim::start(&["main"]).await.unwrap();
+        // No conversion is asked for: explain reads only the OpenAPI.
+        let (ok, out, err) = kubectl(
+            &sim,
+            &["apply", "-f", "-"],
+            Some(&crd(&certs().ca_pem, "/convert")),
+        )
+        .await;
+        assert!(ok, "{out}{err}");
+        let explain = |args: Vec<&'static str>| {
+            let sim = &sim;
+            async move {
+                let mut all = vec!["explain"];
+                all.extend(args);
+                let (ok, out, err) = kubectl(sim, &all, None).await;
+                assert!(ok, "kubectl {all:?}: {err}");
+                out
+            }
+        };
+        let old = explain(vec!["widgets.spec", "--api-version=example.com/v1alpha1"]).await;
+        assert!(old.contains("VERSION:    v1alpha1"), "{old}");
+        assert!(
+            old.contains("size\t<string>") && old.contains("colour\t<string>"),
+            "{old}"
+        );
+        assert!(!old.contains("replicas"), "{old}");
+        let new = explain(vec!["widgets.spec", "--api-version=example.com/v1"]).await;
+        assert!(new.contains("VERSION:    v1\n"), "{new}");
+        assert!(
+            new.contains("replicas\t<integer>") && new.contains("color\t<string>"),
+            "{new}"
+        );
+        assert!(!new.contains("colour"), "{new}");
+        // One field at the old version; the preferred version (v1) without a flag.
+        let size = explain(vec![
+            "widgets.spec.size",
+            "--api-version=example.com/v1alpha1",
+        ])
+        .await;
+        assert!(size.contains("FIELD: size <string>"), "{size}");
+        let preferred = explain(vec!["widgets.spec"]).await;
+        assert!(
+            preferred.contains("VERSION:    v1\n") && preferred.contains("replicas\t<integer>"),
+            "{preferred}"
+        );
+        // A version the CRD does not serve is kubectl's error.
+        let (ok, _, err) = kubectl(
+            &sim,
+            &["explain", "widgets", "--api-version=example.com/v2"],
+            None,
+        )
+        .await;
+        assert!(!ok);
+        assert!(err.contains("example.com/v2"), "{err}");
+        sim.shutdown().await;
+    })
+    .await;
+}
