@@ -154,6 +154,16 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         let sizes: Vec<&Value> = list["items"].as_array().unwrap().iter().map(|i| &i["spec"]["size"]).collect();
         assert_eq!(sizes, vec![&json!("5"), &json!("3")], "other, then w");
         assert!(list["items"].as_array().unwrap().iter().all(|i| i["apiVersion"] == "example.com/v1alpha1"));
+        // A label selector matches the labels of the converted objects
+        // (the webhook labels each with the version it converted to): w is
+        // stored with `converted-to: v1` but read at v1alpha1 without it.
+        let selected = get_json(&sim, &["widgets.v1alpha1.example.com", "-l", "converted-to=v1alpha1"]).await;
+        assert_eq!(selected["items"].as_array().unwrap().len(), 2, "{selected}");
+        let none = get_json(&sim, &["widgets.v1alpha1.example.com", "-l", "converted-to=v1"]).await;
+        assert_eq!(none["items"], json!([]), "{none}");
+        let stored_label = get_json(&sim, &["widgets.v1.example.com", "-l", "converted-to=v1"]).await;
+        let names: Vec<&Value> = stored_label["items"].as_array().unwrap().iter().map(|i| &i["metadata"]["name"]).collect();
+        assert_eq!(names, vec![&json!("w")], "{stored_label}");
 
         // A patch at v1alpha1 applies to the v1alpha1 object, is validated
         // with v1alpha1's schema and stored at v1 (generation bumped once).

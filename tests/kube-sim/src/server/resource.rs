@@ -189,10 +189,23 @@ pub(super) async fn resource(
                 cont,
                 exact_rv,
             };
+            // At a version a webhook converts to, labels are the converted
+            // object's (the webhook may change them): the server filters
+            // the objects it decoded at the request's version. A page may
+            // then hold fewer than `limit` items, which the API allows.
+            let after = res.webhook_converted() && !label.is_empty();
+            let stored_label = if after {
+                LabelSelector::default()
+            } else {
+                label.clone()
+            };
             let lr = cs
                 .store
-                .read(|i| i.list(&res, nsr, &label, &field, &opts))?;
-            let items = conversion::served(cs, &res, lr.items).await?;
+                .read(|i| i.list(&res, nsr, &stored_label, &field, &opts))?;
+            let mut items = conversion::served(cs, &res, lr.items).await?;
+            if after {
+                items.retain(|o| label.matches(o));
+            }
             Ok(list_response(&res, shape, &items, lr.rv, lr.cont))
         }
         (Method::POST, None) => {
