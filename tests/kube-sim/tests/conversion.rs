@@ -195,6 +195,17 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         let (ok, out, err) = kubectl(&sim, &["delete", "widgets.v1alpha1.example.com", "other"], None).await;
         assert!(ok, "{out}{err}");
         assert!(c.get("example.com/v1", "widgets", Some("default"), "other").is_err());
+        // DELETE of a collection selects on the converted labels too.
+        let coll = "/apis/example.com/v1alpha1/namespaces/default/widgets?labelSelector=converted-to%3D";
+        let (code, v) = req(&c.url(), "DELETE", &format!("{coll}v1"), "application/json", None).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["items"], json!([]), "w is labelled v1 only as stored: {v}");
+        assert!(c.get("example.com/v1", "widgets", Some("default"), "w").is_ok());
+        let (code, v) = req(&c.url(), "DELETE", &format!("{coll}v1alpha1"), "application/json", None).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["items"][0]["metadata"]["name"], "w", "{v}");
+        assert_eq!(v["items"][0]["apiVersion"], "example.com/v1alpha1", "{v}");
+        assert!(c.get("example.com/v1", "widgets", Some("default"), "w").is_err());
         sim.shutdown().await;
         child.kill().await.unwrap();
     })

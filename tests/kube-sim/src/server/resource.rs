@@ -368,8 +368,11 @@ pub(super) async fn resource(
                         &res.kind,
                     )?;
                     // With webhooks registered each item is one DELETE they
-                    // see (as the server admits each), outside the lock.
-                    if cs.store.read(|i| webhook::configured(i)) {
+                    // see (as the server admits each), outside the lock; so
+                    // too when the selector must see converted labels.
+                    if cs.store.read(|i| webhook::configured(i))
+                        || (res.webhook_converted() && !label.is_empty())
+                    {
                         let (items, rv, warnings) =
                             webhook::delete_each(cs, &res, nsr, &label, &field, &dopts).await?;
                         let items = conversion::served(cs, &res, items).await?;
