@@ -142,6 +142,20 @@ async fn a_webhook_refusing_the_controllers_deletes_keeps_the_objects_until_lift
         let (code, still) = req(&u, "GET", &format!("{}/dep", cms("default")), JSON, None).await;
         assert_eq!(code, 200, "refused twice, the dependent stays");
         assert!(still["metadata"].get("deletionTimestamp").is_none(), "{still}");
+        // A foreground deletion: the owner waits, marked, for its dependent.
+        let fg_owner = post_ok(&u, &cms("default"), json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "fg-owner"}})).await;
+        let mut fg_dep = kept("fg-dep", Some(&fg_owner));
+        fg_dep["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = json!(true);
+        post_ok(&u, &cms("default"), fg_dep).await;
+        let (code, v) = req(&u, "DELETE", &format!("{}/fg-owner?propagationPolicy=Foreground", cms("default")), JSON, None).await;
+        assert_eq!(code, 200, "{v}");
+        let calls = seen_deleting(&seen, "fg-dep", 1).await;
+        assert_eq!(calls[0]["userInfo"]["username"], GC_USER, "{}", calls[0]);
+        let (code, owner_now) = req(&u, "GET", &format!("{}/fg-owner", cms("default")), JSON, None).await;
+        assert_eq!(code, 200, "the owner waits for its refused dependent");
+        assert_eq!(owner_now["metadata"]["finalizers"], json!(["foregroundDeletion"]), "{owner_now}");
+        assert!(owner_now["metadata"]["deletionTimestamp"].is_string(), "{owner_now}");
         // The namespace controller: the namespace stays Terminating.
         post_ok(&u, "/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": "doomed"}})).await;
@@ -172,6 +186,8 @@ async fn a_webhook_refusing_the_controllers_deletes_keeps_the_objects_until_lift
         let (code, v) = req(&u, "DELETE", &format!("{VWC}/keep"), JSON, None).await;
         assert_eq!(code, 200, "{v}");
         until_code(&u, &format!("{}/dep", cms("default")), 404).await;
+        until_code(&u, &format!("{}/fg-dep", cms("default")), 404).await;
+        until_code(&u, &format!("{}/fg-owner", cms("default")), 404).await;
         until_code(&u, "/api/v1/namespaces/doomed", 404).await;
     })
     .await;
