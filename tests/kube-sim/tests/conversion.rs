@@ -164,6 +164,33 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         let stored_label = get_json(&sim, &["widgets.v1.example.com", "-l", "converted-to=v1"]).await;
         let names: Vec<&Value> = stored_label["items"].as_array().unwrap().iter().map(|i| &i["metadata"]["name"]).collect();
         assert_eq!(names, vec![&json!("w")], "{stored_label}");
+        // So does a watch: its initial events and, replayed from a
+        // resourceVersion, a change made at v1.
+        let (_, listed) = req(&c.url(), "GET", "/apis/example.com/v1/namespaces/default/widgets", "application/json", None).await;
+        let rv0 = listed["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        let (code, v) = req(&c.url(), "PATCH", "/apis/example.com/v1/namespaces/default/widgets/w",
+            "application/merge-patch+json", Some(json!({"metadata": {"annotations": {"touched": "at v1"}}}))).await;
+        assert_eq!(code, 200, "{v}");
+        let watch = |query: String| {
+            let url = c.url();
+            async move {
+                let r = raw(&url, "GET", &format!("/apis/example.com/v1alpha1/namespaces/default/widgets?watch=true&timeoutSeconds=1&{query}"),
+                    &[("Accept", "application/json")], None).await;
+                assert_eq!(r.status, 200);
+                String::from_utf8_lossy(&r.body)
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                    .filter(|e| e["type"] != "BOOKMARK")
+                    .map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap()))
+                    .collect::<Vec<String>>()
+            }
+        };
+        let mut initial = watch("labelSelector=converted-to%3Dv1alpha1".into()).await;
+        initial.sort();
+        assert_eq!(initial, vec!["ADDED other", "ADDED w"]);
+        assert_eq!(watch("labelSelector=converted-to%3Dv1".into()).await, Vec::<String>::new());
+        assert_eq!(watch(format!("labelSelector=converted-to%3Dv1alpha1&resourceVersion={rv0}")).await, vec!["MODIFIED w"]);
+        assert_eq!(watch(format!("labelSelector=converted-to%3Dv1&resourceVersion={rv0}")).await, Vec::<String>::new());
 
         // A patch at v1alpha1 applies to the v1alpha1 object, is validated
         // with v1alpha1's schema and stored at v1 (generation bumped once).

@@ -75,9 +75,17 @@ pub(super) async fn resource(
             } else {
                 timeout
             };
-            let start = cs
-                .store
-                .read(|i| i.watch_start(&res, nsr, &label, &field, from));
+            let start = cs.store.read(|i| {
+                // At a converted version the watch selects on the
+                // converted labels itself (`watch::Select`).
+                let everything = LabelSelector::default();
+                let stored_label = if res.webhook_converted() {
+                    &everything
+                } else {
+                    &label
+                };
+                i.watch_start(&res, nsr, stored_label, &field, from)
+            });
             let body = match start {
                 Ok(start) => crate::watch::body(
                     cs.clone(),
