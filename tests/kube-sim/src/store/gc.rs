@@ -242,8 +242,14 @@ impl Inner {
                 self.gc.items.remove(&p.uid);
             }
             Err(e) => {
-                tracing::info!(object = %format!("{}/{}/{}", p.sk, p.ns, p.name), user = %p.actor.user().name,
-                    error = %e.message, "controller delete refused; retrying");
+                let object = format!("{}/{}/{}", p.sk, p.ns, p.name);
+                let user = p.actor.user().name;
+                // The first refusal at info, its retries at debug.
+                if item.attempts == 0 {
+                    tracing::info!(%object, %user, error = %e.message, "controller delete refused; retrying");
+                } else {
+                    tracing::debug!(%object, %user, error = %e.message, attempts = item.attempts + 1, "controller delete refused again");
+                }
                 item.attempts += 1;
                 let backoff = BASE_BACKOFF
                     .saturating_mul(1u32 << item.attempts.min(20).saturating_sub(1))
