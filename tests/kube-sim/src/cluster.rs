@@ -258,6 +258,9 @@ impl SimCluster {
         };
         let state = Arc::new(state);
         *state.address.lock() = addr.to_string();
+        // The garbage collector's and namespace controller's deletes meet
+        // admission through this task (`store::gc`).
+        crate::store::spawn_controller_deletes(&state);
         let app = Router::new().fallback(handle).with_state(state.clone());
         let mut stop = state.shutdown.subscribe();
         let stopped = async move {

@@ -33,6 +33,11 @@
 //!   is asynchronous, as the namespace controller does it: the DELETE
 //!   answers with the namespace Terminating, its contents go after a delay
 //!   (500 ms, `/_sim/namespace-delay`), with the controller's conditions.
+//!   Once a cluster has admission webhooks or ValidatingAdmissionPolicies,
+//!   the garbage collector's and the namespace controller's deletes go
+//!   through admission as their service accounts, shortly after the
+//!   write, retried while refused (`store::gc`, README "The controllers'
+//!   deletes").
 //! - Built-ins are defaulted as the apiserver's defaulters and admission
 //!   do it (`defaults`: Service IPs/ports, pod specs, workloads, Jobs,
 //!   Secret `stringData`), and pass through their OpenAPI schema
@@ -117,7 +122,8 @@
 //! # Layout
 //! - `cluster`: [`SimCluster`], [`Sim`], [`SimConfig`], kubeconfig files.
 //! - `server`: HTTP routing, parameters, content negotiation, verbs, `/_sim`.
-//! - `store`: tables, resourceVersions, history, finalizers, GC, namespaces, CRDs.
+//! - `store`: tables, resourceVersions, history, finalizers, GC, namespaces, CRDs
+//!   (`store/gc.rs`: the controllers' deletes through admission).
 //! - `watch`: watch streams (bookmarks, timeouts, selector transitions).
 //! - `resources`: built-in and CRD resources, discovery documents.
 //! - `selectors`: label and field selectors.

@@ -145,6 +145,10 @@ struct Watcher {
     last_rv: u64,
     buf: BytesMut,
     select_all: bool,
+    /// A label selector at a version a conversion webhook converts to:
+    /// it matches the converted objects (whose labels the webhook may
+    /// change), so events are selected after their conversion.
+    select_after: bool,
     fast: bool,
     /// The events of a watch at a version a CRD's conversion webhook
     /// converts, in order, until the next flush converts their objects
@@ -157,6 +161,19 @@ struct Watcher {
 enum Pending {
     Event(&'static str, Arc<Value>),
     Line(Vec<u8>),
+    /// An event whose label selection waits for the conversion.
+    Select(Select),
+}
+
+/// A change to select on the converted objects' labels: the field
+/// selector's verdicts before and after, the old object at the event's
+/// resourceVersion (for MODIFIED).
+struct Select {
+    etype: EventType,
+    new: Arc<Value>,
+    old: Option<Arc<Value>>,
+    field_before: bool,
+    field_now: bool,
 }
 
 enum Next {
@@ -166,7 +183,8 @@ enum Next {
 
 impl Watcher {
     fn matches(&self, obj: &Value) -> bool {
-        self.select_all || (self.spec.label.matches(obj) && self.spec.field.matches(obj))
+        self.select_all
+            || ((self.select_after || self.spec.label.matches(obj)) && self.spec.field.matches(obj))
     }
 
     fn push_line(&mut self, etype: &'static str, obj: &Value) {
@@ -204,6 +222,31 @@ impl Watcher {
             && self.spec.res.namespaced
             && ev.key.0 != *ns
         {
+            return;
+        }
+        if self.select_after
+            && let Some(p) = &mut self.pending
+        {
+            let field_now = self.spec.field.matches(&ev.obj);
+            let (field_before, old) = match (ev.etype, &ev.old) {
+                (EventType::Modified, Some(old)) => {
+                    let mut o = (**old).clone();
+                    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                        m.insert("resourceVersion".into(), Value::String(ev.rv.to_string()));
+                    }
+                    (self.spec.field.matches(old), Some(Arc::new(o)))
+                }
+                _ => (false, None),
+            };
+            if field_now || field_before {
+                p.push(Pending::Select(Select {
+                    etype: ev.etype,
+                    new: ev.obj.clone(),
+                    old,
+                    field_before,
+                    field_now,
+                }));
+            }
             return;
         }
         let (etype, use_new) = match ev.etype {
@@ -291,9 +334,12 @@ impl Watcher {
         let pending = std::mem::take(p);
         let objects: Vec<Arc<Value>> = pending
             .iter()
-            .filter_map(|x| match x {
-                Pending::Event(_, o) => Some(o.clone()),
-                Pending::Line(_) => None,
+            .flat_map(|x| match x {
+                Pending::Event(_, o) => vec![o.clone()],
+                Pending::Select(s) => std::iter::once(s.new.clone())
+                    .chain(s.old.clone())
+                    .collect(),
+                Pending::Line(_) => Vec::new(),
             })
             .collect();
         let converted =
@@ -312,7 +358,36 @@ impl Watcher {
         for x in pending {
             match x {
                 Pending::Event(etype, _) => {
-                    if let Some(o) = converted.next() {
+                    if let Some(o) = converted.next()
+                        && (!self.select_after || self.spec.label.matches(&o))
+                    {
+                        self.render_line(etype, &o);
+                    }
+                }
+                Pending::Select(s) => {
+                    let Some(new) = converted.next() else {
+                        continue;
+                    };
+                    let old = if s.old.is_some() {
+                        converted.next()
+                    } else {
+                        None
+                    };
+                    let label = &self.spec.label;
+                    let now = s.field_now && label.matches(&new);
+                    let before = s.field_before && old.as_deref().is_some_and(|o| label.matches(o));
+                    let line = match s.etype {
+                        EventType::Added if now => Some(("ADDED", new)),
+                        EventType::Deleted if now => Some(("DELETED", new)),
+                        EventType::Modified => match (before, now) {
+                            (true, true) => Some(("MODIFIED", new)),
+                            (false, true) => Some(("ADDED", new)),
+                            (true, false) => old.map(|o| ("DELETED", o)),
+                            (false, false) => None,
+                        },
+                        _ => None,
+                    };
+                    if let Some((etype, o)) = line {
                         self.render_line(etype, &o);
                     }
                 }
@@ -396,11 +471,13 @@ async fn run(cs: Arc<ClusterState>, spec: WatchSpec, start: WatchStart, tx: mpsc
         spec,
         buf: BytesMut::with_capacity(8192),
         select_all,
+        select_after: false,
         fast,
         pending: None,
     };
     if w.spec.res.webhook_converted() {
         w.pending = Some(Vec::new());
+        w.select_after = !w.spec.label.is_empty();
     }
     for obj in &initial {
         if w.fast {

@@ -154,6 +154,43 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         let sizes: Vec<&Value> = list["items"].as_array().unwrap().iter().map(|i| &i["spec"]["size"]).collect();
         assert_eq!(sizes, vec![&json!("5"), &json!("3")], "other, then w");
         assert!(list["items"].as_array().unwrap().iter().all(|i| i["apiVersion"] == "example.com/v1alpha1"));
+        // A label selector matches the labels of the converted objects
+        // (the webhook labels each with the version it converted to): w is
+        // stored with `converted-to: v1` but read at v1alpha1 without it.
+        let selected = get_json(&sim, &["widgets.v1alpha1.example.com", "-l", "converted-to=v1alpha1"]).await;
+        assert_eq!(selected["items"].as_array().unwrap().len(), 2, "{selected}");
+        let none = get_json(&sim, &["widgets.v1alpha1.example.com", "-l", "converted-to=v1"]).await;
+        assert_eq!(none["items"], json!([]), "{none}");
+        let stored_label = get_json(&sim, &["widgets.v1.example.com", "-l", "converted-to=v1"]).await;
+        let names: Vec<&Value> = stored_label["items"].as_array().unwrap().iter().map(|i| &i["metadata"]["name"]).collect();
+        assert_eq!(names, vec![&json!("w")], "{stored_label}");
+        // So does a watch: its initial events and, replayed from a
+        // resourceVersion, a change made at v1.
+        let (_, listed) = req(&c.url(), "GET", "/apis/example.com/v1/namespaces/default/widgets", "application/json", None).await;
+        let rv0 = listed["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+        let (code, v) = req(&c.url(), "PATCH", "/apis/example.com/v1/namespaces/default/widgets/w",
+            "application/merge-patch+json", Some(json!({"metadata": {"annotations": {"touched": "at v1"}}}))).await;
+        assert_eq!(code, 200, "{v}");
+        let watch = |query: String| {
+            let url = c.url();
+            async move {
+                let r = raw(&url, "GET", &format!("/apis/example.com/v1alpha1/namespaces/default/widgets?watch=true&timeoutSeconds=1&{query}"),
+                    &[("Accept", "application/json")], None).await;
+                assert_eq!(r.status, 200);
+                String::from_utf8_lossy(&r.body)
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                    .filter(|e| e["type"] != "BOOKMARK")
+                    .map(|e| format!("{} {}", e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap()))
+                    .collect::<Vec<String>>()
+            }
+        };
+        let mut initial = watch("labelSelector=converted-to%3Dv1alpha1".into()).await;
+        initial.sort();
+        assert_eq!(initial, vec!["ADDED other", "ADDED w"]);
+        assert_eq!(watch("labelSelector=converted-to%3Dv1".into()).await, Vec::<String>::new());
+        assert_eq!(watch(format!("labelSelector=converted-to%3Dv1alpha1&resourceVersion={rv0}")).await, vec!["MODIFIED w"]);
+        assert_eq!(watch(format!("labelSelector=converted-to%3Dv1&resourceVersion={rv0}")).await, Vec::<String>::new());
 
         // A patch at v1alpha1 applies to the v1alpha1 object, is validated
         // with v1alpha1's schema and stored at v1 (generation bumped once).
@@ -185,6 +222,17 @@ async fn kubectl_reads_and_writes_both_versions_through_the_webhook() {
         let (ok, out, err) = kubectl(&sim, &["delete", "widgets.v1alpha1.example.com", "other"], None).await;
         assert!(ok, "{out}{err}");
         assert!(c.get("example.com/v1", "widgets", Some("default"), "other").is_err());
+        // DELETE of a collection selects on the converted labels too.
+        let coll = "/apis/example.com/v1alpha1/namespaces/default/widgets?labelSelector=converted-to%3D";
+        let (code, v) = req(&c.url(), "DELETE", &format!("{coll}v1"), "application/json", None).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["items"], json!([]), "w is labelled v1 only as stored: {v}");
+        assert!(c.get("example.com/v1", "widgets", Some("default"), "w").is_ok());
+        let (code, v) = req(&c.url(), "DELETE", &format!("{coll}v1alpha1"), "application/json", None).await;
+        assert_eq!(code, 200, "{v}");
+        assert_eq!(v["items"][0]["metadata"]["name"], "w", "{v}");
+        assert_eq!(v["items"][0]["apiVersion"], "example.com/v1alpha1", "{v}");
+        assert!(c.get("example.com/v1", "widgets", Some("default"), "w").is_err());
         sim.shutdown().await;
         child.kill().await.unwrap();
     })
@@ -385,6 +433,72 @@ async fn a_write_whose_object_changed_during_its_conversion_starts_over() {
         assert_eq!(stored["spec"], json!({"replicas": 9, "color": "green"}));
         sim.shutdown().await;
         child.kill().await.unwrap();
+    })
+    .await;
+}
+
+/// `kubectl explain` of a CRD with two versions shows each version's own
+/// schema (issue 37 step 7): kubectl reads `/openapi/v3`, then the
+/// document of the group-version `--api-version` names (the preferred
+/// version's without it).
+#[tokio::test]
+async fn kubectl_explain_shows_each_versions_schema() {
+    within(90, "explain of a versioned CRD", async {
+        let sim = Sim::start(&["main"]).await.unwrap();
+        // No conversion is asked for: explain reads only the OpenAPI.
+        let (ok, out, err) = kubectl(
+            &sim,
+            &["apply", "-f", "-"],
+            Some(&crd(&certs().ca_pem, "/convert")),
+        )
+        .await;
+        assert!(ok, "{out}{err}");
+        let explain = |args: Vec<&'static str>| {
+            let sim = &sim;
+            async move {
+                let mut all = vec!["explain"];
+                all.extend(args);
+                let (ok, out, err) = kubectl(sim, &all, None).await;
+                assert!(ok, "kubectl {all:?}: {err}");
+                out
+            }
+        };
+        let old = explain(vec!["widgets.spec", "--api-version=example.com/v1alpha1"]).await;
+        assert!(old.contains("VERSION:    v1alpha1"), "{old}");
+        assert!(
+            old.contains("size\t<string>") && old.contains("colour\t<string>"),
+            "{old}"
+        );
+        assert!(!old.contains("replicas"), "{old}");
+        let new = explain(vec!["widgets.spec", "--api-version=example.com/v1"]).await;
+        assert!(new.contains("VERSION:    v1\n"), "{new}");
+        assert!(
+            new.contains("replicas\t<integer>") && new.contains("color\t<string>"),
+            "{new}"
+        );
+        assert!(!new.contains("colour"), "{new}");
+        // One field at the old version; the preferred version (v1) without a flag.
+        let size = explain(vec![
+            "widgets.spec.size",
+            "--api-version=example.com/v1alpha1",
+        ])
+        .await;
+        assert!(size.contains("FIELD: size <string>"), "{size}");
+        let preferred = explain(vec!["widgets.spec"]).await;
+        assert!(
+            preferred.contains("VERSION:    v1\n") && preferred.contains("replicas\t<integer>"),
+            "{preferred}"
+        );
+        // A version the CRD does not serve is kubectl's error.
+        let (ok, _, err) = kubectl(
+            &sim,
+            &["explain", "widgets", "--api-version=example.com/v2"],
+            None,
+        )
+        .await;
+        assert!(!ok);
+        assert!(err.contains("example.com/v2"), "{err}");
+        sim.shutdown().await;
     })
     .await;
 }

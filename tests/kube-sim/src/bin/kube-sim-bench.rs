@@ -55,6 +55,9 @@ struct Args {
     /// Writes per admission measurement.
     #[arg(long, default_value_t = 5_000)]
     admission_writes: usize,
+    /// Run only the conversion webhook reads (e.g. under `perf record`).
+    #[arg(long)]
+    conversion_only: bool,
 }
 
 /// Mean microseconds per merge patch of `name` (alternating values).
@@ -531,6 +534,9 @@ fn node(i: usize) -> serde_json::Value {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args = Arc::new(Args::parse());
+    if args.conversion_only {
+        return print_conversion_cost(&args).await;
+    }
     let sim = SimCluster::start_with(SimConfig::new("bench").history_limit(args.history)).await?;
     let addr = sim.addr().to_string();
     for i in 0..args.objects {
@@ -675,6 +681,11 @@ async fn main() -> anyhow::Result<()> {
         "| ConfigMap merge patch, 1 policy + 1 validating webhook (HTTPS) | {plain:.1} | {policy:.1} | {both:.1} | {own:.1} | {:.1} |",
         both - plain - own
     );
+    print_conversion_cost(&args).await
+}
+
+/// The conversion webhook table.
+async fn print_conversion_cost(args: &Args) -> anyhow::Result<()> {
     let items = 100;
     let [get_s, get_c, list_s, list_c, own] =
         conversion_cost(args.admission_writes / 5, items).await?;

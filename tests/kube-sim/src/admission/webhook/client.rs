@@ -107,7 +107,7 @@ impl Services {
 pub(super) async fn post(
     cs: &ClusterState,
     client_config: &Value,
-    review: &Value,
+    review: &impl serde::Serialize,
     timeout_secs: u64,
 ) -> Result<Value, String> {
     let (url, connect, server_name) = target(cs, client_config)?;
@@ -120,6 +120,8 @@ pub(super) async fn post(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let key = (connect.clone(), server_name.clone(), ca.to_string());
+    // Serialized once, also for a second attempt on a new connection.
+    let body = Bytes::from(serde_json::to_vec(review).map_err(|e| e.to_string())?);
     let call = async {
         let uri: hyper::Uri = url
             .parse()
@@ -131,7 +133,7 @@ pub(super) async fn post(
                 .header("host", host.as_str())
                 .header("content-type", "application/json")
                 .header("accept", "application/json, */*")
-                .body(Full::new(Bytes::from(review.to_string())))
+                .body(Full::new(body.clone()))
                 .map_err(|e| e.to_string())
         };
         // A kept-alive connection first (the server's client reuses them);

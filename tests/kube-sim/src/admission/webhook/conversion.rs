@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{Pass, RETRY};
 use crate::error::{ApiError, ApiResult};
@@ -233,20 +233,21 @@ pub(crate) async fn convert(
     let from = str_at(&objects[todo[0]], "/apiVersion").to_string();
     let what = gvk(&from, &res.kind);
     let uid = uuid::Uuid::new_v4().to_string();
-    let review = json!({
-        "kind": "ConversionReview",
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "request": {
-            "uid": uid,
-            "desiredAPIVersion": desired,
-            "objects": todo.iter().map(|&i| &*objects[i]).collect::<Vec<_>>(),
+    // Serialized from the stored objects themselves, not from a copy.
+    let review = Review {
+        kind: "ConversionReview",
+        api_version: "apiextensions.k8s.io/v1",
+        request: ReviewRequest {
+            uid: &uid,
+            desired,
+            objects: todo.iter().map(|&i| &*objects[i]).collect(),
         },
-    });
+    };
     let cc = hook.get("clientConfig").cloned().unwrap_or(Value::Null);
     let answer = super::client::post(cs, &cc, &review, TIMEOUT_SECS)
         .await
         .map_err(|e| failed(format!("conversion webhook for {what} failed: {e}")))?;
-    let converted = response_objects(&uid, &answer)
+    let converted = response_objects(&uid, answer)
         .map_err(|e| failed(format!("conversion webhook for {what} failed: {e}")))?;
     if converted.len() != todo.len() {
         return Err(failed(format!(
@@ -307,9 +308,27 @@ pub(crate) async fn convert(
     Ok(out)
 }
 
-/// `getConvertedObjectsFromResponse` for ConversionReview v1.
-fn response_objects(uid: &str, answer: &Value) -> Result<Vec<Value>, String> {
-    let (av, kind) = (str_at(answer, "/apiVersion"), str_at(answer, "/kind"));
+/// A ConversionReview v1 request as it is sent.
+#[derive(serde::Serialize)]
+struct Review<'a> {
+    kind: &'static str,
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    request: ReviewRequest<'a>,
+}
+
+#[derive(serde::Serialize)]
+struct ReviewRequest<'a> {
+    uid: &'a str,
+    #[serde(rename = "desiredAPIVersion")]
+    desired: &'a str,
+    objects: Vec<&'a Value>,
+}
+
+/// `getConvertedObjectsFromResponse` for ConversionReview v1 (the
+/// objects taken out of the answer, not copied).
+fn response_objects(uid: &str, mut answer: Value) -> Result<Vec<Value>, String> {
+    let (av, kind) = (str_at(&answer, "/apiVersion"), str_at(&answer, "/kind"));
     if av != "apiextensions.k8s.io/v1" || kind != "ConversionReview" {
         return Err(format!(
             "expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got {}",
@@ -333,23 +352,27 @@ fn response_objects(uid: &str, answer: &Value) -> Result<Vec<Value>, String> {
             "response.result.status was '{status}', not 'Success'"
         ));
     }
-    Ok(resp
-        .get("convertedObjects")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default())
+    Ok(
+        match answer
+            .pointer_mut("/response/convertedObjects")
+            .map(Value::take)
+        {
+            Some(Value::Array(objects)) => objects,
+            _ => Vec::new(),
+        },
+    )
 }
 
 /// `restoreObjectMeta`: the original's metadata, with the labels and
 /// annotations the webhook returned (string values only).
 fn restore_meta(original: &Value, converted: &mut Value) -> Result<(), String> {
-    let response_meta = match converted.get("metadata") {
+    let mut response_meta = match converted.get_mut("metadata").map(Value::take) {
         None => return Err("missing metadata in converted object".into()),
-        Some(Value::Object(m)) => m.clone(),
+        Some(Value::Object(m)) => m,
         Some(other) => {
             return Err(format!(
                 "invalid metadata of type {} in converted object",
-                go_type(other)
+                go_type(&other)
             ));
         }
     };
@@ -359,12 +382,12 @@ fn restore_meta(original: &Value, converted: &mut Value) -> Result<(), String> {
         .cloned()
         .unwrap_or_default();
     for field in ["labels", "annotations"] {
-        match response_meta.get(field) {
+        match response_meta.remove(field) {
             None | Some(Value::Null) => {
                 meta.remove(field);
             }
             Some(Value::Object(m)) => {
-                for (k, v) in m {
+                for (k, v) in &m {
                     if !v.is_string() {
                         return Err(format!(
                             "metadata.{field}[{k}] must be a string, but is {} in converted object",
@@ -372,12 +395,12 @@ fn restore_meta(original: &Value, converted: &mut Value) -> Result<(), String> {
                         ));
                     }
                 }
-                meta.insert(field.into(), Value::Object(m.clone()));
+                meta.insert(field.into(), Value::Object(m));
             }
             Some(other) => {
                 return Err(format!(
                     "invalid metadata.{field} of type {} in converted object",
-                    go_type(other)
+                    go_type(&other)
                 ));
             }
         }
@@ -452,6 +475,7 @@ pub(crate) fn crd_webhook(spec: &Value) -> Result<Option<Arc<Value>>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn metadata_comes_back_from_the_original_but_labels_and_annotations() {
@@ -505,21 +529,21 @@ mod tests {
     fn responses_are_checked_as_the_server_checks_them() {
         let ok = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
             "response": {"uid": "x", "result": {"status": "Success"}, "convertedObjects": [{"a": 1}]}});
-        assert_eq!(response_objects("x", &ok).unwrap(), vec![json!({"a": 1})]);
         assert_eq!(
-            response_objects("y", &ok).unwrap_err(),
+            response_objects("x", ok.clone()).unwrap(),
+            vec![json!({"a": 1})]
+        );
+        assert_eq!(
+            response_objects("y", ok.clone()).unwrap_err(),
             r#"expected response.uid="y", got "x""#
         );
         let failed = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
             "response": {"uid": "x", "result": {"status": "Failure", "message": "cannot convert"}}});
-        assert_eq!(
-            response_objects("x", &failed).unwrap_err(),
-            "cannot convert"
-        );
+        assert_eq!(response_objects("x", failed).unwrap_err(), "cannot convert");
         let v1beta1 =
             json!({"apiVersion": "apiextensions.k8s.io/v1beta1", "kind": "ConversionReview"});
         assert_eq!(
-            response_objects("x", &v1beta1).unwrap_err(),
+            response_objects("x", v1beta1).unwrap_err(),
             "expected webhook response of apiextensions.k8s.io/v1, Kind=ConversionReview, got apiextensions.k8s.io/v1beta1, Kind=ConversionReview"
         );
     }

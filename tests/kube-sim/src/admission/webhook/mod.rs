@@ -421,8 +421,9 @@ fn record_audit(cs: &crate::server::ClusterState, call: &Call, annotations: Vec<
     });
 }
 
-/// DELETE of a collection with webhooks registered: each listed item is
-/// one DELETE through [`drive`] (the first error answers; items deleted
+/// DELETE of a collection with webhooks registered (or with a label
+/// selector at a webhook-converted version): each listed item is one
+/// DELETE through [`drive`] (the first error answers; items deleted
 /// before it stay deleted, as the server's DeleteCollection leaves them).
 /// Returns the deleted objects, the resourceVersion and the warnings.
 pub(crate) async fn delete_each(
@@ -433,12 +434,33 @@ pub(crate) async fn delete_each(
     field: &crate::selectors::FieldSelector,
     opts: &crate::store::DeleteOpts,
 ) -> ApiResult<(Vec<Arc<Value>>, u64, Vec<String>)> {
-    let listed = cs
-        .store
-        .read(|i| i.list(res, ns, label, field, &crate::store::ListOpts::default()))?;
+    // At a version a webhook converts to, the label selector matches the
+    // converted objects (as a LIST's does).
+    let after = res.webhook_converted() && !label.is_empty();
+    let everything = crate::selectors::LabelSelector::default();
+    let stored_label = if after { &everything } else { label };
+    let listed = cs.store.read(|i| {
+        i.list(
+            res,
+            ns,
+            stored_label,
+            field,
+            &crate::store::ListOpts::default(),
+        )
+    })?;
+    let mut candidates = listed.items;
+    if after {
+        let converted = conversion::served(cs, res, candidates.clone()).await?;
+        candidates = candidates
+            .into_iter()
+            .zip(converted)
+            .filter(|(_, c)| label.matches(c))
+            .map(|(o, _)| o)
+            .collect();
+    }
     let mut items = Vec::new();
     let mut warnings = Vec::new();
-    for obj in listed.items {
+    for obj in candidates {
         let meta = |k: &str| {
             obj.pointer(&format!("/metadata/{k}"))
                 .and_then(Value::as_str)
