@@ -256,8 +256,8 @@ pub fn read_ca(path: &Path) -> Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::action::Resource;
-    use crate::plugin::MatchCondition as Condition;
+    use crate::action::{Resource, Scope};
+    use crate::plugin::{AdmissionKind, FailurePolicy, MatchCondition as Condition, Operation};
 
     fn rule(name: &str, kind: AdmissionKind) -> AdmissionRule {
         AdmissionRule {
