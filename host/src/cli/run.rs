@@ -8,6 +8,15 @@ use super::shared::{block_on, default_cache_dir};
 
 /// Plugins come from a directory, from Plugin objects, or both: one of
 /// the two is required.
+/// `--memory-reset` (see [`rekon::plugin::MemoryReset`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum MemoryResetArg {
+    /// Restore the pages the call wrote.
+    DirtyPages,
+    /// Copy the whole memory back.
+    Whole,
+}
+
 #[derive(Debug, clap::Args)]
 #[command(group(
     clap::ArgGroup::new("plugin_source")
@@ -122,6 +131,14 @@ pub struct RunArgs {
     /// memory limit. Unset: compiles run in the host, one at a time.
     #[arg(long, env = "REKON_COMPILE_MEMORY_LIMIT", value_name = "MIB")]
     compile_memory_limit: Option<u64>,
+    /// How a plugin instance's memory is made fresh after each call:
+    /// `dirty-pages` restores the pages the call wrote (best for compiled
+    /// plugins), `whole` copies the whole memory back (no page faults on
+    /// the next call: a Python plugin's call takes 30–40 % less CPU, for
+    /// more resident memory; a Rust one's 10–40 % more). Either way no call
+    /// sees another's memory.
+    #[arg(long, env = "REKON_MEMORY_RESET", value_enum, default_value_t = MemoryResetArg::DirtyPages)]
+    memory_reset: MemoryResetArg,
     /// Seconds between requeues of every primary even if nothing changed
     /// (repairs drift no watch reported); 0 = never.
     #[arg(long, env = "REKON_RESYNC_PERIOD", default_value_t = 600)]
@@ -480,6 +497,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ops: args.ops.into_config(&identity),
         user_agent: rekon::cluster::user_agent_for(&identity),
         policy_file: args.policy,
+        memory_reset: match args.memory_reset {
+            MemoryResetArg::DirtyPages => rekon::plugin::MemoryReset::DirtyPages,
+            MemoryResetArg::Whole => rekon::plugin::MemoryReset::Whole,
+        },
         compile_bound: match args.compile_memory_limit {
             None => None,
             Some(mib) => Some(rekon::plugin::CompileBound {
