@@ -5,6 +5,9 @@ per plugin, as a table (issue 39).
     tests/bench/call_profile.py [--rekon BIN] [--kube-sim BIN] [--rounds N]
                                 [--freq HZ] [--env K=V ...] [--no-perf] PLUGIN ...
 
+e.g. `tests/bench/call_profile.py py rust-nodepool`, and the same with
+`--env REKON_MEMORY_RESET=whole` to compare the host's memory reset modes.
+
 PLUGIN is py, rust-nodepool, ts or rust-fanout (the ports in dist/sdk-plugins,
 the seeds in dist/plugins), or LABEL=JOB:WASM (JOB nodepool or fanout) for
 another build. Each runs on a fresh kube-sim as `peers.py` sets it up (nodepool:
