@@ -8,15 +8,6 @@ use super::shared::{block_on, default_cache_dir};
 
 /// Plugins come from a directory, from Plugin objects, or both: one of
 /// the two is required.
-/// `--memory-reset` (see [`rekon::plugin::MemoryReset`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum MemoryResetArg {
-    /// Restore the pages the call wrote.
-    DirtyPages,
-    /// Copy the whole memory back.
-    Whole,
-}
-
 #[derive(Debug, clap::Args)]
 #[command(group(
     clap::ArgGroup::new("plugin_source")
@@ -137,8 +128,8 @@ pub struct RunArgs {
     /// the next call: a Python plugin's call takes 30–40 % less CPU, for
     /// more resident memory; a Rust one's 10–40 % more). Either way no call
     /// sees another's memory.
-    #[arg(long, env = "REKON_MEMORY_RESET", value_enum, default_value_t = MemoryResetArg::DirtyPages)]
-    memory_reset: MemoryResetArg,
+    #[arg(long, env = "REKON_MEMORY_RESET", value_enum, default_value_t = rekon::plugin::MemoryReset::DirtyPages)]
+    memory_reset: rekon::plugin::MemoryReset,
     /// Seconds between requeues of every primary even if nothing changed
     /// (repairs drift no watch reported); 0 = never.
     #[arg(long, env = "REKON_RESYNC_PERIOD", default_value_t = 600)]
@@ -497,10 +488,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         ops: args.ops.into_config(&identity),
         user_agent: rekon::cluster::user_agent_for(&identity),
         policy_file: args.policy,
-        memory_reset: match args.memory_reset {
-            MemoryResetArg::DirtyPages => rekon::plugin::MemoryReset::DirtyPages,
-            MemoryResetArg::Whole => rekon::plugin::MemoryReset::Whole,
-        },
+        memory_reset: args.memory_reset,
         compile_bound: match args.compile_memory_limit {
             None => None,
             Some(mib) => Some(rekon::plugin::CompileBound {

@@ -87,7 +87,7 @@ pub enum CallMode {
 /// give the next call the module's initial memory and nothing of the last
 /// call's; they differ in what that costs (issue 39; figures in
 /// docs/plugins/precompiled.md, "What a call costs").
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum MemoryReset {
     /// Only the pages the call wrote are restored (Linux `PAGEMAP_SCAN`,
     /// ≥ 6.7; elsewhere the memory is decommitted and faulted in again).
@@ -97,6 +97,7 @@ pub enum MemoryReset {
     /// its heap (componentize-py: ~600 runs) faults that part in again on
     /// every call.
     #[default]
+    #[value(help = "Restore the pages the call wrote")]
     DirtyPages,
     /// The whole memory is copied back from its image (and the rest zeroed),
     /// without a scan: a call never faults on a page an earlier call in the
@@ -104,6 +105,7 @@ pub enum MemoryReset {
     /// whole memory kept resident. For hosts serving interpreter plugins:
     /// the Python port's CPU per call falls by 30–40 % (host RSS +75 MiB),
     /// while a Rust plugin's call grows by 10–40 %.
+    #[value(help = "Copy the whole memory back")]
     Whole,
 }
 
