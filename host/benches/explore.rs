@@ -49,6 +49,7 @@ fn run_with(
         out: out.path().to_path_buf(),
         replay: None,
         progress: None,
+        memory_reset: rekon::plugin::MemoryReset::default(),
     };
     let t = Instant::now();
     let report = explore(&opts).map_err(|e| e.to_string())?;

@@ -56,6 +56,7 @@ fn options(
         out: out.to_path_buf(),
         replay: None,
         progress: None,
+        memory_reset: rekon::plugin::MemoryReset::default(),
     }
 }
 

@@ -168,6 +168,9 @@ pub struct Config {
     /// Compiles in a bounded child process (`rekon run
     /// --compile-memory-limit`); `None`: in the host.
     pub compile_bound: Option<crate::plugin::CompileBound>,
+    /// How a freed instance's memory is made fresh (`rekon run
+    /// --memory-reset`).
+    pub memory_reset: crate::plugin::MemoryReset,
     /// `User-Agent` of every request (default `rekon/<version>`;
     /// `rekon run` adds the replica's identity, see
     /// [`crate::cluster::user_agent_for`]).
@@ -249,6 +252,7 @@ impl Default for Config {
             ops: ops::OpsConfig::default(),
             policy_file: None,
             compile_bound: None,
+            memory_reset: crate::plugin::MemoryReset::default(),
             user_agent: cluster::default_user_agent(),
             record: None,
             shadow: None,
@@ -311,6 +315,7 @@ impl App {
             policy,
             metrics: config.metrics.clone(),
             compile_bound: config.compile_bound.clone(),
+            memory_reset: config.memory_reset,
             ..RuntimeConfig::default()
         })
         .map_err(|e| AppError::Runtime(e.to_string()))?;

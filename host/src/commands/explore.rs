@@ -55,6 +55,11 @@ pub struct ExploreArgs {
     /// reference.
     #[arg(long)]
     pub replay: Option<PathBuf>,
+    /// How a plugin instance's memory is made fresh after each call, as
+    /// `rekon run --memory-reset`: `whole` explores an interpreter plugin
+    /// (componentize-py) faster, a compiled one slower.
+    #[arg(long, value_enum, default_value_t = crate::plugin::MemoryReset::DirtyPages)]
+    pub memory_reset: crate::plugin::MemoryReset,
 }
 
 /// Runs the exploration; returns the process exit code.
@@ -98,6 +103,7 @@ pub fn run(args: ExploreArgs) -> i32 {
         out,
         replay: args.replay,
         progress,
+        memory_reset: args.memory_reset,
     };
     match explore(&opts) {
         Ok(report) => {

@@ -186,6 +186,7 @@ fn load(opts: &ExploreOptions) -> Result<Loaded, ExploreError> {
     // of MiB: a third of the Python port's exploring time was the kernel's).
     let runtime = PluginRuntime::new(RuntimeConfig {
         pooling: true,
+        memory_reset: opts.memory_reset,
         ..RuntimeConfig::default()
     })
     .map_err(|e| load_err(e.to_string()))?;

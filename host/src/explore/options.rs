@@ -44,6 +44,9 @@ pub struct ExploreOptions {
     pub replay: Option<PathBuf>,
     /// Called after each plan: (plans done, plans in all, findings).
     pub progress: Option<Progress>,
+    /// How the pool makes a freed instance's memory fresh (`rekon plugin
+    /// explore --memory-reset`).
+    pub memory_reset: crate::plugin::MemoryReset,
 }
 
 impl std::fmt::Debug for ExploreOptions {

@@ -88,6 +88,6 @@ pub use registry::{
     PluginRegistry, PluginStatus, Refusal, RegistryEvent, is_shadow_file, settings_file,
 };
 pub use runtime::{
-    CallMode, LoadTimings, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
+    CallMode, LoadTimings, MemoryReset, PluginRuntime, RuntimeConfig, RuntimeError, RuntimeStats,
 };
 pub use validation::{InvalidRegistration, validate_registration};

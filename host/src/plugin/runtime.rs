@@ -25,7 +25,7 @@ use crate::files::write_atomically;
 /// the engine's compatibility hash; kept explicit in the file name).
 const WASMTIME_VERSION: &str = "48.0.8";
 
-pub use super::runtime_config::{CallMode, RuntimeConfig};
+pub use super::runtime_config::{CallMode, MemoryReset, RuntimeConfig};
 
 /// Where the time of one load went (for metrics, logs and the benchmark).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -639,10 +639,23 @@ fn build_engine(config: &RuntimeConfig) -> Result<(Engine, bool), RuntimeError> 
         // faulted it back in from the image on the next call (Python port,
         // 16 MiB → whole memory and tables 64 KiB → 1 MiB: 13.0 → 11.7 ms per
         // reconcile, busy RSS unchanged; `tests/bench/ports.py`).
-        if PoolingAllocationConfig::is_pagemap_scan_available() {
-            pool.pagemap_scan(wasmtime::Enabled::Yes)
-                .linear_memory_keep_resident(config.memory_limit_bytes)
-                .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
+        //
+        // `MemoryReset::Whole` turns the scan off and keeps the whole memory
+        // resident: wasmtime then restores all of it (the image copied back,
+        // the rest zeroed) on every free, which costs a copy but never leaves
+        // pages to fault in again; see `MemoryReset` for when that pays.
+        match config.memory_reset {
+            MemoryReset::Whole => {
+                pool.pagemap_scan(wasmtime::Enabled::No)
+                    .linear_memory_keep_resident(config.memory_limit_bytes)
+                    .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
+            }
+            MemoryReset::DirtyPages if PoolingAllocationConfig::is_pagemap_scan_available() => {
+                pool.pagemap_scan(wasmtime::Enabled::Yes)
+                    .linear_memory_keep_resident(config.memory_limit_bytes)
+                    .table_keep_resident(TABLE_KEEP_RESIDENT_BYTES);
+            }
+            MemoryReset::DirtyPages => {}
         }
         let mut pooled = base.clone();
         pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
@@ -739,7 +752,7 @@ pub(crate) fn now() -> SystemTime {
 #[cfg(test)]
 mod tests {
     use wasmtime::Store;
-    use wasmtime::component::{Component, Linker};
+    use wasmtime::component::Component;
 
     use super::*;
 
@@ -783,24 +796,6 @@ mod tests {
             ]
         );
     }
-
-    /// A component whose `bump` increments a counter initialized by a data
-    /// segment (41) and adds a word of a page that starts zeroed, then
-    /// dirties that page: only an instance starting from the pristine
-    /// initial memory answers 42.
-    const BUMP: &str = r#"
-        (component
-          (core module $m
-            (memory 4)
-            (data (i32.const 1024) "\29\00\00\00")
-            (func (export "bump") (result i32) (local $r i32)
-              (i32.store (i32.const 1024) (i32.add (i32.load (i32.const 1024)) (i32.const 1)))
-              (local.set $r (i32.add (i32.load (i32.const 1024)) (i32.load (i32.const 200000))))
-              (i32.store (i32.const 200000) (i32.const 7))
-              (local.get $r)))
-          (core instance $i (instantiate $m))
-          (func (export "bump") (result u32) (canon lift (core func $i "bump"))))
-    "#;
 
     /// `contract::SERVED_WASI` names only what the linker serves: a
     /// component importing one item of each listed interface finds it in
@@ -975,28 +970,7 @@ mod tests {
         }
         assert_eq!(randoms[0], randoms[1], "the guest got entropy");
     }
-
-    /// Pool slots are reused with their dirtied pages kept resident: every
-    /// fresh instance must still see the initial memory, not the last call's.
-    #[test]
-    fn fresh_instances_start_from_the_initial_memory() {
-        let (engine, pooling) = build_engine(&RuntimeConfig::default()).expect("engine");
-        let component = Component::new(&engine, BUMP).expect("compile the bump component");
-        let pre = Linker::<()>::new(&engine)
-            .instantiate_pre(&component)
-            .expect("link the bump component");
-        for call in 0..20 {
-            let mut store = Store::new(&engine, ());
-            store.set_epoch_deadline(u64::MAX / 2);
-            let instance = pre.instantiate(&mut store).expect("instantiate");
-            let bump = instance
-                .get_typed_func::<(), (u32,)>(&mut store, "bump")
-                .expect("bump export");
-            let (value,) = bump.call(&mut store, ()).expect("call bump");
-            assert_eq!(
-                value, 42,
-                "call {call} (pooling: {pooling}) saw a previous call's memory"
-            );
-        }
-    }
 }
+
+#[cfg(test)]
+mod fresh_memory_tests;

@@ -47,6 +47,9 @@ pub struct RuntimeConfig {
     pub policy: Option<Arc<super::policy::Policy>>,
     /// Where async calls (`reconcile`, `map`) run their wasm code.
     pub call_mode: CallMode,
+    /// How a freed instance's linear memory is made fresh for the next
+    /// call in its pool slot.
+    pub memory_reset: MemoryReset,
     /// Where per-call WASM time and sandbox failures are reported (the
     /// host's metrics in `rekon run`; by default, metrics of its own).
     pub metrics: crate::telemetry::metrics::Metrics,
@@ -79,6 +82,33 @@ pub enum CallMode {
     BlockingPool,
 }
 
+/// How the pooling allocator makes a freed instance's linear memory fresh
+/// for the next instance in its slot (`rekon run --memory-reset`). Both
+/// give the next call the module's initial memory and nothing of the last
+/// call's; they differ in what that costs (issue 39; figures in
+/// docs/plugins/precompiled.md, "What a call costs").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemoryReset {
+    /// Only the pages the call wrote are restored (Linux `PAGEMAP_SCAN`,
+    /// ≥ 6.7; elsewhere the memory is decommitted and faulted in again).
+    /// Cheapest when a call writes few runs of pages, as a compiled plugin
+    /// does. wasmtime 48 stops the scan after 32 runs of written pages and
+    /// decommits the rest, so an interpreter whose calls write all over
+    /// its heap (componentize-py: ~600 runs) faults that part in again on
+    /// every call.
+    #[default]
+    #[value(help = "Restore the pages the call wrote")]
+    DirtyPages,
+    /// The whole memory is copied back from its image (and the rest zeroed),
+    /// without a scan: a call never faults on a page an earlier call in the
+    /// slot touched, for one copy of the memory per call and every slot's
+    /// whole memory kept resident. For hosts serving interpreter plugins:
+    /// the Python port's CPU per call falls by 30–40 % (host RSS +75 MiB),
+    /// while a Rust plugin's call grows by 10–40 %.
+    #[value(help = "Copy the whole memory back")]
+    Whole,
+}
+
 impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
@@ -95,6 +125,7 @@ impl Default for RuntimeConfig {
             outcome_bounds: super::bounds::OutcomeBounds::default(),
             policy: None,
             call_mode: CallMode::default(),
+            memory_reset: MemoryReset::default(),
             metrics: crate::telemetry::metrics::Metrics::new(),
             compile_bound: None,
             fair_share: super::fair_share::FairShareConfig::default(),
