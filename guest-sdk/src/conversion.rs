@@ -294,14 +294,7 @@ pub fn check_converted(
     desired_api_version: &str,
 ) -> Result<(), String> {
     fn identity(v: &Value) -> rekon_rules::conversion::Identity<'_> {
-        let text = |p: &str| v.pointer(p).and_then(Value::as_str);
-        rekon_rules::conversion::Identity {
-            api_version: text("/apiVersion"),
-            kind: text("/kind"),
-            name: text("/metadata/name"),
-            namespace: text("/metadata/namespace"),
-            uid: text("/metadata/uid"),
-        }
+        rekon_rules::conversion::Identity::read(|p| v.pointer(p).and_then(Value::as_str))
     }
     rekon_rules::conversion::check_converted(
         &identity(original),

@@ -112,6 +112,21 @@ pub struct Identity<'a> {
     pub uid: Option<&'a str>,
 }
 
+impl<'a> Identity<'a> {
+    /// The identity of an object read through `text`, the string at a JSON
+    /// pointer (`/metadata/name`) of the object, if any: the host and the
+    /// SDK's test kit read it the same way from their JSON values.
+    pub fn read(text: impl Fn(&str) -> Option<&'a str>) -> Self {
+        Self {
+            api_version: text("/apiVersion"),
+            kind: text("/kind"),
+            name: text("/metadata/name"),
+            namespace: text("/metadata/namespace"),
+            uid: text("/metadata/uid"),
+        }
+    }
+}
+
 /// Whether `converted` is a valid conversion of `original` to
 /// `desired_api_version`, checked as the API server checks a conversion
 /// webhook's objects (`webhook_converter.go`): the desired apiVersion, and

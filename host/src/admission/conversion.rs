@@ -70,14 +70,7 @@ fn object_name(object: &Value) -> String {
 }
 
 fn identity(object: &Value) -> rekon_rules::conversion::Identity<'_> {
-    let text = |p: &str| object.pointer(p).and_then(Value::as_str);
-    rekon_rules::conversion::Identity {
-        api_version: text("/apiVersion"),
-        kind: text("/kind"),
-        name: text("/metadata/name"),
-        namespace: text("/metadata/namespace"),
-        uid: text("/metadata/uid"),
-    }
+    rekon_rules::conversion::Identity::read(|p| object.pointer(p).and_then(Value::as_str))
 }
 
 /// One object converted by `plugin`, or why not (and how it ended).
