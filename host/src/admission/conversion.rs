@@ -142,11 +142,13 @@ async fn convert_one(
     Ok(converted)
 }
 
-/// The answer to `request` by `plugin` (or, `None`, the message that no
-/// such plugin is loaded), as the review JSON to send, and how it ended.
+/// The answer to `request` by the plugin `name` (`None`: none of that name
+/// is loaded, a failure saying so), as the review JSON to send, and how it
+/// ended.
 pub async fn answer(
     request: ConversionRequest,
-    plugin: Result<&LoadedPlugin, String>,
+    name: &str,
+    plugin: Option<&LoadedPlugin>,
     reads: impl Fn(&LoadedPlugin) -> Arc<dyn HostReads>,
 ) -> (Value, Outcome) {
     let desired = request.desired_api_version.clone();
@@ -156,8 +158,11 @@ pub async fn answer(
         response.failure(Status::failure(&message, ""))
     };
     let (response, outcome) = match plugin {
-        Err(message) => (failure(response, message), Outcome::Failed),
-        Ok(plugin) => {
+        None => (
+            failure(response, format!("no plugin {name} is loaded")),
+            Outcome::Failed,
+        ),
+        Some(plugin) => {
             let mut converted = Vec::with_capacity(objects.len());
             let mut error = None;
             for object in objects {
@@ -215,7 +220,7 @@ mod tests {
             .as_bytes(),
         )
         .unwrap();
-        let (out, outcome) = answer(request, Err("no plugin widgets is loaded".into()), |_| {
+        let (out, outcome) = answer(request, "widgets", None, |_| {
             Arc::new(crate::plugin::NoReads)
         })
         .await;

@@ -191,12 +191,11 @@ async fn convert(
     };
     let uid = request.uid.clone();
     let plugin = state.admitters.plugin(&name);
-    let found = plugin
-        .as_ref()
-        .ok_or_else(|| format!("no plugin {name} is loaded"));
     let span = tracing::debug_span!("converting", plugin = %name, uid = %uid);
     let (json, outcome) = tracing::Instrument::instrument(
-        super::conversion::answer(request, found, |p| state.admitters.reads(p)),
+        super::conversion::answer(request, &name, plugin.as_ref(), |p| {
+            state.admitters.reads(p)
+        }),
         span,
     )
     .await;

@@ -409,6 +409,33 @@ impl Env {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// `kubectl apply -f -` of `yaml` in `context`: whether it succeeded,
+    /// and what kubectl printed (stdout, then stderr), for tests that check
+    /// a refusal's wording.
+    #[must_use]
+    pub fn kubectl_apply(&self, context: &str, yaml: &str) -> (bool, String) {
+        use std::io::Write as _;
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--context", context, "--cache-dir"])
+            .arg(self.work.path().join("kubectl-cache"))
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(yaml.as_bytes())
+            .expect("yaml written");
+        let out = child.wait_with_output().expect("kubectl ends");
+        (out.status.success(), output_text(&out))
+    }
+
     /// Polls `probe` every 100 ms until it returns `Some`, or fails after
     /// `timeout` naming `what` and showing the end of rekon's log.
     ///

@@ -98,30 +98,6 @@ async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
     }
 }
 
-/// `kubectl apply -f -` of `yaml` in `main`: (succeeded, stdout + stderr).
-fn kubectl_apply(env: &Env, yaml: &str) -> (bool, String) {
-    use std::io::Write as _;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(["--context", "main", "--cache-dir"])
-        .arg(env.work_dir().join("kubectl-cache"))
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(yaml.as_bytes())
-        .expect("yaml written");
-    let out = child.wait_with_output().expect("kubectl ends");
-    (out.status.success(), output_text(&out))
-}
-
 fn widget(name: &str, size: i64) -> String {
     format!(
         "apiVersion: widgets.rekon.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  size: {size}\n"
@@ -257,7 +233,7 @@ async fn serve_widgets(
     );
     assert!(out.status.success(), "{}", output_text(&out));
     let yaml = String::from_utf8(out.stdout).unwrap();
-    let (ok, text) = kubectl_apply(&env, &yaml);
+    let (ok, text) = env.kubectl_apply("main", &yaml);
     assert!(ok, "{text}");
     assert!(
         text.contains(
@@ -279,7 +255,7 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
         let (env, _certs, _) = serve_widgets(|paths| lang.component(paths)).await;
 
         // A plain refusal (403): kubectl prints the API server's wording.
-        let (ok, text) = kubectl_apply(&env, &widget("negative", -1));
+        let (ok, text) = env.kubectl_apply("main", &widget("negative", -1));
         assert!(!ok, "an invalid widget was stored: {text}");
         assert!(
             text.contains(
@@ -288,7 +264,7 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
             "{text}"
         );
         // A 422 with a field error: kubectl prints it as an invalid object.
-        let (ok, text) = kubectl_apply(&env, &widget("huge", 11));
+        let (ok, text) = env.kubectl_apply("main", &widget("huge", 11));
         assert!(!ok, "an invalid widget was stored: {text}");
         assert!(
             text.contains("The Widget \"huge\" is invalid: spec.size: must be at most 10"),
@@ -299,7 +275,7 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
         // A trap (Rust: a panic; TypeScript, Python: an exception that is
         // not an admission error) is a failed call: the host answers 500
         // and the API server applies the rule's failure policy (Fail).
-        let (ok, text) = kubectl_apply(&env, &widget("trap", 1));
+        let (ok, text) = env.kubectl_apply("main", &widget("trap", 1));
         assert!(!ok, "a widget was stored past a trapping webhook: {text}");
         assert!(
             text.contains("failed calling webhook \"size.widgets.rekon.dev\""),
@@ -307,7 +283,7 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
         );
 
         // The plugin keeps serving.
-        let (ok, text) = kubectl_apply(&env, &widget("big", 7));
+        let (ok, text) = env.kubectl_apply("main", &widget("big", 7));
         assert!(ok, "{text}");
         assert!(text.contains("Warning: a widget above size 5 is large"), "{text}");
         let stored: Value = get(env.main(), "widgets.rekon.dev/v1", "widgets", Some("default"), "big")
@@ -326,7 +302,7 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
 
         // The quota reads the host's cache: two more fit, a fourth does not.
         for name in ["second", "third"] {
-            let (ok, text) = kubectl_apply(&env, &widget(name, 1));
+            let (ok, text) = env.kubectl_apply("main", &widget(name, 1));
             assert!(ok, "{text}");
         }
         until(&env, "three widgets reconciled (in the host's cache)", || {
@@ -337,7 +313,7 @@ async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
             })
         })
         .await;
-        let (ok, text) = kubectl_apply(&env, &widget("fourth", 1));
+        let (ok, text) = env.kubectl_apply("main", &widget("fourth", 1));
         assert!(!ok, "a fourth widget was stored: {text}");
         assert!(
             text.contains(
@@ -415,7 +391,7 @@ async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
         // Applied at v1alpha1 (`spec.amount`): defaulted by mutate through
         // the conversion, stored at v1.
         let old = "apiVersion: widgets.rekon.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: old\n  namespace: default\nspec:\n  amount: 4\n";
-        let (ok, text) = kubectl_apply(&env, old);
+        let (ok, text) = env.kubectl_apply("main", old);
         assert!(ok, "{text}");
         assert!(text.contains("widget.widgets.rekon.dev/old created"), "{text}");
         let at_v1 = kubectl_get_widget(&env, "v1", "old");
@@ -437,7 +413,7 @@ async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
         );
         // Validation still applies to a write at v1alpha1.
         let huge = old.replace("name: old", "name: huge").replace("amount: 4", "amount: 11");
-        let (ok, text) = kubectl_apply(&env, &huge);
+        let (ok, text) = env.kubectl_apply("main", &huge);
         assert!(!ok, "an invalid widget was stored at v1alpha1: {text}");
         assert!(text.contains("must be at most 10"), "{text}");
 
@@ -454,7 +430,7 @@ async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
 
         // A convert that traps: the read at v1alpha1 fails as the API
         // server fails it; the read at v1 (no conversion) does not.
-        let (ok, text) = kubectl_apply(&env, &widget("convert-trap", 1));
+        let (ok, text) = env.kubectl_apply("main", &widget("convert-trap", 1));
         assert!(ok, "{text}");
         let (ok, text) = kubectl(
             &env,
@@ -482,7 +458,7 @@ async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
                 == Some(Value::from(1))
         })
         .await;
-        let (ok, text) = kubectl_apply(&env, &old.replace("name: old", "name: after"));
+        let (ok, text) = env.kubectl_apply("main", &old.replace("name: old", "name: after"));
         assert!(ok, "the plugin keeps converting after a trap: {text}");
         assert_eq!(kubectl_get_widget(&env, "v1alpha1", "after")["spec"]["amount"], 4);
     })

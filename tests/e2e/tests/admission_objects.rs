@@ -32,30 +32,6 @@ const VALIDATING: &str = "validatingwebhookconfigurations";
 const MUTATING: &str = "mutatingwebhookconfigurations";
 const ADMISSION_GROUP: &str = "admissionregistration.k8s.io/v1";
 
-/// `kubectl apply -f -` of `yaml` in `main`: (succeeded, stdout + stderr).
-fn kubectl_apply(env: &Env, yaml: &str) -> (bool, String) {
-    use std::io::Write as _;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&env.kubeconfig)
-        .args(["--context", "main", "--cache-dir"])
-        .arg(env.work_dir().join("kubectl-cache"))
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(yaml.as_bytes())
-        .expect("yaml written");
-    let out = child.wait_with_output().expect("kubectl ends");
-    (out.status.success(), output_text(&out))
-}
-
 fn widget(name: &str, size: i64) -> String {
     format!(
         "apiVersion: widgets.rekon.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  size: {size}\n"
@@ -192,7 +168,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
                 .ok()
         })
         .await?;
-        let (ok, text) = kubectl_apply(&env, &widget("huge", 11));
+        let (ok, text) = env.kubectl_apply("main", &widget("huge", 11));
         assert!(!ok, "a size-11 widget was stored: {text}");
         assert!(
             text.contains("The Widget \"huge\" is invalid: spec.size: must be at most 10"),
@@ -210,7 +186,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
             (plugin(env)?["status"]["shadow"]["digest"] == json!(d2)).then_some(())
         })
         .await?;
-        let (ok, text) = kubectl_apply(&env, &widget("seven", 7));
+        let (ok, text) = env.kubectl_apply("main", &widget("seven", 7));
         assert!(ok, "the shadow's verdict was enforced: {text}");
         let obj = env
             .wait_for("a would-deny in status.shadow.admission", WAIT, |env| {
@@ -270,7 +246,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
             (plugin(env)?["status"]["digest"] == json!(d2)).then_some(())
         })
         .await?;
-        let (ok, text) = kubectl_apply(&env, &widget("eight", 7));
+        let (ok, text) = env.kubectl_apply("main", &widget("eight", 7));
         assert!(
             !ok,
             "a size-7 widget was stored after the promotion: {text}"
