@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use plugin_support::*;
-use rekon::admission::{WebhookConfig, WebhookServer, webhook_cert};
+use rekon::admission::webhook_cert;
 use rekon::plugin::{AdmissionKind, FailurePolicy, PluginRegistry, PluginRuntime, RuntimeConfig};
 use rekon::telemetry::metrics::Metrics;
 use serde_json::{Value, json};
@@ -62,22 +62,7 @@ async fn serve_widgets(widgets: &str) -> Served {
     registry.load_dir(plugins.path()).expect("plugins load");
     let certs = tempfile::tempdir().unwrap();
     let cert = webhook_cert(Some(certs.path()), vec!["localhost".into()]).expect("cert made");
-    let server = WebhookServer::bind(
-        WebhookConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            cluster: "main".into(),
-        },
-        Arc::new(cert),
-        Arc::new(registry.clone()),
-        metrics.clone(),
-    )
-    .await
-    .expect("server binds");
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (addr, stop) = serve_webhooks(cert, &registry, &metrics).await;
     // Trust what was written, as `rekon webhooks` puts it in the caBundle.
     let pem = std::fs::read(certs.path().join("tls.crt")).expect("tls.crt written");
     let anchor = rustls_pemfile_first(&pem);

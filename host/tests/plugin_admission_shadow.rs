@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plugin_support::*;
-use rekon::admission::{WebhookConfig, WebhookServer, webhook_cert};
+use rekon::admission::webhook_cert;
 use rekon::plugin::{PluginRegistry, PluginRuntime, RuntimeConfig};
 use rekon::telemetry::metrics::{Metrics, ShadowVerdictCounts};
 use serde_json::{Value, json};
@@ -63,22 +63,7 @@ async fn serve_with(shadow: bool) -> Served {
     registry.load_dir(plugins.path()).expect("plugins load");
     assert_eq!(registry.shadow("widgets").is_some(), shadow);
     let cert = webhook_cert(None, vec!["localhost".into()]).expect("cert made");
-    let server = WebhookServer::bind(
-        WebhookConfig {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            cluster: "main".into(),
-        },
-        Arc::new(cert),
-        Arc::new(registry.clone()),
-        metrics.clone(),
-    )
-    .await
-    .expect("server binds");
-    let addr = server.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.run(async move {
-        let _ = stopped.await;
-    }));
+    let (addr, stop) = serve_webhooks(cert, &registry, &metrics).await;
     Served {
         addr,
         metrics,

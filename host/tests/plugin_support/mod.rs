@@ -183,3 +183,29 @@ pub fn component_of_other_world() -> Vec<u8> {
 pub fn core_module() -> Vec<u8> {
     wat::parse_str(r#"(module (func (export "register")))"#).expect("valid WAT")
 }
+
+/// The host's webhook server on a free local port, serving `registry`'s
+/// plugins with `cert`, run until the returned sender is dropped or used.
+pub async fn serve_webhooks(
+    cert: rekon::telemetry::serving_cert::ServingCert,
+    registry: &rekon::plugin::PluginRegistry,
+    metrics: &rekon::telemetry::metrics::Metrics,
+) -> (std::net::SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let server = rekon::admission::WebhookServer::bind(
+        rekon::admission::WebhookConfig {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            cluster: "main".into(),
+        },
+        Arc::new(cert),
+        Arc::new(registry.clone()),
+        metrics.clone(),
+    )
+    .await
+    .expect("server binds");
+    let addr = server.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(async move {
+        let _ = stopped.await;
+    }));
+    (addr, stop)
+}
