@@ -290,6 +290,27 @@ impl Inner {
         self.persist(&r.sk.clone(), key, Some(old), new);
     }
 
+    /// The owner of `owner_uid` and its dependents, when it is being
+    /// deleted and still holds `finalizer` (`foregroundDeletion` or
+    /// `orphan`): the garbage collector's work for it is not done.
+    fn deleting_owner_holding(
+        &self,
+        owner_uid: &str,
+        finalizer: &str,
+    ) -> Option<(ObjRef, Vec<ObjRef>)> {
+        let or = self.uids.get(owner_uid).cloned()?;
+        let owner = self.lookup_ref(&or)?;
+        if !is_deleting(&owner) || !finalizers(&owner).iter().any(|f| f == finalizer) {
+            return None;
+        }
+        let deps = self
+            .dependents
+            .get(owner_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        Some((or, deps))
+    }
+
     pub(super) fn remove_finalizer(&mut self, r: &ObjRef, fin: &str) {
         self.edit_ref(r, |obj| {
             let f: Vec<String> = finalizers(obj).into_iter().filter(|x| x != fin).collect();
@@ -378,20 +399,9 @@ impl Inner {
                     }
                 }
                 Work::Foreground(owner_uid) => {
-                    let Some(or) = self.uids.get(&owner_uid).cloned() else {
+                    let Some((or, deps)) = self.deleting_owner_holding(&owner_uid, FG) else {
                         continue;
                     };
-                    let Some(owner) = self.lookup_ref(&or) else {
-                        continue;
-                    };
-                    if !is_deleting(&owner) || !finalizers(&owner).iter().any(|f| f == FG) {
-                        continue;
-                    }
-                    let deps: Vec<ObjRef> = self
-                        .dependents
-                        .get(&owner_uid)
-                        .map(|s| s.iter().cloned().collect())
-                        .unwrap_or_default();
                     for d in &deps {
                         let has_deps = self
                             .lookup_ref(d)
@@ -431,20 +441,9 @@ impl Inner {
                     }
                 }
                 Work::Orphan(owner_uid) => {
-                    let Some(or) = self.uids.get(&owner_uid).cloned() else {
+                    let Some((or, deps)) = self.deleting_owner_holding(&owner_uid, ORPHAN) else {
                         continue;
                     };
-                    let Some(owner) = self.lookup_ref(&or) else {
-                        continue;
-                    };
-                    if !is_deleting(&owner) || !finalizers(&owner).iter().any(|f| f == ORPHAN) {
-                        continue;
-                    }
-                    let deps: Vec<ObjRef> = self
-                        .dependents
-                        .get(&owner_uid)
-                        .map(|s| s.iter().cloned().collect())
-                        .unwrap_or_default();
                     for d in &deps {
                         self.strip_owner(d, &owner_uid);
                     }
