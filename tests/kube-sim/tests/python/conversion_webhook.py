@@ -17,9 +17,10 @@ it listens on, then serves until killed.
 import http.server
 import json
 import os
-import ssl
 import sys
 import time
+
+import https_json
 
 
 def convert(obj, desired):
@@ -62,24 +63,14 @@ class Hook(http.server.BaseHTTPRequestHandler):
             if self.path.startswith("/rename"):
                 for o in resp["convertedObjects"]:
                     o["metadata"]["name"] = "renamed"
-        body = json.dumps({"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": resp}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        https_json.reply(self, {"apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview", "response": resp})
 
     def log_message(self, *args):
         pass
 
 
 def main():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    print(server.server_address[1], flush=True)
-    server.serve_forever()
+    https_json.serve(Hook)
 
 
 if __name__ == "__main__":

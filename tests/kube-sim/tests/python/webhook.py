@@ -10,8 +10,8 @@ serves until killed.
 import base64
 import http.server
 import json
-import ssl
-import sys
+
+import https_json
 
 
 class Hook(http.server.BaseHTTPRequestHandler):
@@ -31,24 +31,14 @@ class Hook(http.server.BaseHTTPRequestHandler):
             if "forbidden" in (obj.get("data") or {}):
                 resp["allowed"] = False
                 resp["status"] = {"code": 403, "message": "python says no"}
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        https_json.reply(self, {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp})
 
     def log_message(self, *args):
         pass
 
 
 def main():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(sys.argv[1], sys.argv[2])
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    print(server.server_address[1], flush=True)
-    server.serve_forever()
+    https_json.serve(Hook)
 
 
 if __name__ == "__main__":
