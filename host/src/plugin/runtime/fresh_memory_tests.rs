@@ -52,6 +52,21 @@ const SCATTER: &str = r#"
 /// reset modes.
 #[test]
 fn scattered_writes_do_not_reach_the_next_call() {
+    every_fresh_call_returns(SCATTER, "scatter", 10, 7);
+}
+
+/// Pool slots are reused with their dirtied pages kept resident: every
+/// fresh instance must still see the initial memory, not the last call's,
+/// whichever way the memory is reset.
+#[test]
+fn fresh_instances_start_from_the_initial_memory() {
+    every_fresh_call_returns(BUMP, "bump", 20, 42);
+}
+
+/// `calls` fresh instances of `wat` in a row, in each reset mode, each
+/// returning `expected` from `export`: what a call returns when it starts
+/// from the initial memory.
+fn every_fresh_call_returns(wat: &str, export: &str, calls: usize, expected: u32) {
     for reset in [MemoryReset::DirtyPages, MemoryReset::Whole] {
         let (engine, pooling) = build_engine(&RuntimeConfig {
             memory_reset: reset,
@@ -62,61 +77,22 @@ fn scattered_writes_do_not_reach_the_next_call() {
             pooling,
             "the pool could not be reserved: the test would not test it"
         );
-        let component = Component::new(&engine, SCATTER).expect("compile");
+        let component = Component::new(&engine, wat).expect("compile");
         let pre = Linker::<()>::new(&engine)
             .instantiate_pre(&component)
             .expect("link");
-        for call in 0..10 {
+        for call in 0..calls {
             let mut store = Store::new(&engine, ());
             store.set_epoch_deadline(u64::MAX / 2);
             let instance = pre.instantiate(&mut store).expect("instantiate");
-            let scatter = instance
-                .get_typed_func::<(), (u32,)>(&mut store, "scatter")
-                .expect("scatter export");
-            let (sum,) = scatter.call(&mut store, ()).expect("call scatter");
+            let func = instance
+                .get_typed_func::<(), (u32,)>(&mut store, export)
+                .expect("the export");
+            let (value,) = func.call(&mut store, ()).expect("call");
             assert_eq!(
-                sum, 7,
-                "call {call} ({reset:?}) saw a previous call's writes"
+                value, expected,
+                "call {call} of {export} ({reset:?}) saw a previous call's memory"
             );
         }
-    }
-}
-
-/// Pool slots are reused with their dirtied pages kept resident: every
-/// fresh instance must still see the initial memory, not the last call's,
-/// whichever way the memory is reset.
-#[test]
-fn fresh_instances_start_from_the_initial_memory() {
-    for reset in [MemoryReset::DirtyPages, MemoryReset::Whole] {
-        fresh_instances_start_from_the_initial_memory_with(reset);
-    }
-}
-
-fn fresh_instances_start_from_the_initial_memory_with(reset: MemoryReset) {
-    let (engine, pooling) = build_engine(&RuntimeConfig {
-        memory_reset: reset,
-        ..RuntimeConfig::default()
-    })
-    .expect("engine");
-    assert!(
-        pooling,
-        "the pool could not be reserved: the test would not test it"
-    );
-    let component = Component::new(&engine, BUMP).expect("compile the bump component");
-    let pre = Linker::<()>::new(&engine)
-        .instantiate_pre(&component)
-        .expect("link the bump component");
-    for call in 0..20 {
-        let mut store = Store::new(&engine, ());
-        store.set_epoch_deadline(u64::MAX / 2);
-        let instance = pre.instantiate(&mut store).expect("instantiate");
-        let bump = instance
-            .get_typed_func::<(), (u32,)>(&mut store, "bump")
-            .expect("bump export");
-        let (value,) = bump.call(&mut store, ()).expect("call bump");
-        assert_eq!(
-            value, 42,
-            "call {call} ({reset:?}) saw a previous call's memory"
-        );
     }
 }
