@@ -394,8 +394,22 @@ async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
         let (ok, text) = env.kubectl_apply("main", old);
         assert!(ok, "{text}");
         assert!(text.contains("widget.widgets.rekon.dev/old created"), "{text}");
-        let at_v1 = kubectl_get_widget(&env, "v1", "old");
-        let at_v1alpha1 = kubectl_get_widget(&env, "v1alpha1", "old");
+        // The plugin's reconcile writes the Widget's status meanwhile: a
+        // pair of reads on either side of that write sees two
+        // resourceVersions. Read the pair again until no write fell between
+        // them (the comparison below still covers every field).
+        let mut tries = 0;
+        let (at_v1, at_v1alpha1) = loop {
+            let at_v1 = kubectl_get_widget(&env, "v1", "old");
+            let at_v1alpha1 = kubectl_get_widget(&env, "v1alpha1", "old");
+            tries += 1;
+            if at_v1["metadata"]["resourceVersion"] == at_v1alpha1["metadata"]["resourceVersion"]
+                || tries == 20
+            {
+                break (at_v1, at_v1alpha1);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         assert_eq!(at_v1["apiVersion"], "widgets.rekon.dev/v1");
         assert_eq!(at_v1["spec"], serde_json::json!({"size": 4}), "{at_v1}");
         assert_eq!(at_v1alpha1["apiVersion"], "widgets.rekon.dev/v1alpha1");
