@@ -1,32 +1,43 @@
 #!/usr/bin/env python3
 """Bench (not a test): rekon's admission webhook against Kubewarden's
-policy-server, on the same policy and the same AdmissionReviews.
+policy-server and kopf, on the same policy and the same AdmissionReviews.
 
-    tests/bench/admission_peers.py --policy-server BIN --policy WASM \
-        [--rekon BIN] [--kube-sim BIN] [--duration S] [--concurrency 1,16]
+    tests/bench/admission_peers.py --case nodepool|widgets \
+        --policy-server BIN --policy WASM [--rekon BIN] [--kube-sim BIN] \
+        [--duration S] [--concurrency 1,16] [--languages rust,python]
 
-- rekon: `rekon run --webhook-addr` against kube-sim with the widgets test
-  plugin (dist/test-plugins/widgets.wasm, `make test-plugins`; its
-  `validate`: a widget's `spec.size` is at most 10), `POST
-  /validate/widgets`.
-- Kubewarden: `policy-server` (built from its public source; not built
-  here) serving tests/bench/peers/kubewarden-widgets (the same rule written
-  with Kubewarden's Rust SDK; `cargo build --release --target wasm32-wasip1`
-  in that directory), annotated here with the metadata `kwctl annotate`
-  writes, `POST /validate/widgets`.
+`--case nodepool` (the issue's peer): the NodePool validation.
+- rekon: `rekon run --webhook-addr` against kube-sim serving the nodepool
+  seed (dist/plugins/nodepool.wasm, `make plugins`) and its Python port
+  (dist/sdk-plugins/nodepool_py.wasm, `make sdk-plugins`), `POST
+  /validate/nodepool`. Its `validate` also checks the cache (no other pool
+  selects the same nodes), which the peers do not: rekon does more per
+  review.
+- Kubewarden: `policy-server` (built from its public source; see
+  docs/plugins/admission.md#peers) serving tests/bench/peers/kubewarden-nodepool
+  (the same rules written with Kubewarden's Rust SDK from crates.io;
+  `cargo build --release --target wasm32-wasip1` in that directory),
+  annotated here with the metadata `kwctl annotate` writes.
+- kopf: tests/bench/peers/nodepool_kopf_validate.py, a `@kopf.on.validate`
+  handler on kopf's own HTTPS webhook server (`pip install -r
+  tests/bench/peers/requirements.txt`), `kopf run --standalone` against the
+  same kube-sim.
 
-Both over HTTPS on loopback, with kept-alive connections as the API server
+`--case widgets`: a widget's `spec.size` is at most 10: rekon serving the
+widgets test plugin in Rust, TypeScript and Python
+(dist/test-plugins/widgets.wasm, dist/sdk-plugins/widgets_{ts,py}.wasm),
+Kubewarden serving tests/bench/peers/kubewarden-widgets; no kopf peer.
+
+All over HTTPS on loopback, with kept-alive connections as the API server
 keeps them, driven by `wrk` (Debian's package) with one connection per
-concurrent client; two reviews, an allowed one (size 5) and a denied one
-(size 20), each an UPDATE (rekon's widgets reads its quota from the cache
-only on CREATE; the Kubewarden policy has no quota). Per server and
-concurrency: reviews/s, p50/p99 latency (wrk's), and the server's RSS
-(VmHWM: peak, which for both includes compiling the policy at start;
-VmRSS after the run, split into anonymous memory and mapped files such as
-the binary's own code). Before the timed run each server gets
-a warm-up of the same length's tenth, and the verdict of each review is
-checked once (allowed / denied with the message) so that a server
-answering errors fast cannot win.
+concurrent client; two reviews per case, an allowed one and a denied one
+(UPDATEs). Per server and concurrency: reviews/s, p50/p99 latency (wrk's),
+and the server's RSS (VmHWM: peak, which includes compiling the policy at
+start; VmRSS after the run, split into anonymous memory and mapped files
+such as the binary's own code; for kopf, the Python process). Before the
+timed run each server gets a warm-up of the same length's tenth, and the
+verdict of each review is checked once (allowed / denied with the rule's
+words) so that a server answering errors fast cannot win.
 """
 
 import argparse
@@ -44,48 +55,90 @@ import time
 import urllib.request
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from ports import KubeSim, fail, free_port, http, leb  # noqa: E402
+from ports import KubeSim, fail, free_port, leb  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# What `kwctl annotate` embeds (custom section `io.kubewarden.metadata`):
-# policy-server refuses a waPC policy without a protocol version.
-METADATA = {
-    "protocolVersion": "v1",
-    "rules": [{"apiGroups": ["widgets.rekon.dev"], "apiVersions": ["v1"],
-               "resources": ["widgets"], "operations": ["CREATE", "UPDATE"]}],
-    "mutating": False,
-    "backgroundAudit": False,
-    "executionMode": "kubewarden-wapc",
+def widget(size):
+    return {"apiVersion": "widgets.rekon.dev/v1", "kind": "Widget",
+            "metadata": {"name": "w", "namespace": "default", "uid": "0f0e"},
+            "spec": {"size": size}}
+
+
+def pool(labels, taints):
+    return {"apiVersion": "nodes.lailin.xyz/v1", "kind": "NodePool",
+            "metadata": {"name": "gpu", "uid": "0f0e"},
+            "spec": {"labels": labels, "taints": taints, "handler": "runc"}}
+
+
+# Per case: the resource, rekon's plugins per language (file, route name),
+# the two reviews' objects (allowed, denied), and a word of the denial each
+# server must give.
+CASES = {
+    "widgets": {
+        "gvr": ("widgets.rekon.dev", "v1", "Widget", "widgets"), "namespace": "default",
+        "plugin": "widgets",
+        "rekon": {"rust": "dist/test-plugins/widgets.wasm",
+                  "typescript": "dist/sdk-plugins/widgets_ts.wasm",
+                  "python": "dist/sdk-plugins/widgets_py.wasm"},
+        "allowed": (widget(5), widget(1)), "denied": (widget(20), widget(1)),
+        "denial": "at most 10", "kopf": None,
+    },
+    "nodepool": {
+        "gvr": ("nodes.lailin.xyz", "v1", "NodePool", "nodepools"), "namespace": None,
+        "plugin": "nodepool",
+        "rekon": {"rust": "dist/plugins/nodepool.wasm",
+                  "python": "dist/sdk-plugins/nodepool_py.wasm"},
+        "allowed": (pool({"example.com/team": "ml", "example.com/accelerator": "a100"},
+                         [{"key": "example.com/gpu", "value": "true", "effect": "NoSchedule"}]),
+                    pool({"example.com/team": "ml"}, [])),
+        "denied": (pool({"example.com/team": "ml", "node-role.kubernetes.io/cpu": ""},
+                        [{"key": "example.com/gpu", "value": "true", "effect": "Sometimes"}]),
+                   pool({"example.com/team": "ml"}, [])),
+        "denial": "Sometimes", "kopf": "tests/bench/peers/nodepool_kopf_validate.py",
+    },
 }
 
 
-def annotated(wasm, out):
+def metadata(case):
+    group, version, _, plural = case["gvr"]
+    # What `kwctl annotate` embeds (custom section `io.kubewarden.metadata`):
+    # policy-server refuses a waPC policy without a protocol version.
+    return {
+        "protocolVersion": "v1",
+        "rules": [{"apiGroups": [group], "apiVersions": [version],
+                   "resources": [plural], "operations": ["CREATE", "UPDATE"]}],
+        "mutating": False,
+        "backgroundAudit": False,
+        "executionMode": "kubewarden-wapc",
+    }
+
+
+def annotated(case, wasm, out):
     name = b"io.kubewarden.metadata"
-    content = leb(len(name)) + name + json.dumps(METADATA).encode()
+    content = leb(len(name)) + name + json.dumps(metadata(case)).encode()
     out.write_bytes(wasm.read_bytes() + b"\x00" + leb(len(content)) + content)
     return out
 
 
-def review(size):
-    widget = lambda s: {"apiVersion": "widgets.rekon.dev/v1", "kind": "Widget",  # noqa: E731
-                        "metadata": {"name": "w", "namespace": "default", "uid": "0f0e"},
-                        "spec": {"size": s}}
-    return {
-        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-        "request": {
-            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
-            "kind": {"group": "widgets.rekon.dev", "version": "v1", "kind": "Widget"},
-            "resource": {"group": "widgets.rekon.dev", "version": "v1", "resource": "widgets"},
-            "requestKind": {"group": "widgets.rekon.dev", "version": "v1", "kind": "Widget"},
-            "requestResource": {"group": "widgets.rekon.dev", "version": "v1", "resource": "widgets"},
-            "name": "w", "namespace": "default", "operation": "UPDATE",
-            "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
-            "object": widget(size), "oldObject": widget(1),
-            "dryRun": False,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
-        },
+def review(case, verdict):
+    group, version, kind, plural = case["gvr"]
+    obj, old = case[verdict]
+    request = {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": plural},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": plural},
+        "name": obj["metadata"]["name"], "operation": "UPDATE",
+        "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+        "object": obj, "oldObject": old,
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"},
     }
+    if case["namespace"]:
+        request["namespace"] = case["namespace"]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
 def post(url, body):
@@ -98,14 +151,14 @@ def post(url, body):
         return json.loads(r.read())
 
 
-def check(name, url):
-    allowed = post(url, review(5))["response"]
-    denied = post(url, review(20))["response"]
+def check(case, name, url):
+    allowed = post(url, review(case, "allowed"))["response"]
+    denied = post(url, review(case, "denied"))["response"]
     if allowed.get("allowed") is not True:
-        fail(f"{name}: size 5 not allowed: {allowed}")
+        fail(f"{name}: the allowed review was not allowed: {allowed}")
     message = (denied.get("status") or {}).get("message", "")
-    if denied.get("allowed") is not False or "at most 10" not in message:
-        fail(f"{name}: size 20 not denied with the rule's message: {denied}")
+    if denied.get("allowed") is not False or case["denial"] not in message:
+        fail(f"{name}: the denied review was not denied with the rule's words: {denied}")
 
 
 def status_kib(pid, field):
@@ -142,45 +195,63 @@ def wrk(url, body_file, concurrency, seconds, work):
     return rps, pct(50), pct(99)
 
 
-def start_rekon(rekon, sim, work):
-    plugins = work / "rekon-plugins"
-    plugins.mkdir()
-    shutil.copy(ROOT / "dist/test-plugins/widgets.wasm", plugins / "widgets.wasm")
-    port, ops = free_port(), free_port()
-    log = open(work / "rekon.log", "wb")
-    proc = subprocess.Popen(
-        [rekon, "run", "--kubeconfig", sim.kubeconfig, "--context", "main",
-         "--plugins", plugins, "--cache-dir", work / "rekon-cache", "--install-crds",
-         "--webhook-addr", f"127.0.0.1:{port}", "--webhook-cert-dir", work / "rekon-certs",
-         "--metrics-addr", f"127.0.0.1:{ops}", "--probe-addr", f"127.0.0.1:{ops}"],
-        stdout=log, stderr=subprocess.STDOUT)
-    url = f"https://127.0.0.1:{port}/validate/widgets"
-    deadline = time.time() + 300
+def wait_serving(case, name, proc, url, log):
+    deadline = time.time() + 600
     while True:
         if proc.poll() is not None:
-            fail(f"rekon exited {proc.returncode}; see {work / 'rekon.log'}")
-        status, _ = http(f"http://127.0.0.1:{ops}/readyz", timeout=0.5)
-        if status == 200:
-            try:
-                check("rekon", url)
-                return proc, url
-            except Exception:  # noqa: BLE001 - the plugin may still be loading
-                pass
+            fail(f"{name} exited {proc.returncode}; see {log}")
+        try:
+            check(case, name, url)
+            return
+        except SystemExit:
+            raise
+        except Exception:  # noqa: BLE001 - still starting, or the plugin still loading
+            pass
         if time.time() > deadline:
-            fail(f"rekon not serving widgets; see {work / 'rekon.log'}")
+            fail(f"{name} not serving; see {log}")
         time.sleep(0.2)
 
 
-def start_policy_server(binary, policy, work):
-    key, cert = work / "ps.key", work / "ps.crt"
+def start_rekon(case, rekon, sim, wasm, work, tag):
+    plugins = work / f"rekon-plugins-{tag}"
+    plugins.mkdir()
+    target = plugins / f"{case['plugin']}.wasm"
+    shutil.copy(ROOT / wasm, target)
+    cache = work / f"rekon-cache-{tag}"
+    # Into the compiled-plugin cache `rekon run` maps, as `make` does for a
+    # shipped plugin: a JavaScript or Python component is not compiled at load.
+    subprocess.run([rekon, "plugin", "compile", target, "--cache-dir", cache],
+                   check=True, capture_output=True)
+    port, ops = free_port(), free_port()
+    log_path = work / f"rekon-{tag}.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [rekon, "run", "--kubeconfig", sim.kubeconfig, "--context", "main",
+         "--plugins", plugins, "--cache-dir", cache, "--install-crds",
+         "--webhook-addr", f"127.0.0.1:{port}", "--webhook-cert-dir", work / f"rekon-certs-{tag}",
+         "--metrics-addr", f"127.0.0.1:{ops}", "--probe-addr", f"127.0.0.1:{ops}"],
+        stdout=log, stderr=subprocess.STDOUT)
+    url = f"https://127.0.0.1:{port}/validate/{case['plugin']}"
+    wait_serving(case, f"rekon ({tag})", proc, url, log_path)
+    return proc, url
+
+
+def self_signed(work, name):
+    key, cert = work / f"{name}.key", work / f"{name}.crt"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
                     "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
                     "-keyout", key, "-out", cert], check=True, capture_output=True)
-    module = annotated(policy, work / "widgets-annotated.wasm")
+    return key, cert
+
+
+def start_policy_server(case, binary, policy, work):
+    key, cert = self_signed(work, "ps")
+    module = annotated(case, policy, work / "policy-annotated.wasm")
     policies = work / "policies.yml"
-    policies.write_text(f"widgets:\n  module: file://{module}\n  allowedToMutate: false\n")
+    policies.write_text(f"{case['plugin']}:\n  module: file://{module}\n  allowedToMutate: false\n")
     port, probe = free_port(), free_port()
-    log = open(work / "policy-server.log", "wb")
+    log_path = work / "policy-server.log"
+    log = open(log_path, "wb")
     env = dict(os.environ, KUBECONFIG=str(work / "no-kubeconfig"))
     proc = subprocess.Popen(
         [binary, "--policies", policies, "--policies-download-dir", work / "ps-download",
@@ -189,21 +260,27 @@ def start_policy_server(binary, policy, work):
          "--cert-file", cert, "--key-file", key, "--ignore-kubernetes-connection-failure",
          "--log-level", "warn"],
         stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"https://127.0.0.1:{port}/validate/widgets"
-    deadline = time.time() + 300
-    while True:
-        if proc.poll() is not None:
-            fail(f"policy-server exited {proc.returncode}; see {work / 'policy-server.log'}")
-        try:
-            check("policy-server", url)
-            return proc, url
-        except SystemExit:
-            raise
-        except Exception:  # noqa: BLE001 - still starting
-            pass
-        if time.time() > deadline:
-            fail(f"policy-server not serving; see {work / 'policy-server.log'}")
-        time.sleep(0.2)
+    url = f"https://127.0.0.1:{port}/validate/{case['plugin']}"
+    wait_serving(case, "policy-server", proc, url, log_path)
+    return proc, url
+
+
+def start_kopf(case, sim, work):
+    if shutil.which("kopf") is None:
+        fail("kopf is missing (pip install -r tests/bench/peers/requirements.txt)")
+    key, cert = self_signed(work, "kopf")
+    port = free_port()
+    log_path = work / "kopf.log"
+    log = open(log_path, "wb")
+    env = dict(os.environ, KUBECONFIG=str(sim.kubeconfig), KOPF_WEBHOOK_PORT=str(port),
+               KOPF_CERT=str(cert), KOPF_KEY=str(key))
+    proc = subprocess.Popen(
+        ["kopf", "run", "--standalone", "--all-namespaces", "--context", "main",
+         str(ROOT / case["kopf"])],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"https://127.0.0.1:{port}/{case['plugin']}"
+    wait_serving(case, "kopf", proc, url, log_path)
+    return proc, url
 
 
 def stop(proc):
@@ -215,33 +292,44 @@ def stop(proc):
         proc.wait()
 
 
-def measure(name, pid, url, args, work):
+def measure(case, name, pid, url, args, work):
     rows = []
     bodies = {}
-    for size in (5, 20):
-        bodies[size] = work / f"review-{size}.json"
-        bodies[size].write_text(json.dumps(review(size)))
+    for verdict in ("allowed", "denied"):
+        bodies[verdict] = work / f"review-{verdict}.json"
+        bodies[verdict].write_text(json.dumps(review(case, verdict)))
     for concurrency in args.concurrency:
-        for size, verdict in ((5, "allowed"), (20, "denied")):
-            wrk(url, bodies[size], concurrency, max(1, args.duration // 10), work)
-            rps, p50, p99 = wrk(url, bodies[size], concurrency, args.duration, work)
+        for verdict in ("allowed", "denied"):
+            wrk(url, bodies[verdict], concurrency, max(1, args.duration // 10), work)
+            rps, p50, p99 = wrk(url, bodies[verdict], concurrency, args.duration, work)
             rows.append((name, verdict, concurrency, rps, p50, p99))
     return rows, status_kib(pid, "VmHWM"), (status_kib(pid, "VmRSS"), status_kib(pid, "RssAnon"),
                                             status_kib(pid, "RssFile"))
 
 
+LANGUAGE = {"rust": "Rust", "typescript": "TypeScript", "python": "Python"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=sorted(CASES), default="nodepool")
     ap.add_argument("--policy-server", required=True, help="Kubewarden's policy-server binary")
-    ap.add_argument("--policy", required=True, help="kubewarden-widgets' wasm32-wasip1 build")
+    ap.add_argument("--policy", required=True, help="the case's Kubewarden policy, built for wasm32-wasip1")
     ap.add_argument("--rekon", default=str(ROOT / "target/release/rekon"))
     ap.add_argument("--kube-sim", default=str(ROOT / "target/release/kube-sim"))
     ap.add_argument("--duration", type=int, default=10, help="seconds per timed run")
     ap.add_argument("--concurrency", default="1,16",
                     type=lambda s: [int(c) for c in s.split(",")])
+    ap.add_argument("--languages", default=None,
+                    help="rekon's plugins to run, comma-separated (default: every language of the case)")
     args = ap.parse_args()
-    for what in (args.policy_server, args.policy, args.rekon, args.kube_sim,
-                 ROOT / "dist/test-plugins/widgets.wasm"):
+    case = CASES[args.case]
+    languages = args.languages.split(",") if args.languages else list(case["rekon"])
+    for lang in languages:
+        if lang not in case["rekon"]:
+            fail(f"--case {args.case} has no {lang} plugin (it has {', '.join(case['rekon'])})")
+    for what in [args.policy_server, args.policy, args.rekon, args.kube_sim] + \
+            [ROOT / case["rekon"][lang] for lang in languages]:
         if not pathlib.Path(what).is_file():
             fail(f"{what} is missing")
     if shutil.which("wrk") is None:
@@ -250,21 +338,28 @@ def main():
     table = []
     sim = KubeSim(args.kube_sim, work)
     try:
-        proc, url = start_rekon(args.rekon, sim, work)
-        try:
-            rows, hwm, rss = measure("rekon (Rust plugin)", proc.pid, url, args, work)
-            table.append((rows, hwm, rss))
-        finally:
-            stop(proc)
+        for lang in languages:
+            proc, url = start_rekon(case, args.rekon, sim, case["rekon"][lang], work, lang)
+            try:
+                table.append(measure(case, f"rekon ({LANGUAGE[lang]} plugin)", proc.pid, url, args, work))
+            finally:
+                stop(proc)
+        if case["kopf"]:
+            # After rekon, which installed the CRD kopf watches.
+            proc, url = start_kopf(case, sim, work)
+            try:
+                table.append(measure(case, "kopf (validating handler)", proc.pid, url, args, work))
+            finally:
+                stop(proc)
     finally:
         sim.stop()
-    proc, url = start_policy_server(args.policy_server, pathlib.Path(args.policy), work)
+    proc, url = start_policy_server(case, args.policy_server, pathlib.Path(args.policy), work)
     try:
-        rows, hwm, rss = measure("Kubewarden policy-server", proc.pid, url, args, work)
-        table.append((rows, hwm, rss))
+        table.append(measure(case, "Kubewarden policy-server", proc.pid, url, args, work))
     finally:
         stop(proc)
-    print(f"\nadmission peers ({args.duration} s per row, wrk over HTTPS, kept-alive connections)")
+    print(f"\nadmission peers, case {args.case} ({args.duration} s per row, wrk over HTTPS, "
+          "kept-alive connections)")
     print("| server | review | concurrency | reviews/s | p50 ms | p99 ms | peak RSS MiB | RSS after MiB (anon + file) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for rows, hwm, (rss, anon, file) in table:
