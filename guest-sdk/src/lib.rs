@@ -140,6 +140,7 @@ pub mod context;
 pub mod conversion;
 pub mod error;
 mod plugin;
+pub mod policies;
 pub mod prelude;
 pub mod registration;
 pub mod resource;
@@ -164,6 +165,7 @@ pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;
 pub use plugin::{Event, Plugin};
+pub use policies::{Policies, Policy, PolicyReason, Validation};
 pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Verb, Watch};
 pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
 pub use settings::{Settings, settings};
