@@ -84,6 +84,8 @@ test-plugins: chaos-plugins zoo-plugin
 	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
 	cp $(WASM_OUT)/rekon_test_cm_sync.wasm dist/test-plugins/cm-sync.wasm
 	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets
+	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets.wasm
 
 # The TypeScript and Python SDKs, the seed ports written with them
 # (plugins/test-fanout-ts, plugins/nodepool-py) and the widgets test plugin

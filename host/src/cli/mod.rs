@@ -40,4 +40,8 @@ pub enum Command {
     /// plugins in DIR that admit, and the CRDs they convert with their
     /// conversion webhook (served by `rekon run --webhook-addr`).
     Webhooks(manifests::WebhooksArgs),
+    /// Print a ValidatingAdmissionPolicy and its binding for every CEL
+    /// policy the plugins in DIR declare (evaluated by the API server
+    /// itself: no webhook in the request path).
+    Policies(manifests::PoliciesArgs),
 }

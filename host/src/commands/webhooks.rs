@@ -233,7 +233,7 @@ pub fn webhooks_yaml(
 }
 
 /// The object with its `apiVersion` and `kind`, as YAML.
-fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> Result<String> {
+pub(crate) fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> Result<String> {
     let mut value = serde_json::to_value(&object).map_err(Error::Json)?;
     if let Some(map) = value.as_object_mut() {
         map.insert("apiVersion".into(), K::API_VERSION.into());
