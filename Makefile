@@ -86,6 +86,10 @@ test-plugins: chaos-plugins zoo-plugin
 	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets.wasm
 	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets
 	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets --features broken-rule
+	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets-broken-rule.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets --features broken-policy
+	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets-broken-policy.wasm
 
 # The TypeScript and Python SDKs, the seed ports written with them
 # (plugins/test-fanout-ts, plugins/nodepool-py) and the widgets test plugin
