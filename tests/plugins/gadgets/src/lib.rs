@@ -8,7 +8,11 @@
 //! - **A policy** ([`Policies`]): a Gadget's `spec.color` is one of
 //!   [`COLORS`], a ValidatingAdmissionPolicy `color.gadgets.rekon.dev`
 //!   (`rekon policies`) the API server evaluates with no webhook.
-//! - **Reconcile**: nothing to write (the e2e is about admission).
+//! - **Reconcile**: a Gadget gets a twin (`<name>-twin`, [`TWIN_SUFFIX`])
+//!   of twice its size; a twin has none. A Gadget above half of
+//!   [`MAX_SIZE`] asks for a twin its own CRD rule refuses: the test kit
+//!   refuses that write as the API server would (the bug of a controller
+//!   writing what its own validation refuses, found before a cluster).
 //! - Features `broken-rule` and `broken-policy` build a CRD rule
 //!   ([`BROKEN_RULE`]) or a policy expression ([`BROKEN_EXPRESSION`]) that
 //!   does not compile: the host refuses to load either.
@@ -24,6 +28,8 @@ pub const BROKEN_RULE: &str = "self <=";
 /// The policy expression of the build with feature `broken-policy` (does
 /// not compile).
 pub const BROKEN_EXPRESSION: &str = "object.spec.color in [";
+/// The suffix of a twin's name.
+pub const TWIN_SUFFIX: &str = "-twin";
 /// The colors the policy admits.
 pub const COLORS: [&str; 3] = ["red", "green", "blue"];
 
@@ -54,11 +60,30 @@ impl Plugin for Gadgets {
     type Primary = Gadget;
 
     fn register() -> Result<Registration, Error> {
-        Ok(Registration::new::<Gadget>("gadgets", "0.1.0").crd(Gadget::crd()))
+        Ok(Registration::new::<Gadget>("gadgets", "0.1.0")
+            .crd(Gadget::crd())
+            .permission::<Gadget>(
+                &[Verb::Get, Verb::List, Verb::Watch, Verb::Patch],
+                ClusterSet::Primary,
+            ))
     }
 
-    fn reconcile(_: &Context, _: &Request, _: Event<Gadget>) -> Result<Outcome, Error> {
-        Ok(Outcome::done())
+    fn reconcile(_: &Context, req: &Request, event: Event<Gadget>) -> Result<Outcome, Error> {
+        let Event::Apply(gadget) = event else {
+            return Ok(Outcome::done());
+        };
+        if req.name.ends_with(TWIN_SUFFIX) {
+            return Ok(Outcome::done());
+        }
+        let mut twin = Gadget::new(
+            &format!("{}{TWIN_SUFFIX}", req.name),
+            GadgetSpec {
+                size: gadget.spec.size * 2,
+                color: gadget.spec.color.clone(),
+            },
+        );
+        twin.metadata.namespace = req.namespace.clone();
+        Ok(Outcome::done().with(Action::apply(&req.cluster, &twin)))
     }
 }
 
@@ -128,5 +153,45 @@ mod tests {
     fn the_test_kit_refuses_a_policy_that_does_not_compile_as_the_host_does() {
         let e = World::policies::<Gadgets>().unwrap_err();
         assert!(e.starts_with("policy \"color\": validations[0].expression: expression \"object.spec.color in [\" does not compile: "), "{e}");
+    }
+
+    #[cfg(not(any(feature = "broken-rule", feature = "broken-policy")))]
+    #[test]
+    fn the_test_kit_refuses_a_write_the_plugins_own_crd_rule_refuses() {
+        use rekon_sdk::testkit::TestkitError;
+        let mut world = World::new().primary("main");
+        let gadget = |name: &str, size| {
+            let mut g = Gadget::new(
+                name,
+                GadgetSpec {
+                    size,
+                    color: "red".into(),
+                },
+            );
+            g.metadata.namespace = Some("default".into());
+            g
+        };
+        world.insert("main", &gadget("small", 3));
+        world.insert("main", &gadget("big", 6));
+        let small = Request::namespaced("main", "default", "small");
+        world.converge::<Gadgets>(&small, 5).unwrap();
+        let twin = world
+            .get::<Gadget>("main", Some("default"), "small-twin")
+            .unwrap();
+        assert_eq!(twin.spec.size, 6);
+
+        // Twice 6 breaks `self <= 10`: refused in the API server's words,
+        // and the world is as it was.
+        let big = Request::namespaced("main", "default", "big");
+        let e = world.converge::<Gadgets>(&big, 5).unwrap_err();
+        assert!(
+            matches!(&e, TestkitError::Invalid { message, .. } if message == "Gadget.gadgets.rekon.dev \"big-twin\" is invalid: spec.size: Invalid value: \"integer\": must be at most 10"),
+            "{e}"
+        );
+        assert!(
+            world
+                .get::<Gadget>("main", Some("default"), "big-twin")
+                .is_none()
+        );
     }
 }

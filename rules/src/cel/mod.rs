@@ -4,9 +4,17 @@
 //! inspect`), the SDK's test kit at `register`. A rule or expression that
 //! does not parse is refused with where it is, itself and kube-cel's error.
 //!
+//! [`crd_rules`] evaluates a CRD's rules as the API server does (kube-sim
+//! runs it on every write of a custom resource; the SDK's test kit on
+//! every write of its world to a CRD the plugin registers) and words the
+//! refusal as the server does; [`expr`] is the CEL environment both use.
+//!
 //! Only parsing is checked: kube-cel has no type checker (cel-go's
 //! `compilation failed: ERROR: … undeclared reference` for a field the
 //! schema lacks is found when the rule runs, not here).
+
+pub mod crd_rules;
+pub mod expr;
 
 use kube_cel::cel::Program;
 use serde_json::Value;
