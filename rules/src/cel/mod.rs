@@ -7,7 +7,10 @@
 //! [`crd_rules`] evaluates a CRD's rules as the API server does (kube-sim
 //! runs it on every write of a custom resource; the SDK's test kit on
 //! every write of its world to a CRD the plugin registers) and words the
-//! refusal as the server does; [`expr`] is the CEL environment both use.
+//! refusal as the server does; [`policy`] evaluates a
+//! ValidatingAdmissionPolicy's checks (kube-sim for stored policies, the
+//! test kit for the policies a plugin declares); [`expr`] is the CEL
+//! environment all of them use.
 //!
 //! Only parsing is checked: kube-cel has no type checker (cel-go's
 //! `compilation failed: ERROR: … undeclared reference` for a field the
@@ -15,6 +18,7 @@
 
 pub mod crd_rules;
 pub mod expr;
+pub mod policy;
 
 use kube_cel::cel::Program;
 use serde_json::Value;
