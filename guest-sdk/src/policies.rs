@@ -173,7 +173,8 @@ impl Policy {
 /// `export_plugin!(P, policies)` (or with `admission`/`conversion` before
 /// it); the test kit checks them as the host does at load
 /// (`World::policies::<P>()`: the rules, every expression compiled with
-/// kube-cel).
+/// kube-cel) and evaluates them against a request as the API server does
+/// (`World::evaluate_policies::<P>(&request)`).
 pub trait Policies: Plugin {
     /// The policies. Called once per load, after `register`.
     fn policies() -> Vec<Policy>;

@@ -85,6 +85,7 @@ mod case;
 mod crd_rules;
 mod drive;
 mod error;
+mod policies;
 mod store;
 mod world;
 

@@ -194,4 +194,41 @@ mod tests {
                 .is_none()
         );
     }
+
+    #[cfg(not(any(feature = "broken-rule", feature = "broken-policy")))]
+    #[test]
+    fn the_test_kit_evaluates_the_policy_as_the_api_server_does() {
+        use rekon_sdk::AdmissionRequest;
+        let world = World::new().primary("main");
+        let gadget = |color: &str| {
+            let mut g = Gadget::new(
+                "g",
+                GadgetSpec {
+                    size: 1,
+                    color: color.into(),
+                },
+            );
+            g.metadata.namespace = Some("default".into());
+            g
+        };
+        assert!(
+            world
+                .evaluate_policies::<Gadgets>(&AdmissionRequest::create("main", &gadget("red")))
+                .is_allowed()
+        );
+        let verdict =
+            world.evaluate_policies::<Gadgets>(&AdmissionRequest::create("main", &gadget("pink")));
+        let denial = verdict.denial().expect("denied");
+        // The words kube-sim answers kubectl with (tests/e2e/tests/cel_policies.rs).
+        assert_eq!(
+            denial.message,
+            "ValidatingAdmissionPolicy 'color.gadgets.rekon.dev' with binding 'color.gadgets.rekon.dev' denied request: color pink is not one of red, green, blue"
+        );
+        assert_eq!(denial.code, 422);
+        // An update to a bad color is refused too; a delete is not matched.
+        let update = AdmissionRequest::update("main", &gadget("red"), &gadget("grey"));
+        assert!(!world.evaluate_policies::<Gadgets>(&update).is_allowed());
+        let delete = AdmissionRequest::delete("main", &gadget("pink"));
+        assert!(world.evaluate_policies::<Gadgets>(&delete).is_allowed());
+    }
 }
