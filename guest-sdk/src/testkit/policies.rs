@@ -77,7 +77,6 @@ impl World {
     ///
     /// # Panics
     /// When `P::register()` fails (a test bug).
-    #[must_use]
     pub fn evaluate_policies<P: Policies>(&self, req: &AdmissionRequest) -> Verdict {
         let plugin = P::register().expect("the plugin registers").name;
         let cel = |v: Option<&Value>| v.map_or(Cel::Null, |v| expr::to_cel(v, None));
