@@ -121,6 +121,8 @@ sdk-plugins: sdk-deps
 	cp tests/plugins/widgets-ts/dist/widgets_ts.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-ts && npm run build:conversion
 	cp tests/plugins/widgets-ts/dist/widgets_ts_conversion.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-ts && npm run build:policies
+	cp tests/plugins/widgets-ts/dist/widgets_ts_policies.wasm dist/sdk-plugins/
 	cd plugins/nodepool-py && rekon-py-build nodepool_py -o dist/nodepool_py.wasm
 	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py -o dist/widgets_py.wasm

@@ -229,3 +229,59 @@ fn components_built_before_policies_load_unchanged_and_declare_none() {
     let out = rekon_ok(&paths, &["policies", &work.path().display().to_string()]);
     assert_eq!(out, "", "no policy declared");
 }
+
+/// The TypeScript widgets built with a policy (`exportPolicies`,
+/// `dist/sdk-plugins/widgets_ts_policies.wasm`, `make sdk-plugins`): its
+/// policy, as `rekon policies` writes it, refuses a Widget named
+/// `forbidden` through kubectl in the API server's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_is_refused_by_the_typescript_plugins_policy() {
+    let paths = Paths::discover().unwrap();
+    let component = paths.root.join("dist/sdk-plugins/widgets_ts_policies.wasm");
+    assert!(
+        component.is_file(),
+        "{} is missing: run `make sdk-plugins` first",
+        component.display()
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("plugins");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&component, dir.join("widgets_ts_policies.wasm")).unwrap();
+    let sim = kube_sim::SimCluster::start("main").await.unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).unwrap();
+    let cache = work.path().join("kubectl-cache");
+    let dir_arg = dir.display().to_string();
+    for yaml in [
+        rekon_ok(&paths, &["crds", &dir_arg]),
+        rekon_ok(&paths, &["policies", &dir_arg]),
+    ] {
+        let (ok, text) = kubectl_apply(&kubeconfig, &cache, &yaml);
+        assert!(ok, "{text}");
+    }
+    let widget = |name: &str| {
+        format!(
+            "apiVersion: widgets.rekon.dev/v1\nkind: Widget\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  size: 1\n"
+        )
+    };
+    let (ok, text) = kubectl_apply(&kubeconfig, &cache, &widget("forbidden"));
+    assert!(!ok, "a widget breaking the policy was stored: {text}");
+    assert!(
+        text.contains(
+            "ValidatingAdmissionPolicy 'name.widgets.rekon.dev' with binding 'name.widgets.rekon.dev' denied request: the name forbidden is not allowed"
+        ),
+        "{text}"
+    );
+    let (ok, text) = kubectl_apply(&kubeconfig, &cache, &widget("fine"));
+    assert!(ok, "{text}");
+    assert!(
+        get(
+            &sim,
+            "widgets.rekon.dev/v1",
+            "widgets",
+            Some("default"),
+            "fine"
+        )
+        .is_some()
+    );
+}
