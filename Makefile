@@ -129,6 +129,8 @@ sdk-plugins: sdk-deps
 	cp tests/plugins/widgets-py/dist/widgets_py.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py_conversion -o dist/widgets_py_conversion.wasm
 	cp tests/plugins/widgets-py/dist/widgets_py_conversion.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-py && rekon-py-build widgets_py_policies -o dist/widgets_py_policies.wasm
+	cp tests/plugins/widgets-py/dist/widgets_py_policies.wasm dist/sdk-plugins/
 
 # The e2e seed scenarios with the ports loaded in place of the Rust builds.
 # The ports are compiled into the default compiled-plugin cache first (what

@@ -231,13 +231,25 @@ fn components_built_before_policies_load_unchanged_and_declare_none() {
 }
 
 /// The TypeScript widgets built with a policy (`exportPolicies`,
-/// `dist/sdk-plugins/widgets_ts_policies.wasm`, `make sdk-plugins`): its
-/// policy, as `rekon policies` writes it, refuses a Widget named
-/// `forbidden` through kubectl in the API server's words.
+/// `dist/sdk-plugins/widgets_ts_policies.wasm`, `make sdk-plugins`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_is_refused_by_the_typescript_plugins_policy() {
+    kubectl_is_refused_by_the_widgets_policy("widgets_ts_policies.wasm").await;
+}
+
+/// The Python widgets built with a policy (`export_policies`,
+/// `dist/sdk-plugins/widgets_py_policies.wasm`, `make sdk-plugins`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_is_refused_by_the_python_plugins_policy() {
+    kubectl_is_refused_by_the_widgets_policy("widgets_py_policies.wasm").await;
+}
+
+/// The widgets of another language built with the policy "a Widget's name
+/// is not `forbidden`": as `rekon policies` writes it, it refuses a Widget
+/// named `forbidden` through kubectl in the API server's words.
+async fn kubectl_is_refused_by_the_widgets_policy(file: &str) {
     let paths = Paths::discover().unwrap();
-    let component = paths.root.join("dist/sdk-plugins/widgets_ts_policies.wasm");
+    let component = paths.root.join("dist/sdk-plugins").join(file);
     assert!(
         component.is_file(),
         "{} is missing: run `make sdk-plugins` first",
@@ -246,7 +258,7 @@ async fn kubectl_is_refused_by_the_typescript_plugins_policy() {
     let work = tempfile::tempdir().unwrap();
     let dir = work.path().join("plugins");
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(&component, dir.join("widgets_ts_policies.wasm")).unwrap();
+    std::fs::copy(&component, dir.join(file)).unwrap();
     let sim = kube_sim::SimCluster::start("main").await.unwrap();
     let kubeconfig = work.path().join("kubeconfig");
     std::fs::write(&kubeconfig, sim.kubeconfig_yaml()).unwrap();
