@@ -200,6 +200,11 @@ pub fn webhooks(args: WebhooksArgs) -> anyhow::Result<()> {
     // place before a webhook sees an object at another version.
     print!("{}", w::conversion_yaml(&side.converting, &options)?);
     print!("{}", w::webhooks_yaml(&side.admitting, &options)?);
+    // The policies the API server evaluates itself, as `rekon policies`.
+    print!(
+        "{}",
+        rekon::commands::policies::policies_yaml(&side.policies)?
+    );
     Ok(())
 }
 

@@ -33,11 +33,7 @@ use crate::plugin::CelPolicy;
 /// When the directory cannot be read or a plugin does not load (one whose
 /// CEL does not compile does not load).
 pub fn load_policies(dir: &Path) -> Result<BTreeMap<String, Vec<CelPolicy>>> {
-    Ok(super::manifests::load_plugins(dir, None)?
-        .iter()
-        .filter(|p| !p.policies().is_empty())
-        .map(|p| (p.name().to_owned(), p.policies().to_vec()))
-        .collect())
+    Ok(super::webhooks::load_api_side(dir)?.policies)
 }
 
 fn metadata(name: &str, plugin: &str) -> ObjectMeta {

@@ -86,6 +86,13 @@ async fn kubectl_is_refused_by_a_crd_rule_and_a_policy_in_the_api_servers_words(
     let (ok, text) = kubectl_apply(&kubeconfig, &cache, &crds);
     assert!(ok, "{text}");
     let policies = rekon_ok(&paths, &["policies", &dir_arg]);
+    // `rekon webhooks` (the API side of the plugins in one stream) ends
+    // with the same objects: gadgets has no webhook and converts nothing.
+    let webhooks = rekon_ok(
+        &paths,
+        &["webhooks", &dir_arg, "--url", "https://localhost:1"],
+    );
+    assert_eq!(webhooks, policies);
     let (ok, text) = kubectl_apply(&kubeconfig, &cache, &policies);
     assert!(ok, "{text}");
     assert!(
