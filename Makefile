@@ -84,6 +84,12 @@ test-plugins: chaos-plugins zoo-plugin
 	cp $(WASM_OUT)/rekon_bench_node.wasm dist/test-plugins/bench-node.wasm
 	cp $(WASM_OUT)/rekon_test_cm_sync.wasm dist/test-plugins/cm-sync.wasm
 	cp $(WASM_OUT)/rekon_test_widgets.wasm dist/test-plugins/widgets.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets
+	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets --features broken-rule
+	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets-broken-rule.wasm
+	$(CARGO) build --target $(WASM_TARGET) --profile $(WASM_PROFILE) -p rekon-test-gadgets --features broken-policy
+	cp $(WASM_OUT)/rekon_test_gadgets.wasm dist/test-plugins/gadgets-broken-policy.wasm
 
 # The TypeScript and Python SDKs, the seed ports written with them
 # (plugins/test-fanout-ts, plugins/nodepool-py) and the widgets test plugin
@@ -115,12 +121,16 @@ sdk-plugins: sdk-deps
 	cp tests/plugins/widgets-ts/dist/widgets_ts.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-ts && npm run build:conversion
 	cp tests/plugins/widgets-ts/dist/widgets_ts_conversion.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-ts && npm run build:policies
+	cp tests/plugins/widgets-ts/dist/widgets_ts_policies.wasm dist/sdk-plugins/
 	cd plugins/nodepool-py && rekon-py-build nodepool_py -o dist/nodepool_py.wasm
 	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py -o dist/widgets_py.wasm
 	cp tests/plugins/widgets-py/dist/widgets_py.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py_conversion -o dist/widgets_py_conversion.wasm
 	cp tests/plugins/widgets-py/dist/widgets_py_conversion.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-py && rekon-py-build widgets_py_policies -o dist/widgets_py_policies.wasm
+	cp tests/plugins/widgets-py/dist/widgets_py_policies.wasm dist/sdk-plugins/
 
 # The e2e seed scenarios with the ports loaded in place of the Rust builds.
 # The ports are compiled into the default compiled-plugin cache first (what

@@ -13,11 +13,12 @@
 mod generated {
     wit_bindgen::generate!({
         path: "../wit",
-        // Every SDK plugin exports `admission` and `conversion` too; one
+        // Every SDK plugin exports `admission`, `conversion` and
+        // `policies` too; one without `policies` declares no policy; one
         // without `export_plugin!(P, admission)` declares no rules, one
         // without `conversion` no conversions, which the host takes as no
         // webhook.
-        world: "admission-conversion-plugin",
+        world: "api-plugin",
         // `export_plugin!` in the plugin crate expands to this macro, so it
         // must be public and must find the bindings (and wit-bindgen's
         // runtime) through rekon-sdk rather than through a dependency of the
@@ -489,6 +490,58 @@ mod conversion {
                 kind: c.kind,
                 plural: c.plural,
                 versions: c.versions,
+            }
+        }
+    }
+}
+
+/// The policies interface's values, from the SDK's own.
+mod policies {
+    use super::exports::rekon::plugin::policies as wit;
+    use crate::admission::{FailurePolicy, Operation};
+    use crate::policies::{Policy, PolicyReason};
+
+    impl From<Policy> for wit::Policy {
+        fn from(p: Policy) -> Self {
+            wit::Policy {
+                name: p.name,
+                resources: p.resources.iter().map(Into::into).collect(),
+                operations: p
+                    .operations
+                    .into_iter()
+                    .map(|o| match o {
+                        Operation::Create => wit::PolicyOperation::Create,
+                        Operation::Update => wit::PolicyOperation::Update,
+                        Operation::Delete => wit::PolicyOperation::Delete,
+                        Operation::Connect => wit::PolicyOperation::Connect,
+                    })
+                    .collect(),
+                failure_policy: match p.failure_policy {
+                    FailurePolicy::Fail => wit::PolicyFailure::Fail,
+                    FailurePolicy::Ignore => wit::PolicyFailure::Ignore,
+                },
+                match_conditions: p
+                    .match_conditions
+                    .into_iter()
+                    .map(|(name, expression)| wit::PolicyCondition { name, expression })
+                    .collect(),
+                validations: p
+                    .validations
+                    .into_iter()
+                    .map(|v| wit::PolicyValidation {
+                        expression: v.expression,
+                        message: v.message,
+                        message_expression: v.message_expression,
+                        reason: v.reason.map(|r| match r {
+                            PolicyReason::Unauthorized => wit::PolicyReason::Unauthorized,
+                            PolicyReason::Forbidden => wit::PolicyReason::Forbidden,
+                            PolicyReason::Invalid => wit::PolicyReason::Invalid,
+                            PolicyReason::RequestEntityTooLarge => {
+                                wit::PolicyReason::RequestEntityTooLarge
+                            }
+                        }),
+                    })
+                    .collect(),
             }
         }
     }

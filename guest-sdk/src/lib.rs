@@ -15,6 +15,7 @@
 //! | [`context`] | [`Context`]: typed `get`/`list` from the host caches, clusters, log macros ([`info!`] …), request time; [`Request`] |
 //! | [`conversion`] | [`Convert`]: the CRDs the plugin converts ([`Conversion`]), `convert` → [`Converted`] |
 //! | [`admission`] | [`Admission`]: the plugin's webhooks ([`AdmissionRule`]), `validate` → [`Verdict`], `mutate` → [`Mutation`] |
+//! | [`policies`] | [`Policies`]: CEL admission policies the API server evaluates ([`Policy`], [`Validation`]) |
 //! | [`action`] | [`Action`] builders (apply, merge/JSON patch, delete, create-if-absent, event) and [`Outcome`] |
 //! | [`resource`] | [`ResourceType`] derived from any `kube::Resource` ([`Kind`]) |
 //! | [`settings`](mod@settings) | typed plugin [`Settings`] (serde + JSON Schema), validated at every load |
@@ -127,6 +128,45 @@
 //! derives expand to paths of those crates) and register the CRD with
 //! `.crd(MyKind::crd())`. Reads and actions are typed the same way as for
 //! k8s-openapi types.
+//!
+//! ## CRD rules from the type
+//!
+//! Rules the API server checks on every write (`x-kubernetes-validations`,
+//! CEL) are declared on the type: derive [`KubeSchema`](prelude::KubeSchema)
+//! (in the prelude) instead of `schemars::JsonSchema` and put
+//! `#[x_kube(validation = Rule::new("…"))]` on a field or the struct. The
+//! CRD `MyKind::crd()` generates carries them, `rekon crds` prints them
+//! unchanged, the host compiles every rule with kube-cel when it loads the
+//! plugin (one that does not compile refuses the load, as the API server
+//! refuses the CRD), and the [`testkit`] refuses a write of the plugin
+//! that breaks one, in the API server's words.
+//!
+//! ```
+//! use kube::CustomResource;
+//! use rekon_sdk::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug)]
+//! #[kube(group = "example.com", version = "v1", kind = "Gadget", namespaced)]
+//! #[x_kube(validation = Rule::new("self.min <= self.max").message("min exceeds max"))]
+//! pub struct GadgetSpec {
+//!     #[x_kube(validation = Rule::new("self <= 10").message("must be at most 10"))]
+//!     pub max: i64,
+//!     pub min: i64,
+//! }
+//!
+//! let crd = serde_json::to_value(Gadget::crd()).unwrap();
+//! let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+//! assert_eq!(spec["x-kubernetes-validations"][0]["rule"], "self.min <= self.max");
+//! assert_eq!(spec["properties"]["max"]["x-kubernetes-validations"][0]["rule"], "self <= 10");
+//! // The host's load check (and the test kit's `register`) passes:
+//! assert!(Registration::new::<Gadget>("gadgets", "0.1.0").crd(Gadget::crd()).validate().is_ok());
+//! ```
+//!
+//! Checks about the request rather than one object of your type (any
+//! resource, the user, the operation) are [`Policies`]; checks CEL cannot
+//! say are [`Admission`] webhooks (docs/plugins/admission.md, "CEL where
+//! CEL suffices").
 
 extern crate self as rekon_sdk;
 
@@ -140,6 +180,7 @@ pub mod context;
 pub mod conversion;
 pub mod error;
 mod plugin;
+pub mod policies;
 pub mod prelude;
 pub mod registration;
 pub mod resource;
@@ -164,6 +205,7 @@ pub use error::{Error, ReadError};
 #[doc(hidden)]
 pub use plugin::__private;
 pub use plugin::{Event, Plugin};
+pub use policies::{Policies, Policy, PolicyReason, Validation};
 pub use registration::{ClusterSet, Mapping, OwnerLabels, Permission, Registration, Verb, Watch};
 pub use resource::{Kind, ResourceType, Scope, ScopeMarker};
 pub use settings::{Settings, settings};

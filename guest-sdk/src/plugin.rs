@@ -181,10 +181,15 @@ pub(crate) fn register_checked<P: Plugin>(
 /// rules and the host serves no webhook for it. With
 /// `export_plugin!(MyPlugin, conversion)` (or `admission, conversion`) its
 /// [`Convert`](crate::conversion::Convert) implementation is exported (the
-/// CRDs it converts); without it the component converts nothing.
+/// CRDs it converts); without it the component converts nothing. With
+/// `policies` last (`export_plugin!(MyPlugin, policies)`,
+/// `export_plugin!(MyPlugin, admission, conversion, policies)`...) its
+/// [`Policies`](crate::policies::Policies) are exported (CEL admission
+/// policies the API server evaluates); without it it declares none.
 ///
 /// On wasm targets this exports `rekon:plugin/guest@0.3.1`,
-/// `rekon:plugin/admission@0.3.1` and `rekon:plugin/conversion@0.3.1`;
+/// `rekon:plugin/admission@0.3.1`, `rekon:plugin/conversion@0.3.1` and
+/// `rekon:plugin/policies@0.3.1`;
 /// natively it only
 /// type-checks (so the plugin crate's tests, which call the plugin through
 /// the [`testkit`](crate::testkit), link normally).
@@ -193,18 +198,30 @@ pub(crate) fn register_checked<P: Plugin>(
 #[macro_export]
 macro_rules! export_plugin {
     ($plugin:ty) => {
-        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $crate::__private::NoConversion<$plugin>);
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $crate::__private::NoConversion<$plugin>, $crate::__private::NoPolicies<$plugin>);
     };
     ($plugin:ty, admission) => {
-        $crate::export_plugin!(@export $plugin, $plugin, $crate::__private::NoConversion<$plugin>);
+        $crate::export_plugin!(@export $plugin, $plugin, $crate::__private::NoConversion<$plugin>, $crate::__private::NoPolicies<$plugin>);
     };
     ($plugin:ty, conversion) => {
-        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $plugin);
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $plugin, $crate::__private::NoPolicies<$plugin>);
     };
     ($plugin:ty, admission, conversion) => {
-        $crate::export_plugin!(@export $plugin, $plugin, $plugin);
+        $crate::export_plugin!(@export $plugin, $plugin, $plugin, $crate::__private::NoPolicies<$plugin>);
     };
-    (@export $plugin:ty, $admission:ty, $conversion:ty) => {
+    ($plugin:ty, policies) => {
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $crate::__private::NoConversion<$plugin>, $plugin);
+    };
+    ($plugin:ty, admission, policies) => {
+        $crate::export_plugin!(@export $plugin, $plugin, $crate::__private::NoConversion<$plugin>, $plugin);
+    };
+    ($plugin:ty, conversion, policies) => {
+        $crate::export_plugin!(@export $plugin, $crate::__private::NoAdmission<$plugin>, $plugin, $plugin);
+    };
+    ($plugin:ty, admission, conversion, policies) => {
+        $crate::export_plugin!(@export $plugin, $plugin, $plugin, $plugin);
+    };
+    (@export $plugin:ty, $admission:ty, $conversion:ty, $policies:ty) => {
         const _: () = {
             // Natively the impl is still type-checked, but nothing is
             // exported: the component's export names (`rekon:plugin/...`)
@@ -269,6 +286,12 @@ macro_rules! export_plugin {
                 }
             }
 
+            impl $crate::__private::PoliciesGuest for __RekonGuest {
+                fn policies() -> ::std::vec::Vec<$crate::__private::WitPolicy> {
+                    $crate::__private::policies::<$policies>()
+                }
+            }
+
             #[cfg(target_arch = "wasm32")]
             $crate::__private::bindings::__export_rekon_plugin_world!(
                 __RekonGuest with_types_in $crate::__private::bindings
@@ -291,6 +314,9 @@ pub mod __private {
         ConversionRule as WitConversionRule, Guest as ConversionGuest,
     };
     pub use crate::bindings::exports::rekon::plugin::guest::Guest;
+    pub use crate::bindings::exports::rekon::plugin::policies::{
+        Guest as PoliciesGuest, Policy as WitPolicy,
+    };
     pub use crate::bindings::rekon::plugin::types::{
         Outcome as WitOutcome, Phase as WitPhase, ReconcileError as WitReconcileError,
         Registration as WitRegistration, Request as WitRequest, Resource as WitResource,
@@ -353,6 +379,34 @@ pub mod __private {
         fn rules() -> Vec<crate::admission::AdmissionRule> {
             Vec::new()
         }
+    }
+
+    /// The policies of a plugin exported without them: none.
+    pub struct NoPolicies<P>(std::marker::PhantomData<P>);
+
+    impl<P: Plugin> Plugin for NoPolicies<P> {
+        type Primary = P::Primary;
+        fn register() -> Result<Registration, Error> {
+            P::register()
+        }
+        fn reconcile(
+            ctx: &Context,
+            req: &Request,
+            event: Event<Self::Primary>,
+        ) -> Result<crate::action::Outcome, Error> {
+            P::reconcile(ctx, req, event)
+        }
+    }
+
+    impl<P: Plugin> crate::policies::Policies for NoPolicies<P> {
+        fn policies() -> Vec<crate::policies::Policy> {
+            Vec::new()
+        }
+    }
+
+    /// `policies` of the component.
+    pub fn policies<P: crate::policies::Policies>() -> Vec<WitPolicy> {
+        P::policies().into_iter().map(Into::into).collect()
     }
 
     /// The conversion of a plugin exported without it: no CRD converted

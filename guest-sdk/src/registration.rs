@@ -419,7 +419,8 @@ impl Registration {
     /// (`rekon_rules::registration::problems`): the name is a DNS label,
     /// the version semver, resources complete, selectors parse, named
     /// cluster sets name clusters, mappings and the finalizer are well
-    /// formed, CRDs are CRDs. Called by the export glue before the
+    /// formed, CRDs are CRDs (and, natively, every CRD's
+    /// `x-kubernetes-validations` rule compiles with kube-cel). Called by the export glue before the
     /// registration leaves the plugin, and by the test kit.
     ///
     /// # Errors
@@ -427,6 +428,13 @@ impl Registration {
     pub fn validate(&self) -> Result<(), Error> {
         let mut problems = self.problems.clone();
         problems.extend(rules::problems(&self.spec()));
+        // Natively (the test kit) the CRDs' CEL rules are compiled as the
+        // host compiles them at load; a plugin built for wasm leaves that
+        // to the host (kube-cel is not linked into components).
+        #[cfg(not(target_arch = "wasm32"))]
+        for crd in &self.crds {
+            problems.extend(rekon_rules::cel::crd_rule_problems(crd));
+        }
         if problems.is_empty() {
             Ok(())
         } else {

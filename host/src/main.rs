@@ -22,5 +22,6 @@ fn main() -> anyhow::Result<()> {
         Command::Rbac(args) => cli::manifests::rbac(args),
         Command::Crds(args) => cli::manifests::crds(args),
         Command::Webhooks(args) => cli::manifests::webhooks(args),
+        Command::Policies(args) => cli::manifests::policies(args),
     }
 }

@@ -103,3 +103,18 @@ impl World {
         Ok(conversions)
     }
 }
+
+impl World {
+    /// The CEL admission policies of `P`, checked as the host checks them
+    /// at load: the rules, and every expression compiled with kube-cel
+    /// (see [`crate::policies::check_policies`]).
+    ///
+    /// # Errors
+    /// Every problem the host would refuse the load for.
+    pub fn policies<P: crate::policies::Policies>() -> Result<Vec<crate::policies::Policy>, String>
+    {
+        let policies = P::policies();
+        crate::policies::check_policies(&policies)?;
+        Ok(policies)
+    }
+}

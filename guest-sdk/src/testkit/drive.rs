@@ -129,7 +129,7 @@ impl World {
         let mut failed = Vec::new();
         for (_, actions) in per_cluster {
             for action in actions {
-                match self.state.borrow_mut().perform(&reg.name, action) {
+                match self.perform_checked(&reg, action) {
                     Ok(c) => changed |= c,
                     Err(e) => {
                         failed.push(e);
@@ -337,6 +337,50 @@ impl World {
                 has_finalizer,
             },
         ))
+    }
+
+    /// Performs `action` and checks what it wrote against the rules of
+    /// the plugin's CRDs (`crd_rules.rs`); a write they refuse is undone.
+    fn perform_checked(
+        &mut self,
+        reg: &Registration,
+        action: &Action,
+    ) -> Result<bool, TestkitError> {
+        let mut state = self.state.borrow_mut();
+        // The object written: its target, or (a create with generateName)
+        // the one object that was not there before.
+        let target = action.target().ok().map(|t| Key::of(&t));
+        let before: Option<std::collections::BTreeSet<Key>> = match (&target, action) {
+            (None, Action::Create(_)) => Some(state.objects.keys().cloned().collect()),
+            _ => None,
+        };
+        let key = match action {
+            Action::Apply(a) => Key::of_json(&a.cluster, &a.object).ok(),
+            _ => target,
+        };
+        let old = key.as_ref().and_then(|k| state.objects.get(k).cloned());
+        let changed = state.perform(&reg.name, action)?;
+        if !changed || matches!(action, Action::Delete(_) | Action::Event(_)) {
+            return Ok(changed);
+        }
+        let key = key.or_else(|| {
+            let before = before?;
+            state.objects.keys().find(|k| !before.contains(k)).cloned()
+        });
+        let Some(key) = key else {
+            return Ok(changed);
+        };
+        let Some(new) = state.objects.get(&key).map(|s| s.object.clone()) else {
+            return Ok(changed);
+        };
+        if let Err(e) = super::crd_rules::check(reg, &key, old.as_ref().map(|s| &s.object), &new) {
+            match old {
+                Some(old) => state.objects.insert(key, old),
+                None => state.objects.remove(&key),
+            };
+            return Err(e);
+        }
+        Ok(changed)
     }
 
     pub(super) fn restricted_context(&self, reg: Registration) -> Context {

@@ -73,12 +73,19 @@
 //!   succeeded. Write failures can be injected per cluster
 //!   ([`World::fail_writes`]) or per object ([`World::fail_writes_to`]) and
 //!   lifted with [`World::heal`].
+//! - A write to an object of a CRD the plugin registers is checked against
+//!   that CRD's `x-kubernetes-validations` rules (kube-cel, the evaluation
+//!   kube-sim runs: `rekon_rules::cel::crd_rules`) and refused as the API
+//!   server refuses it ([`TestkitError::Invalid`]: `Kind.group "name" is
+//!   invalid: spec.size: Invalid value: ...`); the world is left as it was.
 
 mod admit;
 mod backend;
 mod case;
+mod crd_rules;
 mod drive;
 mod error;
+mod policies;
 mod store;
 mod world;
 

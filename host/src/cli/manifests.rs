@@ -1,4 +1,4 @@
-//! `rekon rbac`, `rekon crds` and `rekon webhooks`: what the plugins in a
+//! `rekon rbac`, `rekon crds`, `rekon webhooks` and `rekon policies`: what the plugins in a
 //! directory need in a cluster.
 
 use std::path::PathBuf;
@@ -200,5 +200,24 @@ pub fn webhooks(args: WebhooksArgs) -> anyhow::Result<()> {
     // place before a webhook sees an object at another version.
     print!("{}", w::conversion_yaml(&side.converting, &options)?);
     print!("{}", w::webhooks_yaml(&side.admitting, &options)?);
+    // The policies the API server evaluates itself, as `rekon policies`.
+    print!(
+        "{}",
+        rekon::commands::policies::policies_yaml(&side.policies)?
+    );
+    Ok(())
+}
+
+// `rekon policies`'s arguments (its help is the `Policies` command's).
+#[derive(Debug, clap::Args)]
+pub struct PoliciesArgs {
+    /// Directory of plugin components (`*.wasm`).
+    dir: PathBuf,
+}
+
+/// `rekon policies`: print the ValidatingAdmissionPolicies and bindings.
+pub fn policies(args: PoliciesArgs) -> anyhow::Result<()> {
+    use rekon::commands::policies as p;
+    print!("{}", p::policies_yaml(&p::load_policies(&args.dir)?)?);
     Ok(())
 }

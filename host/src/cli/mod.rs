@@ -37,7 +37,12 @@ pub enum Command {
     /// kustomization.yaml with --out-dir).
     Crds(manifests::CrdsArgs),
     /// Print the Validating- and MutatingWebhookConfigurations of the
-    /// plugins in DIR that admit, and the CRDs they convert with their
-    /// conversion webhook (served by `rekon run --webhook-addr`).
+    /// plugins in DIR that admit, the CRDs they convert with their
+    /// conversion webhook (served by `rekon run --webhook-addr`), and the
+    /// ValidatingAdmissionPolicies of their CEL policies.
     Webhooks(manifests::WebhooksArgs),
+    /// Print a ValidatingAdmissionPolicy and its binding for every CEL
+    /// policy the plugins in DIR declare (evaluated by the API server
+    /// itself: no webhook in the request path).
+    Policies(manifests::PoliciesArgs),
 }

@@ -74,6 +74,10 @@ pub struct InspectReport {
     /// The CRDs it converts (`conversions()`), if it converts.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub conversion: Vec<crate::plugin::ConversionRule>,
+    /// Its CEL admission policies (`policies()`), each compiled with
+    /// kube-cel at load; as `rekon policies` writes them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<crate::plugin::CelPolicy>,
 }
 
 /// One admission webhook, as `rekon webhooks` configures it.
@@ -408,6 +412,7 @@ fn render(
             .map(|r| admission_view(plugin.name(), r))
             .collect(),
         conversion: plugin.conversion_rules().to_vec(),
+        policies: plugin.policies().to_vec(),
     };
     match format {
         OutputFormat::Yaml => {

@@ -1,7 +1,7 @@
 //! One-shot jobs that borrow the engine, each behind a `rekon` subcommand:
 //! [`plan`], [`release`], [`inspect`], [`compile`], [`explore`], [`push`],
 //! [`sign`] (`keygen`, `sign`, `verify`), [`manifests`] (`rekon rbac`,
-//! `rekon crds`), [`webhooks`] (`rekon webhooks`), [`plugin_manifest`] and [`scaffold`] (`rekon plugin new`).
+//! `rekon crds`), [`webhooks`] (`rekon webhooks`), [`policies`] (`rekon policies`), [`plugin_manifest`] and [`scaffold`] (`rekon plugin new`).
 
 pub mod compile;
 pub mod explore;
@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod manifests;
 pub mod plan;
 pub mod plugin_manifest;
+pub mod policies;
 pub mod push;
 pub mod release;
 pub mod scaffold;

@@ -15,6 +15,10 @@
 //! registration with its `spec.conversion` stanza: strategy `Webhook`,
 //! the same client config on `/convert/<plugin>` with the `caBundle`, and
 //! `conversionReviewVersions: [v1]` (kube-sim and the API server speak v1).
+//!
+//! Last, the ValidatingAdmissionPolicies and bindings of the plugins that
+//! declare CEL policies (`super::policies`, also `rekon policies DIR` on
+//! its own: a policy needs no webhook client).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -75,6 +79,9 @@ pub struct ApiSide {
     pub admitting: BTreeMap<String, Vec<AdmissionRule>>,
     /// The plugins that convert, by plugin name.
     pub converting: BTreeMap<String, Converting>,
+    /// The plugins that declare CEL policies, with them, by plugin name
+    /// (`rekon policies`; `rekon webhooks` prints them too).
+    pub policies: BTreeMap<String, Vec<crate::plugin::CelPolicy>>,
 }
 
 /// What a plugin converts: its conversion rules and its registration's
@@ -97,6 +104,10 @@ pub fn load_api_side(dir: &Path) -> Result<ApiSide> {
         if !p.admission_rules().is_empty() {
             side.admitting
                 .insert(p.name().to_owned(), p.admission_rules().to_vec());
+        }
+        if !p.policies().is_empty() {
+            side.policies
+                .insert(p.name().to_owned(), p.policies().to_vec());
         }
         if !p.conversion_rules().is_empty() {
             side.converting.insert(
@@ -233,7 +244,7 @@ pub fn webhooks_yaml(
 }
 
 /// The object with its `apiVersion` and `kind`, as YAML.
-fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> Result<String> {
+pub(crate) fn typed<K: k8s_openapi::Resource + serde::Serialize>(object: K) -> Result<String> {
     let mut value = serde_json::to_value(&object).map_err(Error::Json)?;
     if let Some(map) = value.as_object_mut() {
         map.insert("apiVersion".into(), K::API_VERSION.into());

@@ -64,3 +64,19 @@ mod conversion_world {
 }
 
 pub(crate) use conversion_world::{ConversionPlugin, ConversionPluginPre};
+
+/// The world `policies-plugin` (`plugin` plus the `policies` export), its
+/// shared interfaces taken from the bindings above.
+mod policies_world {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "policies-plugin",
+        with: {
+            "rekon:plugin/types": super::rekon::plugin::types,
+            "rekon:plugin/host": super::rekon::plugin::host,
+        },
+    });
+}
+
+pub(crate) use policies_world::exports::rekon::plugin::policies as wit_policies;
+pub(crate) use policies_world::{PoliciesPlugin, PoliciesPluginPre};

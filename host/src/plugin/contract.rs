@@ -92,6 +92,9 @@ pub(crate) struct Fit {
     /// the host asks which CRDs it converts at load and serves them as
     /// their conversion webhook.
     pub(crate) exports_conversion: bool,
+    /// It exports `rekon:plugin/policies` (world `policies-plugin`): the
+    /// host asks for its CEL policies at load and compiles them.
+    pub(crate) exports_policies: bool,
 }
 
 /// The WASI 0.2 interfaces the host serves: every interface of the
@@ -155,6 +158,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
     let mut guest_found = false;
     let mut exports_admission = false;
     let mut exports_conversion = false;
+    let mut exports_policies = false;
     let mut exports = Vec::new();
     for (name, _) in ty.exports(engine) {
         exports.push(name.to_string());
@@ -164,6 +168,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
                 "guest" => guest_found = true,
                 "admission" => exports_admission = true,
                 "conversion" => exports_conversion = true,
+                "policies" => exports_policies = true,
                 _ => {}
             }
         }
@@ -214,6 +219,7 @@ pub(crate) fn check(engine: &Engine, component: &Component) -> Result<Fit, Misma
         reads_settings,
         exports_admission,
         exports_conversion,
+        exports_policies,
     })
 }
 

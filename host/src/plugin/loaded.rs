@@ -112,6 +112,7 @@ impl PluginRuntime {
             reads_settings,
             admission,
             conversion,
+            policies,
         } = self.prepare(bytes, digest, &origin, options.precompiled.as_ref())?;
         if options.settings.is_some() && !reads_settings {
             // Never run a plugin without the settings it was given.
@@ -131,6 +132,7 @@ impl PluginRuntime {
                 options: options.clone(),
                 admission,
                 conversion,
+                policies,
             },
         )
     }
@@ -200,6 +202,8 @@ pub(crate) struct Loading {
     pub(crate) admission: Option<super::bindings::AdmissionPluginPre<CallState>>,
     /// Its conversion export, linked, when it has one.
     pub(crate) conversion: Option<super::bindings::ConversionPluginPre<CallState>>,
+    /// Its policies export, linked, when it has one.
+    pub(crate) policies: Option<super::bindings::PoliciesPluginPre<CallState>>,
 }
 
 /// The longest settings schema kept (a schema is documentation; a module
@@ -276,6 +280,8 @@ struct Inner {
     admission: Option<PluginAdmission>,
     /// The CRDs it converts, when it declares any (asked once, after `register`).
     conversion: Option<PluginConversion>,
+    /// Its CEL policies (empty when it declares none).
+    policies: Vec<super::cel_policies::CelPolicy>,
     runtime: Arc<RuntimeInner>,
     /// Its share of the host-wide memory budget (`host_budget.rs`).
     _booking: super::host_budget::Booking,
@@ -310,6 +316,7 @@ impl LoadedPlugin {
             options,
             admission,
             conversion,
+            policies,
         } = loading;
         let started = Instant::now();
         // Until `register` returns, the plugin is named after its file.
@@ -435,6 +442,13 @@ impl LoadedPlugin {
             &registration,
             options.settings.clone(),
         )?;
+        let policies = super::cel_policies::load(
+            &runtime,
+            policies,
+            &name,
+            &origin,
+            options.settings.clone(),
+        )?;
         let booking =
             super::host_budget::book_memory(&runtime, &origin, &registration, limits.instances)?;
         // Its reserve holds from the load on; at most its instances.
@@ -458,6 +472,7 @@ impl LoadedPlugin {
                 pre,
                 admission,
                 conversion,
+                policies,
                 runtime,
             }),
         })
@@ -466,6 +481,13 @@ impl LoadedPlugin {
     /// Its webhooks, when it declares any.
     pub(super) fn admission(&self) -> Option<&PluginAdmission> {
         self.inner.admission.as_ref()
+    }
+
+    /// Its CEL admission policies (`wit/policies.wit`; empty when it
+    /// declares none), each checked and compiled at load.
+    #[must_use]
+    pub fn policies(&self) -> &[super::cel_policies::CelPolicy] {
+        &self.inner.policies
     }
 
     /// The CRDs it converts, when it declares any.

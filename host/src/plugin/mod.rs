@@ -36,6 +36,7 @@ mod bindings;
 mod bounds;
 mod call;
 mod capability;
+mod cel_policies;
 mod compile_bound;
 mod containment;
 mod contract;
@@ -67,6 +68,7 @@ pub use admission::{
 pub use artifacts::host_engine_key;
 pub use bindings::types::{LogLevel, ReadError, ReconcileError};
 pub use bounds::{API_SERVER_MAX_REQUEST_BYTES, Contained, OutcomeBounds};
+pub use cel_policies::{CelCondition, CelPolicy, CelValidation};
 pub use compile_bound::{CompileBound, compile_stdio};
 pub use containment::ContainedRecord;
 pub use contract::{CONTRACT_PACKAGE, CONTRACT_VERSION, host_range};

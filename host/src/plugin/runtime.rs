@@ -57,6 +57,8 @@ pub(crate) struct Prepared {
     pub(crate) admission: Option<AdmissionPluginPre<CallState>>,
     /// Its conversion export, linked, when it has one.
     pub(crate) conversion: Option<ConversionPluginPre<CallState>>,
+    /// Its policies export, linked, when it has one.
+    pub(crate) policies: Option<super::bindings::PoliciesPluginPre<CallState>>,
 }
 
 /// Counters of a runtime, for metrics and tests.
@@ -299,6 +301,7 @@ impl PluginRuntime {
         } else {
             None
         };
+        let policies = super::cel_policies::link(fit.exports_policies, &instance_pre, &origin)?;
         let pre = PluginPre::new(instance_pre).map_err(|e| LoadError::WrongWorld {
             origin: origin.clone(),
             reason: format!("exports do not match {}: {e:#}", contract::host_range()),
@@ -311,6 +314,7 @@ impl PluginRuntime {
             reads_settings: fit.reads_settings,
             admission,
             conversion,
+            policies,
         })
     }
 

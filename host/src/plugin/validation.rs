@@ -16,7 +16,9 @@ pub struct InvalidRegistration {
     pub problems: Vec<String>,
 }
 
-/// Checks a registration as the host does when it loads a plugin; logs
+/// Checks a registration as the host does when it loads a plugin (its
+/// CRDs' `x-kubernetes-validations` rules compiled with kube-cel,
+/// `rekon_rules::cel`, as the API server compiles them); logs
 /// what it accepts with a warning (a finalizer without a domain prefix).
 ///
 /// # Errors
@@ -27,7 +29,13 @@ pub fn validate_registration(reg: &Registration) -> Result<(), InvalidRegistrati
     for warning in rules::warnings(&spec) {
         tracing::warn!(plugin = %reg.name, "{warning}");
     }
-    let problems = rules::problems(&spec);
+    let mut problems = rules::problems(&spec);
+    // Every CRD rule compiles, as the API server requires of the CRD.
+    for text in &reg.crds {
+        if let Ok(crd) = serde_json::from_str::<serde_json::Value>(text) {
+            problems.extend(rekon_rules::cel::crd_rule_problems(&crd));
+        }
+    }
     if problems.is_empty() {
         Ok(())
     } else {

@@ -19,6 +19,8 @@ structural finalizer, retryable vs terminal ``ReconcileError``.
 | ``component`` | ``export_plugin``: the component's ``Guest`` (componentize-py) |
 | ``component_admission`` | ``export_admission``: the component's ``Admission`` (world ``admission-plugin``) |
 | ``component_conversion`` | ``export_conversion``: the component's ``Conversion`` (world ``conversion-plugin``) |
+| ``policies`` | ``Policy``, ``PolicyValidation``: CEL admission policies the API server evaluates |
+| ``component_policies`` | ``export_policies``: the component's ``Policies`` (world ``policies-plugin``, or with admission/conversion) |
 | ``testkit`` | ``World`` and recorded-case replay under pytest |
 | ``build`` | ``rekon-py-build``: the component build |
 """
@@ -27,6 +29,7 @@ from .admission import AdmissionError, AdmissionHandlers, AdmissionRequest, Admi
 from .action import ObjectRef, Outcome
 from .context import Context, canonical, status_changed
 from .conversion import Conversion, ConversionError, ConversionHandlers, ConversionRequest, version_of
+from .policies import Policy, PolicyValidation
 from .errors import ReadError, ReconcileError
 from .plugin import Apply, Cleanup, Plugin, dispatch
 from .settings import SETTINGS_REFUSAL_PREFIX, dataclass_settings, settings
@@ -58,4 +61,5 @@ __all__ = [
     "format_time", "named", "SETTINGS_REFUSAL_PREFIX", "dataclass_settings", "settings",
     "AdmissionError", "AdmissionHandlers", "AdmissionRequest", "AdmissionRule", "Mutation", "UserInfo", "Verdict",
     "Conversion", "ConversionError", "ConversionHandlers", "ConversionRequest", "version_of",
+    "Policy", "PolicyValidation",
 ]

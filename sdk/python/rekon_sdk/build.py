@@ -6,7 +6,10 @@ this SDK on the module path. The world is ``plugin``, ``admission-plugin``
 when the module also defines ``Admission`` at top level (``Admission =
 export_admission(...)``), ``conversion-plugin`` when it defines
 ``Conversion`` (``Conversion = export_conversion(...)``), or
-``admission-conversion-plugin`` with both, read from its source without
+``admission-conversion-plugin`` with both; with ``Policies``
+(``Policies = export_policies(...)``) too, ``policies-plugin``,
+``admission-policies-plugin``, ``conversion-policies-plugin`` or
+``api-plugin``; read from its source without
 running it; ``--world`` says otherwise.
 """
 from __future__ import annotations
@@ -30,12 +33,16 @@ def find_wit(explicit: str | None) -> Path:
     sys.exit(f"rekon-py-build: no WIT found (looked in {', '.join(map(str, candidates))}); pass --wit DIR (the rekon repository's wit/)")
 
 
-#: The world by (binds ``Admission``, binds ``Conversion``).
+#: The world by (binds ``Admission``, binds ``Conversion``, binds ``Policies``).
 WORLDS = {
-    (False, False): "plugin",
-    (True, False): "admission-plugin",
-    (False, True): "conversion-plugin",
-    (True, True): "admission-conversion-plugin",
+    (False, False, False): "plugin",
+    (True, False, False): "admission-plugin",
+    (False, True, False): "conversion-plugin",
+    (True, True, False): "admission-conversion-plugin",
+    (False, False, True): "policies-plugin",
+    (True, False, True): "admission-policies-plugin",
+    (False, True, True): "conversion-policies-plugin",
+    (True, True, True): "api-plugin",
 }
 
 
@@ -67,7 +74,7 @@ def world_of(app: str) -> str:
                     bound(h.body)
 
     bound(ast.parse(path.read_text(), str(path)).body)
-    return WORLDS[("Admission" in names, "Conversion" in names)]
+    return WORLDS[("Admission" in names, "Conversion" in names, "Policies" in names)]
 
 
 def main() -> None:

@@ -40,8 +40,11 @@ def test_the_declared_conversions_name_every_version_of_the_crd():
         ("example.dev", "Thing", "things", ["v1alpha1", "v1"]),
     ]
     assert version_of("example.dev/v1alpha1") == "v1alpha1"
-    assert WORLDS[(True, True)] == "admission-conversion-plugin"
-    assert WORLDS[(False, True)] == "conversion-plugin"
+    # (binds Admission, binds Conversion, binds Policies)
+    assert WORLDS[(True, True, False)] == "admission-conversion-plugin"
+    assert WORLDS[(False, True, False)] == "conversion-plugin"
+    assert WORLDS[(False, True, True)] == "conversion-policies-plugin"
+    assert WORLDS[(True, True, True)] == "api-plugin"
 
 
 def test_convert_sets_the_desired_api_version_and_a_round_trip_loses_nothing():

@@ -22,7 +22,9 @@
 // The world is `plugin`, `admission-plugin` when the entry module also
 // exports `admission` (`exportAdmission(...)`), `conversion-plugin` when it
 // exports `conversion` (`exportConversion(...)`), or
-// `admission-conversion-plugin` with both: read from esbuild's metafile, so
+// `admission-conversion-plugin` with both; with `policies`
+// (`exportPolicies(...)`) too, `policies-plugin`, `admission-policies-plugin`,
+// `conversion-policies-plugin` or `api-plugin`: read from esbuild's metafile, so
 // a plugin without them builds exactly as before.
 import { build } from "esbuild";
 import { existsSync } from "node:fs";
@@ -37,6 +39,12 @@ const ENGINES = ["quickjs", "starlingmonkey"];
 function pickWorld(exported) {
   const admission = exported.includes("admission");
   const conversion = exported.includes("conversion");
+  if (exported.includes("policies")) {
+    if (admission && conversion) return "api-plugin";
+    if (admission) return "admission-policies-plugin";
+    if (conversion) return "conversion-policies-plugin";
+    return "policies-plugin";
+  }
   if (admission && conversion) return "admission-conversion-plugin";
   if (admission) return "admission-plugin";
   if (conversion) return "conversion-plugin";

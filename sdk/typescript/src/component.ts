@@ -19,6 +19,7 @@ import type { Action, ObjectRef } from "./action.js";
 import { type Backend, Context } from "./context.js";
 import { ReadError, type ReadErrorKind, toReconcileError } from "./errors.js";
 import { type Plugin, dispatch } from "./plugin.js";
+import type { Policies } from "./policies.js";
 import type { KubeObject } from "./resources.js";
 import type { Mapping, Registration } from "./registration.js";
 import { checkSettingsAtRegister, withBackend } from "./settings.js";
@@ -281,6 +282,31 @@ export function exportConversion(conversion: Convert) {
       );
       if ("error" in out) throw new ComponentError(out.error);
       return JSON.stringify(out.ok);
+    },
+  };
+}
+
+/**
+ * The `policies` export of a component declaring CEL admission policies
+ * (`export const policies = exportPolicies(gadgetPolicies)`). A throwing
+ * `policies()` traps the load.
+ */
+export function exportPolicies(policies: Policies) {
+  return {
+    policies() {
+      return withBackend(hostBackend, () => policies.policies()).map((p) => ({
+        name: p.name,
+        resources: p.resources,
+        operations: p.operations,
+        failurePolicy: p.failurePolicy,
+        matchConditions: p.matchConditions,
+        validations: p.validations.map((v) => ({
+          expression: v.expression,
+          message: v.message,
+          messageExpression: v.messageExpression,
+          reason: v.reason,
+        })),
+      }));
     },
   };
 }

@@ -19,7 +19,8 @@
  * | `errors` | {@link ReconcileError}, {@link ReadError} |
  * | `admission` | {@link Admission}, {@link AdmissionRule}, {@link Verdict}, {@link Mutation}, {@link AdmissionError}, {@link admissionRequest} |
  * | `conversion` | {@link Convert}, {@link Conversion}, {@link conversionOf}, {@link ConversionError}, {@link conversionRequest} |
- * | `@rekon/sdk/component` | `exportPlugin`, `exportAdmission`, `exportConversion`: the component's `guest`, `admission` and `conversion` exports |
+ * | `policies` | {@link Policies}, {@link Policy}, {@link PolicyValidation}: CEL admission policies the API server evaluates |
+ * | `@rekon/sdk/component` | `exportPlugin`, `exportAdmission`, `exportConversion`, `exportPolicies`: the component's `guest`, `admission`, `conversion` and `policies` exports |
  * | `@rekon/sdk/testkit` | `World` (in-memory clusters) and recorded-case replay, under node |
  */
 export * from "./types.js";
@@ -31,4 +32,5 @@ export * from "./action.js";
 export * from "./plugin.js";
 export * from "./admission.js";
 export * from "./conversion.js";
+export * from "./policies.js";
 export { SETTINGS_REFUSAL_PREFIX, type SettingsType, settings } from "./settings.js";

@@ -130,28 +130,8 @@ impl ApiError {
     /// 422 Invalid with one `FieldValueInvalid`-style cause per entry
     /// `(cause_reason, field, message)`.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: &[(&str, String, String)]) -> Self {
-        let parts: Vec<String> = causes
-            .iter()
-            .map(|(_, field, msg)| {
-                if field.is_empty() {
-                    msg.clone()
-                } else {
-                    format!("{field}: {msg}")
-                }
-            })
-            .collect();
-        let joined = if parts.len() == 1 {
-            parts[0].clone()
-        } else {
-            format!("[{}]", parts.join(", "))
-        };
-        // GroupKind.String(): `Deployment.apps`, `ConfigMap` for core.
-        let qualified = if group.is_empty() {
-            kind.to_string()
-        } else {
-            format!("{kind}.{group}")
-        };
-        let message = format!("{qualified} \"{name}\" is invalid: {joined}");
+        // The wording is shared with the SDK's test kit.
+        let message = rekon_rules::cel::crd_rules::invalid_message(kind, group, name, causes);
         let causes: Vec<Value> = causes
             .iter()
             .map(|(reason, field, msg)| json!({"reason": reason, "message": msg, "field": field}))

@@ -7,8 +7,10 @@
 //! validating admission webhooks ([`webhook`]), called outside the store's
 //! lock.
 
-pub mod crd_rules;
-pub(crate) mod expr;
+// Shared with the SDK's test kit (`rekon_rules::cel`): one evaluation of
+// CRD rules, one CEL environment.
+pub use rekon_rules::cel::crd_rules;
+pub(crate) use rekon_rules::cel::expr;
 pub mod policy;
 pub mod webhook;
 

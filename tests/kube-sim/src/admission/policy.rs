@@ -23,7 +23,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kube_cel::cel::{Program, Value as Cel};
+use kube_cel::cel::Value as Cel;
+use rekon_rules::cel::policy::{Checks, Decision, Expr, Validation};
 use serde_json::{Value, json};
 
 use super::expr;
@@ -83,61 +84,15 @@ pub(crate) struct Admitted {
     pub audit: Option<AuditRecord>,
 }
 
-#[derive(Debug)]
-struct Expr {
-    source: String,
-    program: Result<Program, String>,
-}
-
-impl Expr {
-    fn new(source: &str) -> Self {
-        Self {
-            source: source.to_string(),
-            program: expr::compile(source),
-        }
-    }
-
-    /// Evaluates; the error in the server's words.
-    fn eval(&self, vars: &[(&str, &Cel)]) -> Result<Cel, String> {
-        let p = self
-            .program
-            .as_ref()
-            .map_err(|e| format!("compilation error: {e}"))?;
-        if expr::uses(p, "authorizer") {
-            return Err(format!(
-                "expression '{}' resulted in error: {}",
-                self.source,
-                expr::NO_AUTHORIZER
-            ));
-        }
-        expr::run(p, vars).map_err(|e| {
-            format!(
-                "expression '{}' resulted in error: {}",
-                self.source,
-                expr::error_text(&e)
-            )
-        })
-    }
-}
-
-#[derive(Debug)]
-struct Validation {
-    expr: Expr,
-    message: Option<String>,
-    message_expression: Option<Expr>,
-    reason: Option<String>,
-}
-
 /// A policy, compiled once per resourceVersion.
 #[derive(Debug)]
 pub(crate) struct Compiled {
     name: String,
-    fail: bool,
     param_kind: Option<(String, String)>,
     match_constraints: Value,
-    match_conditions: Vec<(String, Expr)>,
-    variables: Vec<(String, Expr)>,
-    validations: Vec<Validation>,
+    /// Match conditions, variables, validations (`rekon_rules::cel::policy`,
+    /// shared with the SDK's test kit).
+    checks: Checks,
     audit_annotations: Vec<(String, Expr)>,
 }
 
@@ -170,14 +125,8 @@ impl Compiled {
             }
         }
         let authorizer = sources.iter().any(|src| expr::uses_authorizer(src));
-        Self {
-            name: s(&policy["metadata"], "name"),
+        let checks = Checks {
             fail: authorizer || spec.get("failurePolicy").and_then(Value::as_str) != Some("Ignore"),
-            param_kind: spec
-                .get("paramKind")
-                .filter(|p| p.is_object())
-                .map(|p| (s(p, "apiVersion"), s(p, "kind"))),
-            match_constraints: spec.get("matchConstraints").cloned().unwrap_or(Value::Null),
             match_conditions: list("matchConditions")
                 .iter()
                 .map(|m| (s(m, "name"), Expr::new(&s(m, "expression"))))
@@ -199,6 +148,15 @@ impl Compiled {
                     reason: v.get("reason").and_then(Value::as_str).map(str::to_string),
                 })
                 .collect(),
+        };
+        Self {
+            name: s(&policy["metadata"], "name"),
+            param_kind: spec
+                .get("paramKind")
+                .filter(|p| p.is_object())
+                .map(|p| (s(p, "apiVersion"), s(p, "kind"))),
+            match_constraints: spec.get("matchConstraints").cloned().unwrap_or(Value::Null),
+            checks,
             audit_annotations: list("auditAnnotations")
                 .iter()
                 .map(|a| (s(a, "key"), Expr::new(&s(a, "valueExpression"))))
@@ -209,12 +167,6 @@ impl Compiled {
 
 /// Compiled policies by (name, resourceVersion).
 pub(crate) type Cache = HashMap<String, (String, Arc<Compiled>)>;
-
-/// One failed validation (or configuration error) of a binding.
-struct Decision {
-    message: String,
-    reason: Option<String>,
-}
 
 /// A denial waiting to be answered (the first one is).
 struct Denied {
@@ -257,7 +209,7 @@ pub(crate) fn admit(
             }
         };
         let config_error = |binding: Option<&str>, err: String, denied: &mut Vec<Denied>| {
-            if compiled.fail {
+            if compiled.checks.fail {
                 let what = if binding.is_some() {
                     "binding"
                 } else {
@@ -382,25 +334,15 @@ pub(crate) fn admit(
 /// `admission.NewForbidden` with the decision's reason and code (Invalid,
 /// 422, unless the validation names another reason).
 fn denial(a: &Attributes<'_>, d: Denied) -> ApiError {
-    let message = match &d.binding {
-        Some(b) => format!(
-            "ValidatingAdmissionPolicy '{}' with binding '{b}' denied request: {}",
-            d.policy, d.decision.message
-        ),
-        None => format!(
-            "ValidatingAdmissionPolicy '{}' denied request: {}",
-            d.policy, d.decision.message
-        ),
-    };
+    let message = rekon_rules::cel::policy::denial_message(
+        &d.policy,
+        d.binding.as_deref(),
+        &d.decision.message,
+    );
     let name = if a.name.is_empty() { "Unknown" } else { a.name };
     let mut e = ApiError::forbidden(a.res, name, &message);
     let reason = d.decision.reason.unwrap_or_else(|| "Invalid".into());
-    e.code = match reason.as_str() {
-        "Unauthorized" => 401,
-        "Forbidden" => 403,
-        "RequestEntityTooLarge" => 413,
-        _ => 422,
-    };
+    e.code = rekon_rules::cel::policy::denial_code(&reason);
     e.reason = reason;
     if let Some(d) = e.details.as_deref_mut().and_then(Value::as_object_mut) {
         d.insert("causes".into(), json!([{"message": message}]));
@@ -421,17 +363,6 @@ struct Evaluation {
 
 fn validate(inner: &Inner, p: &Compiled, param: Option<&Value>, a: &Attributes<'_>) -> Evaluation {
     let mut ev = Evaluation::default();
-    let fail = |ev: &mut Evaluation, i: usize, message: String| {
-        if p.fail {
-            ev.decisions.push((
-                i,
-                Decision {
-                    message,
-                    reason: None,
-                },
-            ));
-        }
-    };
     let object = a.object.map(|o| expr::to_cel(o, None)).unwrap_or(Cel::Null);
     let old = a.old.map(|o| expr::to_cel(o, None)).unwrap_or(Cel::Null);
     let request = expr::to_cel(&request(a), None);
@@ -446,103 +377,13 @@ fn validate(inner: &Inner, p: &Compiled, param: Option<&Value>, a: &Attributes<'
         ("params", &params),
         ("namespaceObject", &ns),
     ];
-    // matchConditions: any false skips the policy; errors (with no false)
-    // fail it.
-    let mut errors = Vec::new();
-    for (_, m) in &p.match_conditions {
-        match m.eval(&vars) {
-            Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => return ev,
-            Ok(_) => errors.push(format!(
-                "expression '{}' resulted in error: no such overload",
-                m.source
-            )),
-            Err(e) => errors.push(e),
-        }
-    }
-    if !errors.is_empty() {
-        let msg = if errors.len() == 1 {
-            errors.remove(0)
-        } else {
-            format!("[{}]", errors.join(", "))
-        };
-        fail(&mut ev, 0, msg);
+    let checked = p.checks.check(&vars);
+    ev.decisions = checked.decisions.clone();
+    if checked.skipped {
         return ev;
     }
-    // variables, in order; one may use the ones before it.
-    let mut values = HashMap::new();
-    let mut failed: HashMap<String, String> = HashMap::new();
-    for (name, v) in &p.variables {
-        let current = Cel::Map(kube_cel::cel::objects::Map {
-            map: Arc::new(values.clone()),
-        });
-        let mut with = vars.clone();
-        with.push(("variables", &current));
-        match v.eval(&with) {
-            Ok(x) => {
-                values.insert(
-                    kube_cel::cel::objects::Key::String(Arc::new(name.clone())),
-                    x,
-                );
-            }
-            Err(e) => {
-                failed.insert(name.clone(), e);
-            }
-        }
-    }
-    let variables = Cel::Map(kube_cel::cel::objects::Map {
-        map: Arc::new(values),
-    });
-    vars.push(("variables", &variables));
-    let explain = |e: String| -> String {
-        // A failed variable surfaces where it is used, as in the server.
-        match failed
-            .iter()
-            .find(|(n, _)| e.ends_with(&format!("no such key: {n}")))
-        {
-            Some((n, cause)) => format!("composited variable \"{n}\" fails to evaluate: {cause}"),
-            None => e,
-        }
-    };
-    for (i, v) in p.validations.iter().enumerate() {
-        match v.expr.eval(&vars) {
-            Ok(Cel::Bool(true)) => {}
-            Ok(Cel::Bool(false)) => {
-                let from_expr = v
-                    .message_expression
-                    .as_ref()
-                    .and_then(|m| match m.eval(&vars) {
-                        Ok(Cel::String(s)) => Some(s.trim().to_string()),
-                        _ => None,
-                    })
-                    .filter(|m| !m.is_empty() && !m.contains('\n') && m.len() <= 5 * 1024);
-                let message = from_expr
-                    .or_else(|| {
-                        v.message
-                            .as_ref()
-                            .map(|m| m.trim().to_string())
-                            .filter(|m| !m.is_empty())
-                    })
-                    .unwrap_or_else(|| format!("failed expression: {}", v.expr.source.trim()));
-                ev.decisions.push((
-                    i,
-                    Decision {
-                        message,
-                        reason: Some(v.reason.clone().unwrap_or_else(|| "Invalid".into())),
-                    },
-                ));
-            }
-            Ok(_) => fail(
-                &mut ev,
-                i,
-                format!(
-                    "expression '{}' resulted in error: no such overload",
-                    v.expr.source
-                ),
-            ),
-            Err(e) => fail(&mut ev, i, explain(e)),
-        }
-    }
+    vars.push(("variables", &checked.variables));
+    let explain = |e: String| checked.explain(e);
     for (key, x) in &p.audit_annotations {
         match x.eval(&vars) {
             Ok(Cel::String(s)) if !s.trim().is_empty() => {
@@ -550,7 +391,7 @@ fn validate(inner: &Inner, p: &Compiled, param: Option<&Value>, a: &Attributes<'
             }
             Ok(Cel::String(_) | Cel::Null) => {}
             Ok(other) => {
-                if p.fail {
+                if p.checks.fail {
                     ev.error = Some(Decision {
                         message: format!(
                             "valueExpression '{}' resulted in unsupported return type: {:?}. Return type must be either string or null.",
@@ -562,7 +403,7 @@ fn validate(inner: &Inner, p: &Compiled, param: Option<&Value>, a: &Attributes<'
                 }
             }
             Err(e) => {
-                if p.fail {
+                if p.checks.fail {
                     ev.error = Some(Decision {
                         message: explain(e),
                         reason: None,
@@ -577,21 +418,19 @@ fn validate(inner: &Inner, p: &Compiled, param: Option<&Value>, a: &Attributes<'
 /// The `request` variable: the AdmissionRequest the server builds.
 pub(crate) fn request(a: &Attributes<'_>) -> Value {
     let r = a.res;
-    let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
-    let gvr = json!({"group": r.group, "version": r.version, "resource": r.plural});
-    let options = match a.operation {
-        "CREATE" => json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
-        "UPDATE" => json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}),
-        _ => json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"}),
-    };
-    json!({
-        "uid": uuid::Uuid::new_v4().to_string(),
-        "kind": gvk, "resource": gvr, "subResource": a.subresource,
-        "requestKind": gvk, "requestResource": gvr, "requestSubResource": a.subresource,
-        "name": a.name, "namespace": a.namespace, "operation": a.operation,
-        "userInfo": {"username": a.user.name, "uid": a.user.uid, "groups": a.user.groups,
-            "extra": a.user.extra},
-        "dryRun": a.dry_run, "options": options,
+    rekon_rules::cel::policy::request(&rekon_rules::cel::policy::RequestAttributes {
+        uid: &uuid::Uuid::new_v4().to_string(),
+        group: &r.group,
+        version: &r.version,
+        kind: &r.kind,
+        plural: &r.plural,
+        subresource: a.subresource,
+        name: a.name,
+        namespace: a.namespace,
+        operation: a.operation,
+        user: json!({"username": a.user.name, "uid": a.user.uid, "groups": a.user.groups,
+            "extra": a.user.extra}),
+        dry_run: a.dry_run,
     })
 }
 

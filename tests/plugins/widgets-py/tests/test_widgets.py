@@ -90,6 +90,27 @@ def test_the_conversion_builds_component_converts_the_crd_the_host_reads_at_two_
     assert len(inspected["admission"]) == 2
 
 
+def test_the_policies_build_declares_the_policy_the_host_reads_and_compiles(tmp_path):
+    wasm = tmp_path / "widgets_py_policies.wasm"
+    built = subprocess.run([sys.executable, "-m", "rekon_sdk.build", "widgets_py_policies", "-o", str(wasm)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr
+    assert "world admission-policies-plugin" in built.stderr
+    inspected = inspect_component(str(wasm))
+    assert inspected["policies"] == [{
+        "name": "name",
+        "resources": [{"group": "widgets.rekon.dev", "version": "v1", "kind": "Widget", "plural": "widgets", "scope": "Namespaced"}],
+        "operations": ["CREATE", "UPDATE"],
+        "failurePolicy": "Fail",
+        "matchConditions": [],
+        "validations": [{
+            "expression": "object.metadata.name != 'forbidden'",
+            "messageExpression": "'the name ' + object.metadata.name + ' is not allowed'",
+            "reason": "Invalid",
+        }],
+    }]
+    assert len(inspected["admission"]) == 2
+
+
 def test_a_widget_converts_to_v1_and_back_without_loss_and_a_trap_propagates():
     from rekon_sdk import ConversionError, ConversionRequest
     from widgets_py_conversion import CONVERT_TRAP_NAME, conversion

@@ -27,6 +27,8 @@ import {
   type Admission,
   type AdmissionRequest,
   AdmissionRule,
+  Policy,
+  type Policies,
   ClusterSet,
   type Context,
   type Event,
@@ -176,4 +178,19 @@ export const widgetsConversion: Convert = {
     }
     throw new ConversionError(`widgets converts between v1alpha1 and v1, not from ${from} to ${to}`);
   },
+};
+
+/**
+ * The CEL policy of the build with policies (`component-policies.ts`): a
+ * Widget's name is not `forbidden`, checked by the API server itself
+ * (`rekon policies`), no webhook called.
+ */
+export const widgetsPolicies: Policies = {
+  policies: () => [
+    Policy.of("name", WidgetKind).withValidation({
+      expression: "object.metadata.name != 'forbidden'",
+      messageExpression: "'the name ' + object.metadata.name + ' is not allowed'",
+      reason: "invalid",
+    }),
+  ],
 };

@@ -63,6 +63,53 @@ test("a rule the host refuses is refused when the host loads the component", () 
   }
 });
 
+test("the host reads and compiles the built component's policies", () => {
+  const out = mkdtempSync(join(tmpdir(), "widgets-ts-"));
+  try {
+    const wasm = join(out, "widgets_ts_policies.wasm");
+    const built = spawnSync("npm", ["run", "build:policies", "--", "-o", wasm], { encoding: "utf8" });
+    assert.equal(built.status, 0, built.stderr);
+    assert.match(built.stderr, /world admission-policies-plugin/);
+    const inspected = inspectComponent(wasm);
+    assert.deepEqual(inspected.policies, [
+      {
+        name: "name",
+        resources: [{ group: "widgets.rekon.dev", version: "v1", kind: "Widget", plural: "widgets", scope: "Namespaced" }],
+        operations: ["CREATE", "UPDATE"],
+        failurePolicy: "Fail",
+        matchConditions: [],
+        validations: [
+          {
+            expression: "object.metadata.name != 'forbidden'",
+            messageExpression: "'the name ' + object.metadata.name + ' is not allowed'",
+            reason: "Invalid",
+          },
+        ],
+      },
+    ]);
+    // The webhooks are still there.
+    assert.equal(inspected.admission.length, 2);
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});
+
+test("a policy whose CEL does not compile is refused when the host loads the component", () => {
+  const out = mkdtempSync(join(tmpdir(), "widgets-ts-"));
+  try {
+    const wasm = join(out, "bad.wasm");
+    const built = spawnSync("npx", ["rekon-build", "test/fixtures/bad-policy.ts", "-o", wasm], { encoding: "utf8" });
+    assert.equal(built.status, 0, built.stderr);
+    assert.match(built.stderr, /world policies-plugin/);
+    assert.throws(
+      () => inspectComponent(wasm),
+      /policy "name": validations\[0\]\.expression: expression "object\.metadata\.name in \[" does not compile: ERROR: <input>:1:26/,
+    );
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});
+
 test("a widget too large is denied with a field error", () => {
   const world = new World().primary("main");
   const denial = world.validate(widgetsAdmission, create(widget("w", 11)), widgets).denial;

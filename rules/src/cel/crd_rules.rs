@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use super::expr;
 
-/// `(cause reason, field, message)`, as [`crate::ApiError::invalid`] takes them.
+/// `(cause reason, field, message)`, as kube-sim's `ApiError::invalid` takes them.
 pub type Cause = (&'static str, String, String);
 
 /// The compiled rules of one schema; `None` from [`Rules::compile`] when the
@@ -242,7 +242,7 @@ impl Node {
             items,
             additional,
             map_keys: (list_type == Some("map"))
-                .then(|| crate::store::strings(schema.get("x-kubernetes-list-map-keys"))),
+                .then(|| strings(schema.get("x-kubernetes-list-map-keys"))),
             set: list_type == Some("set"),
         })
     }
@@ -483,6 +483,54 @@ pub fn blocking(schema_errors: &[Cause]) -> Option<Cause> {
                 "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
             )
         })
+}
+
+/// The strings of a JSON array (none for anything else).
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The message the API server answers a write with when `causes` (of
+/// [`Rules::validate`], or of the schema checks) refuse it: `<Kind>.<group>
+/// "<name>" is invalid: <field>: <message>` (several causes in brackets,
+/// joined with `, `), which kubectl prints as `The <Kind> "<name>" is
+/// invalid: ...`.
+#[must_use]
+pub fn invalid_message(
+    kind: &str,
+    group: &str,
+    name: &str,
+    causes: &[(&str, String, String)],
+) -> String {
+    let parts: Vec<String> = causes
+        .iter()
+        .map(|(_, field, msg)| {
+            if field.is_empty() {
+                msg.clone()
+            } else {
+                format!("{field}: {msg}")
+            }
+        })
+        .collect();
+    let joined = if parts.len() == 1 {
+        parts[0].clone()
+    } else {
+        format!("[{}]", parts.join(", "))
+    };
+    // GroupKind.String(): `Deployment.apps`, `ConfigMap` for core.
+    let qualified = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    };
+    format!("{qualified} \"{name}\" is invalid: {joined}")
 }
 
 #[cfg(test)]

@@ -20,35 +20,35 @@ use serde_json::Value;
 
 /// The root context (standard functions and kube-cel's), built once; every
 /// evaluation binds its variables in an inner scope of it.
-pub(crate) fn base() -> &'static Context<'static> {
+pub fn base() -> &'static Context<'static> {
     static BASE: OnceLock<Context<'static>> = OnceLock::new();
     BASE.get_or_init(|| Context::default().with_all())
 }
 
 /// Parses an expression; the error is the parser's text.
-pub(crate) fn compile(src: &str) -> Result<Program, String> {
+pub fn compile(src: &str) -> Result<Program, String> {
     Program::compile(src).map_err(|e| e.to_string().trim().to_string())
 }
 
 /// Whether a program reads the variable `name`.
-pub(crate) fn uses(program: &Program, name: &str) -> bool {
+pub fn uses(program: &Program, name: &str) -> bool {
     program.references().has_variable(name)
 }
 
 /// Whether an expression reads the `authorizer` variable, which kube-cel
 /// does not provide (no authorization library): the policies and webhook
 /// match conditions using it fail closed (see their callers).
-pub(crate) fn uses_authorizer(src: &str) -> bool {
+pub fn uses_authorizer(src: &str) -> bool {
     compile(src).is_ok_and(|p| uses(&p, "authorizer"))
 }
 
 /// The error an expression reading `authorizer` evaluates to in kube-sim.
-pub(crate) const NO_AUTHORIZER: &str =
+pub const NO_AUTHORIZER: &str =
     "kube-sim does not evaluate the authorizer variable (kube-cel has no authorization library)";
 
 /// An error of an evaluation in cel-go's words (the server puts them in
 /// its messages): `no such key: x`, `division by zero`, `no such overload`.
-pub(crate) fn error_text(e: &ExecutionError) -> String {
+pub fn error_text(e: &ExecutionError) -> String {
     match e {
         ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
         ExecutionError::DivisionByZero(_) => "division by zero".into(),
@@ -62,7 +62,7 @@ pub(crate) fn error_text(e: &ExecutionError) -> String {
 /// A JSON value as CEL sees it, typed by its structural schema (if any):
 /// `number` → double, `date-time` → timestamp, `duration` → duration;
 /// object keys are escaped as the server escapes property names.
-pub(crate) fn to_cel(v: &Value, schema: Option<&Value>) -> Cel {
+pub fn to_cel(v: &Value, schema: Option<&Value>) -> Cel {
     let ty = schema.and_then(|s| s.get("type")).and_then(Value::as_str);
     match v {
         Value::Null => Cel::Null,
@@ -199,7 +199,7 @@ fn go_duration(s: &str) -> Option<chrono::Duration> {
 }
 
 /// Runs `program` in an inner scope of [`base`] with `vars` bound.
-pub(crate) fn run(program: &Program, vars: &[(&str, &Cel)]) -> Result<Cel, ExecutionError> {
+pub fn run(program: &Program, vars: &[(&str, &Cel)]) -> Result<Cel, ExecutionError> {
     let mut ctx = base().new_inner_scope();
     for (name, v) in vars {
         ctx.add_variable_from_value(*name, (*v).clone());
