@@ -26,6 +26,7 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation as KubeOperation};
 use serde_json::Value;
 
+use crate::admission::matching::rule_matches;
 use crate::admission::{conversion, review};
 use crate::plugin::{
     AdmissionKind, AdmissionRule, Answer, FailurePolicy, HostReads, LoadOptions, LoadedPlugin,
@@ -356,12 +357,7 @@ pub fn matching(
     let mut found: Vec<AdmissionRule> = rules
         .iter()
         .filter(|r| only.is_none_or(|o| r.name == o))
-        .filter(|r| {
-            r.operations.contains(&operation)
-                && r.resources
-                    .iter()
-                    .any(|t| t.group == request.resource.group && t.plural == resource)
-        })
+        .filter(|r| rule_matches(r, &request.resource.group, &resource, operation))
         .cloned()
         .collect();
     if found.is_empty() {
