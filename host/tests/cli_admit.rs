@@ -4,7 +4,7 @@
 //! defaulted with the JSON Patch printed, read from stdin as a bare
 //! AdmissionRequest, quota read from `--objects`; no rule matching, a trap
 //! and bad JSON each a clear error with its own exit code; a
-//! ConversionReview through `convert`.
+//! ConversionReview through `convert`; the settings given at load.
 
 mod plugin_support;
 
@@ -320,4 +320,46 @@ fn a_conversion_review_goes_to_convert() {
     let (code, err) = code_and_err(&out);
     assert_eq!(code, Some(INPUT), "{err}");
     assert!(err.contains("converts no CRD"), "{err}");
+}
+
+#[test]
+fn the_settings_are_the_plugins_at_load() {
+    // The zoo declares its webhook from its settings: with bug
+    // own-write-denied a child ConfigMap above 5 replicas is denied; with
+    // another bug it admits nothing.
+    let zoo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/zoo");
+    let child = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "w-child", "namespace": "default",
+                     "labels": {"zoo.rekon.dev/owner-name": "w"}},
+        "data": {"replicas": "8"}});
+    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-2", "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "name": "w-child", "namespace": "default", "operation": "CREATE",
+            "userInfo": {"username": "alice"}, "object": child, "dryRun": false}});
+    let settings = zoo.join("own-write-denied/buggy.json");
+    let (out, _dir) = admit(
+        "zoo.wasm",
+        &body.to_string(),
+        &["--settings", settings.to_str().unwrap(), "-o", "yaml"],
+    );
+    let (code, err) = code_and_err(&out);
+    assert_eq!(code, Some(DENIED), "{err}");
+    let answer: Value = serde_yaml::from_slice(&out.stdout).expect("YAML");
+    assert_eq!(
+        answer["response"]["status"]["message"],
+        "a child carries at most 5 replicas, not 8"
+    );
+    let other = zoo.join("refused-write/buggy.json");
+    let (out, _dir) = admit(
+        "zoo.wasm",
+        &body.to_string(),
+        &["--settings", other.to_str().unwrap()],
+    );
+    let (code, err) = code_and_err(&out);
+    assert_eq!(code, Some(INPUT), "{err}");
+    assert!(
+        err.contains("plugin zoo declares no admission rule"),
+        "{err}"
+    );
 }
