@@ -465,9 +465,14 @@ pub mod __private {
         })
     }
 
-    /// `rules` of the component.
+    /// `rules` of the component, with the load's settings readable
+    /// ([`crate::settings()`]), as in `register`: a plugin may declare its
+    /// webhooks from its settings.
     pub fn rules<P: crate::admission::Admission>() -> Vec<WitAdmissionRule> {
-        P::rules().into_iter().map(Into::into).collect()
+        let ctx = host_context();
+        crate::settings::with_source(ctx.backend(), || {
+            P::rules().into_iter().map(Into::into).collect()
+        })
     }
 
     /// `validate` of the component.

@@ -212,6 +212,55 @@ fn a_child_orphaned_by_a_crash_is_found() {
     zoo_pair("orphaned-child", Some("crash"), "end-state");
 }
 
+#[test]
+fn a_write_its_own_validation_denies_is_found_in_the_reference() {
+    zoo_pair("own-write-denied", None, "own-writes-admitted");
+    // The finding names the object, the webhook and its message, once per
+    // denial with every reconcile that made it; the JSON report says the same.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let report = zoo("own-write-denied", "buggy", tmp.path());
+    assert_eq!(report.findings.len(), 1, "{}", report.render());
+    let diff = &report.findings[0].diff;
+    assert_eq!(diff.lines().count(), 1, "{diff}");
+    assert!(
+        diff.starts_with("main ConfigMap default/w-child (UPDATE, reconcile #")
+            && diff.contains(
+                "denied by child-replicas.zoo.rekon.dev (422): a child carries at most 5 replicas, not 8 [data.replicas: must be at most 5]"
+            ),
+        "{diff}"
+    );
+    let json = report.to_json();
+    assert_eq!(json["findings"][0]["oracle"], "own-writes-admitted");
+    assert_eq!(json["findings"][0]["strategy"], "reference");
+    let checked = &json["oracles"]["own-writes-admitted"];
+    assert!(checked["checked"].as_u64().unwrap() >= 2, "{checked}");
+    assert_eq!(checked["findings"], 1);
+    let fixed = zoo("own-write-denied", "fixed", &tmp.path().join("fixed"));
+    assert!(
+        fixed.oracles["own-writes-admitted"].checked >= 2,
+        "the fixed twin's writes were reviewed too:\n{}",
+        fixed.render()
+    );
+}
+
+#[test]
+fn the_widgets_own_admission_finds_nothing_in_its_writes() {
+    // Widgets admits Widgets and writes only their status (a subresource
+    // its rules do not cover): scenario-free, nothing to report.
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let mut opts = options(
+        &built("dist/test-plugins/widgets.wasm"),
+        Path::new("unused"),
+        None,
+        tmp.path(),
+    );
+    opts.scenario = None;
+    opts.max_plans = Some(20);
+    let report = explore(&opts).expect("explore widgets");
+    assert!(report.findings.is_empty(), "{}", report.render());
+    assert_eq!(report.oracles["own-writes-admitted"].findings, 0);
+}
+
 /// A correct plugin of `tests/zoo/correct/<name>`: no finding at all.
 fn correct(name: &str) -> Report {
     let tmp = tempfile::tempdir().expect("temp dir");

@@ -18,6 +18,7 @@
 //! | module | what |
 //! |---|---|
 //! | `admitters` | [`Admitters`]: where the server finds plugins and their reads |
+//! | [`matching`] | which of a plugin's webhooks the API server calls for a request |
 //! | [`conversion`] | a ConversionReview answered by a plugin's `convert`, each object checked |
 //! | [`review`] | an AdmissionReview to a plugin's review, its answer to the response |
 //! | [`server`] | the HTTPS server, its routes and metrics; its serving certificate |
@@ -25,6 +26,7 @@
 
 mod admitters;
 pub mod conversion;
+pub mod matching;
 pub mod review;
 pub mod server;
 pub mod shadow;

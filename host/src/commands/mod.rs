@@ -1,8 +1,9 @@
 //! One-shot jobs that borrow the engine, each behind a `rekon` subcommand:
-//! [`plan`], [`release`], [`inspect`], [`compile`], [`explore`], [`push`],
+//! [`admit`] (`rekon plugin admit`), [`plan`], [`release`], [`inspect`], [`compile`], [`explore`], [`push`],
 //! [`sign`] (`keygen`, `sign`, `verify`), [`manifests`] (`rekon rbac`,
 //! `rekon crds`), [`webhooks`] (`rekon webhooks`), [`policies`] (`rekon policies`), [`plugin_manifest`] and [`scaffold`] (`rekon plugin new`).
 
+pub mod admit;
 pub mod compile;
 pub mod explore;
 pub mod inspect;

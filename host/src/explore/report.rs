@@ -251,13 +251,20 @@ impl Report {
                 v.generated, v.pruned, v.run, v.not_reached, v.unreachable, v.findings
             );
         }
+        let width = self
+            .oracles
+            .keys()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max(13);
         let _ = writeln!(
             out,
-            "\n  {:<13} {:>9} {:>8}",
+            "\n  {:<width$} {:>9} {:>8}",
             "ORACLE", "CHECKED", "FINDINGS"
         );
         for (k, v) in &self.oracles {
-            let _ = writeln!(out, "  {k:<13} {:>9} {:>8}", v.checked, v.findings);
+            let _ = writeln!(out, "  {k:<width$} {:>9} {:>8}", v.checked, v.findings);
         }
         if self.generated_steps > 0 {
             let from = self.steps.len() - self.generated_steps;

@@ -70,6 +70,9 @@ pub struct RunOutcome {
     /// Steps of [`Runner::refusable`] whose write the API server refused
     /// (422, 403), with its message: skipped, the run went on.
     pub refused: BTreeMap<usize, String>,
+    /// The plugin's writes reviewed by its own admission (the reference
+    /// of a plugin that admits; [`super::admitted`]).
+    pub admitted: Vec<super::admitted::Reviewed>,
 }
 
 /// What the clusters held after one settle.
@@ -113,6 +116,14 @@ impl Runner {
     /// When a step cannot be performed (a scenario the API server refuses).
     pub async fn run(&self, fault: Option<&Fault>) -> Result<RunOutcome, WorldError> {
         let world = World::start(&self.scenario, &self.crds).await?;
+        // The reference's writes are reviewed by the plugin's own
+        // admission (observed only: the run is the same without it).
+        if fault.is_none()
+            && self.determinism
+            && let Some(own) = super::admitted::OwnAdmission::new(&self.plugin)
+        {
+            world.board.set_admission(Arc::new(own));
+        }
         let probe = Arc::new(Probe::new(
             self.plugin.clone(),
             ProbeConfig {
@@ -199,6 +210,7 @@ impl Runner {
                         applied_on_terminating,
                         snapshots: BTreeMap::new(),
                         refused,
+                        admitted: Vec::new(),
                     });
                 }
                 match world.perform(i, step, fault.is_none()).await {
@@ -255,6 +267,11 @@ impl Runner {
             .collect();
         let fired = fired || probe.fired();
         let nondeterministic = probe.nondeterministic();
+        let admitted = world
+            .board
+            .admission()
+            .map(|a| a.reviewed())
+            .unwrap_or_default();
         world.stop().await;
         Ok(RunOutcome {
             trace,
@@ -268,6 +285,7 @@ impl Runner {
             applied_on_terminating,
             snapshots,
             refused,
+            admitted,
         })
     }
 }

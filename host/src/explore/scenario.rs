@@ -527,9 +527,13 @@ fn parse_step(
     }
 }
 
-/// Every YAML or JSON document of `path` (empty documents skipped), each
-/// checked to be an object with apiVersion, kind and metadata.name.
-fn read_objects(path: &Path) -> Result<Vec<Value>, ObjectsError> {
+/// Every YAML or JSON document of `path` (empty documents skipped, a
+/// `List`'s items), each checked to be an object with apiVersion, kind and
+/// metadata.name (also `rekon plugin admit --objects`).
+///
+/// # Errors
+/// A file that cannot be read, is not YAML, holds no or incomplete objects.
+pub fn read_objects(path: &Path) -> Result<Vec<Value>, ObjectsError> {
     let text = std::fs::read_to_string(path).map_err(|source| ObjectsError::Read {
         path: path.to_path_buf(),
         source,

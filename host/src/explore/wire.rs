@@ -136,6 +136,8 @@ struct State {
     /// Per cluster: whether the write in flight there is the host's own
     /// (the probe tells, from the writer's gate, before each one).
     host_writing: BTreeMap<String, bool>,
+    /// The plugin's own admission, reviewing its writes (the reference).
+    admission: Option<Arc<super::admitted::OwnAdmission>>,
 }
 
 /// Faults and the write log shared by every cluster's wire of one run.
@@ -213,6 +215,17 @@ impl Switchboard {
             .lock()
             .host_writing
             .insert(cluster.to_owned(), host);
+    }
+
+    /// Review the plugin's writes with its own admission from now on.
+    pub fn set_admission(&self, admission: Arc<super::admitted::OwnAdmission>) {
+        self.state.lock().admission = Some(admission);
+    }
+
+    /// The plugin's own admission, when its writes are reviewed.
+    #[must_use]
+    pub fn admission(&self) -> Option<Arc<super::admitted::OwnAdmission>> {
+        self.state.lock().admission.clone()
     }
 
     /// Whether the armed fault answered a write.
@@ -483,6 +496,24 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
             let (verdict, write, host) = this.board.judge(&this.cluster, &method, &path, &query);
             let reconcile = this.board.reconcile();
             let req = req.map(axum::body::Body::new);
+            // The body of a plugin's write its own admission reviews: kept
+            // to tell what the controller sent from what was stored.
+            let own = this
+                .board
+                .admission()
+                .filter(|a| write && !host && a.covers(&method, &path));
+            let (req, sent, old) = match &own {
+                Some(_) => {
+                    let (parts, body) = req.into_parts();
+                    let sent: Bytes = axum::body::to_bytes(body, usize::MAX).await?;
+                    (
+                        http::Request::from_parts(parts, axum::body::Body::from(sent.clone())),
+                        sent,
+                        super::admitted::OwnAdmission::before(&this.sim, &path),
+                    )
+                }
+                None => (req, Bytes::new(), None),
+            };
             match verdict {
                 Verdict::Refuse => Err(Box::new(std::io::Error::new(
                     std::io::ErrorKind::ConnectionRefused,
@@ -516,6 +547,23 @@ impl tower::Service<http::Request<kube::client::Body>> for Wire {
                     let (parts, body) = resp.into_parts();
                     let bytes: Bytes = axum::body::to_bytes(body, usize::MAX).await?;
                     let injected = matches!(verdict, Verdict::FailAfter(_));
+                    let status = parts.status.as_u16();
+                    if !injected
+                        && status < 300
+                        && let Some(own) = &own
+                    {
+                        own.review(
+                            &this.sim,
+                            &this.cluster,
+                            &method,
+                            &path,
+                            status,
+                            &sent,
+                            old,
+                            &bytes,
+                            reconcile,
+                        );
+                    }
                     this.board.log(Write {
                         cluster: this.cluster.to_string(),
                         method,

@@ -161,6 +161,14 @@ pub enum PluginCommand {
     /// virtual clock; report what differs from a fault-free run. Exit 0: no
     /// finding, 1: findings, 2: the inputs do not load.
     Explore(Box<rekon::commands::explore::ExploreArgs>),
+    /// Answer one review with a plugin, as its webhook would (as
+    /// Kubewarden's `kwctl run`): an AdmissionReview v1 (or a bare
+    /// AdmissionRequest) through the plugin's matching rules, mutating
+    /// before validating, or a ConversionReview through `convert`; prints
+    /// each AdmissionReview/ConversionReview answer. Exit 0: allowed, 1:
+    /// denied, 2: the inputs do not load or no rule matches, 3: the
+    /// plugin's call failed (trap, deadline, memory).
+    Admit(Box<rekon::commands::admit::AdmitArgs>),
     /// Make the shadow version of plugin NAME the serving one: in the
     /// plugin directory (`*.shadow.wasm` renamed over the serving file), or
     /// with --object in its Plugin object (spec.shadow becomes spec.module;
@@ -240,6 +248,7 @@ pub fn run(command: PluginCommand) -> anyhow::Result<()> {
         PluginCommand::Sign(args) => sign::sign(*args),
         PluginCommand::Verify(args) => sign::verify(*args),
         PluginCommand::Explore(args) => std::process::exit(rekon::commands::explore::run(*args)),
+        PluginCommand::Admit(args) => std::process::exit(rekon::commands::admit::run(*args)),
         PluginCommand::Manifest {
             file,
             module,

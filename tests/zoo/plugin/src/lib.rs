@@ -44,6 +44,7 @@ pub mod generate_name_lag;
 pub mod intermediate_status;
 pub mod list_order;
 pub mod orphaned_child;
+pub mod own_write_denied;
 pub mod pod_token;
 pub mod refused_write;
 pub mod resize_restart;
@@ -162,6 +163,8 @@ pub enum Bug {
     RollbackSkipped,
     /// [`status_not_applied`]
     StatusNotApplied,
+    /// [`own_write_denied`]
+    OwnWriteDenied,
     /// [`finalizer_child`]: a correct plugin (no bug; `fixed` changes
     /// nothing).
     FinalizerChild,
@@ -171,7 +174,7 @@ pub enum Bug {
 
 impl Bug {
     /// Every bug, in the order of `docs/plugins/exploring.md`.
-    pub const ALL: [Bug; 16] = [
+    pub const ALL: [Bug; 17] = [
         Bug::IntermediateStatus,
         Bug::FinalizerUnreachable,
         Bug::GenerateNameLag,
@@ -188,6 +191,7 @@ impl Bug {
         Bug::CleanupLag,
         Bug::RollbackSkipped,
         Bug::StatusNotApplied,
+        Bug::OwnWriteDenied,
     ];
 
     /// The correct plugins that must stay clean (`tests/zoo/correct/`).
@@ -328,11 +332,27 @@ impl Plugin for Zoo {
             Bug::StatusNotApplied => {
                 status_not_applied::reconcile(ctx, req, event.primary(), fixed)
             }
+            Bug::OwnWriteDenied => own_write_denied::reconcile(ctx, req, event.primary(), fixed),
         }
     }
 }
 
-rekon_sdk::export_plugin!(Zoo);
+/// Only `own-write-denied` admits (its rules are asked at load, with the
+/// settings): every other bug and correct plugin declares no webhook.
+impl Admission for Zoo {
+    fn rules() -> Vec<AdmissionRule> {
+        match rekon_sdk::settings::<ZooSettings>().map(|s| s.bug) {
+            Ok(Some(Bug::OwnWriteDenied)) => own_write_denied::rules(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn validate(_: &Context, req: &AdmissionRequest) -> Result<Verdict, Error> {
+        own_write_denied::validate(req)
+    }
+}
+
+rekon_sdk::export_plugin!(Zoo, admission);
 
 /// What every bug may do to its ConfigMaps.
 const CHILD_VERBS: &[Verb] = &[

@@ -243,6 +243,12 @@ fn play(bug: Bug, w: &mut World) {
             set_spec(w, json!({"replicas": 3}));
             converge(w);
         }
+        Bug::OwnWriteDenied => {
+            insert_widget(w, json!({"replicas": 2}), &[]);
+            converge(w);
+            set_spec(w, json!({"replicas": 8}));
+            converge(w);
+        }
         Bug::ListOrder => {
             for m in ["m-c", "m-a", "m-e", "m-b", "m-d"] {
                 insert_member(w, m, &[], json!({}));
@@ -702,5 +708,23 @@ fn status_not_applied() {
         let expected = if fixed { "3" } else { "1" };
         assert_eq!(child_replicas(&w), json!(expected), "fixed={fixed}");
         w.assert_no_writes::<Zoo>(&req());
+    }
+}
+
+#[test]
+fn own_write_denied() {
+    // No fault: both variants settle; the buggy child carries what the
+    // plugin's own validation denies, the fixed one what it admits.
+    for (fixed, replicas, allowed) in [(false, "8", false), (true, "5", true)] {
+        let mut w = world(Bug::OwnWriteDenied, fixed);
+        play(Bug::OwnWriteDenied, &mut w);
+        let child = w
+            .list::<ConfigMap>("main", Some(NS))
+            .into_iter()
+            .find(|c| c.metadata.name.as_deref() == Some("w-child"))
+            .expect("the child");
+        assert_eq!(child.data.as_ref().unwrap()["replicas"], replicas);
+        let verdict = w.validate::<Zoo>(&AdmissionRequest::create("main", &child));
+        assert_eq!(verdict.is_allowed(), allowed, "fixed: {fixed}: {verdict:?}");
     }
 }
