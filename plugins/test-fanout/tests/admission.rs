@@ -275,3 +275,36 @@ fn the_crd_rules_refuse_an_empty_image_and_a_cluster_named_twice() {
     let twice = check("busybox", Some(&["a", "b", "a"]));
     assert!(twice.contains(CLUSTERS_MESSAGE), "{twice}");
 }
+
+/// The messages of the image check, input by input: the TypeScript port's
+/// parser (plugins/test-fanout-ts/src/admission.ts) is asserted to give the
+/// same ones (its test "the reference parser answers as oci-spec's").
+#[test]
+fn the_image_check_words_each_refusal_as_oci_spec() {
+    use test_fanout::admission::image_error;
+    let message = |image: &str| image_error(image).map(|(_, m)| m);
+    assert_eq!(message("lowercase:Uppercase"), None);
+    assert_eq!(message("index.docker.io/foo"), None);
+    for (image, why) in [
+        ("Uppercase:tag", "invalid reference format"),
+        ("busybox@sha256:abc", "invalid reference format"),
+        (
+            &format!("busybox@sha256:{}", "a".repeat(63)),
+            "invalid checksum digest length",
+        ),
+        (
+            &format!("busybox@md5:{}", "a".repeat(32)),
+            "unsupported digest algorithm",
+        ),
+        (
+            &format!("a/{}", "b".repeat(254)),
+            "repository name must not be more than 255 characters",
+        ),
+    ] {
+        assert_eq!(
+            message(image),
+            Some(format!("Invalid value: {image:?}: {why}")),
+            "{image}"
+        );
+    }
+}
