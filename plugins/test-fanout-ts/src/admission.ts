@@ -48,26 +48,31 @@ export interface Reference {
   digest?: string;
 }
 
-/** Parses `s` as oci-spec's `Reference::try_from` does; throws its error's message. */
+/** Why a string is not an image reference (oci-spec's `ParseError`, its message). */
+export class ParseError extends Error {
+  override name = "ParseError";
+}
+
+/** Parses `s` as oci-spec's `Reference::try_from` does; throws a {@link ParseError} with its message. */
 export function parseReference(s: string): Reference {
-  if (s === "") throw new Error("repository name must have at least one component");
+  if (s === "") throw new ParseError("repository name must have at least one component");
   const m = REFERENCE.exec(s);
-  if (m === null) throw new Error("invalid reference format");
+  if (m === null) throw new ParseError("invalid reference format");
   const name = m[1] as string;
   let tag = m[2];
   const digest = m[3];
   if (tag === undefined && digest === undefined) tag = DEFAULT_TAG;
   const [registry, repository] = splitDomain(name);
-  // Rust's `len()` counts UTF-8 bytes.
-  if (new TextEncoder().encode(repository).length > NAME_TOTAL_LENGTH_MAX) {
-    throw new Error(`repository name must not be more than ${NAME_TOTAL_LENGTH_MAX} characters`);
+  // The grammar admits only ASCII in a name: its length is Rust's `len()` (bytes).
+  if (repository.length > NAME_TOTAL_LENGTH_MAX) {
+    throw new ParseError(`repository name must not be more than ${NAME_TOTAL_LENGTH_MAX} characters`);
   }
   if (digest !== undefined) {
     const colon = digest.indexOf(":");
-    if (colon < 0) throw new Error("invalid checksum digest format");
+    if (colon < 0) throw new ParseError("invalid checksum digest format");
     const want = DIGEST_LENGTHS[digest.slice(0, colon)];
-    if (want === undefined) throw new Error("unsupported digest algorithm");
-    if (digest.length - colon - 1 !== want) throw new Error("invalid checksum digest length");
+    if (want === undefined) throw new ParseError("unsupported digest algorithm");
+    if (digest.length - colon - 1 !== want) throw new ParseError("invalid checksum digest length");
   }
   const out: Reference = { registry, repository };
   if (tag !== undefined) out.tag = tag;
@@ -118,7 +123,9 @@ export function imageError(image: string): FieldError | undefined {
     parseReference(image);
     return undefined;
   } catch (e) {
-    return ["spec.image", `Invalid value: ${quoted(image)}: ${(e as Error).message}`];
+    // Anything else is a bug: it traps, as a panic would in Rust.
+    if (!(e instanceof ParseError)) throw e;
+    return ["spec.image", `Invalid value: ${quoted(image)}: ${e.message}`];
   }
 }
 
@@ -127,7 +134,8 @@ export function defaultedImage(image: string): string | undefined {
   let reference: Reference;
   try {
     reference = parseReference(image);
-  } catch {
+  } catch (e) {
+    if (!(e instanceof ParseError)) throw e;
     return undefined;
   }
   const tagged = reference.tag !== undefined && image.endsWith(`:${reference.tag}`);

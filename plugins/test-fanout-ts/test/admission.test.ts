@@ -129,9 +129,11 @@ test("the reference parser answers as oci-spec's", () => {
   assert.deepEqual(parseReference("test.com/repo:tag"), { registry: "test.com", repository: "repo", tag: "tag" });
   assert.deepEqual(parseReference("index.docker.io/foo"), { registry: "docker.io", repository: "library/foo", tag: "latest" });
   assert.deepEqual(parseReference(`lowercase:Uppercase`), { registry: "docker.io", repository: "library/lowercase", tag: "Uppercase" });
-  assert.throws(() => parseReference("Uppercase:tag"), /^Error: invalid reference format$/);
-  assert.throws(() => parseReference("busybox@sha256:abc"), /^Error: invalid reference format$/);
+  assert.throws(() => parseReference("Uppercase:tag"), /^ParseError: invalid reference format$/);
+  assert.throws(() => parseReference("busybox@sha256:abc"), /^ParseError: invalid reference format$/);
   assert.throws(() => parseReference(`busybox@sha256:${"a".repeat(63)}`), /invalid checksum digest length/);
   assert.throws(() => parseReference(`busybox@md5:${"a".repeat(32)}`), /unsupported digest algorithm/);
   assert.throws(() => parseReference(`a/${"b".repeat(254)}`), /must not be more than 255 characters/);
+  // At the bound: 255 is admitted.
+  assert.equal(parseReference(`a/${"b".repeat(253)}`).repository.length, 255);
 });
