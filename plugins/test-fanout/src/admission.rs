@@ -10,7 +10,8 @@
 //! is given, no cluster twice, the spec is immutable): the API server
 //! enforces it with no webhook in the path. The webhook keeps what needs the
 //! host's view (the engaged clusters) or a parser (the image reference
-//! grammar, as `oci-spec` implements the distribution project's).
+//! grammar, as `oci-spec` implements the distribution project's: see
+//! [`crate::reference`]).
 //!
 //! Only creates are checked: a Test's spec is immutable, and refusing an
 //! update because a named cluster has since gone would block the host's
@@ -23,9 +24,6 @@
 //! supported values: "main", "sub"`), which kubectl prints as `The Test
 //! "t1" is invalid: ...`.
 
-use std::str::FromStr;
-
-use oci_spec::distribution::Reference;
 use rekon_sdk::prelude::*;
 
 use crate::{FanoutSettings, Test, TestFanout};
@@ -82,7 +80,7 @@ pub fn image_error(image: &str) -> Option<FieldError> {
     if image.is_empty() {
         return Some(("spec.image".to_owned(), "Required value".to_owned()));
     }
-    Reference::from_str(image).err().map(|e| {
+    crate::reference::parse(image).err().map(|e| {
         (
             "spec.image".to_owned(),
             format!("Invalid value: {image:?}: {e}"),
@@ -95,13 +93,14 @@ pub fn image_error(image: &str) -> Option<FieldError> {
 /// refuses it).
 #[must_use]
 pub fn defaulted_image(image: &str) -> Option<String> {
-    let reference = Reference::from_str(image).ok()?;
+    let reference = crate::reference::parse(image).ok()?;
     // The parser fills in the default tag itself; whether the text had one
     // is whether it ends with it.
     let tagged = reference
-        .tag()
+        .tag
+        .as_ref()
         .is_some_and(|tag| image.ends_with(&format!(":{tag}")));
-    (reference.digest().is_none() && !tagged).then(|| format!("{image}:{DEFAULT_TAG}"))
+    (reference.digest.is_none() && !tagged).then(|| format!("{image}:{DEFAULT_TAG}"))
 }
 
 /// The clusters a Test may name: the engaged clusters the plugin fans out

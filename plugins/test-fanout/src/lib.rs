@@ -66,6 +66,7 @@
 //!   deleted.
 
 pub mod admission;
+pub mod reference;
 
 use std::time::Duration;
 
