@@ -2,10 +2,11 @@
 // cases of the Rust seed's tests/admission.rs, with the same expected
 // verdicts, messages and defaults.
 import assert from "node:assert/strict";
+import { existsSync, readFileSync } from "node:fs";
 import { test } from "node:test";
 import { admissionRequest, kinds, namespaced } from "@rekon/sdk";
 import { World } from "@rekon/sdk/testkit";
-import { DEFAULT_RULE, VALIDATE_RULE, parseReference, testFanoutAdmission } from "../src/admission.js";
+import { DEFAULT_RULE, ParseError, VALIDATE_RULE, parseReference, testFanoutAdmission } from "../src/admission.js";
 import { type Test, TestKind, testFanout } from "../src/plugin.js";
 
 const NS = "team-a";
@@ -136,4 +137,24 @@ test("the reference parser answers as oci-spec's", () => {
   assert.throws(() => parseReference(`a/${"b".repeat(254)}`), /must not be more than 255 characters/);
   // At the bound: 255 is admitted.
   assert.equal(parseReference(`a/${"b".repeat(253)}`).repository.length, 255);
+});
+
+test("the reference parser gives the Rust seed's answers on its table", () => {
+  // Written by the Rust seed's test `the_typescript_ports_table_holds_this_parsers_answers`
+  // (every string of up to 3 characters over the grammar's classes, and chosen cases).
+  const path = new URL("./references.json", import.meta.url);
+  assert.ok(existsSync(path), `${path.pathname} is missing`);
+  const table = JSON.parse(readFileSync(path, "utf8")) as [string, string][];
+  assert.ok(table.length > 800, `${table.length} rows`);
+  for (const [input, want] of table) {
+    let got: string;
+    try {
+      const r = parseReference(input);
+      got = `${r.registry}|${r.repository}|${r.tag ?? ""}|${r.digest ?? ""}`;
+    } catch (e) {
+      if (!(e instanceof ParseError)) throw e;
+      got = `error: ${e.message}`;
+    }
+    assert.equal(got, want, JSON.stringify(input));
+  }
 });

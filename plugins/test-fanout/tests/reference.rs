@@ -55,10 +55,9 @@ fn every_short_string_parses_as_oci_spec_parses_it() {
     assert!(n > 300_000, "{n}");
 }
 
-#[test]
-fn chosen_references_parse_as_oci_spec_parses_them() {
+fn chosen() -> Vec<String> {
     let hex = |n: usize| "0123456789abcdef".repeat(8)[..n].to_owned();
-    let cases = [
+    vec![
         "busybox".to_owned(),
         "busybox:1.36".to_owned(),
         "docker.io/library/busybox:latest".to_owned(),
@@ -85,8 +84,59 @@ fn chosen_references_parse_as_oci_spec_parses_them() {
         "busybox:é".to_owned(),
         "busybox:½".to_owned(),
         "bü/x".to_owned(),
-    ];
-    for case in &cases {
+    ]
+}
+
+#[test]
+fn chosen_references_parse_as_oci_spec_parses_them() {
+    for case in &chosen() {
         agree(case);
     }
+}
+
+/// `parse`'s answer on one line: `registry|repository|tag|digest`, or
+/// `error: <message>`.
+fn answer(s: &str) -> String {
+    match parse(s) {
+        Ok(p) => format!(
+            "{}|{}|{}|{}",
+            p.registry,
+            p.repository,
+            p.tag.unwrap_or_default(),
+            p.digest.unwrap_or_default()
+        ),
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+/// The TypeScript port's parser is held to this one's answers: its test
+/// (`plugins/test-fanout-ts/test/admission.test.ts`) reads this table.
+#[test]
+fn the_typescript_ports_table_holds_this_parsers_answers() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../test-fanout-ts/test/references.json"
+    );
+    let mut inputs = vec![String::new()];
+    every(&['a', 'B', '0', '.', '_', '-', ':', '/', '@'], 3, |s| {
+        inputs.push(s.to_owned());
+    });
+    inputs.extend(chosen());
+    let lines: Vec<String> = inputs
+        .iter()
+        .map(|s| serde_json::to_string(&[s.clone(), answer(s)]).unwrap())
+        .collect();
+    let table = format!("[\n{}\n]\n", lines.join(",\n"));
+    if std::env::var_os("REKON_BLESS").is_some() {
+        std::fs::write(path, &table).expect("table written");
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_else(|e| {
+        panic!(
+            "{path}: {e}; write it with REKON_BLESS=1 cargo test -p test-fanout --test reference"
+        )
+    });
+    assert!(
+        checked_in == table,
+        "{path} is not this parser's answers: rewrite it with REKON_BLESS=1 cargo test -p test-fanout --test reference"
+    );
 }
