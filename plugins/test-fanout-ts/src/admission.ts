@@ -8,7 +8,7 @@
  * | webhook | kind | when | what |
  * |---|---|---|---|
  * | `test` | validating | create | `spec.image` is an image reference; each of `spec.clusters` is a cluster the plugin fans out to |
- * | `defaults` | mutating | create | `spec.image` without a tag or digest gets `:latest` |
+ * | `defaults` | mutating | create, update | `spec.image` without a tag or digest gets `:latest` (again on an update: a manifest applied again as written keeps the immutable spec as stored) |
  *
  * The CRD (crd.json, the Rust seed's) says in CEL what needs no webhook: an
  * image is given, no cluster twice, the spec is immutable.
@@ -190,7 +190,7 @@ function decode(req: AdmissionRequest): Test | undefined {
 export const testFanoutAdmission: Admission = {
   rules: () => [
     AdmissionRule.validate(VALIDATE_RULE, TestKind).withOperations("create"),
-    AdmissionRule.mutate(DEFAULT_RULE, TestKind).withOperations("create"),
+    AdmissionRule.mutate(DEFAULT_RULE, TestKind).withOperations("create", "update"),
   ],
 
   validate(ctx: Context, req: AdmissionRequest): Verdict {

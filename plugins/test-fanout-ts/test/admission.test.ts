@@ -22,15 +22,22 @@ const create = (obj: Test) => admissionRequest.create(TestKind, "main", obj);
 const validate = (w: World, obj: Test) => w.validate(testFanoutAdmission, create(obj), testFanout);
 const DIGEST = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-test("two webhooks, creates only", () => {
+test("two webhooks: validate creates, default creates and updates", () => {
   const rules = testFanoutAdmission.rules();
   assert.deepEqual(
     rules.map((r) => [r.name, r.kind, r.operations, r.resources[0]?.plural]),
     [
       [VALIDATE_RULE, "validate", ["create"], "tests"],
-      [DEFAULT_RULE, "mutate", ["create"], "tests"],
+      [DEFAULT_RULE, "mutate", ["create", "update"], "tests"],
     ],
   );
+});
+
+test("an update setting the untagged image again is defaulted back", () => {
+  const stored = t("t1", "busybox:latest");
+  const update = admissionRequest.update(TestKind, "main", stored, t("t1", "busybox"));
+  const m = world().mutate(testFanoutAdmission, update, testFanout);
+  assert.deepEqual((m.object as Test | undefined)?.spec, stored.spec);
 });
 
 test("a valid Test is admitted", () => {

@@ -4,7 +4,7 @@
 //! | webhook | kind | when | what |
 //! |---|---|---|---|
 //! | [`VALIDATE_RULE`] | validating | create | `spec.image` is an image reference; each of `spec.clusters` is a cluster the plugin fans out to |
-//! | [`DEFAULT_RULE`] | mutating | create | `spec.image` without a tag or digest gets [`DEFAULT_TAG`] |
+//! | [`DEFAULT_RULE`] | mutating | create, update | `spec.image` without a tag or digest gets [`DEFAULT_TAG`] |
 //!
 //! What a rule on the object alone can say is in CEL on the CRD (an image
 //! is given, no cluster twice, the spec is immutable): the API server
@@ -13,9 +13,12 @@
 //! grammar, as `oci-spec` implements the distribution project's: see
 //! [`crate::reference`]).
 //!
-//! Only creates are checked: a Test's spec is immutable, and refusing an
+//! Only creates are validated: a Test's spec is immutable, and refusing an
 //! update because a named cluster has since gone would block the host's
-//! own finalizer removal.
+//! own finalizer removal. Updates are defaulted too: applying the written
+//! manifest again (`kubectl apply --server-side` sets `busybox` over the
+//! stored `busybox:latest`) would otherwise change the immutable spec and
+//! be refused.
 //!
 //! Denials are worded as the API server words its own validation: code
 //! 422, message `Test.job.lailin.xyz "t1" is invalid: <field errors>`, one
@@ -43,7 +46,8 @@ impl Admission for TestFanout {
     fn rules() -> Vec<AdmissionRule> {
         vec![
             AdmissionRule::validate::<Test>(VALIDATE_RULE).operations(&[Operation::Create]),
-            AdmissionRule::mutate::<Test>(DEFAULT_RULE).operations(&[Operation::Create]),
+            AdmissionRule::mutate::<Test>(DEFAULT_RULE)
+                .operations(&[Operation::Create, Operation::Update]),
         ]
     }
 

@@ -40,14 +40,28 @@ fn create(t: &Test) -> AdmissionRequest {
 }
 
 #[test]
-fn rules_pass_the_hosts_check_and_admit_creates_only() {
+fn rules_pass_the_hosts_check_validate_creates_and_default_writes() {
     let rules = World::admission_rules::<TestFanout>().unwrap();
     let names: Vec<&str> = rules.iter().map(|r| r.name.as_str()).collect();
     assert_eq!(names, [VALIDATE_RULE, DEFAULT_RULE]);
-    for rule in &rules {
-        assert_eq!(rule.resources[0].plural, "tests");
-        assert_eq!(rule.operations, vec![Operation::Create]);
-    }
+    assert!(rules.iter().all(|r| r.resources[0].plural == "tests"));
+    assert_eq!(rules[0].operations, vec![Operation::Create]);
+    // Updates are defaulted too: a manifest applied again as written
+    // (`busybox` over the stored `busybox:latest`) keeps the spec as stored.
+    assert_eq!(
+        rules[1].operations,
+        vec![Operation::Create, Operation::Update]
+    );
+}
+
+#[test]
+fn an_update_setting_the_untagged_image_again_is_defaulted_back() {
+    let stored = test("t1", "busybox:latest", None);
+    let applied = test("t1", "busybox", None);
+    let mutation =
+        world().mutate::<TestFanout>(&AdmissionRequest::update("main", &stored, &applied));
+    let defaulted: Test = mutation.decode().unwrap().expect("defaulted");
+    assert_eq!(defaulted.spec, stored.spec);
 }
 
 #[test]

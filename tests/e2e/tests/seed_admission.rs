@@ -259,6 +259,23 @@ async fn kubectl_meets_the_test_seeds_validation_and_defaults(lang: Lang) {
         })
         .await;
 
+        // Applied again as written (server-side apply sets `busybox` over
+        // the stored `busybox:latest`): defaulted again on the update, so
+        // the immutable spec is unchanged and the apply succeeds.
+        let manifest = env.work_dir().join("ssa.yaml");
+        std::fs::write(&manifest, test_yaml("ssa", "busybox", None)).unwrap();
+        let manifest = manifest.display().to_string();
+        for round in 0..2 {
+            let applied = env.kubectl("main", &["apply", "--server-side", "-f", &manifest]);
+            assert!(applied.is_ok(), "{lang:?}: server-side apply {round}: {applied:?}");
+        }
+        assert_eq!(
+            test_obj(&env, "ssa").and_then(|t| t.pointer("/spec/image").cloned()),
+            Some(Value::from("busybox:latest"))
+        );
+        let (ok, text) = env.kubectl_apply("main", &test_yaml("hello", "busybox", None));
+        assert!(ok, "{lang:?}: client-side apply again: {text}");
+
         // Named clusters: the Job goes to sub only.
         let (ok, text) = env.kubectl_apply(
             "main",
