@@ -206,7 +206,9 @@ export const testFanoutAdmission: Admission = {
 
   mutate(_ctx: Context, req: AdmissionRequest): Mutation {
     const test = decode(req);
-    const image = test === undefined ? undefined : defaultedImage(test.spec.image);
+    let image = test === undefined ? undefined : defaultedImage(test.spec.image);
+    // An update keeps the image as stored (see the Rust seed's `mutate`).
+    if (req.operation === "update" && image !== (req.oldObject as Test | undefined)?.spec?.image) image = undefined;
     if (test === undefined || image === undefined) return Mutation.unchanged();
     return Mutation.object({ ...test, spec: { ...test.spec, image } });
   },

@@ -40,6 +40,13 @@ test("an update setting the untagged image again is defaulted back", () => {
   assert.deepEqual((m.object as Test | undefined)?.spec, stored.spec);
 });
 
+test("an update of a Test stored untagged changes no image", () => {
+  const stored = t("t1", "busybox");
+  const labelled = { ...stored, metadata: { ...stored.metadata, labels: { a: "b" } } };
+  const m = world().mutate(testFanoutAdmission, admissionRequest.update(TestKind, "main", stored, labelled), testFanout);
+  assert.equal(m.object, undefined);
+});
+
 test("a valid Test is admitted", () => {
   const w = world();
   for (const image of ["busybox", "busybox:1.36", "registry.example.com:5000/team/app:v1", `ghcr.io/org/tool@${DIGEST}`]) {

@@ -68,7 +68,20 @@ impl Admission for TestFanout {
         let Some(mut test) = req.object::<Test>()? else {
             return Ok(Mutation::unchanged());
         };
-        match defaulted_image(&test.spec.image) {
+        let image = defaulted_image(&test.spec.image);
+        // An update keeps the image as stored: defaulted again only when
+        // that is what is stored (the manifest applied again as written).
+        // A Test stored untagged (before the webhook) stays so: changing
+        // it would change the immutable spec, and every update of the Test
+        // (the host's finalizer removal too) would be refused.
+        let image = match req.operation {
+            Operation::Update => {
+                let old = req.old_object::<Test>()?.map(|o| o.spec.image);
+                image.filter(|image| old.as_ref() == Some(image))
+            }
+            _ => image,
+        };
+        match image {
             Some(image) => {
                 test.spec.image = image;
                 Mutation::object(&test)

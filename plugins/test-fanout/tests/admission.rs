@@ -65,6 +65,18 @@ fn an_update_setting_the_untagged_image_again_is_defaulted_back() {
 }
 
 #[test]
+fn an_update_of_a_test_stored_untagged_changes_no_image() {
+    // Stored before the webhook: the spec is immutable, so a label or the
+    // host's finalizer removal must not change it.
+    let stored = test("t1", "busybox", None);
+    let mut labelled = stored.clone();
+    labelled.metadata.labels = Some([("a".to_owned(), "b".to_owned())].into());
+    let mutation =
+        world().mutate::<TestFanout>(&AdmissionRequest::update("main", &stored, &labelled));
+    assert!(mutation.changed_object().is_none(), "{mutation:?}");
+}
+
+#[test]
 fn a_valid_test_is_admitted() {
     let world = world();
     for image in [
