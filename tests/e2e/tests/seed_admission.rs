@@ -10,7 +10,11 @@
 //! - an empty image and a cluster named twice are refused by the CRD's CEL
 //!   rules (no webhook in the path);
 //! - an untagged image is stored with `:latest`, and that Test still fans
-//!   out to both clusters and finishes;
+//!   out to both clusters and finishes; applied again as written (server-
+//!   side and client-side) it is admitted unchanged;
+//! - a Test stored untagged before the mutating webhook keeps its image
+//!   through updates, and its deletion (the host's finalizer removal)
+//!   completes;
 //! - a Test naming `sub` gets its Job there only.
 
 use std::path::PathBuf;
@@ -140,8 +144,9 @@ async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
 }
 
 /// `rekon run --webhook-addr` serving `lang`'s build as test-fanout, once
-/// the Test CRD is served, with its webhook configurations applied.
-async fn serve(lang: Lang) -> (Env, tempfile::TempDir) {
+/// the Test CRD is served, with its webhook configurations applied (their
+/// YAML returned).
+async fn serve(lang: Lang) -> (Env, tempfile::TempDir, String) {
     let addr = free_local_addr().unwrap();
     let certs = tempfile::tempdir().unwrap();
     let mut env = Env::start(EnvOptions {
@@ -184,7 +189,8 @@ async fn serve(lang: Lang) -> (Env, tempfile::TempDir) {
         ],
     );
     assert!(out.status.success(), "{}", output_text(&out));
-    let (ok, text) = env.kubectl_apply("main", &String::from_utf8(out.stdout).unwrap());
+    let webhooks = String::from_utf8(out.stdout).unwrap();
+    let (ok, text) = env.kubectl_apply("main", &webhooks);
     assert!(ok, "{text}");
     for kind in ["mutating", "validating"] {
         assert!(
@@ -194,7 +200,7 @@ async fn serve(lang: Lang) -> (Env, tempfile::TempDir) {
             "{text}"
         );
     }
-    (env, certs)
+    (env, certs, webhooks)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -209,7 +215,7 @@ async fn kubectl_meets_the_typescript_test_seeds_validation_and_defaults() {
 
 async fn kubectl_meets_the_test_seeds_validation_and_defaults(lang: Lang) {
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let (env, _certs) = serve(lang).await;
+        let (env, _certs, webhooks) = serve(lang).await;
         let refused = |name: &str, yaml: String, wording: &str| {
             let (ok, text) = env.kubectl_apply("main", &yaml);
             assert!(!ok, "{lang:?}: Test {name} was stored: {text}");
@@ -275,6 +281,34 @@ async fn kubectl_meets_the_test_seeds_validation_and_defaults(lang: Lang) {
         );
         let (ok, text) = env.kubectl_apply("main", &test_yaml("hello", "busybox", None));
         assert!(ok, "{lang:?}: client-side apply again: {text}");
+
+        // A Test stored untagged before the mutating webhook was configured
+        // keeps its image on every update: the host adds and removes its
+        // finalizer through the webhook, and the deletion completes.
+        env.kubectl("main", &["delete", "mutatingwebhookconfiguration", "rekon-test-fanout"])
+            .unwrap();
+        let (ok, text) = env.kubectl_apply("main", &test_yaml("legacy", "busybox", None));
+        assert!(ok, "{lang:?}: {text}");
+        let (ok, text) = env.kubectl_apply("main", &webhooks);
+        assert!(ok, "{lang:?}: {text}");
+        until(&env, "the legacy Test's Jobs", || {
+            ["main", "sub"]
+                .iter()
+                .all(|c| job_image(&env, c, "legacy").as_deref() == Some("busybox"))
+        })
+        .await;
+        let labelled = env.kubectl("main", &["label", "test", "legacy", "-n", NS, "touched=yes"]);
+        assert!(labelled.is_ok(), "{lang:?}: an update of the legacy Test: {labelled:?}");
+        assert_eq!(
+            test_obj(&env, "legacy").and_then(|t| t.pointer("/spec/image").cloned()),
+            Some(Value::from("busybox"))
+        );
+        env.kubectl("main", &["delete", "test", "legacy", "-n", NS, "--wait=false"])
+            .unwrap();
+        until(&env, "the legacy Test deleted (finalizer removed)", || {
+            test_obj(&env, "legacy").is_none()
+        })
+        .await;
 
         // Named clusters: the Job goes to sub only.
         let (ok, text) = env.kubectl_apply(
