@@ -14,6 +14,11 @@
 //!   `widgets_ts_conversion.wasm`, `widgets_py_conversion.wasm`; rows
 //!   `convert`, `convert-ts`, `convert-py`), beside the validating rows.
 //!
+//! - `fanout`, `fanout-ts`: the seed test-fanout's validating webhook on a
+//!   Test create (its image parsed as an image reference: oci-spec's
+//!   regex, built again in each fresh instance), Rust and the TypeScript
+//!   port (`make plugins`, `make sdk-plugins`), beside widgets' `call`.
+//!
 //! Prints reviews per second and p50/p99 latency per row.
 //!
 //! ```text
@@ -34,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REVIEWS: usize = 2_000;
 
-/// The widgets component at `dist/<file>`, built by `make <target>`.
+/// The component at `dist/<file>`, built by `make <target>`.
 fn widgets(file: &str, target: &str) -> PathBuf {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../dist")
@@ -50,11 +55,40 @@ fn widgets(file: &str, target: &str) -> PathBuf {
 /// A registry with the widgets component `file` loaded (from the directory
 /// returned with it).
 fn load(runtime: &PluginRuntime, file: &str, target: &str) -> (tempfile::TempDir, PluginRegistry) {
+    load_as(runtime, file, target, "widgets.wasm")
+}
+
+/// [`load`] with the component copied in as `name`.
+fn load_as(
+    runtime: &PluginRuntime,
+    file: &str,
+    target: &str,
+    name: &str,
+) -> (tempfile::TempDir, PluginRegistry) {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::copy(widgets(file, target), dir.path().join("widgets.wasm")).expect("copy");
+    std::fs::copy(widgets(file, target), dir.path().join(name)).expect("copy");
     let registry = PluginRegistry::new(runtime.clone());
-    registry.load_dir(dir.path()).expect("widgets loads");
+    registry.load_dir(dir.path()).expect("the plugin loads");
     (dir, registry)
+}
+
+/// A review of a Test's create (an untagged image, no clusters named: the
+/// parse alone, no read).
+fn test_body() -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "kind": {"group": "job.lailin.xyz", "version": "v1", "kind": "Test"},
+            "resource": {"group": "job.lailin.xyz", "version": "v1", "resource": "tests"},
+            "name": "t", "namespace": "default", "operation": "CREATE",
+            "userInfo": {"username": "bench"},
+            "object": {"apiVersion": "job.lailin.xyz/v1", "kind": "Test",
+                       "metadata": {"name": "t", "namespace": "default"},
+                       "spec": {"image": "registry.example.com/team/app:v1"}},
+            "dryRun": false
+        }
+    })
 }
 
 fn body(size: i64) -> Value {
@@ -151,6 +185,45 @@ async fn run() {
         let plugin = loaded.get("widgets").expect("widgets");
         registry.get_or_insert((dir, loaded));
         let reviewed = reviewed.clone();
+        measure(name, move || {
+            let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
+            async move {
+                plugin
+                    .review(AdmissionKind::Validate, reviewed, Arc::new(NoReads))
+                    .await
+                    .expect("reviewed");
+            }
+        })
+        .await;
+    }
+    let test_review = review::to_review(
+        &review::parse(test_body().to_string().as_bytes()).expect("review"),
+        "main",
+    );
+    for (name, file, target) in [
+        ("fanout", "plugins/test_fanout.wasm", "plugins"),
+        (
+            "fanout-ts",
+            "sdk-plugins/test_fanout_ts.wasm",
+            "sdk-plugins",
+        ),
+    ] {
+        let (_dir, loaded) = load_as(&runtime, file, target, "test_fanout.wasm");
+        let plugin = loaded.get("test-fanout").expect("test-fanout");
+        // The path measured is the one that admits (the whole parse).
+        match plugin
+            .review(
+                AdmissionKind::Validate,
+                test_review.clone(),
+                Arc::new(NoReads),
+            )
+            .await
+            .expect("reviewed")
+        {
+            rekon::plugin::Answer::Validated(v) => assert!(v.denied.is_none(), "{name}: {v:?}"),
+            other => panic!("{name}: {other:?}"),
+        }
+        let reviewed = test_review.clone();
         measure(name, move || {
             let (plugin, reviewed) = (plugin.clone(), reviewed.clone());
             async move {

@@ -5,7 +5,8 @@
  * `plugins/test-fanout` (Rust) that decides exactly what it decides: the
  * recorded cases of the Rust build replay identically against this one
  * (`tests/e2e/tests/sdk_ports.rs`). See the Rust crate's docs for the
- * behaviour in full.
+ * behaviour in full. Its admission (validate, default) is in
+ * `admission.ts`, as the Rust seed's is in `admission.rs`.
  */
 import {
   Action,
@@ -78,7 +79,8 @@ export interface Test {
   apiVersion?: string;
   kind?: string;
   metadata?: ObjectMeta;
-  spec: { image: string };
+  /** `clusters` absent: every cluster the plugin fans out to. */
+  spec: { image: string; clusters?: string[] };
   status?: TestStatus | null;
 }
 
@@ -213,11 +215,11 @@ interface View {
 
 const stateOf = (v: View) => (v.seen.type === "mine" ? jobState(v.seen.job) : undefined);
 
-function observe(ctx: Context, req: Request, namespace: string, s: FanoutSettings): View[] {
+function observe(ctx: Context, req: Request, namespace: string, s: FanoutSettings, named: string[] | undefined): View[] {
   const fanout = fanoutClusters(s);
   const clusters = ctx
     .clusters()
-    .filter((c) => fanout.tag !== "named" || fanout.val.includes(c.name))
+    .filter((c) => (fanout.tag !== "named" || fanout.val.includes(c.name)) && (named === undefined || named.includes(c.name)))
     .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   return clusters.map((info) => {
     let seen: Seen;
@@ -375,7 +377,7 @@ export const testFanout: Plugin<Test> = {
     const namespace = req.namespace;
     if (namespace === undefined) throw ReconcileError.terminal(`test ${requestText(req)} has no namespace`);
     const s = ctx.settings(FANOUT_SETTINGS);
-    const views = observe(ctx, req, namespace, s);
+    const views = observe(ctx, req, namespace, s, event.primary.spec.clusters ?? undefined);
     return event.type === "apply" ? converge(ctx, req, event.primary, views, s.job) : cleanup(ctx, req, namespace, views);
   },
 };

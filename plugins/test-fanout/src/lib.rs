@@ -15,10 +15,18 @@
 //! | [`job_for`] | the Job a Test wants in one cluster |
 //! | [`FanoutSettings`] | what an operator configures: the clusters Jobs go to, Job defaults |
 //! | [`job_state`] | how a Job's status reads |
+//! | [`admission`] | the webhooks: a Test is validated and defaulted before it is stored |
 //!
 //! # Behaviour
 //!
-//! - **Fan-out.** Per engaged cluster: a Job `<test>` in namespace `<ns>`,
+//! - **Admission** ([`admission`]). Before a Test is stored, the API server
+//!   checks the CRD's CEL rules (an image is given, no cluster named twice,
+//!   the spec is immutable) and asks the plugin: `spec.image` must be an
+//!   image reference and each cluster of `spec.clusters` one the plugin
+//!   fans out to (422, worded as the API server words it); an image without
+//!   tag or digest is stored with `:latest`.
+//! - **Fan-out.** Per engaged cluster (of `spec.clusters` when the Test
+//!   names some): a Job `<test>` in namespace `<ns>`,
 //!   one container `<test>` running `spec.image`, `restartPolicy: Never`,
 //!   owner labels `owner.cluster`, `owner.namespace`, `owner.name` naming the
 //!   Test. In the Test's own cluster the Job also carries a controller owner
@@ -57,12 +65,15 @@
 //!   is someone else's: it is reported as `Conflict`, never counted, never
 //!   deleted.
 
+pub mod admission;
+pub mod reference;
+
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, Namespace, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use rekon_sdk::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -98,7 +109,7 @@ pub const SPEC_IMMUTABLE_MESSAGE: &str =
     "a Test's spec is immutable: delete the Test and create it again";
 
 /// A test run: one Job per cluster, finished when any of them completes.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
 #[kube(
     group = "job.lailin.xyz",
     version = "v1",
@@ -111,11 +122,34 @@ pub const SPEC_IMMUTABLE_MESSAGE: &str =
 )]
 // A Test is one run: its spec is immutable, as the API server enforces (a
 // Job's pod template cannot change either, and the Jobs are made once).
-#[schemars(extend("x-kubernetes-validations" = [{"rule": SPEC_IMMUTABLE_RULE, "message": SPEC_IMMUTABLE_MESSAGE}]))]
+// What a rule on the object alone can say is said in CEL here, enforced by
+// the API server with no webhook in the path; what needs the host's view
+// (known clusters) or a parser (an image reference) is the webhook's
+// ([`admission`]).
+#[x_kube(validation = Rule::new(SPEC_IMMUTABLE_RULE).message(SPEC_IMMUTABLE_MESSAGE))]
 pub struct TestSpec {
-    /// The container image every Job runs.
+    /// The container image every Job runs. Without a tag or digest it is
+    /// stored with `:latest`, the tag the container runtime assumes
+    /// (mutating webhook `defaults`).
+    #[x_kube(validation = Rule::new(IMAGE_RULE).message(IMAGE_MESSAGE))]
     pub image: String,
+    /// The clusters the Test's Jobs go to, by name: each one of the
+    /// clusters the plugin fans out to (validating webhook `test`).
+    /// Absent: every one of them, including clusters engaged later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), inner(length(min = 1, max = 253)))]
+    #[x_kube(validation = Rule::new(CLUSTERS_RULE).message(CLUSTERS_MESSAGE))]
+    pub clusters: Option<Vec<String>>,
 }
+
+/// The CRD's rule on `spec.image`: an image is given.
+pub const IMAGE_RULE: &str = "self != ''";
+/// What the API server answers an empty image with.
+pub const IMAGE_MESSAGE: &str = "an image is required";
+/// The CRD's rule on `spec.clusters`: no cluster named twice.
+pub const CLUSTERS_RULE: &str = "self.all(c, self.exists_one(d, d == c))";
+/// What the API server answers a cluster named twice with.
+pub const CLUSTERS_MESSAGE: &str = "must not name a cluster twice";
 
 /// Where a Test stands.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
@@ -397,7 +431,8 @@ impl Plugin for TestFanout {
             return Err(Error::terminal(format!("test {req} has no namespace")));
         };
         let settings: FanoutSettings = ctx.settings()?;
-        let views = observe(ctx, req, namespace, &settings)?;
+        let named = event.primary().spec.clusters.clone();
+        let views = observe(ctx, req, namespace, &settings, named.as_deref())?;
         Ok(match event {
             Event::Apply(test) => converge(ctx, req, &test, &views, &settings.job),
             Event::Cleanup(_) => cleanup(ctx, req, namespace, &views),
@@ -405,16 +440,19 @@ impl Plugin for TestFanout {
     }
 }
 
-/// Reads the Test's Job in every engaged cluster, sorted by cluster name.
+/// Reads the Test's Job in every engaged cluster it goes to (those of the
+/// settings, and of `spec.clusters` when it names some), sorted by name.
 fn observe(
     ctx: &Context,
     req: &Request,
     namespace: &str,
     settings: &FanoutSettings,
+    named: Option<&[String]>,
 ) -> Result<Vec<View>, Error> {
     let fanout = settings.cluster_set();
     let mut clusters = ctx.clusters();
-    clusters.retain(|c| fanout.contains(&c.name, None));
+    clusters
+        .retain(|c| fanout.contains(&c.name, None) && named.is_none_or(|n| n.contains(&c.name)));
     clusters.sort_by(|a, b| a.name.cmp(&b.name));
     let keys = owner_labels();
     let mut views = Vec::with_capacity(clusters.len());
@@ -649,4 +687,4 @@ fn cleanup(ctx: &Context, req: &Request, namespace: &str, views: &[View]) -> Out
     }
 }
 
-rekon_sdk::export_plugin!(TestFanout);
+rekon_sdk::export_plugin!(TestFanout, admission);

@@ -37,6 +37,7 @@ fn world() -> World {
         NAME,
         TestSpec {
             image: "busybox:1.36".into(),
+            clusters: None,
         },
     );
     test.metadata.namespace = Some(NS.into());
