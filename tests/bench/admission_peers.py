@@ -14,7 +14,7 @@ policy-server and kopf, on the same policy and the same AdmissionReviews.
   selects the same nodes), which the peers do not: rekon does more per
   review.
 - Kubewarden: `policy-server` (built from its public source; see
-  docs/plugins/admission.md#peers) serving tests/bench/peers/kubewarden-nodepool
+  docs/plugins/admission.md, "Compared with Kubewarden's policy-server and kopf") serving tests/bench/peers/kubewarden-nodepool
   (the same rules written with Kubewarden's Rust SDK from crates.io;
   `cargo build --release --target wasm32-wasip1` in that directory),
   annotated here with the metadata `kwctl annotate` writes.
@@ -275,7 +275,7 @@ def start_kopf(case, sim, work):
     env = dict(os.environ, KUBECONFIG=str(sim.kubeconfig), KOPF_WEBHOOK_PORT=str(port),
                KOPF_CERT=str(cert), KOPF_KEY=str(key))
     proc = subprocess.Popen(
-        ["kopf", "run", "--standalone", "--all-namespaces", "--context", "main",
+        ["kopf", "run", "--standalone", "--all-namespaces",
          str(ROOT / case["kopf"])],
         stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"https://127.0.0.1:{port}/{case['plugin']}"
