@@ -20,6 +20,7 @@
 //! | [`plan_node`] / [`NodePlan`] | what one pool changes on one node (pure) |
 //! | [`Applied`] | what a pool applied to a node, recorded on the node |
 //! | [`runtime_class_for`] | the RuntimeClass a pool wants |
+//! | [`admission`] | what may be written: validation (`/validate/nodepool`), with field errors worded as the API server's |
 //! | [`NodePoolSettings`] | what an operator configures: the default RuntimeClass handler, the label and taint key prefixes pools may manage |
 //!
 //! # Ownership of labels and taints (the design choice)
@@ -79,6 +80,8 @@
 //! annotation are removed from every node that carries its record; the
 //! cleanup patches and the "finalized" answer go out together, so the host
 //! lets the pool go only once every patch succeeded.
+
+pub mod admission;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -919,4 +922,4 @@ fn status_for(
     }
 }
 
-rekon_sdk::export_plugin!(NodePoolPlugin);
+rekon_sdk::export_plugin!(NodePoolPlugin, admission);

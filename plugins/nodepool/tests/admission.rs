@@ -1,0 +1,271 @@
+//! nodepool's admission through the SDK's native test kit: what the
+//! webhooks `/validate/nodepool` and `/mutate/nodepool` answer.
+
+use k8s_openapi::api::core::v1::Taint;
+use nodepool::{NodePool, NodePoolPlugin, NodePoolSpec};
+use rekon_sdk::admission::AdmissionKind;
+use rekon_sdk::prelude::*;
+use rekon_sdk::testkit::World;
+use serde_json::json;
+
+fn taint(key: &str, value: &str, effect: &str) -> Taint {
+    Taint {
+        key: key.into(),
+        value: Some(value.into()),
+        effect: effect.into(),
+        time_added: None,
+    }
+}
+
+fn pool(name: &str, labels: &[(&str, &str)], taints: &[Taint]) -> NodePool {
+    NodePool::new(
+        name,
+        NodePoolSpec {
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            taints: taints.to_vec(),
+            handler: None,
+        },
+    )
+}
+
+fn gpu() -> NodePool {
+    pool(
+        "gpu",
+        &[("example.com/gpu", "true")],
+        &[taint("example.com/gpu", "true", "NoSchedule")],
+    )
+}
+
+fn validate(world: &World, pool: &NodePool) -> Verdict {
+    world.validate::<NodePoolPlugin>(&AdmissionRequest::create("main", pool))
+}
+
+/// The denial's (code, message, field errors).
+fn denial(verdict: &Verdict) -> (u16, String, Vec<(String, String)>) {
+    let d = verdict
+        .denial()
+        .unwrap_or_else(|| panic!("denied: {verdict:?}"));
+    (d.code, d.message.clone(), d.field_errors.clone())
+}
+
+#[test]
+fn the_rules_pass_the_hosts_check() {
+    let rules = World::admission_rules::<NodePoolPlugin>().unwrap();
+    let validate: Vec<_> = rules
+        .iter()
+        .filter(|r| r.kind == AdmissionKind::Validate)
+        .collect();
+    assert_eq!(validate.len(), 1);
+    assert_eq!(validate[0].name, "spec");
+    assert_eq!(validate[0].resources[0].plural, "nodepools");
+    assert_eq!(validate[0].failure_policy, FailurePolicy::Fail);
+    assert_eq!(
+        validate[0].operations,
+        [Operation::Create, Operation::Update]
+    );
+}
+
+#[test]
+fn a_valid_pool_is_admitted() {
+    let world = World::new().primary("main");
+    let verdict = validate(&world, &gpu());
+    assert!(verdict.is_allowed(), "{verdict:?}");
+    assert!(verdict.warnings().is_empty());
+    let bare = pool("bare", &[], &[]);
+    assert!(validate(&world, &bare).is_allowed());
+}
+
+#[test]
+fn a_bad_taint_effect_is_unsupported_as_the_api_server_says() {
+    let world = World::new().primary("main");
+    let bad = pool("gpu", &[], &[taint("gpu", "true", "Sometimes")]);
+    let (code, message, fields) = denial(&validate(&world, &bad));
+    assert_eq!(code, 422);
+    assert_eq!(
+        message,
+        r#"NodePool.nodes.lailin.xyz "gpu" is invalid: spec.taints[0].effect: Unsupported value: "Sometimes": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute""#
+    );
+    assert_eq!(
+        fields,
+        [(
+            "spec.taints[0].effect".to_owned(),
+            r#"Unsupported value: "Sometimes": supported values: "NoSchedule", "PreferNoSchedule", "NoExecute""#.to_owned()
+        )]
+    );
+    let empty = pool(
+        "gpu",
+        &[],
+        &[taint("ok", "", "NoExecute"), taint("gpu", "", "")],
+    );
+    let (_, message, fields) = denial(&validate(&world, &empty));
+    assert_eq!(fields[0].0, "spec.taints[1].effect");
+    assert!(
+        message.ends_with("is invalid: spec.taints[1].effect: Required value"),
+        "{message}"
+    );
+}
+
+#[test]
+fn unqualified_keys_and_bad_values_are_invalid_with_the_api_servers_words() {
+    let world = World::new().primary("main");
+    let bad = pool(
+        "gpu",
+        &[("-team", "a"), ("ok", "not ok")],
+        &[taint("a/b/c", "true", "NoSchedule")],
+    );
+    let (code, message, fields) = denial(&validate(&world, &bad));
+    assert_eq!(code, 422);
+    let paths: Vec<&str> = fields.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "spec.labels[-team]",
+            "spec.labels[ok]",
+            "spec.taints[0].key"
+        ]
+    );
+    assert_eq!(
+        fields[0].1,
+        r#"Invalid value: "-team": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"#
+    );
+    assert!(
+        fields[1]
+            .1
+            .starts_with(r#"Invalid value: "not ok": a valid label must be an empty string"#),
+        "{}",
+        fields[1].1
+    );
+    assert!(
+        fields[2]
+            .1
+            .starts_with(r#"Invalid value: "a/b/c": a qualified name must consist"#),
+        "{}",
+        fields[2].1
+    );
+    // Several errors: in brackets, as the API server aggregates them.
+    assert!(
+        message.starts_with(r#"NodePool.nodes.lailin.xyz "gpu" is invalid: [spec.labels[-team]: Invalid value: "-team": "#),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(
+            "with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')]"
+        ),
+        "{message}"
+    );
+    // A prefix that is not a DNS subdomain, and a name part too long.
+    let long = "a".repeat(64);
+    let bad = pool("gpu", &[("Example.com/x", "1"), (long.as_str(), "1")], &[]);
+    let (_, _, fields) = denial(&validate(&world, &bad));
+    assert!(
+        fields[0]
+            .1
+            .contains("prefix part a lowercase RFC 1123 subdomain"),
+        "{fields:?}"
+    );
+    assert!(
+        fields[1]
+            .1
+            .ends_with("name part must be no more than 63 characters"),
+        "{fields:?}"
+    );
+}
+
+#[test]
+fn a_pool_may_not_claim_another_pools_role_label_nor_set_its_own() {
+    let world = World::new().primary("main");
+    let claims = pool("gpu", &[("node-role.kubernetes.io/batch", "")], &[]);
+    let (code, message, fields) = denial(&validate(&world, &claims));
+    assert_eq!(code, 422);
+    assert_eq!(
+        message,
+        r#"NodePool.nodes.lailin.xyz "gpu" is invalid: spec.labels[node-role.kubernetes.io/batch]: Forbidden: may not claim pool "batch"'s role label: the pool's nodes would join pool "batch""#
+    );
+    assert_eq!(fields.len(), 1);
+    let own = pool("gpu", &[("node-role.kubernetes.io/gpu", "")], &[]);
+    let (_, _, fields) = denial(&validate(&world, &own));
+    assert_eq!(fields[0].0, "spec.labels[node-role.kubernetes.io/gpu]");
+    assert!(
+        fields[0]
+            .1
+            .starts_with("Forbidden: the pool's own role label"),
+        "{fields:?}"
+    );
+}
+
+#[test]
+fn keys_outside_the_operators_prefixes_are_forbidden() {
+    let world = World::new()
+        .primary("main")
+        .with_settings(json!({"allowedKeyPrefixes": ["example.com/"]}));
+    assert!(validate(&world, &gpu()).is_allowed());
+    let outside = pool("gpu", &[("team", "a")], &[taint("gpu", "", "NoSchedule")]);
+    let (_, _, fields) = denial(&validate(&world, &outside));
+    assert_eq!(
+        fields,
+        [
+            (
+                "spec.labels[team]".to_owned(),
+                "Forbidden: outside the allowed key prefixes (example.com/)".to_owned()
+            ),
+            (
+                "spec.taints[0].key".to_owned(),
+                "Forbidden: outside the allowed key prefixes (example.com/)".to_owned()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn no_other_pool_may_already_select_these_nodes_as_the_cache_shows() {
+    let mut world = World::new().primary("main");
+    world.insert("main", &gpu());
+    // The same labels under another name: both RuntimeClasses would
+    // select the same nodes.
+    let twin = pool("gpu-2", &[("example.com/gpu", "true")], &[]);
+    let (code, message, fields) = denial(&validate(&world, &twin));
+    assert_eq!(code, 422);
+    assert_eq!(
+        message,
+        r#"NodePool.nodes.lailin.xyz "gpu-2" is invalid: spec.labels: Forbidden: pool "gpu" already selects these nodes (its labels are the same, so both RuntimeClasses would schedule onto the same nodes)"#
+    );
+    assert_eq!(fields[0].0, "spec.labels");
+    // Labels that nest or differ are allowed, and so are pools without labels.
+    let nested = pool("gpu-a", &[("example.com/gpu", "true"), ("zone", "a")], &[]);
+    assert!(validate(&world, &nested).is_allowed());
+    world.insert("main", &pool("bare", &[], &[]));
+    assert!(validate(&world, &pool("bare-2", &[], &[])).is_allowed());
+    // The pool itself (an update of its labels to what it has) is not another.
+    let mut changed = gpu();
+    changed.spec.taints.clear();
+    let update =
+        world.validate::<NodePoolPlugin>(&AdmissionRequest::update("main", &gpu(), &changed));
+    assert!(update.is_allowed(), "{update:?}");
+    // A pool being deleted selects nothing any more.
+    assert!(world.modify(
+        &ObjectRef::new::<NodePool>("main", None, "gpu"),
+        |p| p["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z")
+    ));
+    assert!(validate(&world, &twin).is_allowed());
+}
+
+#[test]
+fn an_update_that_keeps_the_spec_is_admitted_so_an_old_pool_can_always_go() {
+    let world = World::new().primary("main");
+    let old = pool("gpu", &[("-bad", "x")], &[]);
+    let mut new = old.clone();
+    new.metadata.finalizers = Some(vec!["nodes.lailin.xyz/cleanup".into()]);
+    let verdict = world.validate::<NodePoolPlugin>(&AdmissionRequest::update("main", &old, &new));
+    assert!(verdict.is_allowed(), "{verdict:?}");
+    // A change of the spec is checked in full.
+    let mut worse = new.clone();
+    worse.spec.taints.push(taint("gpu", "", "Never"));
+    let verdict = world.validate::<NodePoolPlugin>(&AdmissionRequest::update("main", &old, &worse));
+    assert_eq!(denial(&verdict).2.len(), 2);
+    // A delete has no object and is admitted.
+    let delete = world.validate::<NodePoolPlugin>(&AdmissionRequest::delete("main", &old));
+    assert!(delete.is_allowed());
+}
