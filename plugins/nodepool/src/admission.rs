@@ -1,5 +1,5 @@
 //! The API side of the NodePool: what may be written (validate, webhook
-//! `/validate/nodepool`).
+//! `/validate/nodepool`) and what is stored (mutate, `/mutate/nodepool`).
 //!
 //! # Validate (rule `spec`, creates and updates)
 //!
@@ -35,6 +35,13 @@
 //! under older rules can always be deleted. So is every update of a pool
 //! being deleted.
 //!
+//! # Mutate (rule `handler`, creates and updates)
+//!
+//! A pool without `spec.handler` (absent or empty) gets the operator's
+//! `defaultHandler` (`runc` unless configured), the value the reconcile
+//! gives its RuntimeClass for such a pool; a defaulted pool therefore
+//! reconciles to the same RuntimeClass as before.
+
 use rekon_rules::validation::{
     FieldError, invalid_message, is_qualified_name, is_valid_label_value, key_path,
 };
@@ -148,7 +155,10 @@ fn deny(name: &str, errors: &[FieldError]) -> Verdict {
 
 impl Admission for NodePoolPlugin {
     fn rules() -> Vec<AdmissionRule> {
-        vec![AdmissionRule::validate::<NodePool>("spec")]
+        vec![
+            AdmissionRule::validate::<NodePool>("spec"),
+            AdmissionRule::mutate::<NodePool>("handler"),
+        ]
     }
 
     fn validate(ctx: &Context, req: &AdmissionRequest) -> Result<Verdict, Error> {
@@ -201,5 +211,19 @@ impl Admission for NodePoolPlugin {
             Some(w) => verdict.warn(w),
             None => verdict,
         })
+    }
+
+    fn mutate(ctx: &Context, req: &AdmissionRequest) -> Result<Mutation, Error> {
+        let Some(mut pool) = req.object::<NodePool>()? else {
+            return Ok(Mutation::unchanged());
+        };
+        if pool.metadata.deletion_timestamp.is_some()
+            || pool.spec.handler.as_deref().is_some_and(|h| !h.is_empty())
+        {
+            return Ok(Mutation::unchanged());
+        }
+        let settings: NodePoolSettings = ctx.settings()?;
+        pool.spec.handler = Some(settings.default_handler);
+        Mutation::object(&pool)
     }
 }

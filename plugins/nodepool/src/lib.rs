@@ -20,7 +20,7 @@
 //! | [`plan_node`] / [`NodePlan`] | what one pool changes on one node (pure) |
 //! | [`Applied`] | what a pool applied to a node, recorded on the node |
 //! | [`runtime_class_for`] | the RuntimeClass a pool wants |
-//! | [`admission`] | what may be written: validation (`/validate/nodepool`), with field errors worded as the API server's |
+//! | [`admission`] | what may be written (`/validate/nodepool`, field errors worded as the API server's) and stored (`/mutate/nodepool`: the default handler) |
 //! | [`NodePoolSettings`] | what an operator configures: the default RuntimeClass handler, the label and taint key prefixes pools may manage |
 //!
 //! # Ownership of labels and taints (the design choice)

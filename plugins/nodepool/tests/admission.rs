@@ -59,6 +59,13 @@ fn the_rules_pass_the_hosts_check() {
         .filter(|r| r.kind == AdmissionKind::Validate)
         .collect();
     assert_eq!(validate.len(), 1);
+    let mutate: Vec<_> = rules
+        .iter()
+        .filter(|r| r.kind == AdmissionKind::Mutate)
+        .collect();
+    assert_eq!(mutate.len(), 1);
+    assert_eq!(mutate[0].name, "handler");
+    assert_eq!(mutate[0].operations, [Operation::Create, Operation::Update]);
     assert_eq!(validate[0].name, "spec");
     assert_eq!(validate[0].resources[0].plural, "nodepools");
     assert_eq!(validate[0].failure_policy, FailurePolicy::Fail);
@@ -268,4 +275,70 @@ fn an_update_that_keeps_the_spec_is_admitted_so_an_old_pool_can_always_go() {
     // A delete has no object and is admitted.
     let delete = world.validate::<NodePoolPlugin>(&AdmissionRequest::delete("main", &old));
     assert!(delete.is_allowed());
+}
+
+// --- mutate: the RuntimeClass handler ---------------------------------------
+
+fn runtime_class_after_converging(world: &mut World, pool: &NodePool) -> serde_json::Value {
+    world.insert("main", pool);
+    let name = pool.metadata.name.clone().unwrap();
+    world
+        .converge::<NodePoolPlugin>(&Request::cluster_scoped("main", &name), 10)
+        .unwrap();
+    let rc: k8s_openapi::api::node::v1::RuntimeClass = world
+        .get("main", None, &format!("node-pool-{name}"))
+        .expect("the pool's RuntimeClass");
+    json!({"handler": rc.handler, "scheduling": rc.scheduling})
+}
+
+#[test]
+fn a_pool_without_handler_is_defaulted_and_reconciles_as_before() {
+    for settings in [json!({}), json!({"defaultHandler": "kata"})] {
+        let handler = settings["defaultHandler"]
+            .as_str()
+            .unwrap_or("runc")
+            .to_owned();
+        let world = World::new().primary("main").with_settings(settings.clone());
+        let mutation = world.mutate::<NodePoolPlugin>(&AdmissionRequest::create("main", &gpu()));
+        let defaulted: NodePool = mutation.decode().unwrap().expect("changed");
+        assert_eq!(defaulted.spec.handler.as_deref(), Some(handler.as_str()));
+        let mut expected = gpu();
+        expected.spec.handler = Some(handler.clone());
+        assert_eq!(
+            serde_json::to_value(&defaulted).unwrap(),
+            serde_json::to_value(&expected).unwrap(),
+            "only the handler changes"
+        );
+        assert!(mutation.verdict().is_allowed());
+
+        // The defaulted pool reconciles to the RuntimeClass the pool
+        // without handler reconciles to.
+        let mut before = World::new().primary("main").with_settings(settings.clone());
+        let mut after = World::new().primary("main").with_settings(settings);
+        let rc_before = runtime_class_after_converging(&mut before, &gpu());
+        let rc_after = runtime_class_after_converging(&mut after, &defaulted);
+        assert_eq!(rc_before, rc_after);
+        assert_eq!(rc_after["handler"], handler.as_str());
+    }
+}
+
+#[test]
+fn a_given_handler_is_kept_and_an_empty_one_defaulted() {
+    let world = World::new().primary("main");
+    let mut own = gpu();
+    own.spec.handler = Some("gvisor".into());
+    let mutation = world.mutate::<NodePoolPlugin>(&AdmissionRequest::create("main", &own));
+    assert!(mutation.changed_object().is_none());
+    own.spec.handler = Some(String::new());
+    let mutation = world.mutate::<NodePoolPlugin>(&AdmissionRequest::update("main", &gpu(), &own));
+    let defaulted: NodePool = mutation.decode().unwrap().expect("changed");
+    assert_eq!(defaulted.spec.handler.as_deref(), Some("runc"));
+    // A pool being deleted is left alone.
+    let mut going = gpu();
+    going.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        serde_json::from_value(json!("2026-01-01T00:00:00Z")).unwrap(),
+    ));
+    let mutation =
+        world.mutate::<NodePoolPlugin>(&AdmissionRequest::update("main", &going, &going));
+    assert!(mutation.changed_object().is_none());
 }
