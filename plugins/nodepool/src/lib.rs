@@ -88,7 +88,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use k8s_openapi::api::node::v1::{RuntimeClass, Scheduling};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use rekon_sdk::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -128,13 +128,40 @@ fn taint_effect_enum(schema: &mut schemars::Schema) {
     }
 }
 
+/// The CRD's CEL rule: `spec.labels` claims no other pool's role label
+/// (`self.metadata.name` is visible to a rule at the root). Enforced by the
+/// API server itself, no webhook in the path; the webhook says the same
+/// with the key named ([`admission`]).
+pub const RULE_OTHER_ROLE: &str = "!has(self.spec.labels) || self.spec.labels.all(k, !k.startsWith('node-role.kubernetes.io/') || k == 'node-role.kubernetes.io/' + self.metadata.name)";
+/// The CRD's CEL rule: `spec.labels` does not set the pool's own role label.
+pub const RULE_OWN_ROLE: &str = "!has(self.spec.labels) || !(('node-role.kubernetes.io/' + self.metadata.name) in self.spec.labels)";
+/// The most labels a pool declares: bounds the CEL rules' cost as the API
+/// server estimates it when the CRD is written (an unbounded map makes the
+/// estimate exceed its budget).
+pub const MAX_LABELS: u32 = 64;
+
 /// A pool of nodes: labels and taints for its nodes, a RuntimeClass for its pods.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+///
+/// The CRD carries CEL rules (`x-kubernetes-validations`) for what CEL
+/// states cleanly: the role-label rules at the root ([`RULE_OTHER_ROLE`],
+/// [`RULE_OWN_ROLE`]); the taint effect is an enum of the schema. The
+/// qualified-name checks of keys (which need the API server's per-key
+/// messages) and the check against other pools (which needs the cache)
+/// stay in the webhook.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "nodes.lailin.xyz",
     version = "v1",
     kind = "NodePool",
     status = "NodePoolStatus",
+    validation = Rule::new(RULE_OTHER_ROLE)
+        .message("a pool may not claim another pool's role label (node-role.kubernetes.io/<pool>)")
+        .field_path(".spec.labels")
+        .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(RULE_OWN_ROLE)
+        .message("the pool's own role label selects its nodes and is not set by the pool")
+        .field_path(".spec.labels")
+        .reason(Reason::FieldValueForbidden),
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodeCount"}"#,
     printcolumn = r#"{"name":"NotReady","type":"integer","jsonPath":".status.notReadyNodeCount"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -143,6 +170,7 @@ fn taint_effect_enum(schema: &mut schemars::Schema) {
 pub struct NodePoolSpec {
     /// Labels every node of the pool carries (also the RuntimeClass's node selector).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_LABELS))]
     pub labels: BTreeMap<String, String>,
     /// Taints every node of the pool carries (tolerated by the RuntimeClass).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

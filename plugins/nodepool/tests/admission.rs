@@ -342,3 +342,62 @@ fn a_given_handler_is_kept_and_an_empty_one_defaulted() {
         world.mutate::<NodePoolPlugin>(&AdmissionRequest::update("main", &going, &going));
     assert!(mutation.changed_object().is_none());
 }
+
+// --- the CRD's CEL rules ------------------------------------------------------
+
+#[test]
+fn the_crd_carries_the_role_label_rules_at_its_root() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(NodePool::crd()).unwrap();
+    let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    let rules: Vec<&str> = root["x-kubernetes-validations"]
+        .as_array()
+        .expect("root rules")
+        .iter()
+        .map(|r| r["rule"].as_str().unwrap())
+        .collect();
+    assert_eq!(rules, [nodepool::RULE_OTHER_ROLE, nodepool::RULE_OWN_ROLE]);
+    assert_eq!(
+        root["x-kubernetes-validations"][0]["fieldPath"],
+        ".spec.labels"
+    );
+    assert_eq!(
+        root["properties"]["spec"]["properties"]["labels"]["maxProperties"],
+        nodepool::MAX_LABELS
+    );
+}
+
+#[test]
+fn the_cel_rules_refuse_what_the_webhook_refuses_of_role_labels() {
+    let world = World::new().primary("main");
+    let cases = [
+        (pool("gpu", &[("example.com/gpu", "true")], &[]), true),
+        (pool("gpu", &[], &[]), true),
+        (
+            pool("gpu", &[("node-role.kubernetes.io/batch", "")], &[]),
+            false,
+        ),
+        (
+            pool("gpu", &[("node-role.kubernetes.io/gpu", "")], &[]),
+            false,
+        ),
+    ];
+    for (p, admitted) in cases {
+        let cel = kube::core::cel::validate_cel(&p);
+        assert_eq!(cel.is_ok(), admitted, "CEL on {:?}: {cel:?}", p.spec.labels);
+        assert_eq!(
+            validate(&world, &p).is_allowed(),
+            admitted,
+            "webhook on {:?}",
+            p.spec.labels
+        );
+    }
+    let err =
+        kube::core::cel::validate_cel(&pool("gpu", &[("node-role.kubernetes.io/batch", "")], &[]))
+            .unwrap_err()
+            .to_string();
+    assert!(
+        err.contains("a pool may not claim another pool's role label"),
+        "{err}"
+    );
+}
