@@ -21,6 +21,7 @@
 //! | [`Applied`] | what a pool applied to a node, recorded on the node |
 //! | [`runtime_class_for`] | the RuntimeClass a pool wants |
 //! | [`admission`] | what may be written (`/validate/nodepool`, field errors worded as the API server's) and stored (`/mutate/nodepool`: the default handler) |
+//! | [`v1alpha1`] | the NodePool at v1alpha1 (`spec.runtimeHandler`), served beside v1 (storage), and the conversion both ways (`/convert/nodepool`) |
 //! | [`NodePoolSettings`] | what an operator configures: the default RuntimeClass handler, the label and taint key prefixes pools may manage |
 //!
 //! # Ownership of labels and taints (the design choice)
@@ -82,6 +83,7 @@
 //! lets the pool go only once every patch succeeded.
 
 pub mod admission;
+pub mod v1alpha1;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -117,7 +119,7 @@ pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecut
 /// k8s-openapi's `Taint` schema has none (Kubernetes validates the effect
 /// in code), so without it the API server would accept a pool whose taint
 /// no node can carry.
-fn taint_effect_enum(schema: &mut schemars::Schema) {
+pub(crate) fn taint_effect_enum(schema: &mut schemars::Schema) {
     if let Some(effect) = schema
         .get_mut("items")
         .and_then(|items| items.get_mut("properties"))
@@ -731,7 +733,7 @@ impl Plugin for NodePoolPlugin {
                 ],
                 ClusterSet::Primary,
             )
-            .crd(NodePool::crd()))
+            .crd(v1alpha1::crd()?))
     }
 
     fn reconcile(ctx: &Context, req: &Request, event: Event<NodePool>) -> Result<Outcome, Error> {
@@ -950,4 +952,4 @@ fn status_for(
     }
 }
 
-rekon_sdk::export_plugin!(NodePoolPlugin, admission);
+rekon_sdk::export_plugin!(NodePoolPlugin, admission, conversion);

@@ -401,3 +401,113 @@ fn the_cel_rules_refuse_what_the_webhook_refuses_of_role_labels() {
         "{err}"
     );
 }
+
+// --- conversion: v1alpha1 (spec.runtimeHandler) <-> v1 (spec.handler) --------
+
+fn old_pool() -> nodepool::v1alpha1::NodePool {
+    use nodepool::v1alpha1;
+    let mut p = v1alpha1::NodePool::new(
+        "gpu",
+        v1alpha1::NodePoolSpec {
+            labels: [("example.com/gpu".to_owned(), "true".to_owned())].into(),
+            taints: vec![taint("example.com/gpu", "true", "NoSchedule")],
+            runtime_handler: Some("kata".into()),
+        },
+    );
+    p.metadata.uid = Some("u-1".into());
+    p.metadata.finalizers = Some(vec!["nodes.lailin.xyz/cleanup".into()]);
+    p.metadata.labels = Some([("tier".to_owned(), "gpu".to_owned())].into());
+    p.status = serde_json::from_value(json!({
+        "nodeCount": 2, "notReadyNodeCount": 1, "nodes": ["n1", "n2"],
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Converged",
+                        "message": "2 node(s) carry the pool's labels and taints",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    }))
+    .unwrap();
+    p
+}
+
+#[test]
+fn the_crd_serves_v1alpha1_beside_v1_which_stays_storage() {
+    let conversions = World::conversions::<NodePoolPlugin>().unwrap();
+    assert_eq!(conversions[0].versions, ["v1alpha1", "v1"]);
+    let crd = &NodePoolPlugin::register().unwrap().crds[0];
+    let versions: Vec<(&str, bool, bool)> = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["name"].as_str().unwrap(),
+                v["served"] == true,
+                v["storage"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(versions, [("v1", true, true), ("v1alpha1", true, false)]);
+    for v in crd["spec"]["versions"].as_array().unwrap() {
+        let root = &v["schema"]["openAPIV3Schema"];
+        assert_eq!(
+            root["x-kubernetes-validations"].as_array().unwrap().len(),
+            2,
+            "{}",
+            v["name"]
+        );
+        let spec = &root["properties"]["spec"]["properties"];
+        let handler = if v["name"] == "v1" {
+            "handler"
+        } else {
+            "runtimeHandler"
+        };
+        assert_eq!(spec[handler]["type"], "string", "{}", v["name"]);
+        assert_eq!(
+            spec["taints"]["items"]["properties"]["effect"]["enum"],
+            json!(["NoSchedule", "PreferNoSchedule", "NoExecute"])
+        );
+    }
+}
+
+#[test]
+fn a_pool_converts_to_v1_and_back_without_loss() {
+    let world = World::new().primary("main");
+    let old = old_pool();
+    let at_v1 = world
+        .convert::<NodePoolPlugin>(&ConversionRequest::to("nodes.lailin.xyz/v1", &old))
+        .unwrap();
+    let new: NodePool = serde_json::from_value(at_v1.clone()).unwrap();
+    assert_eq!(new.spec.handler.as_deref(), Some("kata"));
+    assert!(at_v1["spec"].get("runtimeHandler").is_none(), "{at_v1}");
+    assert_eq!(new.spec.labels, old.spec.labels);
+    assert_eq!(new.spec.taints, old.spec.taints);
+    assert_eq!(new.metadata, old.metadata);
+    assert_eq!(new.status, old.status);
+    let back = world
+        .round_trip::<NodePoolPlugin>(&old, "nodes.lailin.xyz/v1")
+        .unwrap();
+    assert_eq!(back, serde_json::to_value(&old).unwrap());
+    // From v1, and a pool without handler (nothing invented on the way).
+    let mut v1 = gpu();
+    v1.metadata.uid = Some("u-2".into());
+    let back = world
+        .round_trip::<NodePoolPlugin>(&v1, "nodes.lailin.xyz/v1alpha1")
+        .unwrap();
+    assert_eq!(back, serde_json::to_value(&v1).unwrap());
+    v1.spec.handler = Some("gvisor".into());
+    let at_alpha = world
+        .convert::<NodePoolPlugin>(&ConversionRequest::to("nodes.lailin.xyz/v1alpha1", &v1))
+        .unwrap();
+    assert_eq!(at_alpha["spec"]["runtimeHandler"], "gvisor");
+    assert!(at_alpha["spec"].get("handler").is_none(), "{at_alpha}");
+}
+
+#[test]
+fn an_unknown_version_is_refused_with_a_message() {
+    let world = World::new().primary("main");
+    let err = world
+        .convert::<NodePoolPlugin>(&ConversionRequest::to("nodes.lailin.xyz/v2", &old_pool()))
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "nodepool converts between v1alpha1 and v1, not from v1alpha1 to v2"
+    );
+}
