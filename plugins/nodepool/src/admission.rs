@@ -214,7 +214,7 @@ impl Admission for NodePoolPlugin {
     }
 
     fn mutate(ctx: &Context, req: &AdmissionRequest) -> Result<Mutation, Error> {
-        let Some(mut pool) = req.object::<NodePool>()? else {
+        let (Some(pool), Some(mut object)) = (req.object::<NodePool>()?, req.object.clone()) else {
             return Ok(Mutation::unchanged());
         };
         if pool.metadata.deletion_timestamp.is_some()
@@ -223,7 +223,16 @@ impl Admission for NodePoolPlugin {
             return Ok(Mutation::unchanged());
         }
         let settings: NodePoolSettings = ctx.settings()?;
-        pool.spec.handler = Some(settings.default_handler);
-        Mutation::object(&pool)
+        // The request's object with the handler set, nothing else
+        // re-serialized: the patch is one `add` of `/spec/handler`.
+        if let Some(spec) = object
+            .get_mut("spec")
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            spec.insert("handler".into(), settings.default_handler.into());
+        } else {
+            object["spec"] = serde_json::json!({ "handler": settings.default_handler });
+        }
+        Mutation::object(&object)
     }
 }
