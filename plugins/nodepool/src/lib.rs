@@ -11,6 +11,11 @@
 //!   labels, one `Equal` toleration per taint, controller owner reference to
 //!   the pool (so it goes by garbage collection with the pool).
 //!
+//! The plugin also admits its pools ([`admission`]: validation worded as
+//! the API server's, the default handler; CEL rules on the CRD) and serves
+//! the NodePool at `v1alpha1` beside `v1` ([`v1alpha1`]), converting both
+//! ways. See docs/plugins/admission.md, "A worked example".
+//!
 //! # Layout
 //!
 //! | item | what |
