@@ -7,7 +7,11 @@ the Rust build's recorded cases replay identically against this one
 behaviour and the ownership rules (annotation + marker label per pool,
 resourceVersion-guarded JSON patches, first-sorting pool wins a conflict).
 
-``Guest`` is the component's export (``rekon-py-build nodepool_py``).
+Like the seed it validates and defaults its pools (``admission``: webhooks
+``spec`` and ``handler``) and converts them between v1alpha1 and v1
+(``conversion``). ``Guest``, ``Admission`` and ``Conversion`` are the
+component's exports (``rekon-py-build nodepool_py``: world
+``admission-conversion-plugin``).
 """
 from __future__ import annotations
 
@@ -19,6 +23,10 @@ from typing import Any, Optional
 
 from rekon_sdk import (
     PRIMARY,
+    AdmissionHandlers,
+    ConversionHandlers,
+    ReadError,
+    Verdict,
     OWNER_REFERENCE,
     Cleanup,
     Context,
@@ -35,7 +43,9 @@ from rekon_sdk import (
     settings,
     status_changed,
 )
+from rekon_sdk.admission import Denial
 from rekon_sdk.types import Timestamp
+from rekon_sdk.validation import FieldError, invalid_message, is_qualified_name, is_valid_label_value, key_path
 
 PLUGIN_NAME = "nodepool"
 VERSION = "0.1.0"
@@ -497,9 +507,124 @@ class NodePoolPlugin:
 
 plugin = NodePoolPlugin()
 
-try:  # the component's export; absent under pytest, where wit_world is not generated
+# --- admission (the Rust seed's src/admission.rs) ----------------------------
+
+admission = AdmissionHandlers()
+KIND = "NodePool"
+GROUP = "nodes.lailin.xyz"
+
+
+def field_errors(name: str, spec: dict, config: NodePoolSettings) -> list[FieldError]:
+    """Problems of the pool ``name`` with ``spec`` (decoded by ``_spec``), the
+    object alone, in the Rust seed's order: labels by key, then taints."""
+    errors: list[FieldError] = []
+    prefixes = config.allowed_key_prefixes
+
+    def allowed(k: str) -> bool:
+        return not prefixes or any(k.startswith(p) for p in prefixes)
+
+    outside = f"outside the allowed key prefixes ({', '.join(prefixes)})"
+    for k, v in sorted(spec["labels"].items()):
+        path = key_path("spec.labels", k)
+        errors += [FieldError.invalid(path, k, m) for m in is_qualified_name(k)]
+        errors += [FieldError.invalid(path, v, m) for m in is_valid_label_value(v)]
+        role = k[len(ROLE_PREFIX):] if k.startswith(ROLE_PREFIX) else ""
+        if role:
+            if role == name:
+                detail = "the pool's own role label selects its nodes and is set by whoever assigns a node to the pool, not by the pool"
+            else:
+                detail = f"may not claim pool {json.dumps(role)}'s role label: the pool's nodes would join pool {json.dumps(role)}"
+            errors.append(FieldError.forbidden(path, detail))
+        elif not allowed(k):
+            errors.append(FieldError.forbidden(path, outside))
+    for i, t in enumerate(spec["taints"]):
+        path = f"spec.taints[{i}]"
+        key = t.get("key") or ""
+        errors += [FieldError.invalid(f"{path}.key", key, m) for m in is_qualified_name(key)]
+        if key and not allowed(key):
+            errors.append(FieldError.forbidden(f"{path}.key", outside))
+        value = t.get("value") or ""
+        msgs = is_valid_label_value(value)
+        if msgs:
+            errors.append(FieldError.invalid(f"{path}.value", value, ";".join(msgs)))
+        effect = t.get("effect") or ""
+        if not effect:
+            errors.append(FieldError.required(f"{path}.effect"))
+        elif effect not in TAINT_EFFECTS:
+            errors.append(FieldError.not_supported(f"{path}.effect", effect, TAINT_EFFECTS))
+    return errors
+
+
+def selecting_the_same_nodes(name: str, spec: dict, pools: list[dict]) -> Optional[dict]:
+    """Another live pool with the same non-empty labels (see the Rust seed's docs)."""
+    if not spec["labels"]:
+        return None
+    return next((p for p in pools if _name(p) != name and not (p.get("metadata") or {}).get("deletionTimestamp")
+                 and _spec(p)["labels"] == spec["labels"]), None)
+
+
+@admission.validate(NODE_POOL, id="spec")
+def validate_spec(ctx: Context, req) -> Optional[Verdict]:
+    if req.object is None:
+        return None
+    new, old = _spec(req.object), (_spec(req.old_object) if req.old_object is not None else None)
+    if (req.object.get("metadata") or {}).get("deletionTimestamp") or (old is not None and old == new):
+        return None
+    name = _name(req.object) or req.name
+    config: NodePoolSettings = ctx.settings(NODE_POOL_SETTINGS)
+    errors = field_errors(name, new, config)
+    warning = None
+    if (old is None or old["labels"] != new["labels"]) and new["labels"]:
+        try:
+            other = selecting_the_same_nodes(name, new, ctx.list(NODE_POOL, req.cluster))
+        except ReadError as e:
+            other, warning = None, f"whether another pool already selects these nodes was not checked: {e.message}"
+        if other is not None:
+            errors.append(FieldError.forbidden("spec.labels", f"pool {json.dumps(_name(other))} already selects these nodes (its labels are the same, so both RuntimeClasses would schedule onto the same nodes)"))
+    verdict = Verdict(Denial(invalid_message(KIND, GROUP, name, errors), 422, [(e.field, e.body) for e in errors])) if errors else Verdict.allow()
+    return verdict.warn(warning) if warning else verdict
+
+
+@admission.mutate(NODE_POOL, id="handler")
+def default_the_handler(ctx: Context, req) -> Optional[dict]:
+    """A pool without ``spec.handler`` gets the operator's ``defaultHandler``."""
+    if req.object is None or (req.object.get("metadata") or {}).get("deletionTimestamp") or _spec(req.object)["handler"]:
+        return None
+    config: NodePoolSettings = ctx.settings(NODE_POOL_SETTINGS)
+    req.object.setdefault("spec", {})["handler"] = config.default_handler
+    return req.object
+
+
+# --- conversion (the Rust seed's src/v1alpha1.rs): v1alpha1's
+# spec.runtimeHandler is v1's spec.handler; storage stays v1 --------------------
+
+conversion = ConversionHandlers()
+
+
+def _renamed(obj: dict, old: str, new: str) -> dict:
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and old in spec:
+        spec[new] = spec.pop(old)
+    return obj
+
+
+@conversion.convert(NODE_POOL, "v1alpha1", "v1")
+def to_v1(ctx: Context, obj: dict) -> dict:
+    return _renamed(obj, "runtimeHandler", "handler")
+
+
+@conversion.convert(NODE_POOL, "v1", "v1alpha1")
+def to_v1alpha1(ctx: Context, obj: dict) -> dict:
+    return _renamed(obj, "handler", "runtimeHandler")
+
+
+try:  # the component's exports; absent under pytest, where wit_world is not generated
     from rekon_sdk.component import export_plugin
+    from rekon_sdk.component_admission import export_admission
+    from rekon_sdk.component_conversion import export_conversion
 
     Guest = export_plugin(plugin)
+    Admission = export_admission(admission)
+    Conversion = export_conversion(conversion)
 except ImportError:
     pass

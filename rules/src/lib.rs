@@ -17,6 +17,7 @@
 //! | [`policies`] | what makes a plugin's CEL admission policies valid; the names of their objects |
 //! | [`registration`] | what makes a plugin's registration valid (names, versions, verbs, resources, selectors, cluster sets, mappings, finalizer, CRDs) |
 //! | [`settings`] | how a plugin refuses its settings; the finalizer of an instance of a module |
+//! | [`validation`] | Kubernetes' validation of label keys and values (qualified names), worded as the API server words it |
 //! | [`scope`] | which objects are a plugin's primaries, and the finalizer protocol around them |
 
 pub mod admission;
@@ -30,6 +31,7 @@ pub mod registration;
 pub mod scope;
 pub mod selector;
 pub mod settings;
+pub mod validation;
 
 pub use registration::Verb;
 pub use scope::{Phase, PrimaryState, Step, step};

@@ -580,14 +580,8 @@ pub fn finalizer_problem(s: &str) -> Option<String> {
             ));
         }
     }
-    let alnum = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric());
-    let valid = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && alnum(name.bytes().next())
-        && alnum(name.bytes().last());
+    // The name part alone (no '/' left in it): the qualified-name rule.
+    let valid = !name.contains('/') && crate::validation::is_qualified_name(name).is_empty();
     (!valid).then(|| {
         format!(
             "is not a qualified name: the name {name:?} must be 1 to 63 of letters, digits, '-', '_' and '.', starting and ending with a letter or digit (an optional DNS-subdomain prefix and '/' before it)"

@@ -11,6 +11,11 @@
 //!   labels, one `Equal` toleration per taint, controller owner reference to
 //!   the pool (so it goes by garbage collection with the pool).
 //!
+//! The plugin also admits its pools ([`admission`]: validation worded as
+//! the API server's, the default handler; CEL rules on the CRD) and serves
+//! the NodePool at `v1alpha1` beside `v1` ([`v1alpha1`]), converting both
+//! ways. See docs/plugins/admission.md, "A worked example".
+//!
 //! # Layout
 //!
 //! | item | what |
@@ -20,6 +25,8 @@
 //! | [`plan_node`] / [`NodePlan`] | what one pool changes on one node (pure) |
 //! | [`Applied`] | what a pool applied to a node, recorded on the node |
 //! | [`runtime_class_for`] | the RuntimeClass a pool wants |
+//! | [`admission`] | what may be written (`/validate/nodepool`, field errors worded as the API server's) and stored (`/mutate/nodepool`: the default handler) |
+//! | [`v1alpha1`] | the NodePool at v1alpha1 (`spec.runtimeHandler`), served beside v1 (storage), and the conversion both ways (`/convert/nodepool`) |
 //! | [`NodePoolSettings`] | what an operator configures: the default RuntimeClass handler, the label and taint key prefixes pools may manage |
 //!
 //! # Ownership of labels and taints (the design choice)
@@ -80,12 +87,15 @@
 //! cleanup patches and the "finalized" answer go out together, so the host
 //! lets the pool go only once every patch succeeded.
 
+pub mod admission;
+pub mod v1alpha1;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use k8s_openapi::api::node::v1::{RuntimeClass, Scheduling};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use rekon_sdk::prelude::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -114,7 +124,7 @@ pub const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecut
 /// k8s-openapi's `Taint` schema has none (Kubernetes validates the effect
 /// in code), so without it the API server would accept a pool whose taint
 /// no node can carry.
-fn taint_effect_enum(schema: &mut schemars::Schema) {
+pub(crate) fn taint_effect_enum(schema: &mut schemars::Schema) {
     if let Some(effect) = schema
         .get_mut("items")
         .and_then(|items| items.get_mut("properties"))
@@ -125,13 +135,40 @@ fn taint_effect_enum(schema: &mut schemars::Schema) {
     }
 }
 
+/// The CRD's CEL rule: `spec.labels` claims no other pool's role label
+/// (`self.metadata.name` is visible to a rule at the root). Enforced by the
+/// API server itself, no webhook in the path; the webhook says the same
+/// with the key named ([`admission`]).
+pub const RULE_OTHER_ROLE: &str = "!has(self.spec.labels) || self.spec.labels.all(k, !k.startsWith('node-role.kubernetes.io/') || k == 'node-role.kubernetes.io/' + self.metadata.name)";
+/// The CRD's CEL rule: `spec.labels` does not set the pool's own role label.
+pub const RULE_OWN_ROLE: &str = "!has(self.spec.labels) || !(('node-role.kubernetes.io/' + self.metadata.name) in self.spec.labels)";
+/// The most labels a pool declares: bounds the CEL rules' cost as the API
+/// server estimates it when the CRD is written (an unbounded map makes the
+/// estimate exceed its budget).
+pub const MAX_LABELS: u32 = 64;
+
 /// A pool of nodes: labels and taints for its nodes, a RuntimeClass for its pods.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+///
+/// The CRD carries CEL rules (`x-kubernetes-validations`) for what CEL
+/// states cleanly: the role-label rules at the root ([`RULE_OTHER_ROLE`],
+/// [`RULE_OWN_ROLE`]); the taint effect is an enum of the schema. The
+/// qualified-name checks of keys (which need the API server's per-key
+/// messages) and the check against other pools (which needs the cache)
+/// stay in the webhook.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "nodes.lailin.xyz",
     version = "v1",
     kind = "NodePool",
     status = "NodePoolStatus",
+    validation = Rule::new(RULE_OTHER_ROLE)
+        .message("a pool may not claim another pool's role label (node-role.kubernetes.io/<pool>)")
+        .field_path(".spec.labels")
+        .reason(Reason::FieldValueForbidden),
+    validation = Rule::new(RULE_OWN_ROLE)
+        .message("the pool's own role label selects its nodes and is not set by the pool")
+        .field_path(".spec.labels")
+        .reason(Reason::FieldValueForbidden),
     printcolumn = r#"{"name":"Nodes","type":"integer","jsonPath":".status.nodeCount"}"#,
     printcolumn = r#"{"name":"NotReady","type":"integer","jsonPath":".status.notReadyNodeCount"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
@@ -140,6 +177,7 @@ fn taint_effect_enum(schema: &mut schemars::Schema) {
 pub struct NodePoolSpec {
     /// Labels every node of the pool carries (also the RuntimeClass's node selector).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = MAX_LABELS))]
     pub labels: BTreeMap<String, String>,
     /// Taints every node of the pool carries (tolerated by the RuntimeClass).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -700,7 +738,7 @@ impl Plugin for NodePoolPlugin {
                 ],
                 ClusterSet::Primary,
             )
-            .crd(NodePool::crd()))
+            .crd(v1alpha1::crd()?))
     }
 
     fn reconcile(ctx: &Context, req: &Request, event: Event<NodePool>) -> Result<Outcome, Error> {
@@ -919,4 +957,4 @@ fn status_for(
     }
 }
 
-rekon_sdk::export_plugin!(NodePoolPlugin);
+rekon_sdk::export_plugin!(NodePoolPlugin, admission, conversion);
