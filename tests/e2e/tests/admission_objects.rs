@@ -1,22 +1,27 @@
-//! Admission from a Plugin object, end to end (issue 38): the widgets test
-//! plugin and its strict build (`widgets-strict.wasm`, sizes up to 5
-//! instead of 10; `make test-plugins`) pushed to a real OCI registry
-//! (`docker-registry`), the real `rekon run --plugin-objects --webhook-addr
-//! --webhook-url-base`, which writes the plugin's webhook configurations
-//! itself, and `kubectl` as the client against kube-sim (which calls the
-//! webhooks as the API server does):
+//! Admission from a Plugin object, end to end (issue 38), in each language
+//! (the widgets test plugin in Rust, TypeScript and Python, and each one's
+//! strict build, sizes up to 5 instead of 10: `make test-plugins`, `make
+//! sdk-plugins`; [`rekon_e2e::widgets`]): both builds pushed to a real OCI
+//! registry (`docker-registry`), the real `rekon run --plugin-objects
+//! --webhook-addr --webhook-url-base`, which writes the plugin's webhook
+//! configurations itself, and `kubectl` as the client against kube-sim
+//! (which calls the webhooks as the API server does):
 //!
-//! 1. The serving version's validating configuration is the host's
-//!    (labelled, caBundle the certificate it serves): kubectl is denied a
-//!    size-11 Widget. A MutatingWebhookConfiguration of the same name made
-//!    by someone else is left alone and named in `status.webhooks.foreign`.
-//! 2. The strict build as the shadow: a size-7 Widget is still admitted,
-//!    and `status.shadow.admission` counts the shadow's would-deny with the
-//!    Widget's name and the shadow's message.
+//! 1. The serving version's validating and mutating configurations are the
+//!    host's (labelled, caBundle the certificate it serves): kubectl is
+//!    denied a size-11 Widget, and a size-7 one is admitted with the
+//!    plugin's warning printed by kubectl (`Warning: ...`) and stored with
+//!    the tier label defaulted through the managed mutating configuration.
+//! 2. The strict build as the shadow: another size-7 Widget is still
+//!    admitted, and `status.shadow.admission` counts the shadow's
+//!    would-deny with the Widget's name and the shadow's message.
 //! 3. Promotion (`rekon plugin promote --object`): the next size-7 Widget
 //!    is denied with the strict message.
-//! 4. Deleting the Plugin object removes the host's configuration; the
-//!    foreign one stays.
+//! 4. Deleting the Plugin object removes the host's configurations.
+//! 5. A MutatingWebhookConfiguration of the same name made by someone else,
+//!    then the Plugin object again: the host writes its validating one,
+//!    leaves the foreign one alone and names it in `status.webhooks.foreign`;
+//!    deleting the object again leaves the foreign one.
 
 use std::process::Command;
 use std::time::Duration;
@@ -24,10 +29,15 @@ use std::time::Duration;
 use anyhow::Context;
 use rekon_e2e::plugin_objects::{self, wait_plugin_crd};
 use rekon_e2e::registry::Registry;
+use rekon_e2e::widgets::{Build, Lang};
 use rekon_e2e::{Env, EnvOptions, apply_object, free_local_addr, get, output_text};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
+/// A debug host compiling a JavaScript or Python component takes tens of
+/// seconds; both builds are compiled into the host's cache before it
+/// starts, and the first load still gets this long.
+const LOAD_WAIT: Duration = Duration::from_secs(180);
 const VALIDATING: &str = "validatingwebhookconfigurations";
 const MUTATING: &str = "mutatingwebhookconfigurations";
 const ADMISSION_GROUP: &str = "admissionregistration.k8s.io/v1";
@@ -47,29 +57,93 @@ fn configuration(env: &Env, plural: &str) -> Option<Value> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed()
+async fn a_rust_plugin_objects_admission_is_configured_shadowed_promoted_and_removed()
 -> anyhow::Result<()> {
-    tokio::time::timeout(Duration::from_secs(400), async {
+    admission_is_configured_shadowed_promoted_and_removed(Lang::Rust).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typescript_plugin_objects_admission_is_configured_shadowed_promoted_and_removed()
+-> anyhow::Result<()> {
+    admission_is_configured_shadowed_promoted_and_removed(Lang::TypeScript).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_plugin_objects_admission_is_configured_shadowed_promoted_and_removed()
+-> anyhow::Result<()> {
+    admission_is_configured_shadowed_promoted_and_removed(Lang::Python).await
+}
+
+/// `rekon plugin manifest FILE --module MODULE` as the Plugin `widgets`.
+fn widgets_plugin(
+    paths: &rekon_e2e::Paths,
+    file: &std::path::Path,
+    module: &str,
+) -> anyhow::Result<Value> {
+    let out = plugin_objects::rekon(
+        paths,
+        &[
+            "plugin",
+            "manifest",
+            &file.display().to_string(),
+            "--module",
+            module,
+        ],
+    )?;
+    let mut object: Value = serde_yaml::from_str(&out)?;
+    object["metadata"]["name"] = json!("widgets");
+    Ok(object)
+}
+
+/// Checks the host's configuration `plural` of the widgets: its labels,
+/// its one webhook's name and route, a caBundle.
+fn assert_ours(config: &Value, hook_name: &str, route: &str, port: u16) {
+    assert_eq!(
+        config["metadata"]["labels"]["app.kubernetes.io/managed-by"], "rekon",
+        "{config}"
+    );
+    assert_eq!(
+        config["metadata"]["labels"]["rekon.dev/plugin"], "widgets",
+        "{config}"
+    );
+    let hook = &config["webhooks"][0];
+    assert_eq!(hook["name"], hook_name, "{config}");
+    assert_eq!(
+        hook["clientConfig"]["url"],
+        format!("https://localhost:{port}/{route}/widgets"),
+        "{config}"
+    );
+    assert!(hook["clientConfig"]["caBundle"].is_string(), "{config}");
+}
+
+async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(600), async {
         let paths = rekon_e2e::Paths::discover()?;
-        let strict_file = paths.test_plugins.join("widgets-strict.wasm");
-        anyhow::ensure!(
-            strict_file.is_file(),
-            "{} is missing: run `make test-plugins` first",
-            strict_file.display()
-        );
+        let serving_file = lang.component(&paths, Build::Default);
+        let strict_file = lang.component(&paths, Build::Strict);
         let registry = Registry::start()?;
         let serving = format!("{}/rekon/widgets:1", registry.host());
         let strict = format!("{}/rekon/widgets:1-strict", registry.host());
-        let d1 = plugin_objects::push(
-            &paths,
-            &paths.test_plugins.join("widgets.wasm"),
-            &serving,
-            None,
-        )?;
+        let d1 = plugin_objects::push(&paths, &serving_file, &serving, None)?;
         let d2 = plugin_objects::push(&paths, &strict_file, &strict, None)?;
         anyhow::ensure!(d1 != d2, "two builds, two digests");
 
         let cache = tempfile::tempdir()?;
+        // Into the compiled-plugin cache `rekon run` maps (a JavaScript or
+        // Python component would otherwise be compiled at load, twice).
+        let cache_dir = cache.path().display().to_string();
+        for file in [&serving_file, &strict_file] {
+            plugin_objects::rekon(
+                &paths,
+                &[
+                    "plugin",
+                    "compile",
+                    &file.display().to_string(),
+                    "--cache-dir",
+                    &cache_dir,
+                ],
+            )?;
+        }
         let certs = tempfile::tempdir()?;
         let addr = free_local_addr()?;
         let mut env = Env::start(EnvOptions {
@@ -77,7 +151,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
             extra_args: vec![
                 "--plugin-objects".into(),
                 "--cache-dir".into(),
-                cache.path().display().to_string(),
+                cache_dir,
                 "--webhook-addr".into(),
                 addr.to_string(),
                 "--webhook-cert-dir".into(),
@@ -89,79 +163,28 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
         })
         .await?;
         wait_plugin_crd(&mut env, WAIT).await?;
+        apply_object(env.main(), widgets_plugin(&paths, &serving_file, &serving)?)?;
 
-        // Someone else's configuration of the name the host would use.
-        apply_object(
-            env.main(),
-            json!({"apiVersion": ADMISSION_GROUP, "kind": "MutatingWebhookConfiguration",
-                   "metadata": {"name": "rekon-widgets", "labels": {"team": "platform"}},
-                   "webhooks": []}),
-        )?;
-
-        let out = plugin_objects::rekon(
-            &paths,
-            &[
-                "plugin",
-                "manifest",
-                &paths
-                    .test_plugins
-                    .join("widgets.wasm")
-                    .display()
-                    .to_string(),
-                "--module",
-                &serving,
-            ],
-        )?;
-        let mut object: Value = serde_yaml::from_str(&out)?;
-        object["metadata"]["name"] = json!("widgets");
-        apply_object(env.main(), object)?;
-
-        // 1. The host's configuration, then kubectl denied by it.
-        let config = env
-            .wait_for("the host's ValidatingWebhookConfiguration", WAIT, |env| {
-                configuration(env, VALIDATING)
-            })
-            .await?;
-        assert_eq!(
-            config["metadata"]["labels"]["app.kubernetes.io/managed-by"], "rekon",
-            "{config}"
-        );
-        assert_eq!(
-            config["metadata"]["labels"]["rekon.dev/plugin"], "widgets",
-            "{config}"
-        );
-        let hook = &config["webhooks"][0];
-        assert_eq!(hook["name"], "size.widgets.rekon.dev", "{config}");
-        assert_eq!(
-            hook["clientConfig"]["url"],
-            format!("https://localhost:{}/validate/widgets", addr.port()),
-            "{config}"
-        );
-        assert!(hook["clientConfig"]["caBundle"].is_string(), "{config}");
+        // 1. The host's configurations, then kubectl denied, warned and
+        // defaulted through them.
         let obj = env
             .wait_for(
-                "status.webhooks naming the foreign configuration",
-                WAIT,
+                "status.webhooks naming both configurations",
+                LOAD_WAIT,
                 |env| {
                     let obj = plugin(env)?;
                     (obj["status"]["webhooks"]["validating"] == "rekon-widgets"
+                        && obj["status"]["webhooks"]["mutating"] == "rekon-widgets"
                         && obj["status"]["digest"] == json!(d1))
                     .then_some(obj)
                 },
             )
             .await?;
-        assert_eq!(
-            obj["status"]["webhooks"]["foreign"],
-            json!(["MutatingWebhookConfiguration/rekon-widgets"]),
-            "{obj}"
-        );
-        assert!(obj["status"]["webhooks"].get("mutating").is_none(), "{obj}");
-        let foreign = configuration(&env, MUTATING).context("the foreign configuration")?;
-        assert_eq!(
-            foreign["metadata"]["labels"],
-            json!({"team": "platform"}),
-            "left alone: {foreign}"
-        );
+        assert!(obj["status"]["webhooks"].get("foreign").is_none(), "{obj}");
+        let config = configuration(&env, VALIDATING).context("the validating configuration")?;
+        assert_ours(&config, "size.widgets.rekon.dev", "validate", addr.port());
+        let config = configuration(&env, MUTATING).context("the mutating configuration")?;
+        assert_ours(&config, "tier.widgets.rekon.dev", "mutate", addr.port());
         env.wait_for("the Widget CRD to be served", WAIT, |env| {
             env.main()
                 .list("widgets.rekon.dev/v1", "widgets", Some("default"), "")
@@ -174,6 +197,25 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
             text.contains("The Widget \"huge\" is invalid: spec.size: must be at most 10"),
             "{text}"
         );
+        let (ok, text) = env.kubectl_apply("main", &widget("large", 7));
+        assert!(ok, "{text}");
+        assert!(
+            text.contains("Warning: a widget above size 5 is large"),
+            "the plugin's warning reaches kubectl: {text}"
+        );
+        let stored = get(
+            env.main(),
+            "widgets.rekon.dev/v1",
+            "widgets",
+            Some("default"),
+            "large",
+        )
+        .context("the large widget stored")?;
+        assert_eq!(
+            stored.pointer("/metadata/labels/widgets.rekon.dev~1tier"),
+            Some(&json!("standard")),
+            "defaulted through the managed MutatingWebhookConfiguration: {stored}"
+        );
 
         // 2. The strict build as the shadow: admitted, would-deny counted.
         apply_object(
@@ -182,7 +224,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
                    "metadata": {"name": "widgets"},
                    "spec": {"shadow": {"module": strict}}}),
         )?;
-        env.wait_for("the shadow to load", WAIT, |env| {
+        env.wait_for("the shadow to load", LOAD_WAIT, |env| {
             (plugin(env)?["status"]["shadow"]["digest"] == json!(d2)).then_some(())
         })
         .await?;
@@ -242,7 +284,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
             "rekon plugin promote --object: {}",
             output_text(&out)
         );
-        env.wait_for("the strict build to serve", WAIT, |env| {
+        env.wait_for("the strict build to serve", LOAD_WAIT, |env| {
             (plugin(env)?["status"]["digest"] == json!(d2)).then_some(())
         })
         .await?;
@@ -256,7 +298,51 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
             "{text}"
         );
 
-        // 4. The Plugin object goes: its configuration too, not the foreign one.
+        // 4. The Plugin object goes: its configurations too.
+        env.kubectl("main", &["delete", "plugins.rekon.dev", "widgets"])?;
+        env.wait_for("the host's configurations removed", WAIT, |env| {
+            (configuration(env, VALIDATING).is_none() && configuration(env, MUTATING).is_none())
+                .then_some(())
+        })
+        .await?;
+
+        // 5. Someone else's configuration of the name the host would use,
+        // then the Plugin object again: left alone, and reported.
+        apply_object(
+            env.main(),
+            json!({"apiVersion": ADMISSION_GROUP, "kind": "MutatingWebhookConfiguration",
+                   "metadata": {"name": "rekon-widgets", "labels": {"team": "platform"}},
+                   "webhooks": []}),
+        )?;
+        apply_object(env.main(), widgets_plugin(&paths, &serving_file, &serving)?)?;
+        let obj = env
+            .wait_for(
+                "status.webhooks naming the foreign configuration",
+                LOAD_WAIT,
+                |env| {
+                    let obj = plugin(env)?;
+                    (obj["status"]["webhooks"]["validating"] == "rekon-widgets"
+                        && obj["status"]["digest"] == json!(d1))
+                    .then_some(obj)
+                },
+            )
+            .await?;
+        assert_eq!(
+            obj["status"]["webhooks"]["foreign"],
+            json!(["MutatingWebhookConfiguration/rekon-widgets"]),
+            "{obj}"
+        );
+        assert!(obj["status"]["webhooks"].get("mutating").is_none(), "{obj}");
+        let foreign = configuration(&env, MUTATING).context("the foreign configuration")?;
+        assert_eq!(
+            foreign["metadata"]["labels"],
+            json!({"team": "platform"}),
+            "left alone: {foreign}"
+        );
+        assert!(
+            foreign["webhooks"].as_array().is_none_or(Vec::is_empty),
+            "left alone, no webhooks: {foreign}"
+        );
         env.kubectl("main", &["delete", "plugins.rekon.dev", "widgets"])?;
         env.wait_for("the host's configuration removed", WAIT, |env| {
             configuration(env, VALIDATING).is_none().then_some(())
@@ -269,5 +355,7 @@ async fn a_plugin_objects_admission_is_configured_shadowed_promoted_and_removed(
         anyhow::Ok(())
     })
     .await
-    .context("timed out (likely deadlocked)")?
+    .with_context(|| {
+        format!("the {lang:?} plugin object's admission timed out (likely deadlocked)")
+    })?
 }
