@@ -405,6 +405,15 @@ pub fn rbac_objects(
             let group = "admissionregistration.k8s.io";
             cluster.add(group, "mutatingwebhookconfigurations", verbs);
             cluster.add(group, "validatingwebhookconfigurations", verbs);
+            // And the conversion of the CRDs they convert: read, listed by
+            // label (those of deleted objects), `spec.conversion` patched
+            // (source/managed_conversion.rs). Never created: the CRDs come
+            // from deploy/ or --install-crds.
+            cluster.add(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                ["get", "list", "patch"],
+            );
         }
     }
     let metrics_auth = opts.primary && opts.metrics_auth;

@@ -10,11 +10,15 @@
 //! rules of that kind. A configuration of that name without both labels is
 //! someone else's: it is never written nor deleted, and is reported.
 //!
+//! The conversion of the CRDs the serving version converts is kept the same
+//! way, beside them ([`super::managed_conversion`]).
+//!
 //! Those written here also carry `rekon.dev/source: plugin-object`, so that
 //! the ones of a Plugin object deleted while no host ran are found and
 //! removed ([`ManagedWebhooks::remove_orphans`]) without touching what
 //! `rekon webhooks` printed for plugin files.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -26,6 +30,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::managed_conversion::{CONVERSION_LABEL, ManagedConversions};
 use super::plugin_crd::WebhooksStatus;
 use super::webhook_configs::{Client, WebhookOptions, mutating, validating};
 use crate::plugin::AdmissionRule;
@@ -90,6 +95,7 @@ pub struct ManagedWebhooks {
     client: kube::Client,
     target: WebhookTarget,
     field_manager: String,
+    conversions: ManagedConversions,
 }
 
 impl std::fmt::Debug for ManagedWebhooks {
@@ -116,6 +122,7 @@ impl ManagedWebhooks {
     #[must_use]
     pub fn new(client: kube::Client, target: WebhookTarget, field_manager: &str) -> Self {
         Self {
+            conversions: ManagedConversions::new(client.clone(), target.clone()),
             client,
             target,
             field_manager: field_manager.to_owned(),
@@ -129,16 +136,24 @@ impl ManagedWebhooks {
     }
 
     /// What identifies the configurations [`Self::sync`] would write for
-    /// `rules` now (the rules and the CA): equal keys, equal writes.
+    /// `rules` and `crds` now (the rules, the CRDs and the CA): equal keys,
+    /// equal writes.
     #[must_use]
-    pub fn key(&self, rules: &[AdmissionRule]) -> String {
-        format!("{rules:?} {:?}", self.target.ca.pem())
+    pub fn key(&self, rules: &[AdmissionRule], crds: &BTreeSet<String>) -> String {
+        format!("{rules:?} {}", self.conversions.key(crds))
     }
 
-    /// Makes `plugin`'s configurations say `rules` (none: removes ours).
+    /// Makes `plugin`'s configurations say `rules` (none: removes ours),
+    /// and the conversion of `crds` point at it (the CRDs it converted
+    /// before and not now released: [`super::managed_conversion`]).
     /// Never touches a configuration of that name that is not ours.
     #[must_use]
-    pub async fn sync(&self, plugin: &str, rules: &[AdmissionRule]) -> WebhooksStatus {
+    pub async fn sync(
+        &self,
+        plugin: &str,
+        rules: &[AdmissionRule],
+        crds: &BTreeSet<String>,
+    ) -> WebhooksStatus {
         let options = WebhookOptions {
             prefix: PREFIX.to_owned(),
             client: self.target.client.clone(),
@@ -164,6 +179,10 @@ impl ManagedWebhooks {
             Ok(_) => {}
             Err(e) => errors.push(format!("ValidatingWebhookConfiguration: {e}")),
         }
+        let conversion = self.conversions.sync(plugin, crds).await;
+        status.conversion = conversion.converting;
+        status.conversion_kept = conversion.kept;
+        errors.extend(conversion.error);
         if !status.foreign.is_empty() {
             tracing::warn!(plugin, foreign = ?status.foreign, "a webhook configuration of this plugin's name was not made by rekon: left alone, the plugin's admission is not configured there");
         }
@@ -175,12 +194,17 @@ impl ManagedWebhooks {
         status
     }
 
-    /// Removes `plugin`'s configurations (when ours).
+    /// Removes `plugin`'s configurations (when ours), and releases the
+    /// CRDs whose conversion points at it ([`super::managed_conversion`]).
     ///
     /// # Errors
     /// When the API server does not answer as expected; the foreign
     /// configurations left alone otherwise.
     pub async fn remove(&self, plugin: &str) -> Result<Vec<String>, kube::Error> {
+        let released = self.conversions.sync(plugin, &BTreeSet::new()).await;
+        if let Some(error) = released.error {
+            tracing::warn!(plugin, %error, "failed to release the conversion of a deleted Plugin object's CRDs");
+        }
         let mut foreign = Vec::new();
         for outcome in [
             self.one::<MutatingWebhookConfiguration>(plugin, None)
@@ -204,7 +228,7 @@ impl ManagedWebhooks {
     /// collected).
     pub async fn remove_orphans(
         &self,
-        plugins: &std::collections::BTreeSet<String>,
+        plugins: &BTreeSet<String>,
     ) -> (Vec<String>, Vec<kube::Error>) {
         let mut removed = Vec::new();
         let mut errors = Vec::new();
@@ -218,13 +242,47 @@ impl ManagedWebhooks {
                 Err(e) => errors.push(e),
             }
         }
+        match self.conversion_orphans(plugins).await {
+            Ok(names) => removed.extend(names),
+            Err(e) => errors.push(e),
+        }
         (removed, errors)
     }
 
-    async fn orphans<K>(
+    /// Releases the CRDs whose conversion points at a plugin without a
+    /// Plugin object (`CustomResourceDefinition/<name>`, those released).
+    async fn conversion_orphans(
         &self,
-        plugins: &std::collections::BTreeSet<String>,
-    ) -> Result<Vec<String>, kube::Error>
+        plugins: &BTreeSet<String>,
+    ) -> Result<Vec<String>, kube::Error> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let list = api
+            .list(&kube::api::ListParams::default().labels(CONVERSION_LABEL))
+            .await?;
+        let mut released = Vec::new();
+        let gone: BTreeSet<String> = list
+            .iter()
+            .filter_map(|crd| crd.labels().get(CONVERSION_LABEL).cloned())
+            .filter(|plugin| !plugins.contains(plugin))
+            .collect();
+        for plugin in gone {
+            let out = self.conversions.sync(&plugin, &BTreeSet::new()).await;
+            released.extend(
+                list.iter()
+                    .filter(|crd| crd.labels().get(CONVERSION_LABEL) == Some(&plugin))
+                    .map(|crd| crd.name_any())
+                    .filter(|name| !out.kept.contains(name))
+                    .map(|name| format!("CustomResourceDefinition/{name}")),
+            );
+            if let Some(error) = out.error {
+                tracing::warn!(plugin, %error, "failed to release the conversion of a deleted Plugin object's CRDs");
+            }
+        }
+        Ok(released)
+    }
+
+    async fn orphans<K>(&self, plugins: &BTreeSet<String>) -> Result<Vec<String>, kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
             + k8s_openapi::Resource
@@ -402,7 +460,7 @@ mod tests {
                 rule("size", AdmissionKind::Validate),
                 rule("tier", AdmissionKind::Mutate),
             ];
-            let status = managed.sync("widgets", &both).await;
+            let status = managed.sync("widgets", &both, &BTreeSet::new()).await;
             assert_eq!(status.validating.as_deref(), Some("rekon-widgets"));
             assert_eq!(status.mutating.as_deref(), Some("rekon-widgets"));
             assert!(
@@ -437,7 +495,7 @@ mod tests {
             assert!(owners.contains(&"rekon.dev/host".to_owned()), "{owners:?}");
 
             // The serving version has only the validating rule now.
-            let status = managed.sync("widgets", &both[..1]).await;
+            let status = managed.sync("widgets", &both[..1], &BTreeSet::new()).await;
             assert_eq!(status.mutating, None);
             assert!(
                 mutating_api
@@ -465,7 +523,7 @@ mod tests {
                 .create(&PostParams::default(), &foreign)
                 .await
                 .expect("a foreign configuration");
-            let status = managed.sync("gadgets", &both).await;
+            let status = managed.sync("gadgets", &both, &BTreeSet::new()).await;
             assert_eq!(
                 status.foreign,
                 ["MutatingWebhookConfiguration/rekon-gadgets"]
@@ -480,7 +538,7 @@ mod tests {
             assert_eq!(kept.webhooks.unwrap_or_default().len(), 0, "untouched");
 
             // Orphans: written for a Plugin object that no longer exists.
-            let status = managed.sync("orphan", &both).await;
+            let status = managed.sync("orphan", &both, &BTreeSet::new()).await;
             assert_eq!(status.validating.as_deref(), Some("rekon-orphan"));
             let orphan = validating_api.get("rekon-orphan").await.unwrap();
             assert_eq!(

@@ -116,25 +116,29 @@ fn assert_ours(config: &Value, hook_name: &str, route: &str, port: u16) {
     assert!(hook["clientConfig"]["caBundle"].is_string(), "{config}");
 }
 
-async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> anyhow::Result<()> {
-    tokio::time::timeout(Duration::from_secs(600), async {
-        let paths = rekon_e2e::Paths::discover()?;
-        let serving_file = lang.component(&paths, Build::Default);
-        let strict_file = lang.component(&paths, Build::Strict);
-        let registry = Registry::start()?;
-        let serving = format!("{}/rekon/widgets:1", registry.host());
-        let strict = format!("{}/rekon/widgets:1-strict", registry.host());
-        let d1 = plugin_objects::push(&paths, &serving_file, &serving, None)?;
-        let d2 = plugin_objects::push(&paths, &strict_file, &strict, None)?;
-        anyhow::ensure!(d1 != d2, "two builds, two digests");
+/// `rekon run --plugin-objects` with its webhook server and the
+/// configurations it manages, kube-sim and the Plugin CRD served.
+struct Host {
+    env: Env,
+    /// The webhook server's address.
+    addr: std::net::SocketAddr,
+    _cache: tempfile::TempDir,
+    _certs: tempfile::TempDir,
+}
 
+impl Host {
+    /// Started with `components` compiled into its cache first (a
+    /// JavaScript or Python component would otherwise be compiled at each
+    /// load).
+    async fn start(
+        paths: &rekon_e2e::Paths,
+        components: &[&std::path::Path],
+    ) -> anyhow::Result<Self> {
         let cache = tempfile::tempdir()?;
-        // Into the compiled-plugin cache `rekon run` maps (a JavaScript or
-        // Python component would otherwise be compiled at load, twice).
         let cache_dir = cache.path().display().to_string();
-        for file in [&serving_file, &strict_file] {
+        for file in components {
             plugin_objects::rekon(
-                &paths,
+                paths,
                 &[
                     "plugin",
                     "compile",
@@ -163,6 +167,33 @@ async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> an
         })
         .await?;
         wait_plugin_crd(&mut env, WAIT).await?;
+        Ok(Self {
+            env,
+            addr,
+            _cache: cache,
+            _certs: certs,
+        })
+    }
+}
+
+async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(600), async {
+        let paths = rekon_e2e::Paths::discover()?;
+        let serving_file = lang.component(&paths, Build::Default);
+        let strict_file = lang.component(&paths, Build::Strict);
+        let registry = Registry::start()?;
+        let serving = format!("{}/rekon/widgets:1", registry.host());
+        let strict = format!("{}/rekon/widgets:1-strict", registry.host());
+        let d1 = plugin_objects::push(&paths, &serving_file, &serving, None)?;
+        let d2 = plugin_objects::push(&paths, &strict_file, &strict, None)?;
+        anyhow::ensure!(d1 != d2, "two builds, two digests");
+
+        let Host {
+            mut env,
+            addr,
+            _cache,
+            _certs,
+        } = Host::start(&paths, &[&serving_file, &strict_file]).await?;
         apply_object(env.main(), widgets_plugin(&paths, &serving_file, &serving)?)?;
 
         // 1. The host's configurations, then kubectl denied, warned and
@@ -358,4 +389,140 @@ async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> an
     .with_context(|| {
         format!("the {lang:?} plugin object's admission timed out (likely deadlocked)")
     })?
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_points_a_rust_plugin_objects_crd_conversion_at_it() -> anyhow::Result<()> {
+    conversion_is_managed_by_the_host(Lang::Rust).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_points_a_typescript_plugin_objects_crd_conversion_at_it() -> anyhow::Result<()> {
+    conversion_is_managed_by_the_host(Lang::TypeScript).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_points_a_python_plugin_objects_crd_conversion_at_it() -> anyhow::Result<()> {
+    conversion_is_managed_by_the_host(Lang::Python).await
+}
+
+const WIDGET_CRD: &str = "widgets.widgets.rekon.dev";
+
+/// The Widget CRD (`kubectl get crd -o json`).
+fn widget_crd(env: &Env) -> anyhow::Result<Value> {
+    Ok(serde_json::from_str(&env.kubectl(
+        "main",
+        &["get", "crd", WIDGET_CRD, "-o", "json"],
+    )?)?)
+}
+
+/// `kubectl get widgets.<version>.widgets.rekon.dev NAME -o json`.
+fn widget_at(env: &Env, version: &str, name: &str) -> anyhow::Result<Value> {
+    let resource = format!("widgets.{version}.widgets.rekon.dev");
+    Ok(serde_json::from_str(&env.kubectl(
+        "main",
+        &["get", &resource, name, "-n", "default", "-o", "json"],
+    )?)?)
+}
+
+/// Host-managed conversion: the widgets' conversion build as a Plugin
+/// object, and no `rekon crds --webhook-*` step. The host points the
+/// Widget CRD's `spec.conversion` at `/convert/widgets` (caBundle the
+/// served certificate, labelled with the plugin); kubectl writes a Widget
+/// at v1alpha1 and reads it at both versions. Deleting the Plugin object
+/// leaves the stanza (the CRD still serves two versions: `None` would lose
+/// fields), so a read at v1 works and one at v1alpha1 fails loudly.
+async fn conversion_is_managed_by_the_host(lang: Lang) -> anyhow::Result<()> {
+    tokio::time::timeout(Duration::from_secs(600), async {
+        let paths = rekon_e2e::Paths::discover()?;
+        let file = lang.component(&paths, Build::Conversion);
+        let registry = Registry::start()?;
+        let module = format!("{}/rekon/widgets:1-conversion", registry.host());
+        let digest = plugin_objects::push(&paths, &file, &module, None)?;
+        let Host {
+            mut env,
+            addr,
+            _cache,
+            _certs,
+        } = Host::start(&paths, &[&file]).await?;
+        apply_object(env.main(), widgets_plugin(&paths, &file, &module)?)?;
+
+        let obj = env
+            .wait_for("status.webhooks.conversion", LOAD_WAIT, |env| {
+                let obj = plugin(env)?;
+                (obj["status"]["webhooks"]["conversion"] == json!([WIDGET_CRD])
+                    && obj["status"]["digest"] == json!(digest))
+                .then_some(obj)
+            })
+            .await?;
+        assert!(obj["status"]["webhooks"].get("error").is_none(), "{obj}");
+        let crd = widget_crd(&env)?;
+        let conversion = &crd["spec"]["conversion"];
+        assert_eq!(conversion["strategy"], "Webhook", "{crd}");
+        assert_eq!(
+            conversion["webhook"]["clientConfig"]["url"],
+            format!("https://localhost:{}/convert/widgets", addr.port()),
+            "{crd}"
+        );
+        assert!(
+            conversion["webhook"]["clientConfig"]["caBundle"].is_string(),
+            "{crd}"
+        );
+        assert_eq!(
+            conversion["webhook"]["conversionReviewVersions"],
+            json!(["v1"]),
+            "{crd}"
+        );
+        assert_eq!(
+            crd["metadata"]["labels"]["rekon.dev/conversion-plugin"], "widgets",
+            "{crd}"
+        );
+
+        // Written at v1alpha1, read at both versions.
+        let old = "apiVersion: widgets.rekon.dev/v1alpha1\nkind: Widget\nmetadata:\n  name: old\n  namespace: default\nspec:\n  amount: 4\n";
+        let (ok, text) = env.kubectl_apply("main", old);
+        assert!(ok, "{text}");
+        let at_v1 = widget_at(&env, "v1", "old")?;
+        assert_eq!(at_v1["apiVersion"], "widgets.rekon.dev/v1", "{at_v1}");
+        assert_eq!(at_v1["spec"], json!({"size": 4}), "{at_v1}");
+        let at_v1alpha1 = widget_at(&env, "v1alpha1", "old")?;
+        assert_eq!(
+            at_v1alpha1["apiVersion"], "widgets.rekon.dev/v1alpha1",
+            "{at_v1alpha1}"
+        );
+        assert_eq!(at_v1alpha1["spec"], json!({"amount": 4}), "{at_v1alpha1}");
+        assert_eq!(at_v1["metadata"]["uid"], at_v1alpha1["metadata"]["uid"]);
+
+        // The Plugin object goes (its configurations, released after the
+        // conversion, show the release happened): the stanza stays.
+        env.kubectl("main", &["delete", "plugins.rekon.dev", "widgets"])?;
+        env.wait_for("the host's configurations removed", WAIT, |env| {
+            (configuration(env, VALIDATING).is_none() && configuration(env, MUTATING).is_none())
+                .then_some(())
+        })
+        .await?;
+        let crd = widget_crd(&env)?;
+        assert_eq!(
+            crd["spec"]["conversion"]["strategy"], "Webhook",
+            "two versions served: the conversion is kept, not None: {crd}"
+        );
+        assert!(
+            env.rekon
+                .log_tail(200)
+                .contains("their conversion webhook is left in place"),
+            "the host says why it kept it"
+        );
+        assert_eq!(widget_at(&env, "v1", "old")?["spec"], json!({"size": 4}));
+        let read = env.kubectl(
+            "main",
+            &["get", "widgets.v1alpha1.widgets.rekon.dev", "old", "-n", "default"],
+        );
+        assert!(
+            read.is_err(),
+            "a read at v1alpha1 with no plugin to convert: {read:?}"
+        );
+        anyhow::Ok(())
+    })
+    .await
+    .with_context(|| format!("the {lang:?} plugin object's conversion timed out (likely deadlocked)"))?
 }

@@ -168,6 +168,14 @@ const ROWS: &[Row] = &[
         resource: "validatingwebhookconfigurations",
         refused: "cannot list resource \"validatingwebhookconfigurations\"",
     },
+    // ... and the conversion of the CRDs they convert (listed by label
+    // first: the CRDs pointed at a deleted Plugin object's plugin).
+    Row {
+        role: "ClusterRole",
+        group: "apiextensions.k8s.io",
+        resource: "customresourcedefinitions",
+        refused: "cannot list resource \"customresourcedefinitions\"",
+    },
 ];
 
 /// Added to the Deployment's arguments: the webhook server (any free port)
@@ -392,6 +400,7 @@ rows! {
     without_configmaps => 16;
     without_mutatingwebhookconfigurations => 17;
     without_validatingwebhookconfigurations => 18;
+    without_customresourcedefinitions => 19;
 }
 
 /// nodepool patches Nodes; the operator's policy denies it. RBAC would
