@@ -96,6 +96,10 @@ pub struct ManagedWebhooks {
     target: WebhookTarget,
     field_manager: String,
     conversions: ManagedConversions,
+    /// The resourceVersion of each configuration as the host last wrote
+    /// it (`Kind/name`): a watch event at that version is the host's own
+    /// write, any other one a change to repair ([`Self::is_own_write`]).
+    written: Arc<parking_lot::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for ManagedWebhooks {
@@ -106,6 +110,10 @@ impl std::fmt::Debug for ManagedWebhooks {
             .finish_non_exhaustive()
     }
 }
+
+/// What [`ManagedWebhooks::written`] holds for a configuration the host
+/// deleted.
+const DELETED: &str = "-";
 
 /// What happened to one configuration.
 enum Outcome {
@@ -126,6 +134,27 @@ impl ManagedWebhooks {
             client,
             target,
             field_manager: field_manager.to_owned(),
+            written: Arc::default(),
+        }
+    }
+
+    /// Whether a watch event of `kind`/`name` (at `resource_version`, or
+    /// its deletion) is the host's own last write, not a change by
+    /// someone else.
+    #[must_use]
+    pub fn is_own_write(
+        &self,
+        kind: &str,
+        name: &str,
+        resource_version: Option<&str>,
+        deleted: bool,
+    ) -> bool {
+        let written = self.written.lock();
+        let last = written.get(&format!("{kind}/{name}")).map(String::as_str);
+        if deleted {
+            last == Some(DELETED)
+        } else {
+            resource_version.is_some_and(|rv| last == Some(rv))
         }
     }
 
@@ -364,7 +393,12 @@ impl ManagedWebhooks {
                     labels.insert(SOURCE_LABEL.0.into(), SOURCE_LABEL.1.into());
                 }
                 let params = PatchParams::apply(&self.field_manager).force();
-                api.patch(&name, &params, &Patch::Apply(body)).await?;
+                let applied = api.patch(&name, &params, &Patch::Apply(body)).await?;
+                let key = format!("{}/{name}", <K as k8s_openapi::Resource>::KIND);
+                match applied.resource_version() {
+                    Some(rv) => self.written.lock().insert(key, rv),
+                    None => self.written.lock().remove(&key),
+                };
                 Ok(Outcome::Applied(name))
             }
             (None, Some(obj)) => {
@@ -377,6 +411,8 @@ impl ManagedWebhooks {
                     }),
                     ..DeleteParams::default()
                 };
+                let key = format!("{}/{name}", <K as k8s_openapi::Resource>::KIND);
+                self.written.lock().insert(key, DELETED.to_owned());
                 match api.delete(&name, &params).await {
                     Ok(_) => Ok(Outcome::Absent),
                     Err(kube::Error::Api(e)) if e.code == 404 => Ok(Outcome::Absent),

@@ -8,8 +8,9 @@
 //! (which calls the webhooks as the API server does):
 //!
 //! 1. The serving version's validating and mutating configurations are the
-//!    host's (labelled, caBundle the certificate it serves): kubectl is
-//!    denied a size-11 Widget, and a size-7 one is admitted with the
+//!    host's (labelled, caBundle the certificate it serves), and repaired
+//!    when someone deletes or edits them (the host watches them): kubectl
+//!    is denied a size-11 Widget, and a size-7 one is admitted with the
 //!    plugin's warning printed by kubectl (`Warning: ...`) and stored with
 //!    the tier label defaulted through the managed mutating configuration.
 //! 2. The strict build as the shadow: another size-7 Widget is still
@@ -222,6 +223,35 @@ async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> an
                 .ok()
         })
         .await?;
+
+        // Drift: someone deletes the validating configuration and empties
+        // the mutating one; the host writes both again (it watches them).
+        env.kubectl(
+            "main",
+            &["delete", "validatingwebhookconfiguration", "rekon-widgets"],
+        )?;
+        env.kubectl(
+            "main",
+            &[
+                "patch",
+                "mutatingwebhookconfiguration",
+                "rekon-widgets",
+                "--type=json",
+                "-p",
+                r#"[{"op": "replace", "path": "/webhooks/0/clientConfig/url", "value": "https://localhost:1/elsewhere"}]"#,
+            ],
+        )?;
+        env.wait_for("both configurations repaired", WAIT, |env| {
+            let validating = configuration(env, VALIDATING)?;
+            let mutating = configuration(env, MUTATING)?;
+            (mutating["webhooks"][0]["clientConfig"]["url"]
+                == format!("https://localhost:{}/mutate/widgets", addr.port()))
+            .then_some((validating, mutating))
+        })
+        .await?;
+        let config = configuration(&env, VALIDATING).context("repaired")?;
+        assert_ours(&config, "size.widgets.rekon.dev", "validate", addr.port());
+
         let (ok, text) = env.kubectl_apply("main", &widget("huge", 11));
         assert!(!ok, "a size-11 widget was stored: {text}");
         assert!(
