@@ -178,15 +178,6 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// Added to the Deployment's arguments: the webhook server (any free port)
-/// and the configurations it manages for Plugin objects.
-fn webhook_args() -> Vec<String> {
-    vec![
-        "--webhook-addr=127.0.0.1:0".to_owned(),
-        "--webhook-service=rekon-system/rekon-webhooks:443".to_owned(),
-    ]
-}
-
 /// `(role kind, group, resource)` of every rule in the rendered base.
 fn generated_rules(rendered: &[Value]) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
@@ -309,7 +300,7 @@ async fn refused_record(rekon: &Rekon, refused: &str) -> Option<String> {
 async fn check(row: &Row) {
     tokio::time::timeout(ROW_TIMEOUT, async {
         let env = Secured::start(|docs| without(docs, row.role, row.group, row.resource)).await;
-        let rekon = env.spawn_in_cluster_with(&compiled_cache(), &webhook_args());
+        let rekon = env.spawn_in_cluster(&compiled_cache());
         drive(&env);
         // A scraper at work, so the reviews of secured metrics happen.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
