@@ -521,6 +521,25 @@ mod tests {
                 String::from_utf8_lossy(&bundle.0).starts_with("-----BEGIN CERTIFICATE-----"),
                 "{bundle:?}"
             );
+            // Its own write is told from someone else's change.
+            let kind = "ValidatingWebhookConfiguration";
+            let rv = stored.resource_version();
+            assert!(managed.is_own_write(kind, "rekon-widgets", rv.as_deref(), false));
+            let edited = validating_api
+                .patch(
+                    "rekon-widgets",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"x": "y"}}})),
+                )
+                .await
+                .expect("someone else's edit");
+            assert!(!managed.is_own_write(
+                kind,
+                "rekon-widgets",
+                edited.resource_version().as_deref(),
+                false
+            ));
+            assert!(!managed.is_own_write(kind, "rekon-widgets", None, true));
             let owners: Vec<_> = stored
                 .metadata
                 .managed_fields
@@ -623,6 +642,10 @@ mod tests {
 
             // The plugins go: theirs go, the foreign one stays.
             assert!(managed.remove("widgets").await.unwrap().is_empty());
+            assert!(
+                managed.is_own_write(kind, "rekon-widgets", None, true),
+                "its own delete"
+            );
             assert!(
                 validating_api
                     .get_opt("rekon-widgets")
