@@ -226,6 +226,7 @@ async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> an
 
         // Drift: someone deletes the validating configuration and empties
         // the mutating one; the host writes both again (it watches them).
+        let drifted = std::time::Instant::now();
         env.kubectl(
             "main",
             &["delete", "validatingwebhookconfiguration", "rekon-widgets"],
@@ -249,6 +250,11 @@ async fn admission_is_configured_shadowed_promoted_and_removed(lang: Lang) -> an
             .then_some((validating, mutating))
         })
         .await?;
+        // A printout, not an assertion: how soon the watch repaired them.
+        eprintln!(
+            "{lang:?}: both configurations repaired {:?} after the delete",
+            drifted.elapsed()
+        );
         let config = configuration(&env, VALIDATING).context("repaired")?;
         assert_ours(&config, "size.widgets.rekon.dev", "validate", addr.port());
 
