@@ -123,6 +123,8 @@ sdk-plugins: sdk-deps
 	cp tests/plugins/widgets-ts/dist/widgets_ts_conversion.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-ts && npm run build:policies
 	cp tests/plugins/widgets-ts/dist/widgets_ts_policies.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-ts && npm run build:strict
+	cp tests/plugins/widgets-ts/dist/widgets_ts_strict.wasm dist/sdk-plugins/
 	cd plugins/nodepool-py && rekon-py-build nodepool_py -o dist/nodepool_py.wasm
 	cp plugins/nodepool-py/dist/nodepool_py.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py -o dist/widgets_py.wasm
@@ -131,6 +133,8 @@ sdk-plugins: sdk-deps
 	cp tests/plugins/widgets-py/dist/widgets_py_conversion.wasm dist/sdk-plugins/
 	cd tests/plugins/widgets-py && rekon-py-build widgets_py_policies -o dist/widgets_py_policies.wasm
 	cp tests/plugins/widgets-py/dist/widgets_py_policies.wasm dist/sdk-plugins/
+	cd tests/plugins/widgets-py && rekon-py-build widgets_py_strict -o dist/widgets_py_strict.wasm
+	cp tests/plugins/widgets-py/dist/widgets_py_strict.wasm dist/sdk-plugins/
 
 # The e2e seed scenarios with the ports loaded in place of the Rust builds.
 # The ports are compiled into the default compiled-plugin cache first (what

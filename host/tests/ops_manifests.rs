@@ -376,6 +376,94 @@ fn kustomize_base_renders_a_hardened_deployment() {
     assert_rekon_accepts("the Deployment's", &args);
 }
 
+/// The webhook server is on in the base: `--webhook-addr` on the
+/// container port `webhooks`, `--webhook-cert-dir` the mount of the Secret
+/// `rekon-webhook-cert` (read-only, required: one certificate for every
+/// replica), `--webhook-service` the Service `rekon-webhooks` of this
+/// namespace on 443, which targets that port and selects the host's Pods.
+/// The sharded variant serves them the same way.
+#[test]
+fn kustomize_base_serves_webhooks_through_the_rekon_webhooks_service() {
+    assert!(
+        kubectl_available(),
+        "kubectl is needed to render deploy/ (it is installed on the dev machines and CI)"
+    );
+    for dir in ["deploy", "deploy/sharded"] {
+        let docs = yaml_docs(&render_dir(dir));
+        let deploy = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("a Deployment");
+        let pod = &deploy["spec"]["template"]["spec"];
+        let host = &pod["containers"][0];
+        let args = string_list(&host["args"]);
+        let arg = |flag: &str| {
+            args.iter()
+                .find_map(|a| a.strip_prefix(&format!("{flag}=")).map(str::to_owned))
+                .unwrap_or_else(|| panic!("{dir}: no {flag} in {args:?}"))
+        };
+        let port: u16 = arg("--webhook-addr")
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .expect("--webhook-addr HOST:PORT");
+        let ports = host["ports"].as_sequence().expect("ports");
+        let named = ports
+            .iter()
+            .find(|p| p["containerPort"].as_u64() == Some(u64::from(port)))
+            .unwrap_or_else(|| panic!("{dir}: no container port {port}: {ports:?}"));
+        let port_name = named["name"].as_str().expect("a named port");
+
+        let cert_dir = arg("--webhook-cert-dir");
+        let mount = host["volumeMounts"]
+            .as_sequence()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["mountPath"].as_str() == Some(cert_dir.as_str()))
+            .unwrap_or_else(|| panic!("{dir}: nothing mounted at {cert_dir}"));
+        assert_eq!(mount["readOnly"], true, "{mount:?}");
+        let volume = pod["volumes"]
+            .as_sequence()
+            .expect("volumes")
+            .iter()
+            .find(|v| v["name"] == mount["name"])
+            .expect("the mount's volume");
+        assert_eq!(
+            volume["secret"]["secretName"], "rekon-webhook-cert",
+            "{volume:?}"
+        );
+        assert!(
+            volume["secret"]["optional"].as_bool() != Some(true),
+            "a required Secret: {volume:?}"
+        );
+
+        assert_eq!(
+            arg("--webhook-service"),
+            "$(POD_NAMESPACE)/rekon-webhooks:443"
+        );
+        let service = docs
+            .iter()
+            .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "rekon-webhooks")
+            .unwrap_or_else(|| panic!("{dir}: the Service rekon-webhooks"));
+        assert_eq!(service["metadata"]["namespace"], "rekon-system");
+        assert_eq!(
+            service["spec"]["selector"],
+            deploy["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/name"]
+                .as_str()
+                .map(|name| {
+                    let mut m = serde_yaml::Mapping::new();
+                    m.insert("app.kubernetes.io/name".into(), name.into());
+                    serde_yaml::Value::Mapping(m)
+                })
+                .expect("the Pods' name label"),
+            "the Service selects the host's Pods"
+        );
+        let service_port = &service["spec"]["ports"][0];
+        assert_eq!(service_port["port"], 443, "{service_port:?}");
+        assert_eq!(service_port["targetPort"], port_name, "{service_port:?}");
+        assert_rekon_accepts(&format!("{dir}'s Deployment"), &args);
+    }
+}
+
 /// `rekon` accepts exactly these arguments (clap rejects an unknown flag
 /// before it gets to the trailing --help).
 fn assert_rekon_accepts<S: AsRef<std::ffi::OsStr>>(whose: &str, args: &[S]) {

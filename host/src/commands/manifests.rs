@@ -399,12 +399,22 @@ pub fn rbac_objects(
         cluster.add("rekon.dev", "plugins/status", ["patch"]);
         if opts.managed_webhooks {
             // --webhook-service: the webhook configurations of the Plugin
-            // objects that admit (read, applied, deleted, and listed for
-            // those of deleted objects; these two kinds only).
-            let verbs = ["get", "list", "create", "patch", "delete"];
+            // objects that admit (read, applied, deleted, listed for those
+            // of deleted objects, and watched to repair a change someone
+            // else makes; these two kinds only).
+            let verbs = ["get", "list", "watch", "create", "patch", "delete"];
             let group = "admissionregistration.k8s.io";
             cluster.add(group, "mutatingwebhookconfigurations", verbs);
             cluster.add(group, "validatingwebhookconfigurations", verbs);
+            // And the conversion of the CRDs they convert: read, listed by
+            // label (those of deleted objects), `spec.conversion` patched
+            // (source/managed_conversion.rs). Never created: the CRDs come
+            // from deploy/ or --install-crds.
+            cluster.add(
+                "apiextensions.k8s.io",
+                "customresourcedefinitions",
+                ["get", "list", "patch"],
+            );
         }
     }
     let metrics_auth = opts.primary && opts.metrics_auth;

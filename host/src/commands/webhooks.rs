@@ -23,10 +23,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::ByteString;
-
 use crate::plugin::{AdmissionRule, ConversionRule};
-use crate::source::webhook_configs::endpoint;
+use crate::source::webhook_configs::conversion_stanza;
 pub use crate::source::webhook_configs::{Client, WebhookOptions, mutating, validating};
 
 /// Errors of `rekon webhooks`.
@@ -132,24 +130,7 @@ pub fn conversion_crds(
     converting: &Converting,
     options: &WebhookOptions,
 ) -> Result<Vec<serde_json::Value>> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
-    let (service, url) = endpoint(rekon_rules::conversion::conversion_path(plugin), options);
-    let conversion = ext::CustomResourceConversion {
-        strategy: "Webhook".to_owned(),
-        webhook: Some(ext::WebhookConversion {
-            client_config: Some(ext::WebhookClientConfig {
-                ca_bundle: options.ca_bundle.clone().map(ByteString),
-                service: service.map(|s| ext::ServiceReference {
-                    name: s.name,
-                    namespace: s.namespace,
-                    path: s.path,
-                    port: s.port,
-                }),
-                url,
-            }),
-            conversion_review_versions: vec!["v1".to_owned()],
-        }),
-    };
+    let conversion = conversion_stanza(plugin, options);
     let stanza = serde_json::to_value(conversion).map_err(Error::Json)?;
     converting
         .rules

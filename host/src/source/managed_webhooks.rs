@@ -10,11 +10,15 @@
 //! rules of that kind. A configuration of that name without both labels is
 //! someone else's: it is never written nor deleted, and is reported.
 //!
+//! The conversion of the CRDs the serving version converts is kept the same
+//! way, beside them ([`super::managed_conversion`]).
+//!
 //! Those written here also carry `rekon.dev/source: plugin-object`, so that
 //! the ones of a Plugin object deleted while no host ran are found and
 //! removed ([`ManagedWebhooks::remove_orphans`]) without touching what
 //! `rekon webhooks` printed for plugin files.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -26,6 +30,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use super::managed_conversion::{CONVERSION_LABEL, ManagedConversions};
 use super::plugin_crd::WebhooksStatus;
 use super::webhook_configs::{Client, WebhookOptions, mutating, validating};
 use crate::plugin::AdmissionRule;
@@ -90,6 +95,11 @@ pub struct ManagedWebhooks {
     client: kube::Client,
     target: WebhookTarget,
     field_manager: String,
+    conversions: ManagedConversions,
+    /// The resourceVersion of each configuration as the host last wrote
+    /// it (`Kind/name`): a watch event at that version is the host's own
+    /// write, any other one a change to repair ([`Self::is_own_write`]).
+    written: Arc<parking_lot::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 impl std::fmt::Debug for ManagedWebhooks {
@@ -100,6 +110,10 @@ impl std::fmt::Debug for ManagedWebhooks {
             .finish_non_exhaustive()
     }
 }
+
+/// What [`ManagedWebhooks::written`] holds for a configuration the host
+/// deleted.
+const DELETED: &str = "-";
 
 /// What happened to one configuration.
 enum Outcome {
@@ -116,9 +130,31 @@ impl ManagedWebhooks {
     #[must_use]
     pub fn new(client: kube::Client, target: WebhookTarget, field_manager: &str) -> Self {
         Self {
+            conversions: ManagedConversions::new(client.clone(), target.clone()),
             client,
             target,
             field_manager: field_manager.to_owned(),
+            written: Arc::default(),
+        }
+    }
+
+    /// Whether a watch event of `kind`/`name` (at `resource_version`, or
+    /// its deletion) is the host's own last write, not a change by
+    /// someone else.
+    #[must_use]
+    pub fn is_own_write(
+        &self,
+        kind: &str,
+        name: &str,
+        resource_version: Option<&str>,
+        deleted: bool,
+    ) -> bool {
+        let written = self.written.lock();
+        let last = written.get(&format!("{kind}/{name}")).map(String::as_str);
+        if deleted {
+            last == Some(DELETED)
+        } else {
+            resource_version.is_some_and(|rv| last == Some(rv))
         }
     }
 
@@ -129,16 +165,24 @@ impl ManagedWebhooks {
     }
 
     /// What identifies the configurations [`Self::sync`] would write for
-    /// `rules` now (the rules and the CA): equal keys, equal writes.
+    /// `rules` and `crds` now (the rules, the CRDs and the CA): equal keys,
+    /// equal writes.
     #[must_use]
-    pub fn key(&self, rules: &[AdmissionRule]) -> String {
-        format!("{rules:?} {:?}", self.target.ca.pem())
+    pub fn key(&self, rules: &[AdmissionRule], crds: &BTreeSet<String>) -> String {
+        format!("{rules:?} {}", self.conversions.key(crds))
     }
 
-    /// Makes `plugin`'s configurations say `rules` (none: removes ours).
+    /// Makes `plugin`'s configurations say `rules` (none: removes ours),
+    /// and the conversion of `crds` point at it (the CRDs it converted
+    /// before and not now released: [`super::managed_conversion`]).
     /// Never touches a configuration of that name that is not ours.
     #[must_use]
-    pub async fn sync(&self, plugin: &str, rules: &[AdmissionRule]) -> WebhooksStatus {
+    pub async fn sync(
+        &self,
+        plugin: &str,
+        rules: &[AdmissionRule],
+        crds: &BTreeSet<String>,
+    ) -> WebhooksStatus {
         let options = WebhookOptions {
             prefix: PREFIX.to_owned(),
             client: self.target.client.clone(),
@@ -164,6 +208,10 @@ impl ManagedWebhooks {
             Ok(_) => {}
             Err(e) => errors.push(format!("ValidatingWebhookConfiguration: {e}")),
         }
+        let conversion = self.conversions.sync(plugin, crds).await;
+        status.conversion = conversion.converting;
+        status.conversion_kept = conversion.kept;
+        errors.extend(conversion.error);
         if !status.foreign.is_empty() {
             tracing::warn!(plugin, foreign = ?status.foreign, "a webhook configuration of this plugin's name was not made by rekon: left alone, the plugin's admission is not configured there");
         }
@@ -175,12 +223,17 @@ impl ManagedWebhooks {
         status
     }
 
-    /// Removes `plugin`'s configurations (when ours).
+    /// Removes `plugin`'s configurations (when ours), and releases the
+    /// CRDs whose conversion points at it ([`super::managed_conversion`]).
     ///
     /// # Errors
     /// When the API server does not answer as expected; the foreign
     /// configurations left alone otherwise.
     pub async fn remove(&self, plugin: &str) -> Result<Vec<String>, kube::Error> {
+        let released = self.conversions.sync(plugin, &BTreeSet::new()).await;
+        if let Some(error) = released.error {
+            tracing::warn!(plugin, %error, "failed to release the conversion of a deleted Plugin object's CRDs");
+        }
         let mut foreign = Vec::new();
         for outcome in [
             self.one::<MutatingWebhookConfiguration>(plugin, None)
@@ -204,7 +257,7 @@ impl ManagedWebhooks {
     /// collected).
     pub async fn remove_orphans(
         &self,
-        plugins: &std::collections::BTreeSet<String>,
+        plugins: &BTreeSet<String>,
     ) -> (Vec<String>, Vec<kube::Error>) {
         let mut removed = Vec::new();
         let mut errors = Vec::new();
@@ -218,13 +271,47 @@ impl ManagedWebhooks {
                 Err(e) => errors.push(e),
             }
         }
+        match self.conversion_orphans(plugins).await {
+            Ok(names) => removed.extend(names),
+            Err(e) => errors.push(e),
+        }
         (removed, errors)
     }
 
-    async fn orphans<K>(
+    /// Releases the CRDs whose conversion points at a plugin without a
+    /// Plugin object (`CustomResourceDefinition/<name>`, those released).
+    async fn conversion_orphans(
         &self,
-        plugins: &std::collections::BTreeSet<String>,
-    ) -> Result<Vec<String>, kube::Error>
+        plugins: &BTreeSet<String>,
+    ) -> Result<Vec<String>, kube::Error> {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        let list = api
+            .list(&kube::api::ListParams::default().labels(CONVERSION_LABEL))
+            .await?;
+        let mut released = Vec::new();
+        let gone: BTreeSet<String> = list
+            .iter()
+            .filter_map(|crd| crd.labels().get(CONVERSION_LABEL).cloned())
+            .filter(|plugin| !plugins.contains(plugin))
+            .collect();
+        for plugin in gone {
+            let out = self.conversions.sync(&plugin, &BTreeSet::new()).await;
+            released.extend(
+                list.iter()
+                    .filter(|crd| crd.labels().get(CONVERSION_LABEL) == Some(&plugin))
+                    .map(|crd| crd.name_any())
+                    .filter(|name| !out.kept.contains(name))
+                    .map(|name| format!("CustomResourceDefinition/{name}")),
+            );
+            if let Some(error) = out.error {
+                tracing::warn!(plugin, %error, "failed to release the conversion of a deleted Plugin object's CRDs");
+            }
+        }
+        Ok(released)
+    }
+
+    async fn orphans<K>(&self, plugins: &BTreeSet<String>) -> Result<Vec<String>, kube::Error>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
             + k8s_openapi::Resource
@@ -306,7 +393,12 @@ impl ManagedWebhooks {
                     labels.insert(SOURCE_LABEL.0.into(), SOURCE_LABEL.1.into());
                 }
                 let params = PatchParams::apply(&self.field_manager).force();
-                api.patch(&name, &params, &Patch::Apply(body)).await?;
+                let applied = api.patch(&name, &params, &Patch::Apply(body)).await?;
+                let key = format!("{}/{name}", <K as k8s_openapi::Resource>::KIND);
+                match applied.resource_version() {
+                    Some(rv) => self.written.lock().insert(key, rv),
+                    None => self.written.lock().remove(&key),
+                };
                 Ok(Outcome::Applied(name))
             }
             (None, Some(obj)) => {
@@ -319,6 +411,8 @@ impl ManagedWebhooks {
                     }),
                     ..DeleteParams::default()
                 };
+                let key = format!("{}/{name}", <K as k8s_openapi::Resource>::KIND);
+                self.written.lock().insert(key, DELETED.to_owned());
                 match api.delete(&name, &params).await {
                     Ok(_) => Ok(Outcome::Absent),
                     Err(kube::Error::Api(e)) if e.code == 404 => Ok(Outcome::Absent),
@@ -402,7 +496,7 @@ mod tests {
                 rule("size", AdmissionKind::Validate),
                 rule("tier", AdmissionKind::Mutate),
             ];
-            let status = managed.sync("widgets", &both).await;
+            let status = managed.sync("widgets", &both, &BTreeSet::new()).await;
             assert_eq!(status.validating.as_deref(), Some("rekon-widgets"));
             assert_eq!(status.mutating.as_deref(), Some("rekon-widgets"));
             assert!(
@@ -427,6 +521,25 @@ mod tests {
                 String::from_utf8_lossy(&bundle.0).starts_with("-----BEGIN CERTIFICATE-----"),
                 "{bundle:?}"
             );
+            // Its own write is told from someone else's change.
+            let kind = "ValidatingWebhookConfiguration";
+            let rv = stored.resource_version();
+            assert!(managed.is_own_write(kind, "rekon-widgets", rv.as_deref(), false));
+            let edited = validating_api
+                .patch(
+                    "rekon-widgets",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"x": "y"}}})),
+                )
+                .await
+                .expect("someone else's edit");
+            assert!(!managed.is_own_write(
+                kind,
+                "rekon-widgets",
+                edited.resource_version().as_deref(),
+                false
+            ));
+            assert!(!managed.is_own_write(kind, "rekon-widgets", None, true));
             let owners: Vec<_> = stored
                 .metadata
                 .managed_fields
@@ -437,7 +550,7 @@ mod tests {
             assert!(owners.contains(&"rekon.dev/host".to_owned()), "{owners:?}");
 
             // The serving version has only the validating rule now.
-            let status = managed.sync("widgets", &both[..1]).await;
+            let status = managed.sync("widgets", &both[..1], &BTreeSet::new()).await;
             assert_eq!(status.mutating, None);
             assert!(
                 mutating_api
@@ -465,7 +578,7 @@ mod tests {
                 .create(&PostParams::default(), &foreign)
                 .await
                 .expect("a foreign configuration");
-            let status = managed.sync("gadgets", &both).await;
+            let status = managed.sync("gadgets", &both, &BTreeSet::new()).await;
             assert_eq!(
                 status.foreign,
                 ["MutatingWebhookConfiguration/rekon-gadgets"]
@@ -480,7 +593,7 @@ mod tests {
             assert_eq!(kept.webhooks.unwrap_or_default().len(), 0, "untouched");
 
             // Orphans: written for a Plugin object that no longer exists.
-            let status = managed.sync("orphan", &both).await;
+            let status = managed.sync("orphan", &both, &BTreeSet::new()).await;
             assert_eq!(status.validating.as_deref(), Some("rekon-orphan"));
             let orphan = validating_api.get("rekon-orphan").await.unwrap();
             assert_eq!(
@@ -529,6 +642,10 @@ mod tests {
 
             // The plugins go: theirs go, the foreign one stays.
             assert!(managed.remove("widgets").await.unwrap().is_empty());
+            assert!(
+                managed.is_own_write(kind, "rekon-widgets", None, true),
+                "its own delete"
+            );
             assert!(
                 validating_api
                     .get_opt("rekon-widgets")

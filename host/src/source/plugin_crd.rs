@@ -321,6 +321,16 @@ pub struct WebhooksStatus {
     /// left alone: `Kind/name`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub foreign: Vec<String>,
+    /// The CRDs whose `spec.conversion` the host points at the plugin's
+    /// `/convert` route (the serving version converts them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversion: Vec<String>,
+    /// CRDs the serving version no longer converts that still serve
+    /// several versions: their conversion webhook is left in place rather
+    /// than set to `None` (which would lose fields); see
+    /// docs/plugins/admission.md.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversion_kept: Vec<String>,
     /// Why the last write of a configuration failed (retried).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

@@ -7,7 +7,10 @@
 //! (admission calls never write) and `admissionReviewVersions: [v1]`,
 //! pointing at the host's webhook server through a Service or a URL. What
 //! `rekon webhooks` prints for plugin files (`commands/webhooks.rs`) and
-//! what the host applies for Plugin objects ([`super::managed_webhooks`]).
+//! what the host applies for Plugin objects ([`super::managed_webhooks`]);
+//! and the `spec.conversion` stanza of a CRD a plugin converts
+//! ([`conversion_stanza`]: `rekon crds --webhook-*`, `rekon webhooks`, and
+//! the host for Plugin objects, [`super::managed_conversion`]).
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -208,4 +211,32 @@ pub fn mutating(
         metadata: metadata(plugin, options),
         webhooks: Some(webhooks),
     })
+}
+
+/// The `spec.conversion` of a CRD `plugin` converts: strategy `Webhook`, the
+/// client config of `/convert/<plugin>` with the `caBundle`, and
+/// `conversionReviewVersions: [v1]` (kube-sim and the API server speak v1).
+#[must_use]
+pub fn conversion_stanza(
+    plugin: &str,
+    options: &WebhookOptions,
+) -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceConversion {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+    let (service, url) = endpoint(rekon_rules::conversion::conversion_path(plugin), options);
+    ext::CustomResourceConversion {
+        strategy: "Webhook".to_owned(),
+        webhook: Some(ext::WebhookConversion {
+            client_config: Some(ext::WebhookClientConfig {
+                ca_bundle: options.ca_bundle.clone().map(ByteString),
+                service: service.map(|s| ext::ServiceReference {
+                    name: s.name,
+                    namespace: s.namespace,
+                    path: s.path,
+                    port: s.port,
+                }),
+                url,
+            }),
+            conversion_review_versions: vec!["v1".to_owned()],
+        }),
+    }
 }

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use rekon_e2e::widgets::{Build, Lang};
 use rekon_e2e::{Env, EnvOptions, free_local_addr, get, output_text, rekon_cli};
 use serde_json::Value;
 
@@ -26,65 +27,6 @@ const WAIT: Duration = Duration::from_secs(40);
 /// the first load still gets this long.
 const LOAD_WAIT: Duration = Duration::from_secs(180);
 const TEST_TIMEOUT: Duration = Duration::from_secs(420);
-
-/// The widgets plugin built in one language.
-#[derive(Debug, Clone, Copy)]
-enum Lang {
-    Rust,
-    TypeScript,
-    Python,
-}
-
-impl Lang {
-    /// Its component and the make target that builds it.
-    fn component(self, paths: &rekon_e2e::Paths) -> PathBuf {
-        let (path, target) = match self {
-            Lang::Rust => (paths.test_plugins.join("widgets.wasm"), "test-plugins"),
-            Lang::TypeScript => (
-                paths.root.join("dist/sdk-plugins/widgets_ts.wasm"),
-                "sdk-plugins",
-            ),
-            Lang::Python => (
-                paths.root.join("dist/sdk-plugins/widgets_py.wasm"),
-                "sdk-plugins",
-            ),
-        };
-        assert!(
-            path.is_file(),
-            "{} is missing: run `make {target}` first",
-            path.display()
-        );
-        path
-    }
-
-    /// Its build that converts the Widget CRD between v1alpha1 and v1.
-    fn conversion_component(self, paths: &rekon_e2e::Paths) -> PathBuf {
-        let (path, target) = match self {
-            Lang::Rust => (
-                paths.test_plugins.join("widgets-conversion.wasm"),
-                "test-plugins",
-            ),
-            Lang::TypeScript => (
-                paths
-                    .root
-                    .join("dist/sdk-plugins/widgets_ts_conversion.wasm"),
-                "sdk-plugins",
-            ),
-            Lang::Python => (
-                paths
-                    .root
-                    .join("dist/sdk-plugins/widgets_py_conversion.wasm"),
-                "sdk-plugins",
-            ),
-        };
-        assert!(
-            path.is_file(),
-            "{} is missing: run `make {target}` first",
-            path.display()
-        );
-        path
-    }
-}
 
 async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -123,7 +65,7 @@ async fn kubectl_sees_the_python_plugins_verdicts_and_defaults() {
 /// three builds (the cases below then hold for the same declared rules).
 #[test]
 fn the_three_languages_declare_the_same_plugin_and_webhooks() {
-    let rust = declared_alike(Lang::component);
+    let rust = declared_alike(Build::Default);
     assert_eq!(
         rust["admission"].as_array().map(Vec::len),
         Some(2),
@@ -136,7 +78,7 @@ fn the_three_languages_declare_the_same_plugin_and_webhooks() {
 /// and the same conversion declared.
 #[test]
 fn the_three_languages_declare_the_same_conversion() {
-    let rust = declared_alike(Lang::conversion_component);
+    let rust = declared_alike(Build::Conversion);
     assert_eq!(
         rust["conversion"][0]["versions"],
         serde_json::json!(["v1alpha1", "v1"]),
@@ -148,12 +90,12 @@ fn the_three_languages_declare_the_same_conversion() {
     );
 }
 
-/// What `rekon plugin inspect` reads from the Rust build of `component`,
+/// What `rekon plugin inspect` reads from the Rust build `build`,
 /// asserted equal to what it reads from the TypeScript and Python builds.
-fn declared_alike(component: fn(Lang, &rekon_e2e::Paths) -> PathBuf) -> Value {
+fn declared_alike(build: Build) -> Value {
     let paths = rekon_e2e::Paths::discover().unwrap();
     let inspect = |lang: Lang| {
-        let wasm = component(lang, &paths);
+        let wasm = lang.component(&paths, build);
         let out = rekon_cli(
             &paths,
             &[
@@ -252,7 +194,7 @@ async fn serve_widgets(
 
 async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let (env, _certs, _) = serve_widgets(|paths| lang.component(paths)).await;
+        let (env, _certs, _) = serve_widgets(|paths| lang.component(paths, Build::Default)).await;
 
         // A plain refusal (403): kubectl prints the API server's wording.
         let (ok, text) = env.kubectl_apply("main", &widget("negative", -1));
@@ -377,7 +319,7 @@ async fn kubectl_reads_and_writes_the_python_plugins_crd_at_both_versions() {
 /// reconcile side keeps running.
 async fn kubectl_reads_and_writes_the_crd_at_both_versions(lang: Lang) {
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let (env, _certs, applied) = serve_widgets(|paths| lang.conversion_component(paths)).await;
+        let (env, _certs, applied) = serve_widgets(|paths| lang.component(paths, Build::Conversion)).await;
         assert!(
             applied.contains("customresourcedefinition.apiextensions.k8s.io/widgets.widgets.rekon.dev configured"),
             "{applied}"

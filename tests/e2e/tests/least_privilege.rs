@@ -168,16 +168,15 @@ const ROWS: &[Row] = &[
         resource: "validatingwebhookconfigurations",
         refused: "cannot list resource \"validatingwebhookconfigurations\"",
     },
+    // ... and the conversion of the CRDs they convert (listed by label
+    // first: the CRDs pointed at a deleted Plugin object's plugin).
+    Row {
+        role: "ClusterRole",
+        group: "apiextensions.k8s.io",
+        resource: "customresourcedefinitions",
+        refused: "cannot list resource \"customresourcedefinitions\"",
+    },
 ];
-
-/// Added to the Deployment's arguments: the webhook server (any free port)
-/// and the configurations it manages for Plugin objects.
-fn webhook_args() -> Vec<String> {
-    vec![
-        "--webhook-addr=127.0.0.1:0".to_owned(),
-        "--webhook-service=rekon-system/rekon-webhooks:443".to_owned(),
-    ]
-}
 
 /// `(role kind, group, resource)` of every rule in the rendered base.
 fn generated_rules(rendered: &[Value]) -> Vec<(String, String, String)> {
@@ -301,7 +300,7 @@ async fn refused_record(rekon: &Rekon, refused: &str) -> Option<String> {
 async fn check(row: &Row) {
     tokio::time::timeout(ROW_TIMEOUT, async {
         let env = Secured::start(|docs| without(docs, row.role, row.group, row.resource)).await;
-        let rekon = env.spawn_in_cluster_with(&compiled_cache(), &webhook_args());
+        let rekon = env.spawn_in_cluster(&compiled_cache());
         drive(&env);
         // A scraper at work, so the reviews of secured metrics happen.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -392,6 +391,7 @@ rows! {
     without_configmaps => 16;
     without_mutatingwebhookconfigurations => 17;
     without_validatingwebhookconfigurations => 18;
+    without_customresourcedefinitions => 19;
 }
 
 /// nodepool patches Nodes; the operator's policy denies it. RBAC would

@@ -39,6 +39,9 @@ from rekon_sdk import (
 )
 
 MAX_SIZE = 10
+# The largest size in the stricter build (``widgets_py_strict``), as the Rust
+# build's feature ``strict``.
+STRICT_MAX_SIZE = 5
 TIER_LABEL = "widgets.rekon.dev/tier"
 MAX_PER_NAMESPACE = 3
 TRAP_NAME = "trap"
@@ -69,7 +72,6 @@ class Widgets:
 
 
 plugin = Widgets()
-admission = AdmissionHandlers()
 
 
 def quota(ctx: Context, req) -> Verdict:
@@ -85,35 +87,45 @@ def quota(ctx: Context, req) -> Verdict:
     return Verdict.allow()
 
 
-@admission.validate(WIDGET, timeout_seconds=5)
-def size(ctx: Context, req) -> Verdict | None:
-    if req.object is None:
-        return None
-    verdict = quota(ctx, req) if req.operation == "create" else Verdict.allow()
-    if not verdict.allowed:
+def admission_up_to(max_size: int) -> AdmissionHandlers:
+    """The widgets' admission with sizes up to ``max_size``: ``admission`` (up
+    to ``MAX_SIZE``) and, in ``widgets_py_strict``, up to ``STRICT_MAX_SIZE``
+    (the build a Plugin object's shadow and promotion are tested with)."""
+    handlers = AdmissionHandlers()
+
+    @handlers.validate(WIDGET, timeout_seconds=5)
+    def size(ctx: Context, req) -> Verdict | None:
+        if req.object is None:
+            return None
+        verdict = quota(ctx, req) if req.operation == "create" else Verdict.allow()
+        if not verdict.allowed:
+            return verdict
+        if req.object["metadata"].get("name") == TRAP_NAME:
+            raise RuntimeError("widgets: asked to trap")
+        value = req.object["spec"]["size"]
+        if value < 0:
+            # No field and no code: a plain refusal (403).
+            return Verdict.deny("a widget's size cannot be negative")
+        if value > max_size:
+            raise AdmissionError(f"a widget's size is at most {max_size}, not {value}", code=422, fields={"spec.size": f"must be at most {max_size}"})
         return verdict
-    if req.object["metadata"].get("name") == TRAP_NAME:
-        raise RuntimeError("widgets: asked to trap")
-    value = req.object["spec"]["size"]
-    if value < 0:
-        # No field and no code: a plain refusal (403).
-        return Verdict.deny("a widget's size cannot be negative")
-    if value > MAX_SIZE:
-        raise AdmissionError(f"a widget's size is at most {MAX_SIZE}, not {value}", code=422, fields={"spec.size": f"must be at most {MAX_SIZE}"})
-    return verdict
+
+    @handlers.mutate(WIDGET, operations=("create",))
+    def tier(ctx: Context, req) -> Mutation | None:
+        if req.object is None:
+            return None
+        warn = req.object["spec"]["size"] > max_size // 2
+        labels = req.object.setdefault("metadata", {}).setdefault("labels", {})
+        if TIER_LABEL in labels and not warn:
+            return None
+        labels.setdefault(TIER_LABEL, "standard")
+        mutation = Mutation(req.object)
+        return mutation.warn(f"a widget above size {max_size // 2} is large") if warn else mutation
+
+    return handlers
 
 
-@admission.mutate(WIDGET, operations=("create",))
-def tier(ctx: Context, req) -> Mutation | None:
-    if req.object is None:
-        return None
-    warn = req.object["spec"]["size"] > MAX_SIZE // 2
-    labels = req.object.setdefault("metadata", {}).setdefault("labels", {})
-    if TIER_LABEL in labels and not warn:
-        return None
-    labels.setdefault(TIER_LABEL, "standard")
-    mutation = Mutation(req.object)
-    return mutation.warn(f"a widget above size {MAX_SIZE // 2} is large") if warn else mutation
+admission = admission_up_to(MAX_SIZE)
 
 
 try:  # the component's exports; absent natively (pytest)

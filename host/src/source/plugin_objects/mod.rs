@@ -16,6 +16,7 @@
 mod conditions;
 mod contained;
 mod context;
+mod drift;
 mod error;
 mod fetch;
 mod grant;

@@ -21,6 +21,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::contained::refresh_contained;
 use super::context::{Context, PluginObjectsConfig, origin, shadow_origin};
+use super::drift::{drift_events, on_drift};
 use super::error::PluginObjectError;
 use super::module_source::ModuleSource;
 use super::reconcile::reconcile;
@@ -111,6 +112,7 @@ impl PluginObjects {
         let mut events = watcher(self.ctx.api.clone(), watcher::Config::default())
             .default_backoff()
             .boxed();
+        let mut drifts = drift_events(&self.ctx);
         let mut seen: BTreeSet<String> = BTreeSet::new();
         let mut tick = tokio::time::interval(Duration::from_millis(500));
         let mut refresh = tokio::time::interval(self.ctx.config.status_period);
@@ -127,6 +129,9 @@ impl PluginObjects {
                     Some(Err(e)) => warn!(error = %e, "watch of Plugin objects failed; retrying"),
                 },
                 Some((name, done)) = done_rx.recv() => self.finished(&name, done),
+                Some(drift) = drifts.next() => {
+                    on_drift(&self.ctx, drift);
+                }
                 () = until(next_retry) => self.ctx.queue.lock().fire_due(Instant::now()),
                 _ = tick.tick() => {
                     publish_report(&self.ctx);

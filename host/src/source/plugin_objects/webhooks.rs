@@ -5,7 +5,8 @@
 //! soon as it serves, and its route answers with it from the moment it
 //! serves), at each status refresh (a new status writer, a rotated
 //! certificate) and when the object goes. What was written is in
-//! `status.webhooks`.
+//! `status.webhooks`. The same for the conversion of the CRDs the serving
+//! version converts ([`crate::source::managed_conversion`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use kube::ResourceExt;
 use super::context::{Context, origin};
 use super::status::write_status;
 use crate::plugin::AdmissionRule;
+use crate::source::managed_conversion::converted_crds;
 use crate::source::plugin_crd::Plugin;
 
 /// Brings `name`'s configurations up to date when this replica writes
@@ -29,18 +31,21 @@ pub(super) async fn sync_webhooks(ctx: &Context, name: &str) -> bool {
         return false;
     }
     let known = ctx.entries.lock().contains_key(name);
-    let rules: Vec<AdmissionRule> = if known {
+    let (rules, crds): (Vec<AdmissionRule>, BTreeSet<String>) = if known {
         // Nothing serves (yet: a first fetch failed): the configurations
         // stay as they are, failing as their failure policy says, rather
         // than be removed and admit everything.
         let Some(serving) = ctx.registry.serving(&origin(name)) else {
             return false;
         };
-        serving.admission_rules().to_vec()
+        (
+            serving.admission_rules().to_vec(),
+            converted_crds(serving.conversion_rules(), &serving.registration().crds),
+        )
     } else {
-        Vec::new()
+        Default::default()
     };
-    let key = managed.key(&rules);
+    let key = managed.key(&rules, &crds);
     let before = ctx
         .entries
         .lock()
@@ -52,7 +57,7 @@ pub(super) async fn sync_webhooks(ctx: &Context, name: &str) -> bool {
     {
         return false;
     }
-    let status = managed.sync(name, &rules).await;
+    let status = managed.sync(name, &rules, &crds).await;
     let mut entries = ctx.entries.lock();
     let Some(entry) = entries.get_mut(name) else {
         return false;

@@ -294,7 +294,8 @@ impl Secured {
     }
 
     /// The container arguments of the rendered Deployment, with the Pod's
-    /// volumes replaced by local directories, the probes off and the
+    /// volumes replaced by local directories, the webhook server on a free
+    /// port, the probes off and the
     /// secured metrics on [`Secured::metrics_addr`] with the test's
     /// certificate; and `--plugins=<plugins>`: the Deployment serves Plugin
     /// objects only, and these tests give it the seeds from a directory
@@ -305,6 +306,8 @@ impl Secured {
             .iter()
             .find(|d| d["kind"] == "Deployment")
             .expect("the base renders a Deployment");
+        let webhook_cert = self.work.path().join("webhook-cert");
+        fs::create_dir_all(&webhook_cert).expect("a certificate directory");
         let mut args: Vec<String> = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
             .as_array()
             .expect("container args")
@@ -316,6 +319,13 @@ impl Secured {
                     Some(("--cache-dir", _)) => format!("--cache-dir={}", cache.display()),
                     Some(("--metrics-addr", _)) => format!("--metrics-addr={}", self.metrics_addr),
                     Some(("--probe-addr", _)) => "--probe-addr=off".to_owned(),
+                    // Any free port, and a writable certificate directory
+                    // (the Pod's is a Secret; with none, the host writes a
+                    // self-signed pair there).
+                    Some(("--webhook-addr", _)) => "--webhook-addr=127.0.0.1:0".to_owned(),
+                    Some(("--webhook-cert-dir", _)) => {
+                        format!("--webhook-cert-dir={}", webhook_cert.display())
+                    }
                     _ if a == "--metrics-secure" => format!(
                         "--metrics-secure --metrics-cert-dir={}",
                         self.metrics_ca

@@ -42,6 +42,18 @@ def test_a_widget_too_large_is_denied_with_a_field_error():
     assert world.validate(admission, create(widget("w", 10)), plugin).allowed
 
 
+def test_the_strict_build_denies_above_5_what_the_default_admits_in_the_same_words():
+    from widgets_py_strict import admission as strict
+
+    world = World().primary("main")
+    assert world.validate(admission, create(widget("w", 7)), plugin).allowed
+    denial = world.validate(strict, create(widget("w", 7)), plugin).denial
+    assert (denial.message, denial.code, denial.field_errors) == (
+        "a widget's size is at most 5, not 7", 422, [("spec.size", "must be at most 5")])
+    assert world.validate(strict, create(widget("w", 5)), plugin).allowed
+    assert world.mutate(strict, create(widget("w", 3)), plugin).warnings == ["a widget above size 2 is large"]
+
+
 def test_an_exception_other_than_admission_error_propagates_the_component_traps():
     with pytest.raises(RuntimeError, match="widgets: asked to trap"):
         World().primary("main").validate(admission, create(widget(TRAP_NAME, 1)), plugin)

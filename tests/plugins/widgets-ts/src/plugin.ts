@@ -50,6 +50,8 @@ import crdVersions from "../crd-versions.json" with { type: "json" };
 
 /** The largest size a Widget may have. */
 export const MAX_SIZE = 10;
+/** The largest size in the stricter build (`widgets_ts_strict.wasm`), as the Rust build's feature `strict`. */
+export const STRICT_MAX_SIZE = 5;
 /** The label `mutate` defaults. */
 export const TIER_LABEL = "widgets.rekon.dev/tier";
 /** The most widgets one namespace may hold (counted in the host's cache). */
@@ -106,42 +108,55 @@ function quota(ctx: Context, req: AdmissionRequest): Verdict {
   }
 }
 
-export const widgetsAdmission: Admission = {
-  rules() {
-    return [
-      AdmissionRule.validate("size", WidgetKind).withTimeoutSeconds(5),
-      AdmissionRule.mutate("tier", WidgetKind).withOperations("create"),
-    ];
-  },
+/**
+ * The widgets' admission with sizes up to `maxSize`: {@link widgetsAdmission}
+ * (up to {@link MAX_SIZE}) and {@link strictWidgetsAdmission} (up to
+ * {@link STRICT_MAX_SIZE}, the build `src/component-strict.ts` a Plugin
+ * object's shadow and promotion are tested with).
+ */
+export function widgetsAdmissionUpTo(maxSize: number): Admission {
+  return {
+    rules() {
+      return [
+        AdmissionRule.validate("size", WidgetKind).withTimeoutSeconds(5),
+        AdmissionRule.mutate("tier", WidgetKind).withOperations("create"),
+      ];
+    },
 
-  validate(ctx, req) {
-    const widget = req.object as Widget | undefined;
-    if (widget === undefined) return Verdict.allow();
-    const verdict = req.operation === "create" ? quota(ctx, req) : Verdict.allow();
-    if (!verdict.allowed) return verdict;
-    if (widget.metadata?.name === TRAP_NAME) throw new Error("widgets: asked to trap");
-    const size = widget.spec.size;
-    // No field and no code: a plain refusal (403).
-    if (size < 0) return Verdict.deny("a widget's size cannot be negative");
-    if (size > MAX_SIZE) {
-      return Verdict.deny(`a widget's size is at most ${MAX_SIZE}, not ${size}`)
-        .withCode(422)
-        .withField("spec.size", `must be at most ${MAX_SIZE}`);
-    }
-    return verdict;
-  },
+    validate(ctx, req) {
+      const widget = req.object as Widget | undefined;
+      if (widget === undefined) return Verdict.allow();
+      const verdict = req.operation === "create" ? quota(ctx, req) : Verdict.allow();
+      if (!verdict.allowed) return verdict;
+      if (widget.metadata?.name === TRAP_NAME) throw new Error("widgets: asked to trap");
+      const size = widget.spec.size;
+      // No field and no code: a plain refusal (403).
+      if (size < 0) return Verdict.deny("a widget's size cannot be negative");
+      if (size > maxSize) {
+        return Verdict.deny(`a widget's size is at most ${maxSize}, not ${size}`)
+          .withCode(422)
+          .withField("spec.size", `must be at most ${maxSize}`);
+      }
+      return verdict;
+    },
 
-  mutate(_ctx, req) {
-    const widget = req.object as Widget | undefined;
-    if (widget === undefined) return Mutation.unchanged();
-    const warn = widget.spec.size > MAX_SIZE / 2;
-    const labels = (widget.metadata ??= {}).labels ?? {};
-    if (labels[TIER_LABEL] !== undefined && !warn) return Mutation.unchanged();
-    widget.metadata.labels = { ...labels, [TIER_LABEL]: labels[TIER_LABEL] ?? "standard" };
-    const mutation = Mutation.object(widget);
-    return warn ? mutation.withWarning(`a widget above size ${MAX_SIZE / 2} is large`) : mutation;
-  },
-};
+    mutate(_ctx, req) {
+      const widget = req.object as Widget | undefined;
+      if (widget === undefined) return Mutation.unchanged();
+      // Integer halves, as the Rust and Python builds compute them.
+      const large = Math.floor(maxSize / 2);
+      const warn = widget.spec.size > large;
+      const labels = (widget.metadata ??= {}).labels ?? {};
+      if (labels[TIER_LABEL] !== undefined && !warn) return Mutation.unchanged();
+      widget.metadata.labels = { ...labels, [TIER_LABEL]: labels[TIER_LABEL] ?? "standard" };
+      const mutation = Mutation.object(widget);
+      return warn ? mutation.withWarning(`a widget above size ${large} is large`) : mutation;
+    },
+  };
+}
+
+export const widgetsAdmission: Admission = widgetsAdmissionUpTo(MAX_SIZE);
+export const strictWidgetsAdmission: Admission = widgetsAdmissionUpTo(STRICT_MAX_SIZE);
 
 /** The Widget at v1alpha1: its size was called `amount`. */
 export interface OldWidget extends KubeObject {

@@ -14,11 +14,13 @@ import {
   CONVERT_TRAP_NAME,
   MAX_SIZE,
   type OldWidget,
+  STRICT_MAX_SIZE,
   TIER_LABEL,
   TRAP_NAME,
   type Widget,
   WidgetKind,
   versionedWidgets,
+  strictWidgetsAdmission,
   widgets,
   widgetsAdmission,
   widgetsConversion,
@@ -121,6 +123,21 @@ test("a widget too large is denied with a field error", () => {
   const negative = world.validate(widgetsAdmission, create(widget("w", -1)), widgets).denial;
   assert.deepEqual([negative?.code, negative?.fieldErrors.length], [403, 0]);
   assert.ok(world.validate(widgetsAdmission, create(widget("w", 10)), widgets).allowed);
+});
+
+test("the strict build denies above 5 what the default admits, in the same words", () => {
+  const world = new World().primary("main");
+  assert.ok(world.validate(widgetsAdmission, create(widget("w", 7)), widgets).allowed);
+  const denial = world.validate(strictWidgetsAdmission, create(widget("w", 7)), widgets).denial;
+  assert.deepEqual(denial, {
+    message: "a widget's size is at most 5, not 7",
+    code: 422,
+    fieldErrors: [{ path: "spec.size", message: `must be at most ${STRICT_MAX_SIZE}` }],
+  });
+  assert.ok(world.validate(strictWidgetsAdmission, create(widget("w", 5)), widgets).allowed);
+  assert.deepEqual(world.mutate(strictWidgetsAdmission, create(widget("w", 3)), widgets).warnings, [
+    "a widget above size 2 is large",
+  ]);
 });
 
 test("a plain Error is not a denial: it propagates (the component traps)", () => {
