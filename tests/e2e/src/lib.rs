@@ -33,6 +33,7 @@ pub mod plugin_objects;
 pub mod prometheus;
 pub mod registry;
 pub mod view;
+pub mod webhook_env;
 pub mod widgets;
 
 /// `rekon ARGS...` (the binary under test), run to completion.

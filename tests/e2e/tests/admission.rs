@@ -18,14 +18,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rekon_e2e::widgets::{Build, Lang};
-use rekon_e2e::{Env, EnvOptions, free_local_addr, get, output_text, rekon_cli};
+use rekon_e2e::{Env, get, output_text, rekon_cli, webhook_env};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(40);
-/// A debug host compiles a JavaScript or Python component in tens of
-/// seconds; it is compiled into the cache before `rekon run` starts, and
-/// the first load still gets this long.
-const LOAD_WAIT: Duration = Duration::from_secs(180);
 const TEST_TIMEOUT: Duration = Duration::from_secs(420);
 
 async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
@@ -129,67 +125,13 @@ fn declared_alike(build: Build) -> Value {
 async fn serve_widgets(
     component: impl FnOnce(&rekon_e2e::Paths) -> PathBuf,
 ) -> (Env, tempfile::TempDir, String) {
-    let addr = free_local_addr().unwrap();
-    let certs = tempfile::tempdir().unwrap();
-    let mut env = Env::start(EnvOptions {
-        plugins: Vec::new(),
-        extra_args: vec![
-            "--webhook-addr".into(),
-            addr.to_string(),
-            "--webhook-cert-dir".into(),
-            certs.path().display().to_string(),
-        ],
-        ..EnvOptions::default()
-    })
-    .await
-    .unwrap();
-    let component = component(&env.paths);
-    // Into the compiled-plugin cache `rekon run` maps (a JavaScript or
-    // Python component would otherwise be compiled at load).
-    let out = rekon_cli(
-        &env.paths,
-        &["plugin", "compile", &component.display().to_string()],
-    );
-    assert!(out.status.success(), "{}", output_text(&out));
-    std::fs::copy(&component, env.plugin_dir.join("widgets.wasm")).expect("copied");
-    env.wait_for("the Widget CRD to be served", LOAD_WAIT, |env| {
-        env.main()
-            .list("widgets.rekon.dev/v1", "widgets", Some("default"), "")
-            .ok()
-    })
-    .await
-    .unwrap();
-    let ca = certs.path().join("tls.crt");
-    assert!(ca.is_file(), "rekon run wrote its self-signed certificate");
-
-    let out = rekon_cli(
-        &env.paths,
-        &[
-            "webhooks",
-            &env.plugin_dir.display().to_string(),
-            "--url",
-            &format!("https://localhost:{}", addr.port()),
-            "--webhook-ca-file",
-            &ca.display().to_string(),
-        ],
-    );
-    assert!(out.status.success(), "{}", output_text(&out));
-    let yaml = String::from_utf8(out.stdout).unwrap();
-    let (ok, text) = env.kubectl_apply("main", &yaml);
-    assert!(ok, "{text}");
-    assert!(
-        text.contains(
-            "mutatingwebhookconfiguration.admissionregistration.k8s.io/rekon-widgets created"
-        ),
-        "{text}"
-    );
-    assert!(
-        text.contains(
-            "validatingwebhookconfiguration.admissionregistration.k8s.io/rekon-widgets created"
-        ),
-        "{text}"
-    );
-    (env, certs, text)
+    let served = webhook_env::serve(
+        component,
+        ("widgets", "widgets"),
+        ("widgets.rekon.dev/v1", "widgets", Some("default")),
+    )
+    .await;
+    (served.env, served.certs, served.applied)
 }
 
 async fn kubectl_sees_the_plugins_verdicts_and_defaults(lang: Lang) {

@@ -19,13 +19,10 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rekon_e2e::{Env, EnvOptions, free_local_addr, get, output_text, rekon_cli};
+use rekon_e2e::{Env, get, output_text, rekon_cli, webhook_env};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(40);
-/// A debug host compiles a Python component in tens of seconds (into the
-/// cache before `rekon run` loads it); the first load gets this long.
-const LOAD_WAIT: Duration = Duration::from_secs(180);
 const TEST_TIMEOUT: Duration = Duration::from_secs(420);
 const NODEPOOLS: (&str, &str) = ("nodes.lailin.xyz/v1", "nodepools");
 
@@ -125,56 +122,16 @@ async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
 /// `nodepool`, once its CRD is served, with what `rekon webhooks` prints
 /// applied by kubectl. The certificate directory lives as long as the env.
 async fn serve_nodepool(lang: Lang) -> (Env, tempfile::TempDir) {
-    let addr = free_local_addr().unwrap();
-    let certs = tempfile::tempdir().unwrap();
-    let mut env = Env::start(EnvOptions {
-        plugins: Vec::new(),
-        extra_args: vec![
-            "--webhook-addr".into(),
-            addr.to_string(),
-            "--webhook-cert-dir".into(),
-            certs.path().display().to_string(),
-        ],
-        ..EnvOptions::default()
-    })
-    .await
-    .unwrap();
-    let component = lang.component(&env.paths);
-    let out = rekon_cli(
-        &env.paths,
-        &["plugin", "compile", &component.display().to_string()],
-    );
-    assert!(out.status.success(), "{}", output_text(&out));
-    std::fs::copy(&component, env.plugin_dir.join("nodepool.wasm")).expect("copied");
-    env.wait_for("the NodePool CRD to be served", LOAD_WAIT, |env| {
-        env.main().list(NODEPOOLS.0, NODEPOOLS.1, None, "").ok()
-    })
-    .await
-    .unwrap();
-    let ca = certs.path().join("tls.crt");
-    assert!(ca.is_file(), "rekon run wrote its self-signed certificate");
-    let out = rekon_cli(
-        &env.paths,
-        &[
-            "webhooks",
-            &env.plugin_dir.display().to_string(),
-            "--url",
-            &format!("https://localhost:{}", addr.port()),
-            "--webhook-ca-file",
-            &ca.display().to_string(),
-        ],
-    );
-    assert!(out.status.success(), "{}", output_text(&out));
-    let (ok, text) = env.kubectl_apply("main", &String::from_utf8(out.stdout).unwrap());
-    assert!(ok, "{text}");
-    for applied in [
-        "validatingwebhookconfiguration.admissionregistration.k8s.io/rekon-nodepool created",
-        "mutatingwebhookconfiguration.admissionregistration.k8s.io/rekon-nodepool created",
-        "customresourcedefinition.apiextensions.k8s.io/nodepools.nodes.lailin.xyz configured",
-    ] {
-        assert!(text.contains(applied), "{text}");
-    }
-    (env, certs)
+    let served = webhook_env::serve(
+        |paths| lang.component(paths),
+        ("nodepool", "nodepool"),
+        (NODEPOOLS.0, NODEPOOLS.1, None),
+    )
+    .await;
+    let text = served.applied;
+    let crd = "customresourcedefinition.apiextensions.k8s.io/nodepools.nodes.lailin.xyz configured";
+    assert!(text.contains(crd), "{text}");
+    (served.env, served.certs)
 }
 
 fn pool(name: &str, labels: &str, taints: &str) -> String {

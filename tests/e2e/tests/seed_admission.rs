@@ -20,14 +20,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rekon_e2e::{Env, EnvOptions, complete_job, free_local_addr, get, output_text, rekon_cli};
+use rekon_e2e::{Env, complete_job, get, output_text, rekon_cli, webhook_env};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(40);
-/// A debug host compiles a JavaScript component in tens of seconds; it is
-/// compiled into the cache before `rekon run` starts, and the first load
-/// still gets this long.
-const LOAD_WAIT: Duration = Duration::from_secs(180);
 const TEST_TIMEOUT: Duration = Duration::from_secs(420);
 const NS: &str = "default";
 
@@ -147,60 +143,13 @@ async fn until(env: &Env, what: &str, check: impl Fn() -> bool) {
 /// the Test CRD is served, with its webhook configurations applied (their
 /// YAML returned).
 async fn serve(lang: Lang) -> (Env, tempfile::TempDir, String) {
-    let addr = free_local_addr().unwrap();
-    let certs = tempfile::tempdir().unwrap();
-    let mut env = Env::start(EnvOptions {
-        plugins: Vec::new(),
-        extra_args: vec![
-            "--webhook-addr".into(),
-            addr.to_string(),
-            "--webhook-cert-dir".into(),
-            certs.path().display().to_string(),
-        ],
-        ..EnvOptions::default()
-    })
-    .await
-    .unwrap();
-    let component = lang.component(&env.paths);
-    let out = rekon_cli(
-        &env.paths,
-        &["plugin", "compile", &component.display().to_string()],
-    );
-    assert!(out.status.success(), "{}", output_text(&out));
-    std::fs::copy(&component, env.plugin_dir.join("test_fanout.wasm")).expect("copied");
-    env.wait_for("the Test CRD to be served", LOAD_WAIT, |env| {
-        env.main()
-            .list("job.lailin.xyz/v1", "tests", Some(NS), "")
-            .ok()
-    })
-    .await
-    .unwrap();
-    let ca = certs.path().join("tls.crt");
-    assert!(ca.is_file(), "rekon run wrote its self-signed certificate");
-    let out = rekon_cli(
-        &env.paths,
-        &[
-            "webhooks",
-            &env.plugin_dir.display().to_string(),
-            "--url",
-            &format!("https://localhost:{}", addr.port()),
-            "--webhook-ca-file",
-            &ca.display().to_string(),
-        ],
-    );
-    assert!(out.status.success(), "{}", output_text(&out));
-    let webhooks = String::from_utf8(out.stdout).unwrap();
-    let (ok, text) = env.kubectl_apply("main", &webhooks);
-    assert!(ok, "{text}");
-    for kind in ["mutating", "validating"] {
-        assert!(
-            text.contains(&format!(
-                "{kind}webhookconfiguration.admissionregistration.k8s.io/rekon-test-fanout created"
-            )),
-            "{text}"
-        );
-    }
-    (env, certs, webhooks)
+    let served = webhook_env::serve(
+        |paths| lang.component(paths),
+        ("test_fanout", "test-fanout"),
+        ("job.lailin.xyz/v1", "tests", Some(NS)),
+    )
+    .await;
+    (served.env, served.certs, served.webhooks)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
