@@ -40,8 +40,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::managed_webhooks::{PREFIX, WebhookTarget};
-use super::webhook_configs::{WebhookOptions, conversion_stanza};
+use super::webhook_configs::{PREFIX, WebhookOptions, WebhookTarget, conversion_stanza};
 use crate::plugin::ConversionRule;
 
 /// The field manager owning `spec.conversion` of the CRDs it points at a
@@ -231,8 +230,8 @@ mod tests {
     use kube::api::PostParams;
 
     use super::*;
-    use crate::source::managed_webhooks::WebhookCa;
     use crate::source::webhook_configs::Client;
+    use crate::source::webhook_configs::WebhookCa;
     use crate::telemetry::serving_cert::ServingCert;
 
     /// A CRD of `plural`.widgets.rekon.dev serving `versions` (the first

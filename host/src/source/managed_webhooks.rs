@@ -19,7 +19,6 @@
 //! `rekon webhooks` printed for plugin files.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use k8s_openapi::api::admissionregistration::v1::{
@@ -32,9 +31,9 @@ use serde::de::DeserializeOwned;
 
 use super::managed_conversion::{CONVERSION_LABEL, ManagedConversions};
 use super::plugin_crd::WebhooksStatus;
-use super::webhook_configs::{Client, WebhookOptions, mutating, validating};
+pub use super::webhook_configs::{CA_FILE, PREFIX, WebhookCa, WebhookTarget};
+use super::webhook_configs::{WebhookOptions, mutating, validating};
 use crate::plugin::AdmissionRule;
-use crate::telemetry::serving_cert::ServingCert;
 
 /// The label every managed configuration carries, and its value.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "rekon");
@@ -42,53 +41,6 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "rekon");
 pub const PLUGIN_LABEL: &str = "rekon.dev/plugin";
 /// The label marking the configurations written for Plugin objects.
 pub const SOURCE_LABEL: (&str, &str) = ("rekon.dev/source", "plugin-object");
-/// The prefix of configuration names (`rekon-<plugin>`).
-pub const PREFIX: &str = "rekon";
-/// A CA certificate beside `tls.crt` (cert-manager's `ca.crt`), preferred
-/// as the `caBundle` when present.
-pub const CA_FILE: &str = "ca.crt";
-
-/// The certificate the API server is told to trust: `ca.crt` of the
-/// certificate directory when there is one, else the last certificate of
-/// the chain served (the certificate itself when self-signed). Read at
-/// each use, so a rotated certificate reaches the configurations.
-#[derive(Clone, Debug)]
-pub struct WebhookCa {
-    dir: Option<PathBuf>,
-    cert: Arc<ServingCert>,
-}
-
-impl WebhookCa {
-    /// The CA of `cert`, served from `dir` (`--webhook-cert-dir`).
-    #[must_use]
-    pub fn new(dir: Option<PathBuf>, cert: Arc<ServingCert>) -> Self {
-        Self { dir, cert }
-    }
-
-    /// The PEM to put in `caBundle`.
-    #[must_use]
-    pub fn pem(&self) -> Option<Vec<u8>> {
-        if let Some(dir) = &self.dir
-            && let Ok(ca) = std::fs::read(dir.join(CA_FILE))
-        {
-            return Some(ca);
-        }
-        let chain = self.cert.chain();
-        let root = chain.last()?;
-        Some(pem::encode(&pem::Pem::new("CERTIFICATE", root.to_vec())).into_bytes())
-    }
-}
-
-/// What the managed configurations point at: how the API server reaches
-/// the webhook server, and the CA it trusts.
-#[derive(Clone, Debug)]
-pub struct WebhookTarget {
-    /// A Service or a base URL.
-    pub client: Client,
-    /// The `caBundle`.
-    pub ca: WebhookCa,
-}
-
 /// Writes the managed configurations; see the [module docs](self).
 #[derive(Clone)]
 pub struct ManagedWebhooks {
@@ -435,6 +387,8 @@ mod tests {
     use super::*;
     use crate::action::{Resource as Type, Scope};
     use crate::plugin::{AdmissionKind, FailurePolicy, Operation};
+    use crate::source::webhook_configs::Client;
+    use crate::telemetry::serving_cert::ServingCert;
     use kube::api::PostParams;
 
     fn rule(name: &str, kind: AdmissionKind) -> AdmissionRule {

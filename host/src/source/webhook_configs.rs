@@ -12,6 +12,9 @@
 //! ([`conversion_stanza`]: `rekon crds --webhook-*`, `rekon webhooks`, and
 //! the host for Plugin objects, [`super::managed_conversion`]).
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
@@ -21,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::action::Scope;
 use crate::plugin::{AdmissionKind, AdmissionRule, FailurePolicy, Operation};
+use crate::telemetry::serving_cert::ServingCert;
 
 /// How the API server reaches the webhook server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -239,4 +243,51 @@ pub fn conversion_stanza(
             conversion_review_versions: vec!["v1".to_owned()],
         }),
     }
+}
+
+/// The prefix of configuration names (`rekon-<plugin>`).
+pub const PREFIX: &str = "rekon";
+/// A CA certificate beside `tls.crt` (cert-manager's `ca.crt`), preferred
+/// as the `caBundle` when present.
+pub const CA_FILE: &str = "ca.crt";
+
+/// The certificate the API server is told to trust: `ca.crt` of the
+/// certificate directory when there is one, else the last certificate of
+/// the chain served (the certificate itself when self-signed). Read at
+/// each use, so a rotated certificate reaches the configurations.
+#[derive(Clone, Debug)]
+pub struct WebhookCa {
+    dir: Option<PathBuf>,
+    cert: Arc<ServingCert>,
+}
+
+impl WebhookCa {
+    /// The CA of `cert`, served from `dir` (`--webhook-cert-dir`).
+    #[must_use]
+    pub fn new(dir: Option<PathBuf>, cert: Arc<ServingCert>) -> Self {
+        Self { dir, cert }
+    }
+
+    /// The PEM to put in `caBundle`.
+    #[must_use]
+    pub fn pem(&self) -> Option<Vec<u8>> {
+        if let Some(dir) = &self.dir
+            && let Ok(ca) = std::fs::read(dir.join(CA_FILE))
+        {
+            return Some(ca);
+        }
+        let chain = self.cert.chain();
+        let root = chain.last()?;
+        Some(pem::encode(&pem::Pem::new("CERTIFICATE", root.to_vec())).into_bytes())
+    }
+}
+
+/// What the managed configurations point at: how the API server reaches
+/// the webhook server, and the CA it trusts.
+#[derive(Clone, Debug)]
+pub struct WebhookTarget {
+    /// A Service or a base URL.
+    pub client: Client,
+    /// The `caBundle`.
+    pub ca: WebhookCa,
 }
