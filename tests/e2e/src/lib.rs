@@ -48,6 +48,50 @@ pub fn rekon_cli(paths: &Paths, args: &[&str]) -> std::process::Output {
         .expect("run rekon")
 }
 
+/// The registration `rekon plugin inspect -o json` reads from `wasm`,
+/// without the file's digest: what two builds of one plugin (a seed and its
+/// port, the three languages' widgets) must declare alike.
+///
+/// # Panics
+/// When inspect fails or prints no JSON.
+#[must_use]
+pub fn inspect_json(paths: &Paths, wasm: &Path) -> Value {
+    let out = rekon_cli(
+        paths,
+        &[
+            "plugin",
+            "inspect",
+            "-o",
+            "json",
+            &wasm.display().to_string(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "inspect {}: {}",
+        wasm.display(),
+        output_text(&out)
+    );
+    let mut v: Value = serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
+    v.as_object_mut().map(|o| o.remove("digest"));
+    v
+}
+
+/// `path`, a component `make <target>` builds.
+///
+/// # Panics
+/// When it is missing, naming the make target: a test without its plugin
+/// fails, never skips.
+#[must_use]
+pub fn built(path: PathBuf, target: &str) -> PathBuf {
+    assert!(
+        path.is_file(),
+        "{} is missing: run `make {target}` first",
+        path.display()
+    );
+    path
+}
+
 /// A finished command's stdout then stderr, lossily decoded.
 #[must_use]
 pub fn output_text(out: &std::process::Output) -> String {

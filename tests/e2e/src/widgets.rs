@@ -65,11 +65,6 @@ impl Lang {
             }
             (Lang::Python, Build::Strict) => (sdk.join("widgets_py_strict.wasm"), "sdk-plugins"),
         };
-        assert!(
-            path.is_file(),
-            "{} is missing: run `make {target}` first",
-            path.display()
-        );
-        path
+        crate::built(path, target)
     }
 }

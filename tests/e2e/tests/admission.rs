@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rekon_e2e::widgets::{Build, Lang};
-use rekon_e2e::{Env, get, output_text, rekon_cli, webhook_env};
+use rekon_e2e::{Env, get, output_text, webhook_env};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -90,23 +90,8 @@ fn the_three_languages_declare_the_same_conversion() {
 /// asserted equal to what it reads from the TypeScript and Python builds.
 fn declared_alike(build: Build) -> Value {
     let paths = rekon_e2e::Paths::discover().unwrap();
-    let inspect = |lang: Lang| {
-        let wasm = lang.component(&paths, build);
-        let out = rekon_cli(
-            &paths,
-            &[
-                "plugin",
-                "inspect",
-                "-o",
-                "json",
-                &wasm.display().to_string(),
-            ],
-        );
-        assert!(out.status.success(), "{lang:?}: {}", output_text(&out));
-        let mut v: Value = serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
-        v.as_object_mut().map(|o| o.remove("digest"));
-        v
-    };
+    let inspect = |lang: Lang| rekon_e2e::inspect_json(&paths, &lang.component(&paths, build));
+
     let rust = inspect(Lang::Rust);
     for lang in [Lang::TypeScript, Lang::Python] {
         assert_eq!(

@@ -20,7 +20,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use rekon_e2e::{Env, complete_job, get, output_text, rekon_cli, webhook_env};
+use rekon_e2e::{Env, complete_job, get, webhook_env};
 use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(40);
@@ -43,33 +43,14 @@ impl Lang {
                 "sdk-plugins",
             ),
         };
-        assert!(
-            path.is_file(),
-            "{} is missing: run `make {target}` first",
-            path.display()
-        );
-        path
+        rekon_e2e::built(path, target)
     }
 }
 
 /// What `rekon plugin inspect` reads from `lang`'s build, digest removed.
 fn inspect(lang: Lang) -> Value {
     let paths = rekon_e2e::Paths::discover().unwrap();
-    let wasm = lang.component(&paths);
-    let out = rekon_cli(
-        &paths,
-        &[
-            "plugin",
-            "inspect",
-            "-o",
-            "json",
-            &wasm.display().to_string(),
-        ],
-    );
-    assert!(out.status.success(), "{lang:?}: {}", output_text(&out));
-    let mut v: Value = serde_json::from_slice(&out.stdout).expect("inspect prints JSON");
-    v.as_object_mut().map(|o| o.remove("digest"));
-    v
+    rekon_e2e::inspect_json(&paths, &lang.component(&paths))
 }
 
 /// The host reads the same webhooks and the same CRD (CEL rules included)
